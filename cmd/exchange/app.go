@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"exchange/domain"
+	"exchange/oauth"
+	"exchange/repo"
+)
+
+// app is the assembled service: the database and the layers over it.
+type app struct {
+	settings *settings
+	log      *slog.Logger
+	embedded *repo.Embedded // nil when MONGODB_URI is set or a running server's database is used
+	mongoURI string         // where the data lives, for analysts' mongosh
+	db       *repo.DB
+	indexes  int // indexes created at start-up
+	service  *domain.Service
+	oauth    *oauth.Provider
+}
+
+// openApp connects to the database (starting the embedded one when no
+// MONGODB_URI is set), creates the indexes and assembles the layers. A
+// command (not the server) may share the embedded database of a server that
+// is already running instead of opening the same files twice.
+func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (*app, error) {
+	secret, rsaPEM, err := loadSecrets(s)
+	if err != nil {
+		return nil, err
+	}
+	signingKey, err := oauth.ParseRSAPrivateKey(rsaPEM)
+	if err != nil {
+		return nil, fmt.Errorf("OIDC signing key: %w", err)
+	}
+	a := &app{settings: s, log: log, mongoURI: s.MongoURI}
+	switch {
+	case s.MongoURI != "":
+	case command && repo.RunningFerretDB(ctx, s.EmbeddedMongoAddr):
+		a.mongoURI = "mongodb://" + s.EmbeddedMongoAddr + "/"
+	default:
+		if a.embedded, err = repo.StartEmbedded(filepath.Join(s.DataDir, "db"), s.EmbeddedMongoAddr, log); err != nil {
+			return nil, err
+		}
+		a.mongoURI = a.embedded.URI()
+	}
+	if a.db, err = repo.Open(ctx, a.mongoURI, s.MongoDatabase); err != nil {
+		a.Close()
+		return nil, err
+	}
+	if a.indexes, err = a.db.Migrate(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.service = domain.NewService(a.db, nil)
+	a.oauth, err = oauth.New(oauth.Config{
+		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
+		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log,
+	})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Close disconnects and stops the embedded database, if any.
+func (a *app) Close() {
+	if a.db != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.db.Close(ctx)
+	}
+	if a.embedded != nil {
+		a.embedded.Stop()
+	}
+}
+
+// loadSecrets returns SECRET_KEY and the RSA signing key, generating each on
+// first start and keeping it under DATA_DIR (mode 0600) when not set.
+func loadSecrets(s *settings) (secret, rsaPEM []byte, err error) {
+	if err := os.MkdirAll(s.DataDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("DATA_DIR: %w", err)
+	}
+	secret = []byte(s.SecretKey)
+	if s.SecretKey == "" {
+		if secret, err = keptFile(filepath.Join(s.DataDir, "secret_key"), func() ([]byte, error) {
+			b := make([]byte, 32)
+			_, err := rand.Read(b)
+			return []byte(hex.EncodeToString(b)), err
+		}); err != nil {
+			return nil, nil, err
+		}
+		secret = []byte(strings.TrimSpace(string(secret)))
+	}
+	rsaPEM = []byte(s.RSAPrivateKeyPEM)
+	if s.RSAPrivateKeyPEM == "" {
+		if rsaPEM, err = keptFile(filepath.Join(s.DataDir, "oidc_rsa_private_key.pem"), oauth.GenerateRSAPrivateKeyPEM); err != nil {
+			return nil, nil, err
+		}
+	}
+	return secret, rsaPEM, nil
+}
+
+// keptFile returns the content of path, creating it with generate first
+// when it does not exist. The file appears whole (written aside, then
+// linked into place), so two processes starting together agree on one value.
+func keptFile(path string, generate func() ([]byte, error)) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return b, err
+	}
+	if b, err = generate(); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, fs.ErrExist) {
+		return os.ReadFile(path)
+	} else if err != nil {
+		return nil, err
+	}
+	return b, nil
+}

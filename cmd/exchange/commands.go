@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/term"
+
+	"exchange/domain"
+	"exchange/oauth"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func createSuperuserCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
+	fs := newFlags("createsuperuser", io)
+	email := fs.String("email", "", "the superuser's email address (required)")
+	password := fs.String("password", "", "the password; else EXCHANGE_SUPERUSER_PASSWORD, else asked for on the terminal")
+	first := fs.String("first-name", "", "first name")
+	last := fs.String("last-name", "", "last name")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *email == "" {
+		return usageError("createsuperuser: --email is required")
+	}
+	pw := *password
+	if pw == "" {
+		pw = io.getenv("EXCHANGE_SUPERUSER_PASSWORD")
+	}
+	if pw == "" {
+		var err error
+		if pw, err = promptPassword(io); err != nil {
+			return err
+		}
+	}
+	a, err := openApp(ctx, s, log, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	u, err := a.service.CreateUser(ctx, domain.NewUser{Email: *email, Password: pw, FirstName: *first, LastName: *last,
+		Type: domain.UserPractitioner, IsSuperuser: true})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(io.out, "Superuser %s created (id %d).\n", u.Email, u.ID)
+	return nil
+}
+
+// promptPassword asks for a password twice on a terminal, or reads one line
+// from a pipe.
+func promptPassword(io stdio) (string, error) {
+	f, ok := io.in.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		line, err := bufio.NewReader(io.in).ReadString('\n')
+		if err != nil && line == "" {
+			return "", errors.New("no password: pass --password, set EXCHANGE_SUPERUSER_PASSWORD, or type it on a terminal")
+		}
+		return strings.TrimRight(line, "\r\n"), nil
+	}
+	fmt.Fprint(io.err, "Password: ")
+	first, err := term.ReadPassword(int(f.Fd()))
+	fmt.Fprintln(io.err)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprint(io.err, "Password (again): ")
+	second, err := term.ReadPassword(int(f.Fd()))
+	fmt.Fprintln(io.err)
+	if err != nil {
+		return "", err
+	}
+	if string(first) != string(second) {
+		return "", errors.New("the passwords do not match")
+	}
+	return string(first), nil
+}
+
+func clientsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
+	if len(args) == 0 {
+		return usageError("clients: want a subcommand: register, list or rotate-secret")
+	}
+	sub, args := args[0], args[1:]
+	var reg oauth.ClientRegistration
+	var redirects, logoutRedirects, origins stringList
+	var owner string
+	fs := newFlags("clients "+sub, io)
+	switch sub {
+	case "register":
+		fs.StringVar(&reg.Name, "name", "", "the client's name (required)")
+		kind := fs.String("type", "confidential", "confidential or public")
+		fs.Var(&redirects, "redirect-uri", "a redirect URI (repeatable; matched exactly)")
+		fs.Var(&logoutRedirects, "post-logout-redirect-uri", "a post-logout redirect URI (repeatable)")
+		fs.Var(&origins, "allowed-origin", "an allowed origin (repeatable)")
+		fs.BoolVar(&reg.SkipAuthorization, "trusted", false, "skip the consent page")
+		fs.StringVar(&reg.ID, "id", "", "the client id (generated when empty)")
+		fs.StringVar(&reg.Secret, "secret", "", "the secret of a confidential client (generated when empty)")
+		fs.StringVar(&reg.TokenEndpointAuthMethod, "auth-method", "", "client_secret_basic (default) or client_secret_post")
+		fs.StringVar(&owner, "user", "", "email of the user the client belongs to")
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		reg.Type = domain.ClientType(*kind)
+	case "list":
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+	case "rotate-secret":
+		fs.StringVar(&reg.ID, "id", "", "the client id (required)")
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if reg.ID == "" {
+			return usageError("clients rotate-secret: --id is required")
+		}
+	default:
+		return usageError(fmt.Sprintf("clients: unknown subcommand %q (register, list, rotate-secret)", sub))
+	}
+	a, err := openApp(ctx, s, log, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	switch sub {
+	case "register":
+		reg.RedirectURIs, reg.PostLogoutRedirectURIs, reg.AllowedOrigins = redirects, logoutRedirects, origins
+		if owner != "" {
+			u, err := a.service.UserByEmail(ctx, owner)
+			if err != nil {
+				return err
+			}
+			reg.UserID = u.ID
+		}
+		c, secret, err := a.oauth.RegisterClient(ctx, reg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(io.out, "client_id=%s\n", c.ID)
+		if secret != "" {
+			fmt.Fprintf(io.out, "client_secret=%s\n", secret)
+			fmt.Fprintln(io.err, "The secret is shown only now; if it is lost, run `exchange clients rotate-secret`.")
+		}
+	case "list":
+		clients, err := a.oauth.Clients(ctx)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(io.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "CLIENT ID\tNAME\tTYPE\tTRUSTED\tREDIRECT URIS")
+		for _, c := range clients {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%s\n", c.ID, c.Name, c.Type, c.SkipAuthorization, strings.Join(c.RedirectURIs, " "))
+		}
+		return w.Flush()
+	case "rotate-secret":
+		secret, err := a.oauth.RotateClientSecret(ctx, reg.ID)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(io.out, "client_secret=%s\n", secret)
+	}
+	return nil
+}
+
+func tokenCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
+	if len(args) == 0 || args[0] != "create" {
+		return usageError("token: want `token create --email USER [--ttl 24h]`")
+	}
+	fs := newFlags("token create", io)
+	email := fs.String("email", "", "the user the token acts for (required)")
+	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if *email == "" {
+		return usageError("token create: --email is required")
+	}
+	a, err := openApp(ctx, s, log, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	u, err := a.service.UserByEmail(ctx, *email)
+	if err != nil {
+		return err
+	}
+	token, expires, err := a.oauth.IssueAccessToken(ctx, u.ID, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(io.out, token)
+	fmt.Fprintf(io.err, "Bearer token for %s, valid until %s.\n", u.Email, expires.Format(time.RFC3339))
+	return nil
+}
+
+func invitationCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
+	fs := newFlags("invitation", io)
+	patientID := fs.Int64("patient-id", 0, "the patient (required)")
+	clientID := fs.String("client-id", demoClientID, "the client app that redeems the code")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *patientID <= 0 {
+		return usageError("invitation: --patient-id is required")
+	}
+	a, err := openApp(ctx, s, log, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	p, err := a.service.PatientByID(ctx, domain.SystemActor(), *patientID)
+	if err != nil {
+		return err
+	}
+	code, err := a.oauth.IssuePatientCode(ctx, p.UserID, *clientID)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(io.out, code.Link)
+	fmt.Fprintf(io.err, "Single use, valid until %s; the app redeems it with PATIENT_AUTHORIZATION_CODE_VERIFIER.\n", code.ExpiresAt.Format(time.RFC3339))
+	return nil
+}
+
+func migrateCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
+	if err := parseFlags(newFlags("migrate", io), args); err != nil {
+		return err
+	}
+	a, err := openApp(ctx, s, log, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	fmt.Fprintf(io.out, "Indexes of database %q are in place (%d created now).\n", s.MongoDatabase, a.indexes)
+	return nil
+}

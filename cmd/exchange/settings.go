@@ -1,0 +1,172 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"exchange/oauth"
+)
+
+// settings are the service's environment variables, parsed and checked. The
+// README's settings table documents each one.
+type settings struct {
+	Port              int
+	MongoURI          string
+	MongoDatabase     string
+	DataDir           string
+	SecretKey         string // empty: generated and kept under DataDir
+	RSAPrivateKeyPEM  string // empty: generated and kept under DataDir
+	PatientChallenge  string
+	PatientVerifier   string
+	PatientCodeTTL    time.Duration
+	MCPClientID       string
+	MCPClientSecret   string
+	MCPRedirectURI    string
+	EmbeddedMongoAddr string
+	FHIRSourceBase    string
+	XverPackageDir    string
+	XverPatchesDir    string
+	OMHSchemaDir      string
+	FHIRPackagesDir   string
+}
+
+// defaultPatientVerifier is the reference PKCE verifier of patient
+// authorization codes. It is public by design: client apps are configured
+// with it; the secret is the code. Deployments may set their own pair.
+const defaultPatientVerifier = "exchange-patient-invitation-reference-verifier-0001"
+
+// defaultMCPRedirectURI is the reference deployment's gateway callback (the
+// gateway of docker-compose.yml on its default port).
+const defaultMCPRedirectURI = "http://localhost:8401/oauth/callback"
+
+// Default locations of the standards data that scripts/setup prepares.
+const (
+	defaultXverPackageDir  = "standards/fhir/xver-r4-r5/maps"
+	defaultOMHSchemaDir    = "standards/omh/schemas"
+	defaultFHIRPackagesDir = "standards/fhir-packages"
+)
+
+// s256 returns the PKCE S256 challenge of a verifier.
+func s256(verifier string) string {
+	sum := sha256.Sum256([]byte(verifier))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+var pkceVerifierPattern = regexp.MustCompile(`^[A-Za-z0-9._~-]{43,128}$`)
+
+// loadSettings reads and checks every setting. The error names the setting
+// at fault in one line.
+func loadSettings(getenv func(string) string) (*settings, error) {
+	get := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	s := &settings{
+		MongoURI:          get("MONGODB_URI", ""),
+		MongoDatabase:     get("MONGODB_DATABASE", "exchange"),
+		DataDir:           get("DATA_DIR", "data"),
+		SecretKey:         get("SECRET_KEY", ""),
+		RSAPrivateKeyPEM:  get("OIDC_RSA_PRIVATE_KEY", ""),
+		PatientVerifier:   get("PATIENT_AUTHORIZATION_CODE_VERIFIER", defaultPatientVerifier),
+		PatientChallenge:  get("PATIENT_AUTHORIZATION_CODE_CHALLENGE", s256(defaultPatientVerifier)),
+		MCPClientID:       get("MCP_OAUTH_CLIENT_ID", ""),
+		MCPClientSecret:   get("MCP_OAUTH_CLIENT_SECRET", ""),
+		MCPRedirectURI:    get("MCP_OAUTH_REDIRECT_URI", defaultMCPRedirectURI),
+		EmbeddedMongoAddr: get("EMBEDDED_MONGO_ADDR", "127.0.0.1:27017"),
+		FHIRSourceBase:    strings.TrimRight(get("FHIR_SOURCE_BASE", "http://localhost:8000/fhir-source"), "/"),
+		XverPatchesDir:    get("FHIR_XVER_PATCHES_DIR", ""),
+	}
+	var err error
+	if s.Port, err = strconv.Atoi(get("PORT", "8000")); err != nil || s.Port < 0 || s.Port > 65535 {
+		return nil, fmt.Errorf("PORT: %q is not a port number (0-65535)", getenv("PORT"))
+	}
+	if s.MongoURI != "" && !strings.HasPrefix(s.MongoURI, "mongodb://") && !strings.HasPrefix(s.MongoURI, "mongodb+srv://") {
+		return nil, errors.New("MONGODB_URI: must start with mongodb:// or mongodb+srv://")
+	}
+	if !regexp.MustCompile(`^[A-Za-z0-9_-]{1,63}$`).MatchString(s.MongoDatabase) {
+		return nil, fmt.Errorf("MONGODB_DATABASE: %q is not a database name (letters, digits, _ and -, at most 63)", s.MongoDatabase)
+	}
+	if s.SecretKey != "" && len(s.SecretKey) < oauth.MinSecretKeyLength {
+		return nil, fmt.Errorf("SECRET_KEY: must be at least %d characters", oauth.MinSecretKeyLength)
+	}
+	if s.RSAPrivateKeyPEM != "" {
+		// Environment files often carry the PEM on one line with \n escapes.
+		s.RSAPrivateKeyPEM = strings.ReplaceAll(s.RSAPrivateKeyPEM, `\n`, "\n")
+		if _, err := oauth.ParseRSAPrivateKey([]byte(s.RSAPrivateKeyPEM)); err != nil {
+			return nil, fmt.Errorf("OIDC_RSA_PRIVATE_KEY: %v", err)
+		}
+	}
+	if !pkceVerifierPattern.MatchString(s.PatientVerifier) {
+		return nil, errors.New("PATIENT_AUTHORIZATION_CODE_VERIFIER: must be 43 to 128 characters of A-Z, a-z, 0-9, '-', '.', '_', '~' (RFC 7636)")
+	}
+	if s.PatientChallenge != s256(s.PatientVerifier) {
+		return nil, errors.New("PATIENT_AUTHORIZATION_CODE_CHALLENGE: is not the S256 challenge of PATIENT_AUTHORIZATION_CODE_VERIFIER (set both, or neither)")
+	}
+	if s.PatientCodeTTL, err = parseDays(get("PATIENT_AUTHORIZATION_CODE_TTL", "7d")); err != nil || s.PatientCodeTTL <= 0 {
+		return nil, fmt.Errorf("PATIENT_AUTHORIZATION_CODE_TTL: %q is not a positive duration (such as 7d, 36h or 3600)", getenv("PATIENT_AUTHORIZATION_CODE_TTL"))
+	}
+	if (s.MCPClientID == "") != (s.MCPClientSecret == "") {
+		return nil, errors.New("MCP_OAUTH_CLIENT_ID and MCP_OAUTH_CLIENT_SECRET: set both, or neither")
+	}
+	if s.MCPClientSecret != "" && len(s.MCPClientSecret) < oauth.MinClientSecretLength {
+		return nil, fmt.Errorf("MCP_OAUTH_CLIENT_SECRET: must be at least %d characters", oauth.MinClientSecretLength)
+	}
+	if u, err := url.Parse(s.MCPRedirectURI); err != nil || !u.IsAbs() || u.Host == "" {
+		return nil, fmt.Errorf("MCP_OAUTH_REDIRECT_URI: %q is not an absolute URL", s.MCPRedirectURI)
+	}
+	if _, _, err := net.SplitHostPort(s.EmbeddedMongoAddr); err != nil {
+		return nil, fmt.Errorf("EMBEDDED_MONGO_ADDR: %q is not host:port", s.EmbeddedMongoAddr)
+	}
+	if u, err := url.Parse(s.FHIRSourceBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("FHIR_SOURCE_BASE: %q is not an http(s) URL without query or fragment", s.FHIRSourceBase)
+	}
+	for _, d := range []struct {
+		name, def string
+		dest      *string
+	}{
+		{"FHIR_XVER_PACKAGE_DIR", defaultXverPackageDir, &s.XverPackageDir},
+		{"OMH_SCHEMA_DIR", defaultOMHSchemaDir, &s.OMHSchemaDir},
+		{"FHIR_PACKAGES_DIR", defaultFHIRPackagesDir, &s.FHIRPackagesDir},
+		{"FHIR_XVER_PATCHES_DIR", "", &s.XverPatchesDir},
+	} {
+		// A directory named explicitly must exist; a default one may be
+		// missing until scripts/setup has run (the features that read it
+		// say so when used).
+		if v := strings.TrimSpace(getenv(d.name)); v != "" {
+			if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
+				return nil, fmt.Errorf("%s: %q is not a directory", d.name, v)
+			}
+			*d.dest = v
+		} else {
+			*d.dest = d.def
+		}
+	}
+	return s, nil
+}
+
+// parseDays parses a Go duration, a number of seconds, or a number of days
+// with the suffix d.
+func parseDays(v string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Duration(n) * time.Second, nil
+	}
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(n * float64(24*time.Hour)), nil
+	}
+	return time.ParseDuration(v)
+}

@@ -1,0 +1,71 @@
+package domain
+
+import "context"
+
+// Actor is the authenticated user a request acts as, with what the
+// permission model needs to decide: the patient record of a patient user and
+// the roles of a practitioner in each organization.
+type Actor struct {
+	User    User
+	Patient *Patient // the user's own patient record; nil for practitioners
+	roles   map[int64]Role
+}
+
+// IsSuperuser reports whether the actor acts as super_user everywhere.
+func (a *Actor) IsSuperuser() bool { return a.User.IsSuperuser }
+
+// RoleIn returns the actor's role in the organization and whether the actor
+// is a member at all. A superuser is RoleSuperUser everywhere, without
+// membership.
+func (a *Actor) RoleIn(organizationID int64) (Role, bool) {
+	if a.IsSuperuser() {
+		return RoleSuperUser, true
+	}
+	r, ok := a.roles[organizationID]
+	return r, ok
+}
+
+// OrganizationIDs returns the organizations the actor is a member of.
+func (a *Actor) OrganizationIDs() []int64 {
+	ids := make([]int64, 0, len(a.roles))
+	for id := range a.roles {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Actor loads the actor for an active user. Returns CodeLogin if the user no
+// longer exists or is inactive, so a token outliving its user is refused.
+func (s *Service) Actor(ctx context.Context, userID int64) (*Actor, error) {
+	u, err := s.store.UserByID(ctx, userID)
+	if IsCode(err, CodeNotFound) || (err == nil && !u.IsActive) {
+		return nil, Errorf(CodeLogin, "the user of this token is no longer active")
+	}
+	if err != nil {
+		return nil, err
+	}
+	a := &Actor{User: *u, roles: map[int64]Role{}}
+	switch u.Type {
+	case UserPatient:
+		p, err := s.store.PatientByUserID(ctx, u.ID)
+		if err != nil && !IsCode(err, CodeNotFound) {
+			return nil, err
+		}
+		a.Patient = p
+	case UserPractitioner:
+		ms, err := s.store.MembershipsOfUser(ctx, u.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			a.roles[m.OrganizationID] = m.Role
+		}
+	}
+	return a, nil
+}
+
+// SystemActor is the actor of trusted operator commands (seed, the command
+// line): a superuser that is no user.
+func SystemActor() *Actor {
+	return &Actor{User: User{Email: "system", IsSuperuser: true, IsActive: true, Type: UserPractitioner}}
+}

@@ -1,0 +1,169 @@
+package domain
+
+import "time"
+
+// UserType says whether a user logs in as a patient or as a practitioner.
+type UserType string
+
+// The user types.
+const (
+	UserPatient      UserType = "patient"
+	UserPractitioner UserType = "practitioner"
+)
+
+// User is an account that can log in. Patients and practitioners are both
+// users; a patient user has exactly one Patient record.
+type User struct {
+	ID           int64
+	Email        string // lower case, unique
+	PasswordHash string // argon2id, PHC string format; empty: cannot log in with a password
+	Type         UserType
+	FirstName    string
+	LastName     string
+	IsSuperuser  bool // acts as super_user in every organization
+	IsStaff      bool // may register OAuth clients
+	IsActive     bool
+	DateJoined   time.Time
+	LastUpdated  time.Time
+}
+
+// Role is a practitioner's role in one organization. The empty role is a
+// membership without a role: it gives reads, never writes.
+type Role string
+
+// The roles. RoleSuperUser is never stored: a superuser holds it everywhere.
+const (
+	RoleNone      Role = ""
+	RoleViewer    Role = "viewer"
+	RoleMember    Role = "member"
+	RoleManager   Role = "manager"
+	RoleSuperUser Role = "super_user"
+)
+
+// OrganizationType is a code of the FHIR organization-type value set.
+type OrganizationType string
+
+// OrganizationTypes lists the codes of http://terminology.hl7.org/CodeSystem/organization-type.
+var OrganizationTypes = []OrganizationType{"prov", "dept", "team", "govt", "ins", "pay", "edu", "reli", "crs", "cg", "bus", "other"}
+
+// Organization is a node of the organization tree; PartOf is 0 for a
+// top-level organization.
+type Organization struct {
+	ID          int64
+	Name        string
+	Type        OrganizationType
+	PartOf      int64
+	LastUpdated time.Time
+}
+
+// Membership places a practitioner user in an organization with a role.
+type Membership struct {
+	OrganizationID int64
+	UserID         int64
+	Role           Role
+	LastUpdated    time.Time
+}
+
+// Identifier is a business identifier: a value unique within its system.
+type Identifier struct {
+	System string
+	Value  string
+}
+
+// ContactPoint is a FHIR ContactPoint reduced to what patients carry.
+type ContactPoint struct {
+	System string // email | phone
+	Value  string
+}
+
+// Patient is the clinical record of a patient user.
+type Patient struct {
+	ID              int64
+	UserID          int64
+	FamilyName      string
+	GivenNames      []string
+	BirthDate       string // YYYY-MM-DD, or empty
+	Telecom         []ContactPoint
+	Identifiers     []Identifier // each (system, value) unique across patients
+	OrganizationIDs []int64
+	LastUpdated     time.Time
+}
+
+// Study belongs to one organization; patients are enrolled in it and asked to
+// consent to the scopes it requests.
+type Study struct {
+	ID             int64
+	OrganizationID int64
+	Name           string
+	Description    string
+	IconURL        string
+	LastUpdated    time.Time
+}
+
+// Enrollment puts a patient in a study.
+type Enrollment struct {
+	StudyID     int64
+	PatientID   int64
+	LastUpdated time.Time
+}
+
+// ScopeCode is a kind of data a study may request and a patient may consent
+// to share: one coding, for instance https://w3id.org/openmhealth|omh:heart-rate:2.0.
+type ScopeCode struct {
+	ID     int64
+	System string
+	Code   string
+	Text   string
+}
+
+// ScopeRequest records that a study asks for one scope code.
+type ScopeRequest struct {
+	StudyID     int64
+	ScopeCodeID int64
+}
+
+// Consent is a patient's answer for one scope code requested by one study.
+// A requested scope without a Consent is pending.
+type Consent struct {
+	PatientID     int64
+	StudyID       int64
+	ScopeCodeID   int64
+	Consented     bool
+	ConsentedTime time.Time
+	LastUpdated   time.Time
+}
+
+// DataSourceType says what kind of thing produces the data.
+type DataSourceType string
+
+// The data source types.
+const (
+	DataSourcePersonalDevice DataSourceType = "personal_device"
+	DataSourceMedicalDevice  DataSourceType = "medical_device"
+	DataSourcePatientApp     DataSourceType = "patient_app"
+)
+
+// DataSource is a device or app that produces observations (FHIR Device).
+type DataSource struct {
+	ID                    int64
+	Name                  string
+	Type                  DataSourceType
+	SupportedScopeCodeIDs []int64
+	LastUpdated           time.Time
+}
+
+// StudyDataSource records that a study collects data from a data source.
+type StudyDataSource struct {
+	StudyID      int64
+	DataSourceID int64
+}
+
+// FHIRSource is an upstream system that sends FHIR resources on behalf of
+// one patient; imported resources are tied to it.
+type FHIRSource struct {
+	ID           int64
+	PatientID    int64
+	DataSourceID int64 // 0 when none
+	Label        string
+	LastUpdated  time.Time
+}

@@ -1,0 +1,71 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies an error. The values are FHIR issue-type codes
+// (http://hl7.org/fhir/issue-type) so the FHIR layer can put them into an
+// OperationOutcome unchanged; the admin API maps them to HTTP statuses.
+type Code string
+
+// The closed set of error codes.
+const (
+	CodeInvalid      Code = "invalid"       // the input is malformed or breaks a rule: 400
+	CodeNotFound     Code = "not-found"     // the addressed thing does not exist (or may not be seen): 404
+	CodeConflict     Code = "conflict"      // the change clashes with the stored state: 409
+	CodeDuplicate    Code = "duplicate"     // a unique key is already taken: 409
+	CodeForbidden    Code = "forbidden"     // the actor may not do this: 403
+	CodeLogin        Code = "login"         // no, or no valid, credentials: 401
+	CodeThrottled    Code = "throttled"     // too many attempts: 429
+	CodeNotSupported Code = "not-supported" // a valid request the service does not do: 400
+	CodeInternal     Code = "exception"     // a fault of ours: 500, logged in full
+)
+
+// Error is the error type of the domain. Field names the input at fault
+// (a JSON field of the admin API or a FHIRPath expression) when there is one.
+type Error struct {
+	Code    Code
+	Message string
+	Field   string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf returns an *Error with the code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// FieldErrorf returns a CodeInvalid *Error that names the field at fault;
+// the message is prefixed with the field so that it reads on its own.
+func FieldErrorf(field, format string, args ...any) *Error {
+	return &Error{Code: CodeInvalid, Field: field, Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of err: the code of the first *Error in its
+// chain, or CodeInternal for any other non-nil error.
+func ErrorCode(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// IsCode reports whether err carries the code.
+func IsCode(err error, code Code) bool { return err != nil && ErrorCode(err) == code }
+
+// ErrorMessage returns the message a client may see: the message of a domain
+// error, or "internal error" for anything else, whose text must not leak.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.Code != CodeInternal {
+		return e.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,60 @@
+package domain
+
+import "time"
+
+// ClientType is the OAuth 2.0 client type (RFC 6749 section 2.1).
+type ClientType string
+
+// The client types.
+const (
+	ClientConfidential ClientType = "confidential"
+	ClientPublic       ClientType = "public"
+)
+
+// OAuthClient is a registered OAuth 2.0 client. The secret of a confidential
+// client is kept only as a hash; it is shown once, when generated.
+type OAuthClient struct {
+	ID                      string
+	Name                    string
+	Type                    ClientType
+	SecretHash              string // empty for public clients
+	RedirectURIs            []string
+	PostLogoutRedirectURIs  []string
+	AllowedOrigins          []string
+	GrantTypes              []string // authorization_code, refresh_token
+	Algorithm               string   // ID token signing algorithm: RS256
+	Scopes                  []string // the scopes the client may request
+	TokenEndpointAuthMethod string   // client_secret_basic, client_secret_post or none
+	UserID                  int64    // the user who registered it; 0 for the command line
+	SkipAuthorization       bool     // trusted: the consent page is skipped
+	CreatedAt               time.Time
+	LastUpdated             time.Time
+}
+
+// OAuthTokenKind names what an OAuthToken record stands for.
+type OAuthTokenKind string
+
+// The kinds of OAuth records, one per fosite storage family.
+const (
+	TokenAuthorizeCode OAuthTokenKind = "authorize_code"
+	TokenAccess        OAuthTokenKind = "access_token"
+	TokenRefresh       OAuthTokenKind = "refresh_token"
+	TokenPKCE          OAuthTokenKind = "pkce"
+	TokenOIDC          OAuthTokenKind = "oidc"
+)
+
+// OAuthToken is the stored form of one OAuth grant artefact: an
+// authorization code, an access or refresh token, or the PKCE and OpenID
+// Connect request data tied to a code. It is found by (Kind, Signature);
+// the token itself is never stored, only its signature.
+type OAuthToken struct {
+	Kind      OAuthTokenKind
+	Signature string
+	RequestID string // shared by every artefact of one grant, across refreshes
+	ClientID  string
+	UserID    int64
+	Active    bool // false once used (codes, refresh tokens) or revoked
+	IssuedAt  time.Time
+	ExpiresAt time.Time // the sweeper deletes the record after this
+	Request   []byte    // the serialized authorization request, owned by package oauth
+}

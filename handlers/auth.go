@@ -1,0 +1,38 @@
+package handlers
+
+import (
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
+)
+
+const actorKey = "actor"
+
+// authenticate turns the request's bearer token into the acting user, or
+// refuses the request with 401 and WWW-Authenticate.
+func (s *server) authenticate(c *fiber.Ctx) error {
+	scheme, token, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
+	token = strings.TrimSpace(token)
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return domain.Errorf(domain.CodeLogin, "authentication credentials were not provided")
+	}
+	userID, _, err := s.oauth.AuthenticateBearer(c.UserContext(), token)
+	if err == nil {
+		var actor *domain.Actor
+		if actor, err = s.service.Actor(c.UserContext(), userID); err == nil {
+			c.Locals(actorKey, actor)
+			return c.Next()
+		}
+	}
+	if domain.IsCode(err, domain.CodeLogin) {
+		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="exchange", error="invalid_token"`)
+	}
+	return err
+}
+
+// actor returns the authenticated actor of the request.
+func actor(c *fiber.Ctx) *domain.Actor {
+	return c.Locals(actorKey).(*domain.Actor)
+}

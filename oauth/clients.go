@@ -1,0 +1,251 @@
+package oauth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/ory/fosite"
+
+	"exchange/domain"
+)
+
+// The grant and scope vocabulary of the provider.
+var (
+	// GrantTypes are the grants a registered client may use.
+	GrantTypes = []string{"authorization_code", "refresh_token"}
+	// Scopes are the scopes a client may request.
+	Scopes = []string{"openid", "profile", "email", "offline_access"}
+)
+
+// CLIClientID is the built-in client that tokens printed by
+// `exchange token create` belong to. It has no redirect URIs and no grants,
+// so it can never take part in a browser flow.
+const CLIClientID = "exchange-cli"
+
+// fositeClient presents a stored client to fosite.
+func fositeClient(c *domain.OAuthClient) *fosite.DefaultOpenIDConnectClient {
+	return &fosite.DefaultOpenIDConnectClient{
+		DefaultClient: &fosite.DefaultClient{
+			ID:            c.ID,
+			Secret:        []byte(c.SecretHash),
+			RedirectURIs:  c.RedirectURIs,
+			GrantTypes:    c.GrantTypes,
+			ResponseTypes: []string{"code"},
+			Scopes:        c.Scopes,
+			// A client may hold tokens meant for itself: the audience the
+			// introspection response reports.
+			Audience: []string{c.ID},
+			Public:   c.Type == domain.ClientPublic,
+		},
+		TokenEndpointAuthMethod: c.TokenEndpointAuthMethod,
+	}
+}
+
+// ClientRegistration is the input of RegisterClient.
+type ClientRegistration struct {
+	ID                     string // optional; generated when empty
+	Secret                 string // optional for confidential clients; generated when empty
+	Name                   string
+	Type                   domain.ClientType
+	RedirectURIs           []string
+	PostLogoutRedirectURIs []string
+	AllowedOrigins         []string
+	Algorithm              string // RS256, the only one offered; empty means RS256
+	UserID                 int64
+	SkipAuthorization      bool
+	// TokenEndpointAuthMethod of a confidential client: client_secret_basic
+	// (the default) or client_secret_post.
+	TokenEndpointAuthMethod string
+}
+
+// MinClientSecretLength is the shortest client secret accepted when an
+// operator chooses one (generated secrets are 43 characters).
+const MinClientSecretLength = 32
+
+// RegisterClient validates and stores a new client. It returns the client
+// and, for a confidential client, its secret in clear: the only time it is
+// shown. Returns domain.CodeInvalid or domain.CodeDuplicate.
+func (p *Provider) RegisterClient(ctx context.Context, in ClientRegistration) (*domain.OAuthClient, string, error) {
+	c, secret, err := newClient(in)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := p.store.CreateOAuthClient(ctx, c); err != nil {
+		return nil, "", err
+	}
+	return c, secret, nil
+}
+
+// SaveClient creates the client, or replaces the registration of the client
+// with the same id: how seed keeps the MCP gateway's client in step with
+// the settings.
+func (p *Provider) SaveClient(ctx context.Context, in ClientRegistration) (*domain.OAuthClient, error) {
+	if in.ID == "" {
+		return nil, domain.FieldErrorf("clientId", "is required")
+	}
+	c, _, err := newClient(in)
+	if err != nil {
+		return nil, err
+	}
+	old, err := p.store.OAuthClient(ctx, in.ID)
+	switch {
+	case domain.IsCode(err, domain.CodeNotFound):
+		return c, p.store.CreateOAuthClient(ctx, c)
+	case err != nil:
+		return nil, err
+	}
+	c.CreatedAt = old.CreatedAt
+	return c, p.store.UpdateOAuthClient(ctx, c)
+}
+
+// RotateClientSecret replaces the secret of a confidential client with a
+// new, generated one and returns it: a lost secret cannot be recovered.
+func (p *Provider) RotateClientSecret(ctx context.Context, id string) (string, error) {
+	c, err := p.store.OAuthClient(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if c.Type != domain.ClientConfidential {
+		return "", domain.Errorf(domain.CodeInvalid, "client %q is public and has no secret", id)
+	}
+	secret := randomToken(32)
+	c.SecretHash = hashSecret(secret)
+	return secret, p.store.UpdateOAuthClient(ctx, c)
+}
+
+// Clients returns every registered client.
+func (p *Provider) Clients(ctx context.Context) ([]domain.OAuthClient, error) {
+	return p.store.OAuthClients(ctx)
+}
+
+func newClient(in ClientRegistration) (*domain.OAuthClient, string, error) {
+	c := &domain.OAuthClient{
+		ID:                     strings.TrimSpace(in.ID),
+		Name:                   strings.TrimSpace(in.Name),
+		Type:                   in.Type,
+		RedirectURIs:           trimmed(in.RedirectURIs),
+		PostLogoutRedirectURIs: trimmed(in.PostLogoutRedirectURIs),
+		AllowedOrigins:         trimmed(in.AllowedOrigins),
+		GrantTypes:             GrantTypes,
+		Algorithm:              "RS256",
+		Scopes:                 Scopes,
+		UserID:                 in.UserID,
+		SkipAuthorization:      in.SkipAuthorization,
+	}
+	if c.ID == "" {
+		c.ID = randomToken(24)
+	}
+	if c.Name == "" {
+		return nil, "", domain.FieldErrorf("name", "is required")
+	}
+	if in.Algorithm != "" && in.Algorithm != "RS256" {
+		return nil, "", domain.FieldErrorf("algorithm", "only RS256 is supported")
+	}
+	if len(c.RedirectURIs) == 0 {
+		return nil, "", domain.FieldErrorf("redirectUris", "at least one redirect URI is required for the authorization code grant")
+	}
+	for _, list := range []struct {
+		field string
+		uris  []string
+	}{{"redirectUris", c.RedirectURIs}, {"postLogoutRedirectUris", c.PostLogoutRedirectURIs}} {
+		for _, u := range list.uris {
+			if err := checkRedirectURI(list.field, u); err != nil {
+				return nil, "", err
+			}
+		}
+	}
+	for _, o := range c.AllowedOrigins {
+		if u, err := url.Parse(o); err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return nil, "", domain.FieldErrorf("allowedOrigins", "%q is not an origin (scheme://host[:port])", o)
+		}
+	}
+	secret := ""
+	switch c.Type {
+	case domain.ClientPublic:
+		if in.Secret != "" {
+			return nil, "", domain.FieldErrorf("clientSecret", "a public client has no secret")
+		}
+		c.TokenEndpointAuthMethod = "none"
+	case domain.ClientConfidential:
+		secret = in.Secret
+		if secret == "" {
+			secret = randomToken(32)
+		} else if len(secret) < MinClientSecretLength {
+			return nil, "", domain.FieldErrorf("clientSecret", "must be at least %d characters", MinClientSecretLength)
+		}
+		c.SecretHash = hashSecret(secret)
+		c.TokenEndpointAuthMethod = in.TokenEndpointAuthMethod
+		if c.TokenEndpointAuthMethod == "" {
+			c.TokenEndpointAuthMethod = "client_secret_basic"
+		}
+		if c.TokenEndpointAuthMethod != "client_secret_basic" && c.TokenEndpointAuthMethod != "client_secret_post" {
+			return nil, "", domain.FieldErrorf("tokenEndpointAuthMethod", "must be client_secret_basic or client_secret_post")
+		}
+	default:
+		return nil, "", domain.FieldErrorf("clientType", "must be %q or %q", domain.ClientConfidential, domain.ClientPublic)
+	}
+	return c, secret, nil
+}
+
+// checkRedirectURI accepts absolute URIs without a fragment that are https,
+// http on a loopback host, or a private-use scheme of a native app.
+func checkRedirectURI(field, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || !u.IsAbs() || u.Fragment != "" || (u.Host == "" && (u.Scheme == "http" || u.Scheme == "https")) {
+		return domain.FieldErrorf(field, "%q is not an absolute URI without a fragment", raw)
+	}
+	if !fosite.IsRedirectURISecure(context.Background(), u) {
+		return domain.FieldErrorf(field, "%q uses http on a host that is not loopback; use https", raw)
+	}
+	return nil
+}
+
+func trimmed(ss []string) []string {
+	out := []string{}
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// randomToken returns n random bytes, base64url-encoded.
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Client secrets are generated with 256 bits of entropy (or, when an
+// operator sets one, at least 32 characters), so a plain SHA-256 resists
+// guessing as well as a slow hash would, and keeps the token endpoint and
+// the gateway's frequent introspection calls cheap.
+const secretHashPrefix = "sha256$"
+
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return secretHashPrefix + hex.EncodeToString(sum[:])
+}
+
+// secretHasher is fosite's view of hashSecret.
+type secretHasher struct{}
+
+func (secretHasher) Hash(_ context.Context, data []byte) ([]byte, error) {
+	return []byte(hashSecret(string(data))), nil
+}
+
+func (secretHasher) Compare(_ context.Context, hash, data []byte) error {
+	if len(hash) == 0 || subtle.ConstantTimeCompare(hash, []byte(hashSecret(string(data)))) != 1 {
+		return errors.New("client secret mismatch")
+	}
+	return nil
+}

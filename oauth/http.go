@@ -1,0 +1,401 @@
+package oauth
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ory/fosite"
+
+	"exchange/domain"
+)
+
+// Handler returns the net/http handler of every /o/ endpoint. Each path
+// answers with and without its trailing slash.
+func (p *Provider) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(methods, path string, h http.HandlerFunc) {
+		for _, m := range strings.Split(methods, ",") {
+			if trimmed, ok := strings.CutSuffix(path, "/"); ok {
+				mux.HandleFunc(m+" "+path+"{$}", h)
+				mux.HandleFunc(m+" "+trimmed, h)
+			} else {
+				mux.HandleFunc(m+" "+path, h)
+			}
+		}
+	}
+	route("GET,POST", "/o/authorize/", p.authorize)
+	route("POST", "/o/token/", p.token)
+	route("POST", "/o/introspect/", p.introspect)
+	route("POST", "/o/revoke_token/", p.revoke)
+	route("GET,POST", "/o/userinfo/", p.userinfo)
+	route("GET", "/o/.well-known/openid-configuration", p.discovery)
+	route("GET", "/o/.well-known/jwks.json", p.jwksHandler)
+	route("GET,POST", "/o/login/", p.login)
+	route("POST", "/o/logout/", p.logout)
+	route("GET,POST", "/o/applications/register/", p.registerApplication)
+	return mux
+}
+
+// authorize serves the authorization endpoint. The authorization request is
+// always read from the URL query: the body of a POST carries only the
+// consent form and must never reach fosite, which stores the form it sees.
+func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	query := r.URL.Query()
+	// Redirect URIs match exactly (fosite would accept any port on a
+	// loopback address); a mismatch is shown to the user, never redirected to.
+	if c, err := p.store.OAuthClient(ctx, query.Get("client_id")); err == nil {
+		if ru := query.Get("redirect_uri"); ru != "" && !slices.Contains(c.RedirectURIs, ru) {
+			p.renderMessage(w, r, http.StatusBadRequest, "Authorization refused",
+				"The redirect URI of this request is not registered for the application. Contact the application's developer.")
+			return
+		}
+	}
+	areq := r.Clone(ctx)
+	areq.Method, areq.Body, areq.Form, areq.PostForm = http.MethodGet, http.NoBody, nil, nil
+	ar, err := p.oauth2.NewAuthorizeRequest(ctx, areq)
+	if err != nil {
+		p.writeAuthorizeError(w, r, ar, err)
+		return
+	}
+	client, err := p.store.OAuthClient(ctx, ar.GetClient().GetID())
+	if err != nil {
+		p.writeAuthorizeError(w, r, ar, err)
+		return
+	}
+	prompt := fosite.RemoveEmpty(strings.Split(query.Get("prompt"), " "))
+	sess, loggedIn := p.session(r)
+	if loggedIn && maxAgeExceeded(query.Get("max_age"), sess.AuthTime, p.now()) {
+		loggedIn = false
+	}
+	var user *domain.User
+	if loggedIn {
+		if user, err = p.users.UserByID(ctx, sess.UserID); err != nil || !user.IsActive {
+			loggedIn = false
+		}
+	}
+	if !loggedIn || (slices.Contains(prompt, "login") && r.Method == http.MethodGet) {
+		if slices.Contains(prompt, "none") {
+			p.writeAuthorizeError(w, r, ar, fosite.ErrLoginRequired)
+			return
+		}
+		// After logging in, come back without prompt=login, or the login
+		// page would be asked for again and again.
+		back := *r.URL
+		q := back.Query()
+		q.Del("prompt")
+		back.RawQuery = q.Encode()
+		p.renderLogin(w, r, http.StatusOK, loginPage{Next: back.RequestURI(), ClientName: client.Name})
+		return
+	}
+	switch {
+	case r.Method == http.MethodPost:
+		if !csrfValid(r) {
+			p.renderMessage(w, r, http.StatusForbidden, "Form expired", "This form has expired. Go back to the application and start again.")
+			return
+		}
+		if r.PostFormValue("decision") != "allow" {
+			p.writeAuthorizeError(w, r, ar, fosite.ErrAccessDenied.WithHint("The user denied the request."))
+			return
+		}
+	case !client.SkipAuthorization:
+		if slices.Contains(prompt, "none") {
+			p.writeAuthorizeError(w, r, ar, fosite.ErrConsentRequired)
+			return
+		}
+		p.renderConsent(w, r, consentPage{Client: client.Name, User: user.Email, Scopes: describeScopes(ar.GetRequestedScopes()), Action: r.URL.RequestURI()})
+		return
+	}
+	for _, s := range ar.GetRequestedScopes() {
+		ar.GrantScope(s)
+	}
+	ar.GrantAudience(client.ID)
+	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(user, sess.AuthTime, ar.GetRequestedAt()))
+	if err != nil {
+		p.writeAuthorizeError(w, r, ar, err)
+		return
+	}
+	p.oauth2.WriteAuthorizeResponse(ctx, w, ar, resp)
+}
+
+func maxAgeExceeded(maxAge string, authTime, now time.Time) bool {
+	seconds, err := strconv.ParseInt(maxAge, 10, 64)
+	return err == nil && seconds >= 0 && authTime.Add(time.Duration(seconds)*time.Second).Before(now)
+}
+
+// writeAuthorizeError redirects the error to the client when its redirect
+// URI is known to be valid, and shows it to the user otherwise.
+func (p *Provider) writeAuthorizeError(w http.ResponseWriter, r *http.Request, ar fosite.AuthorizeRequester, err error) {
+	if ar != nil && ar.IsRedirectURIValid() {
+		p.oauth2.WriteAuthorizeError(r.Context(), w, ar, err)
+		return
+	}
+	rfc := fosite.ErrorToRFC6749Error(err)
+	if rfc.CodeField >= 500 {
+		p.log.Error("authorization request failed", "error", err)
+	}
+	p.renderMessage(w, r, http.StatusBadRequest, "Authorization refused", rfc.GetDescription())
+}
+
+// token serves the token endpoint: authorization_code and refresh_token.
+func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	ar, err := p.oauth2.NewAccessRequest(ctx, r, emptySession())
+	if err != nil {
+		p.logServerError("token request failed", err)
+		p.oauth2.WriteAccessError(ctx, w, ar, err)
+		return
+	}
+	resp, err := p.oauth2.NewAccessResponse(ctx, ar)
+	if err != nil {
+		p.logServerError("token response failed", err)
+		p.oauth2.WriteAccessError(ctx, w, ar, err)
+		return
+	}
+	p.oauth2.WriteAccessResponse(ctx, w, ar, resp)
+}
+
+// introspect serves RFC 7662 introspection to confidential clients, which
+// authenticate with HTTP Basic. A bearer token is not accepted as caller
+// credentials here: only registered confidential clients may introspect.
+func (p *Provider) introspect(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if fosite.AccessTokenFromRequest(r) != "" {
+		p.oauth2.WriteIntrospectionError(ctx, w, fosite.ErrRequestUnauthorized.WithHint("Authenticate as a confidential client with HTTP Basic."))
+		return
+	}
+	ir, err := p.oauth2.NewIntrospectionRequest(ctx, r, emptySession())
+	if err != nil {
+		p.logServerError("introspection failed", err)
+		p.oauth2.WriteIntrospectionError(ctx, w, err)
+		return
+	}
+	p.oauth2.WriteIntrospectionResponse(ctx, w, ir)
+}
+
+// revoke serves RFC 7009 revocation.
+func (p *Provider) revoke(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	err := p.oauth2.NewRevocationRequest(ctx, r)
+	p.logServerError("revocation failed", err)
+	p.oauth2.WriteRevocationResponse(ctx, w, err)
+}
+
+func (p *Provider) logServerError(msg string, err error) {
+	if err != nil && fosite.ErrorToRFC6749Error(err).CodeField >= 500 {
+		p.log.Error(msg, "error", err)
+	}
+}
+
+// userinfo serves the OpenID Connect UserInfo endpoint.
+func (p *Provider) userinfo(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	token := fosite.AccessTokenFromRequest(r)
+	use, ar, err := p.oauth2.IntrospectToken(ctx, token, fosite.AccessToken, emptySession())
+	if token == "" || err != nil || use != fosite.AccessToken {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="The access token is missing, invalid, expired or revoked."`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_token"})
+		return
+	}
+	if !ar.GetGrantedScopes().Has("openid") {
+		w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="openid"`)
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "insufficient_scope"})
+		return
+	}
+	id, _ := strconv.ParseInt(ar.GetSession().GetSubject(), 10, 64)
+	u, err := p.users.UserByID(ctx, id)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="The user of this token no longer exists."`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_token"})
+		return
+	}
+	claims := map[string]any{"sub": strconv.FormatInt(u.ID, 10)}
+	scopes := ar.GetGrantedScopes()
+	if scopes.Has("email") {
+		claims["email"] = u.Email
+	}
+	if scopes.Has("profile") {
+		claims["given_name"] = u.FirstName
+		claims["family_name"] = u.LastName
+		claims["name"] = strings.TrimSpace(u.FirstName + " " + u.LastName)
+		claims["preferred_username"] = u.Email
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, claims)
+}
+
+// discovery serves the OpenID Provider Metadata, with absolute URLs on the
+// origin the client used.
+func (p *Provider) discovery(w http.ResponseWriter, r *http.Request) {
+	issuer := requestOrigin(r) + "/o"
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	writeJSON(w, http.StatusOK, Metadata(issuer))
+}
+
+// Metadata returns the OpenID Provider Metadata for an issuer ({origin}/o);
+// the FHIR layer's SMART configuration reuses its endpoints.
+func Metadata(issuer string) map[string]any {
+	return map[string]any{
+		"issuer":                                        issuer,
+		"authorization_endpoint":                        issuer + "/authorize/",
+		"token_endpoint":                                issuer + "/token/",
+		"userinfo_endpoint":                             issuer + "/userinfo/",
+		"jwks_uri":                                      issuer + "/.well-known/jwks.json",
+		"introspection_endpoint":                        issuer + "/introspect/",
+		"revocation_endpoint":                           issuer + "/revoke_token/",
+		"response_types_supported":                      []string{"code"},
+		"response_modes_supported":                      []string{"query"},
+		"grant_types_supported":                         GrantTypes,
+		"subject_types_supported":                       []string{"public"},
+		"id_token_signing_alg_values_supported":         []string{"RS256"},
+		"scopes_supported":                              Scopes,
+		"token_endpoint_auth_methods_supported":         []string{"client_secret_basic", "client_secret_post", "none"},
+		"introspection_endpoint_auth_methods_supported": []string{"client_secret_basic"},
+		"revocation_endpoint_auth_methods_supported":    []string{"client_secret_basic", "client_secret_post", "none"},
+		"code_challenge_methods_supported":              []string{"S256"},
+		"claims_supported":                              []string{"sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "email", "name", "given_name", "family_name", "preferred_username"},
+		"prompt_values_supported":                       []string{"none", "login", "consent"},
+	}
+}
+
+func (p *Provider) jwksHandler(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	writeJSON(w, http.StatusOK, p.key.jwks())
+}
+
+// login serves the login page. next, a local /o/ path, is where a
+// successful login goes; without it the page says who is logged in.
+func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
+	next := r.FormValue("next")
+	if !localNext(next) {
+		next = ""
+	}
+	if r.Method == http.MethodGet {
+		if sess, ok := p.session(r); ok && next == "" {
+			if u, err := p.users.UserByID(r.Context(), sess.UserID); err == nil {
+				p.renderSignedIn(w, r, u.Email)
+				return
+			}
+		}
+		p.renderLogin(w, r, http.StatusOK, loginPage{Next: next})
+		return
+	}
+	page := loginPage{Next: next, Email: r.PostFormValue("email")}
+	if !csrfValid(r) {
+		page.Error = "This form has expired. Please sign in again."
+		p.renderLogin(w, r, http.StatusForbidden, page)
+		return
+	}
+	u, err := p.users.Authenticate(r.Context(), page.Email, r.PostFormValue("password"), clientAddress(r))
+	if err != nil {
+		status := http.StatusUnauthorized
+		switch domain.ErrorCode(err) {
+		case domain.CodeThrottled:
+			status = http.StatusTooManyRequests
+		case domain.CodeLogin:
+		default:
+			p.log.Error("login failed", "error", err)
+			status = http.StatusInternalServerError
+		}
+		page.Error = domain.ErrorMessage(err)
+		p.renderLogin(w, r, status, page)
+		return
+	}
+	p.setSession(w, r, u.ID)
+	if next == "" {
+		next = "/o/login/"
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// localNext accepts only paths under /o/, so the login page cannot be used
+// to redirect elsewhere.
+func localNext(next string) bool {
+	return strings.HasPrefix(next, "/o/") && !strings.ContainsAny(next, "\\\r\n") && !strings.Contains(next, "/../")
+}
+
+func clientAddress(r *http.Request) string {
+	host := r.RemoteAddr
+	if i := strings.LastIndexByte(host, ':'); i > 0 {
+		host = host[:i]
+	}
+	return strings.Trim(host, "[]")
+}
+
+func (p *Provider) logout(w http.ResponseWriter, r *http.Request) {
+	if !csrfValid(r) {
+		p.renderMessage(w, r, http.StatusForbidden, "Form expired", "This form has expired. Reload the page and try again.")
+		return
+	}
+	p.clearSession(w, r)
+	p.renderMessage(w, r, http.StatusOK, "Signed out", "You are signed out.")
+}
+
+// registerApplication serves the client registration form to staff and
+// superusers.
+func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	sess, ok := p.session(r)
+	var u *domain.User
+	if ok {
+		var err error
+		if u, err = p.users.UserByID(ctx, sess.UserID); err != nil {
+			ok = false
+		}
+	}
+	if !ok {
+		http.Redirect(w, r, "/o/login/?next="+url.QueryEscape(r.URL.Path), http.StatusSeeOther)
+		return
+	}
+	if !u.IsStaff && !u.IsSuperuser {
+		p.renderMessage(w, r, http.StatusForbidden, "Not allowed", "Only staff members and superusers may register applications.")
+		return
+	}
+	form := registerPage{User: u.Email, ClientType: string(domain.ClientConfidential)}
+	if r.Method == http.MethodGet {
+		p.renderRegister(w, r, http.StatusOK, form)
+		return
+	}
+	form.Name = r.PostFormValue("name")
+	form.ClientType = r.PostFormValue("client_type")
+	form.RedirectURIs = r.PostFormValue("redirect_uris")
+	form.PostLogoutRedirectURIs = r.PostFormValue("post_logout_redirect_uris")
+	form.AllowedOrigins = r.PostFormValue("allowed_origins")
+	if !csrfValid(r) {
+		form.Error = "This form has expired. Please submit it again."
+		p.renderRegister(w, r, http.StatusForbidden, form)
+		return
+	}
+	if g := r.PostFormValue("authorization_grant_type"); g != "authorization-code" {
+		form.Error = "authorization grant type: only the authorization code grant is offered"
+		p.renderRegister(w, r, http.StatusBadRequest, form)
+		return
+	}
+	c, secret, err := p.RegisterClient(ctx, ClientRegistration{
+		Name: form.Name, Type: domain.ClientType(form.ClientType), Algorithm: r.PostFormValue("algorithm"),
+		RedirectURIs: strings.Fields(form.RedirectURIs), PostLogoutRedirectURIs: strings.Fields(form.PostLogoutRedirectURIs),
+		AllowedOrigins: strings.Fields(form.AllowedOrigins), UserID: u.ID,
+	})
+	if err != nil {
+		status := http.StatusBadRequest
+		if domain.ErrorCode(err) == domain.CodeInternal {
+			p.log.Error("client registration failed", "error", err)
+			status = http.StatusInternalServerError
+		}
+		form.Error = domain.ErrorMessage(err)
+		p.renderRegister(w, r, status, form)
+		return
+	}
+	p.renderRegistered(w, r, registeredPage{ClientID: c.ID, Secret: secret, Name: c.Name})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

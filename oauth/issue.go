@@ -1,0 +1,126 @@
+package oauth
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ory/fosite"
+
+	"exchange/domain"
+)
+
+// IssueAccessToken creates a bearer access token for the user, valid for
+// ttl, and returns it: the tokens `exchange token create` prints for
+// scripts. It is stored and revocable like any other; it belongs to the
+// built-in CLIClientID client, created on first use.
+func (p *Provider) IssueAccessToken(ctx context.Context, userID int64, ttl time.Duration) (string, time.Time, error) {
+	if ttl <= 0 {
+		return "", time.Time{}, domain.FieldErrorf("ttl", "must be positive")
+	}
+	u, err := p.users.UserByID(ctx, userID)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	client, err := p.cliClient(ctx)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	now := p.now().UTC()
+	session := p.newSession(u, now, now)
+	expires := now.Add(ttl).Round(time.Second)
+	session.SetExpiresAt(fosite.AccessToken, expires)
+	req := fosite.NewAccessRequest(session)
+	req.Client = fositeClient(client)
+	req.RequestedAt = now
+	for _, s := range []string{"openid", "profile", "email"} {
+		req.AppendRequestedScope(s)
+		req.GrantScope(s)
+	}
+	req.GrantAudience(CLIClientID)
+	token, signature, err := p.strategy.GenerateAccessToken(ctx, req)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if err := p.storage.CreateAccessTokenSession(ctx, signature, req.Sanitize(nil)); err != nil {
+		return "", time.Time{}, err
+	}
+	return token, expires, nil
+}
+
+func (p *Provider) cliClient(ctx context.Context) (*domain.OAuthClient, error) {
+	c, err := p.store.OAuthClient(ctx, CLIClientID)
+	if !domain.IsCode(err, domain.CodeNotFound) {
+		return c, err
+	}
+	c = &domain.OAuthClient{ID: CLIClientID, Name: "exchange command line", Type: domain.ClientPublic,
+		TokenEndpointAuthMethod: "none", Algorithm: "RS256", Scopes: Scopes}
+	if err := p.store.CreateOAuthClient(ctx, c); err != nil && !domain.IsCode(err, domain.CodeDuplicate) {
+		return nil, err
+	}
+	return c, nil
+}
+
+// PatientCode is an authorization code issued for a patient out of band.
+type PatientCode struct {
+	Code      string
+	Link      string // the client's first redirect URI with the code: the invitation link
+	ExpiresAt time.Time
+}
+
+// IssuePatientCode creates an authorization code for the patient user and
+// the client, bound to the fixed patient PKCE challenge, valid for
+// PATIENT_AUTHORIZATION_CODE_TTL and usable once. The client redeems it at
+// /o/token/ with the matching verifier. Returns domain.CodeNotFound for an
+// unknown client and domain.CodeInvalid for a client that cannot redeem it.
+func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID string) (*PatientCode, error) {
+	u, err := p.users.UserByID(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	client, err := p.store.OAuthClient(ctx, clientID)
+	if err != nil {
+		return nil, err
+	}
+	if len(client.RedirectURIs) == 0 || !slices.Contains(client.GrantTypes, "authorization_code") {
+		return nil, domain.Errorf(domain.CodeInvalid, "client %q cannot redeem authorization codes", clientID)
+	}
+	redirect, err := url.Parse(client.RedirectURIs[0])
+	if err != nil {
+		return nil, err
+	}
+	now := p.now().UTC()
+	ar := fosite.NewAuthorizeRequest()
+	ar.Client = fositeClient(client)
+	ar.RedirectURI = redirect
+	ar.ResponseTypes = fosite.Arguments{"code"}
+	ar.RequestedAt = now
+	ar.State = randomToken(16)
+	// The redirect_uri is left out of the stored form, so the client need
+	// not repeat it when it redeems the code.
+	ar.Form = url.Values{
+		"response_type":         {"code"},
+		"client_id":             {clientID},
+		"code_challenge":        {p.patientChallenge},
+		"code_challenge_method": {"S256"},
+	}
+	for _, s := range client.Scopes {
+		ar.AppendRequestedScope(s)
+		ar.GrantScope(s)
+	}
+	ar.Form.Set("scope", strings.Join(client.Scopes, " "))
+	ar.GrantAudience(clientID)
+	ctx = context.WithValue(ctx, patientCodeKey{}, true)
+	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(u, now, now))
+	if err != nil {
+		return nil, err
+	}
+	code := resp.GetCode()
+	q := redirect.Query()
+	q.Set("code", code)
+	link := *redirect
+	link.RawQuery = q.Encode()
+	return &PatientCode{Code: code, Link: link.String(), ExpiresAt: ar.GetSession().GetExpiresAt(fosite.AuthorizeCode)}, nil
+}

@@ -1,0 +1,228 @@
+package oauth
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/rsa"
+	"crypto/sha256"
+	"errors"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ory/fosite"
+	"github.com/ory/fosite/compose"
+	"github.com/ory/fosite/handler/openid"
+	"github.com/ory/fosite/token/jwt"
+
+	"exchange/domain"
+)
+
+// Token lifetimes.
+const (
+	AccessTokenLifespan   = time.Hour
+	RefreshTokenLifespan  = 30 * 24 * time.Hour
+	AuthorizeCodeLifespan = 10 * time.Minute
+	IDTokenLifespan       = time.Hour
+	loginSessionLifespan  = 12 * time.Hour
+)
+
+// Users is what the provider needs from the domain: password logins and
+// the users tokens act for.
+type Users interface {
+	// Authenticate returns the user for an email and password typed at addr;
+	// domain.CodeLogin or domain.CodeThrottled when refused.
+	Authenticate(ctx context.Context, email, password, addr string) (*domain.User, error)
+	// UserByID returns the user; domain.CodeNotFound if there is none.
+	UserByID(ctx context.Context, id int64) (*domain.User, error)
+}
+
+// Config configures a Provider.
+type Config struct {
+	Store Store
+	Users Users
+	// SecretKey is the installation's SECRET_KEY: the HMAC key of tokens and
+	// of the login cookie derive from it. At least 32 bytes.
+	SecretKey []byte
+	// SigningKey signs ID tokens (RS256).
+	SigningKey *rsa.PrivateKey
+	// PatientCodeChallenge is the S256 PKCE challenge bound to every patient
+	// authorization code; the client redeems the code with its verifier.
+	PatientCodeChallenge string
+	// PatientCodeTTL is how long a patient authorization code stays valid.
+	PatientCodeTTL time.Duration
+	Logger         *slog.Logger
+	// Now is the clock of login sessions and of the codes and tokens this
+	// package issues itself; nil means time.Now. fosite's own expiry checks
+	// use the wall clock.
+	Now func() time.Time
+}
+
+// Provider is the authorization server. Its Handler serves /o/.
+type Provider struct {
+	oauth2           fosite.OAuth2Provider
+	strategy         *compose.CommonStrategy
+	storage          *fositeStore
+	store            Store
+	users            Users
+	key              signingKey
+	cookieKey        []byte
+	patientChallenge string
+	log              *slog.Logger
+	now              func() time.Time
+	pages            *template.Template
+}
+
+// MinSecretKeyLength is the shortest SECRET_KEY accepted.
+const MinSecretKeyLength = 32
+
+// New composes the provider: authorization code with PKCE (S256 only),
+// refresh token rotation, OpenID Connect ID tokens, introspection and
+// revocation. No implicit, hybrid, password or client-credentials grant.
+func New(c Config) (*Provider, error) {
+	if len(c.SecretKey) < MinSecretKeyLength {
+		return nil, errors.New("oauth: the secret key must be at least 32 bytes")
+	}
+	if c.SigningKey == nil {
+		return nil, errors.New("oauth: a signing key is required")
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	hmacKey, err := deriveKey(c.SecretKey, "exchange oauth token hmac")
+	if err != nil {
+		return nil, err
+	}
+	cookieKey, err := deriveKey(c.SecretKey, "exchange login cookie")
+	if err != nil {
+		return nil, err
+	}
+	base := &fosite.Config{
+		AccessTokenLifespan:            AccessTokenLifespan,
+		RefreshTokenLifespan:           RefreshTokenLifespan,
+		AuthorizeCodeLifespan:          AuthorizeCodeLifespan,
+		IDTokenLifespan:                IDTokenLifespan,
+		GlobalSecret:                   hmacKey,
+		EnforcePKCE:                    true,
+		EnforcePKCEForPublicClients:    true,
+		EnablePKCEPlainChallengeMethod: false,
+		// Every grant gets a refresh token, not only offline_access ones.
+		RefreshTokenScopes:       []string{},
+		ScopeStrategy:            fosite.ExactScopeStrategy,
+		AudienceMatchingStrategy: fosite.DefaultAudienceMatchingStrategy,
+		ClientSecretsHasher:      secretHasher{},
+		MinParameterEntropy:      fosite.MinParameterEntropy,
+	}
+	cfg := &providerConfig{Config: base, patientCodeTTL: c.PatientCodeTTL, now: c.Now}
+	key := newSigningKey(c.SigningKey)
+	keyGetter := func(context.Context) (any, error) { return key.private, nil }
+	strategy := &compose.CommonStrategy{
+		CoreStrategy:               compose.NewOAuth2HMACStrategy(cfg),
+		OpenIDConnectTokenStrategy: compose.NewOpenIDConnectStrategy(keyGetter, cfg),
+		Signer:                     &jwt.DefaultSigner{GetPrivateKey: keyGetter},
+	}
+	storage := &fositeStore{store: c.Store, refreshTokenLife: RefreshTokenLifespan, authorizeCodeLife: AuthorizeCodeLifespan}
+	provider := fosite.NewOAuth2Provider(storage, cfg)
+	for _, factory := range []compose.Factory{
+		compose.OAuth2AuthorizeExplicitFactory,
+		compose.OAuth2RefreshTokenGrantFactory,
+		compose.OpenIDConnectExplicitFactory,
+		compose.OpenIDConnectRefreshFactory,
+		compose.OAuth2TokenIntrospectionFactory,
+		compose.OAuth2TokenRevocationFactory,
+		compose.OAuth2PKCEFactory,
+	} {
+		// Handlers see cfg (with its overrides); the handler lists live in base.
+		h := factory(cfg, storage, strategy)
+		if ah, ok := h.(fosite.AuthorizeEndpointHandler); ok {
+			base.AuthorizeEndpointHandlers.Append(ah)
+		}
+		if th, ok := h.(fosite.TokenEndpointHandler); ok {
+			base.TokenEndpointHandlers.Append(th)
+		}
+		if ti, ok := h.(fosite.TokenIntrospector); ok {
+			base.TokenIntrospectionHandlers.Append(ti)
+		}
+		if rh, ok := h.(fosite.RevocationHandler); ok {
+			base.RevocationHandlers.Append(rh)
+		}
+	}
+	return &Provider{
+		oauth2: provider, strategy: strategy, storage: storage, store: c.Store, users: c.Users,
+		key: key, cookieKey: cookieKey, patientChallenge: c.PatientCodeChallenge,
+		log: c.Logger, now: c.Now, pages: pageTemplates,
+	}, nil
+}
+
+func deriveKey(secret []byte, purpose string) ([]byte, error) {
+	return hkdf.Key(sha256.New, secret, nil, purpose, 32)
+}
+
+// providerConfig overrides two settings that fosite reads from a static
+// configuration but that depend on the request here.
+type providerConfig struct {
+	*fosite.Config
+	patientCodeTTL time.Duration
+	now            func() time.Time
+}
+
+type patientCodeKey struct{}
+
+// GetAuthorizeCodeLifespan gives patient authorization codes, issued out of
+// band, their own long lifetime, measured from the provider's clock (fosite
+// adds the lifespan to the wall clock).
+func (c *providerConfig) GetAuthorizeCodeLifespan(ctx context.Context) time.Duration {
+	if ctx.Value(patientCodeKey{}) != nil {
+		return c.now().Add(c.patientCodeTTL).Sub(time.Now())
+	}
+	return c.Config.GetAuthorizeCodeLifespan(ctx)
+}
+
+// GetIDTokenIssuer returns {origin}/o for the request being served, so the
+// ID token's iss matches the discovery document the client read, whatever
+// host name (or proxy) it came through.
+func (c *providerConfig) GetIDTokenIssuer(ctx context.Context) string {
+	if r, ok := ctx.Value(fosite.RequestContextKey).(*http.Request); ok {
+		return requestOrigin(r) + "/o"
+	}
+	return c.Config.GetIDTokenIssuer(ctx)
+}
+
+// newSession returns the fosite session of a grant for the user.
+func (p *Provider) newSession(u *domain.User, authTime, requestedAt time.Time) *openid.DefaultSession {
+	sub := strconv.FormatInt(u.ID, 10)
+	return &openid.DefaultSession{
+		Claims: &jwt.IDTokenClaims{
+			Subject: sub, AuthTime: authTime.UTC(), RequestedAt: requestedAt.UTC(),
+			Extra: map[string]any{"email": u.Email},
+		},
+		Headers:  &jwt.Headers{Extra: map[string]any{"kid": p.key.kid}},
+		Subject:  sub,
+		Username: u.Email,
+	}
+}
+
+// emptySession is the prototype fosite fills from storage.
+func emptySession() *openid.DefaultSession {
+	return &openid.DefaultSession{Claims: &jwt.IDTokenClaims{}, Headers: &jwt.Headers{}}
+}
+
+// AuthenticateBearer returns the id of the user an access token acts for
+// and the scopes granted to it. Refresh tokens and unknown, expired or
+// revoked tokens are refused with domain.CodeLogin.
+func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (int64, []string, error) {
+	use, ar, err := p.oauth2.IntrospectToken(ctx, token, fosite.AccessToken, emptySession())
+	if err != nil || use != fosite.AccessToken {
+		return 0, nil, domain.Errorf(domain.CodeLogin, "the access token is invalid, expired or revoked")
+	}
+	id, err := strconv.ParseInt(ar.GetSession().GetSubject(), 10, 64)
+	if err != nil {
+		return 0, nil, domain.Errorf(domain.CodeLogin, "the access token has no user")
+	}
+	return id, ar.GetGrantedScopes(), nil
+}

@@ -1,0 +1,270 @@
+package oauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/ory/fosite"
+	"github.com/ory/fosite/handler/oauth2"
+	"github.com/ory/fosite/handler/openid"
+	"github.com/ory/fosite/handler/pkce"
+
+	"exchange/domain"
+)
+
+// Store is the persistence the provider needs; package repo implements it.
+// Lookups return domain.CodeNotFound when nothing matches; creates return
+// domain.CodeDuplicate when the key is taken.
+type Store interface {
+	CreateOAuthClient(ctx context.Context, c *domain.OAuthClient) error
+	OAuthClient(ctx context.Context, id string) (*domain.OAuthClient, error)
+	UpdateOAuthClient(ctx context.Context, c *domain.OAuthClient) error
+	OAuthClients(ctx context.Context) ([]domain.OAuthClient, error)
+
+	CreateOAuthToken(ctx context.Context, t *domain.OAuthToken) error
+	OAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) (*domain.OAuthToken, error)
+	DeactivateOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error
+	DeactivateOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error
+	DeleteOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error
+	DeleteOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error
+}
+
+// fositeStore adapts Store to the storage interfaces of the fosite handlers
+// the provider composes.
+type fositeStore struct {
+	store             Store
+	refreshTokenLife  time.Duration
+	authorizeCodeLife time.Duration
+}
+
+var (
+	_ fosite.ClientManager               = (*fositeStore)(nil)
+	_ oauth2.CoreStorage                 = (*fositeStore)(nil)
+	_ oauth2.TokenRevocationStorage      = (*fositeStore)(nil)
+	_ pkce.PKCERequestStorage            = (*fositeStore)(nil)
+	_ openid.OpenIDConnectRequestStorage = (*fositeStore)(nil)
+)
+
+// storedRequest is the serialized form of a fosite.Requester. The form keeps
+// only what fosite chose to keep (it sanitizes requests before storing).
+type storedRequest struct {
+	ID                string          `json:"id"`
+	RequestedAt       time.Time       `json:"requestedAt"`
+	ClientID          string          `json:"clientId"`
+	RequestedScope    []string        `json:"requestedScope"`
+	GrantedScope      []string        `json:"grantedScope"`
+	RequestedAudience []string        `json:"requestedAudience"`
+	GrantedAudience   []string        `json:"grantedAudience"`
+	Form              url.Values      `json:"form"`
+	Session           json.RawMessage `json:"session"`
+}
+
+// GetClient implements fosite.ClientManager.
+func (s *fositeStore) GetClient(ctx context.Context, id string) (fosite.Client, error) {
+	c, err := s.store.OAuthClient(ctx, id)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return nil, fosite.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return fositeClient(c), nil
+}
+
+// ClientAssertionJWTValid implements fosite.ClientManager. Clients never
+// authenticate with JWT assertions here (no client has a JWKS), so no JTI
+// is ever known.
+func (s *fositeStore) ClientAssertionJWTValid(context.Context, string) error { return nil }
+
+// SetClientAssertionJWT implements fosite.ClientManager; see
+// ClientAssertionJWTValid.
+func (s *fositeStore) SetClientAssertionJWT(context.Context, string, time.Time) error { return nil }
+
+func (s *fositeStore) create(ctx context.Context, kind domain.OAuthTokenKind, signature string, r fosite.Requester, expires time.Time) error {
+	session, err := json.Marshal(r.GetSession())
+	if err != nil {
+		return err
+	}
+	payload, err := json.Marshal(storedRequest{
+		ID: r.GetID(), RequestedAt: r.GetRequestedAt(), ClientID: r.GetClient().GetID(),
+		RequestedScope: r.GetRequestedScopes(), GrantedScope: r.GetGrantedScopes(),
+		RequestedAudience: r.GetRequestedAudience(), GrantedAudience: r.GetGrantedAudience(),
+		Form: r.GetRequestForm(), Session: session,
+	})
+	if err != nil {
+		return err
+	}
+	var userID int64
+	if r.GetSession() != nil {
+		userID, _ = strconv.ParseInt(r.GetSession().GetSubject(), 10, 64)
+	}
+	return s.store.CreateOAuthToken(ctx, &domain.OAuthToken{
+		Kind: kind, Signature: signature, RequestID: r.GetID(), ClientID: r.GetClient().GetID(), UserID: userID,
+		Active: true, IssuedAt: time.Now().UTC(), ExpiresAt: expires, Request: payload,
+	})
+}
+
+// get loads a record and rebuilds its request with the session decoded into
+// the prototype fosite passes. An inactive record comes back with its
+// request and the given inactive error, as fosite requires to detect reuse.
+func (s *fositeStore) get(ctx context.Context, kind domain.OAuthTokenKind, signature string, session fosite.Session, inactive error) (fosite.Requester, error) {
+	t, err := s.store.OAuthToken(ctx, kind, signature)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return nil, fosite.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var sr storedRequest
+	if err := json.Unmarshal(t.Request, &sr); err != nil {
+		return nil, fmt.Errorf("decode stored %s: %w", kind, err)
+	}
+	client, err := s.GetClient(ctx, sr.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	if session != nil {
+		if err := json.Unmarshal(sr.Session, session); err != nil {
+			return nil, fmt.Errorf("decode stored %s session: %w", kind, err)
+		}
+	}
+	r := &fosite.Request{
+		ID: sr.ID, RequestedAt: sr.RequestedAt, Client: client,
+		RequestedScope: sr.RequestedScope, GrantedScope: sr.GrantedScope,
+		RequestedAudience: sr.RequestedAudience, GrantedAudience: sr.GrantedAudience,
+		Form: sr.Form, Session: session,
+	}
+	if !t.Active {
+		return r, inactive
+	}
+	return r, nil
+}
+
+func (s *fositeStore) deactivate(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {
+	err := s.store.DeactivateOAuthToken(ctx, kind, signature)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return fosite.ErrNotFound
+	}
+	return err
+}
+
+// expiry returns when a record of the request may be swept: the session's
+// expiry for the token type, or fallback from now when the session has none.
+func expiry(r fosite.Requester, t fosite.TokenType, fallback time.Duration) time.Time {
+	if r.GetSession() != nil {
+		if exp := r.GetSession().GetExpiresAt(t); !exp.IsZero() {
+			return exp
+		}
+	}
+	return time.Now().UTC().Add(fallback)
+}
+
+// CreateAuthorizeCodeSession implements oauth2.AuthorizeCodeStorage.
+func (s *fositeStore) CreateAuthorizeCodeSession(ctx context.Context, signature string, r fosite.Requester) error {
+	return s.create(ctx, domain.TokenAuthorizeCode, signature, r, expiry(r, fosite.AuthorizeCode, s.authorizeCodeLife))
+}
+
+// GetAuthorizeCodeSession implements oauth2.AuthorizeCodeStorage.
+func (s *fositeStore) GetAuthorizeCodeSession(ctx context.Context, signature string, session fosite.Session) (fosite.Requester, error) {
+	return s.get(ctx, domain.TokenAuthorizeCode, signature, session, fosite.ErrInvalidatedAuthorizeCode)
+}
+
+// InvalidateAuthorizeCodeSession implements oauth2.AuthorizeCodeStorage.
+func (s *fositeStore) InvalidateAuthorizeCodeSession(ctx context.Context, signature string) error {
+	return s.deactivate(ctx, domain.TokenAuthorizeCode, signature)
+}
+
+// CreateAccessTokenSession implements oauth2.AccessTokenStorage.
+func (s *fositeStore) CreateAccessTokenSession(ctx context.Context, signature string, r fosite.Requester) error {
+	return s.create(ctx, domain.TokenAccess, signature, r, expiry(r, fosite.AccessToken, time.Hour))
+}
+
+// GetAccessTokenSession implements oauth2.AccessTokenStorage.
+func (s *fositeStore) GetAccessTokenSession(ctx context.Context, signature string, session fosite.Session) (fosite.Requester, error) {
+	return s.get(ctx, domain.TokenAccess, signature, session, fosite.ErrInactiveToken)
+}
+
+// DeleteAccessTokenSession implements oauth2.AccessTokenStorage.
+func (s *fositeStore) DeleteAccessTokenSession(ctx context.Context, signature string) error {
+	return s.store.DeleteOAuthToken(ctx, domain.TokenAccess, signature)
+}
+
+// CreateRefreshTokenSession implements oauth2.RefreshTokenStorage.
+func (s *fositeStore) CreateRefreshTokenSession(ctx context.Context, signature, _ string, r fosite.Requester) error {
+	return s.create(ctx, domain.TokenRefresh, signature, r, expiry(r, fosite.RefreshToken, s.refreshTokenLife))
+}
+
+// GetRefreshTokenSession implements oauth2.RefreshTokenStorage. A used or
+// revoked refresh token comes back with fosite.ErrInactiveToken and its
+// request, so fosite treats its reuse as theft and revokes the grant.
+func (s *fositeStore) GetRefreshTokenSession(ctx context.Context, signature string, session fosite.Session) (fosite.Requester, error) {
+	return s.get(ctx, domain.TokenRefresh, signature, session, fosite.ErrInactiveToken)
+}
+
+// DeleteRefreshTokenSession implements oauth2.RefreshTokenStorage.
+func (s *fositeStore) DeleteRefreshTokenSession(ctx context.Context, signature string) error {
+	return s.store.DeleteOAuthToken(ctx, domain.TokenRefresh, signature)
+}
+
+// RotateRefreshToken implements oauth2.RefreshTokenStorage: the used refresh
+// token stays, inactive, so its reuse is detected; the access tokens issued
+// with it go, before the new pair is stored.
+func (s *fositeStore) RotateRefreshToken(ctx context.Context, requestID, signature string) error {
+	if err := s.deactivate(ctx, domain.TokenRefresh, signature); err != nil {
+		return err
+	}
+	return s.store.DeleteOAuthTokensOfRequest(ctx, domain.TokenAccess, requestID)
+}
+
+// RevokeRefreshToken implements oauth2.TokenRevocationStorage.
+func (s *fositeStore) RevokeRefreshToken(ctx context.Context, requestID string) error {
+	return s.store.DeactivateOAuthTokensOfRequest(ctx, domain.TokenRefresh, requestID)
+}
+
+// RevokeAccessToken implements oauth2.TokenRevocationStorage.
+func (s *fositeStore) RevokeAccessToken(ctx context.Context, requestID string) error {
+	return s.store.DeleteOAuthTokensOfRequest(ctx, domain.TokenAccess, requestID)
+}
+
+// CreatePKCERequestSession implements pkce.PKCERequestStorage.
+func (s *fositeStore) CreatePKCERequestSession(ctx context.Context, signature string, r fosite.Requester) error {
+	return s.create(ctx, domain.TokenPKCE, signature, r, expiry(r, fosite.AuthorizeCode, s.authorizeCodeLife))
+}
+
+// GetPKCERequestSession implements pkce.PKCERequestStorage.
+func (s *fositeStore) GetPKCERequestSession(ctx context.Context, signature string, session fosite.Session) (fosite.Requester, error) {
+	return s.get(ctx, domain.TokenPKCE, signature, session, fosite.ErrNotFound)
+}
+
+// DeletePKCERequestSession implements pkce.PKCERequestStorage.
+func (s *fositeStore) DeletePKCERequestSession(ctx context.Context, signature string) error {
+	return s.store.DeleteOAuthToken(ctx, domain.TokenPKCE, signature)
+}
+
+// fosite keys OpenID Connect sessions by the authorization code itself, not
+// by its signature; only a hash of the code is stored.
+func codeKey(code string) string {
+	sum := sha256.Sum256([]byte(code))
+	return hex.EncodeToString(sum[:])
+}
+
+// CreateOpenIDConnectSession implements openid.OpenIDConnectRequestStorage.
+func (s *fositeStore) CreateOpenIDConnectSession(ctx context.Context, code string, r fosite.Requester) error {
+	return s.create(ctx, domain.TokenOIDC, codeKey(code), r, expiry(r, fosite.AuthorizeCode, s.authorizeCodeLife))
+}
+
+// GetOpenIDConnectSession implements openid.OpenIDConnectRequestStorage.
+func (s *fositeStore) GetOpenIDConnectSession(ctx context.Context, code string, r fosite.Requester) (fosite.Requester, error) {
+	return s.get(ctx, domain.TokenOIDC, codeKey(code), r.GetSession(), fosite.ErrNotFound)
+}
+
+// DeleteOpenIDConnectSession implements openid.OpenIDConnectRequestStorage.
+func (s *fositeStore) DeleteOpenIDConnectSession(ctx context.Context, code string) error {
+	return s.store.DeleteOAuthToken(ctx, domain.TokenOIDC, codeKey(code))
+}

@@ -1,0 +1,150 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"exchange/domain"
+)
+
+// The collections. Their documents are described in the README.
+const (
+	colCounters           = "counters"
+	colUsers              = "users"
+	colOrganizations      = "organizations"
+	colMemberships        = "memberships"
+	colPatients           = "patients"
+	colPatientIdentifiers = "patient_identifiers"
+	colStudies            = "studies"
+	colEnrollments        = "enrollments"
+	colScopeCodes         = "scope_codes"
+	colScopeRequests      = "study_scope_requests"
+	colConsents           = "consents"
+	colDataSources        = "data_sources"
+	colStudyDataSources   = "study_data_sources"
+	colFHIRSources        = "fhir_sources"
+	colOAuthClients       = "oauth_clients"
+	colOAuthTokens        = "oauth_tokens"
+	colLoginThrottle      = "login_throttle"
+)
+
+// DB is the exchange's database. It is safe for concurrent use.
+type DB struct {
+	client *mongo.Client
+	db     *mongo.Database
+	now    func() time.Time
+}
+
+var _ domain.Store = (*DB)(nil)
+
+// Open connects to the MongoDB server at uri and uses the named database.
+// It pings the server so that a wrong address fails here, not on the first
+// request.
+func Open(ctx context.Context, uri, database string) (*DB, error) {
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("exchange"))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", redactURI(uri), err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := client.Ping(pingCtx, nil); err != nil {
+		_ = client.Disconnect(context.Background())
+		return nil, fmt.Errorf("reach MongoDB at %s: %w", redactURI(uri), err)
+	}
+	return &DB{client: client, db: client.Database(database), now: time.Now}, nil
+}
+
+// Close disconnects from the server.
+func (d *DB) Close(ctx context.Context) error { return d.client.Disconnect(ctx) }
+
+// Name returns the database name.
+func (d *DB) Name() string { return d.db.Name() }
+
+// Drop deletes the whole database; Migrate must run again before use.
+func (d *DB) Drop(ctx context.Context) error { return d.db.Drop(ctx) }
+
+func (d *DB) c(name string) *mongo.Collection { return d.db.Collection(name) }
+
+// nowMillis returns the current time at the precision BSON dates keep, so a
+// value handed back to the caller equals the value read later.
+func (d *DB) nowMillis() time.Time { return d.now().UTC().Truncate(time.Millisecond) }
+
+// nextID returns the next integer id of the named sequence (one per
+// collection of native entities).
+func (d *DB) nextID(ctx context.Context, sequence string) (int64, error) {
+	var out struct {
+		Seq int64 `bson:"seq"`
+	}
+	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+	for attempt := 0; ; attempt++ {
+		err := d.c(colCounters).FindOneAndUpdate(ctx, bson.M{"_id": sequence}, bson.M{"$inc": bson.M{"seq": int64(1)}}, opts).Decode(&out)
+		// Two first uses of a sequence can race to insert its document; the
+		// loser sees a duplicate key and simply increments the winner's.
+		if err != nil && isDuplicate(err) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("next %s id: %w", sequence, err)
+		}
+		return out.Seq, nil
+	}
+}
+
+// isDuplicate reports a unique-index violation: 11000 from MongoDB and from
+// FerretDB inserts.
+func isDuplicate(err error) bool { return mongo.IsDuplicateKeyError(err) }
+
+// mapErr turns driver errors into domain errors at the boundary: no
+// documents is CodeNotFound with the given message, a duplicate key is
+// CodeDuplicate. Other errors are wrapped as internal.
+func mapErr(err error, notFound string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return domain.Errorf(domain.CodeNotFound, "%s", notFound)
+	case isDuplicate(err):
+		return domain.Errorf(domain.CodeDuplicate, "%s", "already exists")
+	default:
+		return err
+	}
+}
+
+// findOne decodes the first document matching filter into out.
+func (d *DB) findOne(ctx context.Context, col string, filter any, out any, notFound string, opts ...options.Lister[options.FindOneOptions]) error {
+	return mapErr(d.c(col).FindOne(ctx, filter, opts...).Decode(out), notFound)
+}
+
+// findAll decodes every document matching filter into out (a pointer to a slice).
+func (d *DB) findAll(ctx context.Context, col string, filter any, out any, opts ...options.Lister[options.FindOptions]) error {
+	cur, err := d.c(col).Find(ctx, filter, opts...)
+	if err != nil {
+		return err
+	}
+	return cur.All(ctx, out)
+}
+
+// insertUnique inserts doc and reports a duplicate key as CodeDuplicate with
+// the given message.
+func (d *DB) insertUnique(ctx context.Context, col string, doc any, duplicate string) error {
+	_, err := d.c(col).InsertOne(ctx, doc)
+	if isDuplicate(err) {
+		return domain.Errorf(domain.CodeDuplicate, "%s", duplicate)
+	}
+	return err
+}
+
+var uriCredentials = regexp.MustCompile(`://[^@/]*@`)
+
+// redactURI hides the credentials of a connection string for messages.
+func redactURI(uri string) string { return uriCredentials.ReplaceAllString(uri, "://***@") }
+
+// Ping checks that the server answers.
+func (d *DB) Ping(ctx context.Context) error { return d.client.Ping(ctx, nil) }

@@ -1,0 +1,20 @@
+// Package repo is the exchange's storage on MongoDB: it implements
+// domain.Store and the OAuth storage of package oauth, creates the indexes,
+// and starts the embedded FerretDB that stands in for MongoDB when no
+// MONGODB_URI is configured.
+//
+// Design principles:
+//
+//   - One collection per entity, documents in camelCase with BSON dates, so
+//     analysts can read them from the Mongo shell (the README documents them).
+//   - Native entities have integer ids drawn from the counters collection.
+//   - Uniqueness is enforced by unique indexes on scalar, always-present keys
+//     and checked by inserts: FerretDB reports a duplicate from an update as
+//     code 1, not 11000. Identifiers that must be unique across owners get one
+//     document each in their own collection, inserted before the owner.
+//   - There are no transactions (FerretDB has none): multi-document writes are
+//     ordered so that a failure removes what was written before it.
+//   - Driver errors are mapped at this boundary: no documents becomes
+//     domain.CodeNotFound, a duplicate key domain.CodeDuplicate.
+//   - Nothing here knows about HTTP.
+package repo

@@ -1,0 +1,103 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Embedded is an in-process FerretDB with its SQLite backend: the database
+// of a zero-configuration start and of the tests. It speaks the MongoDB wire
+// protocol on a TCP address, so mongosh can connect to it too.
+type Embedded struct {
+	uri    string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// StartEmbedded starts FerretDB keeping its SQLite files under dir and
+// listening on addr (host:port; port 0 picks a free one). logger receives
+// FerretDB's own log at error level and above.
+func StartEmbedded(dir, addr string, logger *slog.Logger) (*Embedded, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the embedded database directory: %w", err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	// FerretDB logs every refused command (endSessions, for one) as a
+	// warning; only its errors concern us.
+	quiet := slog.New(levelFloor{logger.Handler(), slog.LevelError})
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Handler:   "sqlite",
+		SQLiteURL: "file:" + filepath.ToSlash(abs) + "/",
+		Logger:    quiet,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start the embedded database on %s (is the address in use? set EMBEDDED_MONGO_ADDR): %w", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Embedded{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		_ = f.Run(ctx)
+	}()
+	e.uri = f.MongoDBURI()
+	return e, nil
+}
+
+// URI returns the mongodb:// address the embedded database listens on.
+func (e *Embedded) URI() string { return e.uri }
+
+// Stop closes the listener and the SQLite files, and waits until they are.
+func (e *Embedded) Stop() {
+	e.cancel()
+	<-e.done
+}
+
+// levelFloor drops records below a minimum level.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h levelFloor) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFloor{h.Handler.WithAttrs(a), h.min}
+}
+func (h levelFloor) WithGroup(n string) slog.Handler {
+	return levelFloor{h.Handler.WithGroup(n), h.min}
+}
+
+// RunningFerretDB reports whether a FerretDB answers at addr, such as the
+// embedded database of a running `exchange serve` that a command can use
+// instead of starting its own on the same files.
+func RunningFerretDB(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/").
+		SetServerSelectionTimeout(time.Second).SetConnectTimeout(time.Second))
+	if err != nil {
+		return false
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	var info bson.M
+	if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		return false
+	}
+	_, ok := info["ferretdbVersion"]
+	return ok
+}

@@ -1,0 +1,114 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// index is one index of a collection. Compound indexes put equality fields
+// first, then the sort field, then ranges (MongoDB's ESR rule).
+type index struct {
+	collection string
+	name       string
+	keys       bson.D
+	unique     bool
+}
+
+// indexes lists every index the exchange relies on. Unique ones are on
+// scalar keys every document has: a missing key would collide on MongoDB and
+// not on FerretDB, and FerretDB has no partial indexes.
+var indexes = []index{
+	{colUsers, "email_unique", bson.D{{Key: "email", Value: 1}}, true},
+	{colOrganizations, "partOf_name", bson.D{{Key: "partOf", Value: 1}, {Key: "name", Value: 1}}, false},
+	{colMemberships, "organization_user_unique", bson.D{{Key: "organizationId", Value: 1}, {Key: "userId", Value: 1}}, true},
+	{colMemberships, "user", bson.D{{Key: "userId", Value: 1}}, false},
+	{colPatients, "user_unique", bson.D{{Key: "userId", Value: 1}}, true},
+	{colPatients, "organizations", bson.D{{Key: "organizationIds", Value: 1}}, false},
+	{colPatientIdentifiers, "system_value_unique", bson.D{{Key: "system", Value: 1}, {Key: "value", Value: 1}}, true},
+	{colPatientIdentifiers, "patient", bson.D{{Key: "patientId", Value: 1}}, false},
+	{colStudies, "organization_name", bson.D{{Key: "organizationId", Value: 1}, {Key: "name", Value: 1}}, false},
+	{colEnrollments, "study_patient_unique", bson.D{{Key: "studyId", Value: 1}, {Key: "patientId", Value: 1}}, true},
+	{colEnrollments, "patient", bson.D{{Key: "patientId", Value: 1}}, false},
+	{colScopeCodes, "system_code_unique", bson.D{{Key: "system", Value: 1}, {Key: "code", Value: 1}}, true},
+	{colScopeRequests, "study_scope_unique", bson.D{{Key: "studyId", Value: 1}, {Key: "scopeCodeId", Value: 1}}, true},
+	{colConsents, "patient_study_scope_unique", bson.D{{Key: "patientId", Value: 1}, {Key: "studyId", Value: 1}, {Key: "scopeCodeId", Value: 1}}, true},
+	{colConsents, "study", bson.D{{Key: "studyId", Value: 1}}, false},
+	{colDataSources, "name", bson.D{{Key: "name", Value: 1}}, false},
+	{colStudyDataSources, "study_dataSource_unique", bson.D{{Key: "studyId", Value: 1}, {Key: "dataSourceId", Value: 1}}, true},
+	{colStudyDataSources, "dataSource", bson.D{{Key: "dataSourceId", Value: 1}}, false},
+	{colFHIRSources, "patient_label", bson.D{{Key: "patientId", Value: 1}, {Key: "label", Value: 1}}, false},
+	{colOAuthTokens, "request_kind", bson.D{{Key: "requestId", Value: 1}, {Key: "kind", Value: 1}}, false},
+	{colOAuthTokens, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colLoginThrottle, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+}
+
+// Migrate creates every collection's missing indexes and returns how many
+// it created. It is idempotent: indexes are compared by name and existing
+// ones are left alone (FerretDB crashes on re-creating some compound unique
+// indexes, and MongoDB would reject a changed definition under an old name).
+func (d *DB) Migrate(ctx context.Context) (int, error) {
+	byCollection := map[string][]mongo.IndexModel{}
+	existing := map[string][]string{}
+	var order []string
+	for _, ix := range indexes {
+		if _, ok := existing[ix.collection]; !ok {
+			names, err := d.IndexNames(ctx, ix.collection)
+			if err != nil {
+				return 0, fmt.Errorf("list indexes of %s: %w", ix.collection, err)
+			}
+			existing[ix.collection] = names
+			order = append(order, ix.collection)
+		}
+		if slices.Contains(existing[ix.collection], ix.name) {
+			continue
+		}
+		opts := options.Index().SetName(ix.name)
+		if ix.unique {
+			opts.SetUnique(true)
+		}
+		byCollection[ix.collection] = append(byCollection[ix.collection], mongo.IndexModel{Keys: ix.keys, Options: opts})
+	}
+	created := 0
+	for _, col := range order {
+		if len(byCollection[col]) == 0 {
+			continue
+		}
+		if _, err := d.c(col).Indexes().CreateMany(ctx, byCollection[col]); err != nil {
+			return created, fmt.Errorf("create indexes of %s: %w", col, err)
+		}
+		created += len(byCollection[col])
+	}
+	return created, nil
+}
+
+// IndexNames returns the names of the indexes of a collection, for tests
+// and the migrate command's report.
+func (d *DB) IndexNames(ctx context.Context, collection string) ([]string, error) {
+	cur, err := d.c(collection).Indexes().List(ctx)
+	if err != nil {
+		// A collection that does not exist yet has no indexes; MongoDB says
+		// NamespaceNotFound (26), FerretDB may too.
+		var ce mongo.CommandError
+		if errors.As(err, &ce) && ce.Code == 26 {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var specs []struct {
+		Name string `bson:"name"`
+	}
+	if err := cur.All(ctx, &specs); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	return names, nil
+}

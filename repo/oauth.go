@@ -1,0 +1,164 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"exchange/domain"
+)
+
+// oauthClientDoc is a document of oauth_clients.
+type oauthClientDoc struct {
+	ID                      string    `bson:"_id"`
+	Name                    string    `bson:"name"`
+	ClientType              string    `bson:"clientType"`
+	SecretHash              string    `bson:"secretHash"`
+	RedirectURIs            []string  `bson:"redirectUris"`
+	PostLogoutRedirectURIs  []string  `bson:"postLogoutRedirectUris"`
+	AllowedOrigins          []string  `bson:"allowedOrigins"`
+	GrantTypes              []string  `bson:"grantTypes"`
+	Algorithm               string    `bson:"algorithm"`
+	Scopes                  []string  `bson:"scopes"`
+	TokenEndpointAuthMethod string    `bson:"tokenEndpointAuthMethod"`
+	UserID                  *int64    `bson:"userId"`
+	SkipAuthorization       bool      `bson:"skipAuthorization"`
+	CreatedAt               time.Time `bson:"createdAt"`
+	LastUpdated             time.Time `bson:"lastUpdated"`
+}
+
+func toClientDoc(c *domain.OAuthClient) oauthClientDoc {
+	return oauthClientDoc{c.ID, c.Name, string(c.Type), c.SecretHash, nonNil(c.RedirectURIs), nonNil(c.PostLogoutRedirectURIs),
+		nonNil(c.AllowedOrigins), nonNil(c.GrantTypes), c.Algorithm, nonNil(c.Scopes), c.TokenEndpointAuthMethod,
+		optionalID(c.UserID), c.SkipAuthorization, c.CreatedAt, c.LastUpdated}
+}
+
+func (x oauthClientDoc) client() *domain.OAuthClient {
+	c := &domain.OAuthClient{ID: x.ID, Name: x.Name, Type: domain.ClientType(x.ClientType), SecretHash: x.SecretHash,
+		RedirectURIs: x.RedirectURIs, PostLogoutRedirectURIs: x.PostLogoutRedirectURIs, AllowedOrigins: x.AllowedOrigins,
+		GrantTypes: x.GrantTypes, Algorithm: x.Algorithm, Scopes: x.Scopes, TokenEndpointAuthMethod: x.TokenEndpointAuthMethod,
+		SkipAuthorization: x.SkipAuthorization, CreatedAt: x.CreatedAt.UTC(), LastUpdated: x.LastUpdated.UTC()}
+	if x.UserID != nil {
+		c.UserID = *x.UserID
+	}
+	return c
+}
+
+func nonNil(ss []string) []string {
+	if ss == nil {
+		return []string{}
+	}
+	return ss
+}
+
+// CreateOAuthClient stores a new client; CodeDuplicate if the id is taken.
+func (d *DB) CreateOAuthClient(ctx context.Context, c *domain.OAuthClient) error {
+	c.CreatedAt = d.nowMillis()
+	c.LastUpdated = c.CreatedAt
+	return d.insertUnique(ctx, colOAuthClients, toClientDoc(c), fmt.Sprintf("client %q already exists", c.ID))
+}
+
+// OAuthClient returns the client with that id; CodeNotFound if none.
+func (d *DB) OAuthClient(ctx context.Context, id string) (*domain.OAuthClient, error) {
+	var x oauthClientDoc
+	if err := d.findOne(ctx, colOAuthClients, bson.M{"_id": id}, &x, fmt.Sprintf("client %q does not exist", id)); err != nil {
+		return nil, err
+	}
+	return x.client(), nil
+}
+
+// UpdateOAuthClient replaces the stored client with the same id.
+func (d *DB) UpdateOAuthClient(ctx context.Context, c *domain.OAuthClient) error {
+	c.LastUpdated = d.nowMillis()
+	res, err := d.c(colOAuthClients).ReplaceOne(ctx, bson.M{"_id": c.ID}, toClientDoc(c))
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount == 0 {
+		return domain.Errorf(domain.CodeNotFound, "client %q does not exist", c.ID)
+	}
+	return nil
+}
+
+// OAuthClients returns every client, oldest first.
+func (d *DB) OAuthClients(ctx context.Context) ([]domain.OAuthClient, error) {
+	var docs []oauthClientDoc
+	if err := d.findAll(ctx, colOAuthClients, bson.M{}, &docs, options.Find().SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}})); err != nil {
+		return nil, err
+	}
+	out := make([]domain.OAuthClient, len(docs))
+	for i, x := range docs {
+		out[i] = *x.client()
+	}
+	return out, nil
+}
+
+// oauthTokenDoc is a document of oauth_tokens, keyed by kind and signature.
+type oauthTokenDoc struct {
+	ID        string    `bson:"_id"` // kind:signature
+	Kind      string    `bson:"kind"`
+	RequestID string    `bson:"requestId"`
+	ClientID  string    `bson:"clientId"`
+	UserID    int64     `bson:"userId"`
+	Active    bool      `bson:"active"`
+	IssuedAt  time.Time `bson:"issuedAt"`
+	ExpiresAt time.Time `bson:"expiresAt"`
+	Request   string    `bson:"request"` // JSON, owned by package oauth
+}
+
+func tokenID(kind domain.OAuthTokenKind, signature string) string {
+	return string(kind) + ":" + signature
+}
+
+// CreateOAuthToken stores a token record; CodeDuplicate if (kind, signature)
+// is taken.
+func (d *DB) CreateOAuthToken(ctx context.Context, t *domain.OAuthToken) error {
+	doc := oauthTokenDoc{tokenID(t.Kind, t.Signature), string(t.Kind), t.RequestID, t.ClientID, t.UserID, t.Active,
+		t.IssuedAt.UTC(), t.ExpiresAt.UTC(), string(t.Request)}
+	return d.insertUnique(ctx, colOAuthTokens, doc, "the token already exists")
+}
+
+// OAuthToken returns the record of (kind, signature); CodeNotFound if none.
+func (d *DB) OAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) (*domain.OAuthToken, error) {
+	var x oauthTokenDoc
+	if err := d.findOne(ctx, colOAuthTokens, bson.M{"_id": tokenID(kind, signature)}, &x, "no such token"); err != nil {
+		return nil, err
+	}
+	return &domain.OAuthToken{Kind: domain.OAuthTokenKind(x.Kind), Signature: signature, RequestID: x.RequestID, ClientID: x.ClientID,
+		UserID: x.UserID, Active: x.Active, IssuedAt: x.IssuedAt.UTC(), ExpiresAt: x.ExpiresAt.UTC(), Request: []byte(x.Request)}, nil
+}
+
+// DeactivateOAuthToken marks one record inactive; CodeNotFound if none.
+func (d *DB) DeactivateOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {
+	res, err := d.c(colOAuthTokens).UpdateOne(ctx, bson.M{"_id": tokenID(kind, signature)}, bson.M{"$set": bson.M{"active": false}})
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount == 0 {
+		return domain.Errorf(domain.CodeNotFound, "no such token")
+	}
+	return nil
+}
+
+// DeactivateOAuthTokensOfRequest marks every record of a kind that belongs
+// to the grant inactive.
+func (d *DB) DeactivateOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error {
+	_, err := d.c(colOAuthTokens).UpdateMany(ctx, bson.M{"requestId": requestID, "kind": string(kind)}, bson.M{"$set": bson.M{"active": false}})
+	return err
+}
+
+// DeleteOAuthToken removes one record; removing a missing one is not an error.
+func (d *DB) DeleteOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {
+	_, err := d.c(colOAuthTokens).DeleteOne(ctx, bson.M{"_id": tokenID(kind, signature)})
+	return err
+}
+
+// DeleteOAuthTokensOfRequest removes every record of a kind that belongs to
+// the grant.
+func (d *DB) DeleteOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error {
+	_, err := d.c(colOAuthTokens).DeleteMany(ctx, bson.M{"requestId": requestID, "kind": string(kind)})
+	return err
+}

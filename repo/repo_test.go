@@ -1,0 +1,255 @@
+package repo_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+	"exchange/repo"
+	"exchange/repo/repotest"
+)
+
+func TestMain(m *testing.M) { repotest.Main(m) }
+
+func TestMigrateCreatesIndexesIdempotently(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	if n, err := db.Migrate(ctx); err != nil || n != 0 {
+		t.Fatalf("second Migrate created %d indexes, err %v; want 0, nil", n, err)
+	}
+	for col, want := range map[string][]string{
+		"users":               {"email_unique"},
+		"patients":            {"user_unique", "organizations"},
+		"patient_identifiers": {"system_value_unique", "patient"},
+		"consents":            {"patient_study_scope_unique", "study"},
+		"oauth_tokens":        {"request_kind", "expiresAt"},
+	} {
+		names, err := db.IndexNames(ctx, col)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !slices.Contains(names, w) {
+				t.Errorf("%s: index %s missing from %v", col, w, names)
+			}
+		}
+	}
+}
+
+func TestUserEmailIsUnique(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	u := &domain.User{Email: "a@example.org", Type: domain.UserPractitioner, IsActive: true}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if u.ID != 1 {
+		t.Errorf("first user id = %d, want 1", u.ID)
+	}
+	err := db.CreateUser(ctx, &domain.User{Email: "a@example.org", Type: domain.UserPatient})
+	if !domain.IsCode(err, domain.CodeDuplicate) {
+		t.Fatalf("duplicate email: got %v, want CodeDuplicate", err)
+	}
+	if n, _ := db.CountUsers(ctx); n != 1 {
+		t.Errorf("users = %d after refused duplicate, want 1", n)
+	}
+	got, err := db.UserByEmail(ctx, "a@example.org")
+	if err != nil || got.ID != u.ID {
+		t.Fatalf("UserByEmail = %v, %v", got, err)
+	}
+	if _, err := db.UserByID(ctx, 99); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("UserByID(99): got %v, want CodeNotFound", err)
+	}
+}
+
+func TestPatientIdentifiersAreUniqueAcrossPatients(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	mrn := domain.Identifier{System: "urn:example:mrn", Value: "123"}
+	p1 := &domain.Patient{UserID: 1, FamilyName: "One", Identifiers: []domain.Identifier{mrn}, OrganizationIDs: []int64{1}}
+	if err := db.CreatePatient(ctx, p1); err != nil {
+		t.Fatal(err)
+	}
+	// The second patient's first identifier is free, its second is taken:
+	// the free one must not stay claimed.
+	free := domain.Identifier{System: "urn:example:mrn", Value: "456"}
+	p2 := &domain.Patient{UserID: 2, FamilyName: "Two", Identifiers: []domain.Identifier{free, mrn}}
+	if err := db.CreatePatient(ctx, p2); !domain.IsCode(err, domain.CodeDuplicate) {
+		t.Fatalf("taken identifier: got %v, want CodeDuplicate", err)
+	}
+	if _, err := db.PatientByUserID(ctx, 2); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("refused patient was stored: %v", err)
+	}
+	p3 := &domain.Patient{UserID: 3, FamilyName: "Three", Identifiers: []domain.Identifier{free}}
+	if err := db.CreatePatient(ctx, p3); err != nil {
+		t.Fatalf("identifier released by the refused patient: %v", err)
+	}
+	// A second record for the same user is refused and releases its identifiers.
+	p4 := &domain.Patient{UserID: 1, FamilyName: "Again", Identifiers: []domain.Identifier{{System: "urn:example:mrn", Value: "789"}}}
+	if err := db.CreatePatient(ctx, p4); !domain.IsCode(err, domain.CodeDuplicate) {
+		t.Fatalf("second patient of user 1: got %v, want CodeDuplicate", err)
+	}
+	p5 := &domain.Patient{UserID: 5, FamilyName: "Five", Identifiers: []domain.Identifier{{System: "urn:example:mrn", Value: "789"}}}
+	if err := db.CreatePatient(ctx, p5); err != nil {
+		t.Fatalf("identifier of the refused record should be free: %v", err)
+	}
+	got, err := db.PatientByID(ctx, p1.ID)
+	if err != nil || len(got.Identifiers) != 1 || got.Identifiers[0] != mrn {
+		t.Fatalf("PatientByID = %+v, %v", got, err)
+	}
+}
+
+func TestCompoundUniqueKeys(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	for name, create := range map[string]func() error{
+		"membership": func() error {
+			return db.CreateMembership(ctx, &domain.Membership{OrganizationID: 1, UserID: 2, Role: domain.RoleViewer})
+		},
+		"enrollment":    func() error { return db.CreateEnrollment(ctx, &domain.Enrollment{StudyID: 1, PatientID: 2}) },
+		"scope request": func() error { return db.CreateScopeRequest(ctx, domain.ScopeRequest{StudyID: 1, ScopeCodeID: 2}) },
+		"study source": func() error {
+			return db.CreateStudyDataSource(ctx, domain.StudyDataSource{StudyID: 1, DataSourceID: 2})
+		},
+		"scope code": func() error {
+			return db.CreateScopeCode(ctx, &domain.ScopeCode{System: "https://w3id.org/openmhealth", Code: "omh:heart-rate:2.0"})
+		},
+		"consent answer": func() error {
+			return db.CreateConsent(ctx, &domain.Consent{PatientID: 1, StudyID: 2, ScopeCodeID: 3, Consented: true})
+		},
+	} {
+		if err := create(); err != nil {
+			t.Fatalf("%s: first create: %v", name, err)
+		}
+		if err := create(); !domain.IsCode(err, domain.CodeDuplicate) {
+			t.Errorf("%s: second create: got %v, want CodeDuplicate", name, err)
+		}
+	}
+	// A membership without a role is stored as null and read back as RoleNone.
+	ms, err := db.MembershipsOfUser(ctx, 2)
+	if err != nil || len(ms) != 1 || ms[0].Role != domain.RoleViewer {
+		t.Fatalf("MembershipsOfUser = %+v, %v", ms, err)
+	}
+	if err := db.CreateMembership(ctx, &domain.Membership{OrganizationID: 7, UserID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ms, _ = db.MembershipsOfUser(ctx, 2)
+	if len(ms) != 2 || ms[1].Role != domain.RoleNone {
+		t.Errorf("role-less membership = %+v", ms)
+	}
+}
+
+func TestIDsAreSequentialPerCollection(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	var ids []int64
+	for i := 0; i < 3; i++ {
+		o := &domain.Organization{Name: "Org", Type: "prov"}
+		if err := db.CreateOrganization(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.ID)
+	}
+	s := &domain.Study{OrganizationID: 1, Name: "S"}
+	if err := db.CreateStudy(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids, []int64{1, 2, 3}) || s.ID != 1 {
+		t.Errorf("organization ids %v, study id %d", ids, s.ID)
+	}
+}
+
+func TestSweepRemovesOnlyExpired(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for sig, exp := range map[string]time.Time{"old": now.Add(-time.Minute), "fresh": now.Add(time.Hour)} {
+		if err := db.CreateOAuthToken(ctx, &domain.OAuthToken{Kind: domain.TokenAccess, Signature: sig, RequestID: "r", Active: true, ExpiresAt: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.RecordLoginFailure(ctx, "account:x", now.Add(-time.Hour), now.Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := db.Sweep(ctx, now)
+	if err != nil || n != 2 {
+		t.Fatalf("Sweep = %d, %v; want 2", n, err)
+	}
+	if _, err := db.OAuthToken(ctx, domain.TokenAccess, "fresh"); err != nil {
+		t.Errorf("fresh token swept: %v", err)
+	}
+	if _, err := db.OAuthToken(ctx, domain.TokenAccess, "old"); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("old token kept: %v", err)
+	}
+}
+
+func TestLoginThrottleCountsPerWindow(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	w := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	for i := 0; i < 3; i++ {
+		if err := db.RecordLoginFailure(ctx, "account:a", w, w.Add(15*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := db.LoginFailures(ctx, "account:a", w); err != nil || n != 3 {
+		t.Errorf("failures = %d, %v; want 3", n, err)
+	}
+	if n, _ := db.LoginFailures(ctx, "account:a", w.Add(15*time.Minute)); n != 0 {
+		t.Errorf("next window failures = %d, want 0", n)
+	}
+}
+
+func TestTokenDeactivationByRequest(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	exp := time.Now().Add(time.Hour)
+	for _, sig := range []string{"a", "b"} {
+		if err := db.CreateOAuthToken(ctx, &domain.OAuthToken{Kind: domain.TokenRefresh, Signature: sig, RequestID: "grant", Active: true, ExpiresAt: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.CreateOAuthToken(ctx, &domain.OAuthToken{Kind: domain.TokenRefresh, Signature: "a", RequestID: "x", ExpiresAt: exp}); !domain.IsCode(err, domain.CodeDuplicate) {
+		t.Errorf("same kind and signature twice: %v", err)
+	}
+	if err := db.DeactivateOAuthTokensOfRequest(ctx, domain.TokenRefresh, "grant"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sig := range []string{"a", "b"} {
+		tok, err := db.OAuthToken(ctx, domain.TokenRefresh, sig)
+		if err != nil || tok.Active {
+			t.Errorf("token %s after deactivation: %+v, %v", sig, tok, err)
+		}
+	}
+	if err := db.DeactivateOAuthToken(ctx, domain.TokenRefresh, "missing"); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("deactivating a missing token: %v", err)
+	}
+}
+
+// The documents are what the README promises analysts.
+func TestPatientDocumentShape(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	p := &domain.Patient{UserID: 4, FamilyName: "Doe", GivenNames: []string{"Jane"}, BirthDate: "1990-02-03",
+		Telecom: []domain.ContactPoint{{System: "email", Value: "jane@example.org"}}, OrganizationIDs: []int64{2}}
+	if err := db.CreatePatient(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := repo.RawDocument(ctx, db, "patients", p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bson.M{"_id": p.ID, "userId": int64(4), "birthDate": "1990-02-03"}
+	for k, v := range want {
+		if raw[k] != v {
+			t.Errorf("patients.%s = %#v, want %#v", k, raw[k], v)
+		}
+	}
+	if name, ok := raw["name"].(bson.D); !ok || len(name) == 0 || name[0] != (bson.E{Key: "family", Value: "Doe"}) {
+		t.Errorf("patients.name = %#v", raw["name"])
+	}
+}

@@ -1,0 +1,89 @@
+// Package repotest gives tests a real database: one embedded FerretDB per
+// test binary, and a fresh, migrated database per test, named after the test,
+// dropped when the test passes and kept for inspection when it fails.
+package repotest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"testing"
+
+	"exchange/repo"
+)
+
+var uri string
+
+// Main runs the package's tests with an embedded FerretDB; call it from
+// TestMain. The database files live in a temporary directory removed at the
+// end.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "exchange-test-db-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	e, err := repo.StartEmbedded(dir, "127.0.0.1:0", slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer e.Stop()
+	uri = e.URI()
+	return m.Run()
+}
+
+// URI returns the address of the package's embedded database.
+func URI() string {
+	if uri == "" {
+		panic("repotest: call repotest.Main from TestMain first")
+	}
+	return uri
+}
+
+var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_]+`)
+
+// DatabaseName returns a valid database name derived from a test name.
+func DatabaseName(testName string) string {
+	name := unsafeName.ReplaceAllString(testName, "_")
+	if len(name) > 40 {
+		sum := sha256.Sum256([]byte(testName))
+		name = name[:30] + "_" + hex.EncodeToString(sum[:4])
+	}
+	return name
+}
+
+// NewDB returns a migrated database named after the test. It is dropped
+// when the test passes and kept when it fails.
+func NewDB(t testing.TB) *repo.DB {
+	t.Helper()
+	ctx := context.Background()
+	db, err := repo.Open(ctx, URI(), DatabaseName(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Drop(ctx); err != nil { // a previous failed run may have kept it
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = db.Drop(ctx)
+		} else {
+			t.Logf("kept database %s at %s for inspection", db.Name(), URI())
+		}
+		_ = db.Close(ctx)
+	})
+	return db
+}

@@ -1,0 +1,94 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+)
+
+// userDoc is a document of the users collection.
+type userDoc struct {
+	ID           int64     `bson:"_id"`
+	Email        string    `bson:"email"`
+	PasswordHash string    `bson:"passwordHash"`
+	UserType     string    `bson:"userType"`
+	FirstName    string    `bson:"firstName"`
+	LastName     string    `bson:"lastName"`
+	IsSuperuser  bool      `bson:"isSuperuser"`
+	IsStaff      bool      `bson:"isStaff"`
+	IsActive     bool      `bson:"isActive"`
+	DateJoined   time.Time `bson:"dateJoined"`
+	LastUpdated  time.Time `bson:"lastUpdated"`
+}
+
+func toUserDoc(u *domain.User) userDoc {
+	return userDoc{u.ID, u.Email, u.PasswordHash, string(u.Type), u.FirstName, u.LastName, u.IsSuperuser, u.IsStaff, u.IsActive, u.DateJoined, u.LastUpdated}
+}
+
+func (x userDoc) user() *domain.User {
+	return &domain.User{ID: x.ID, Email: x.Email, PasswordHash: x.PasswordHash, Type: domain.UserType(x.UserType),
+		FirstName: x.FirstName, LastName: x.LastName, IsSuperuser: x.IsSuperuser, IsStaff: x.IsStaff, IsActive: x.IsActive,
+		DateJoined: x.DateJoined.UTC(), LastUpdated: x.LastUpdated.UTC()}
+}
+
+// CreateUser implements domain.UserStore.
+func (d *DB) CreateUser(ctx context.Context, u *domain.User) error {
+	id, err := d.nextID(ctx, colUsers)
+	if err != nil {
+		return err
+	}
+	u.ID, u.LastUpdated = id, d.nowMillis()
+	u.DateJoined = u.DateJoined.UTC().Truncate(time.Millisecond)
+	return d.insertUnique(ctx, colUsers, toUserDoc(u), fmt.Sprintf("a user with email %q already exists", u.Email))
+}
+
+// UserByID implements domain.UserStore.
+func (d *DB) UserByID(ctx context.Context, id int64) (*domain.User, error) {
+	var x userDoc
+	if err := d.findOne(ctx, colUsers, bson.M{"_id": id}, &x, fmt.Sprintf("user %d does not exist", id)); err != nil {
+		return nil, err
+	}
+	return x.user(), nil
+}
+
+// UserByEmail implements domain.UserStore.
+func (d *DB) UserByEmail(ctx context.Context, email string) (*domain.User, error) {
+	var x userDoc
+	if err := d.findOne(ctx, colUsers, bson.M{"email": email}, &x, fmt.Sprintf("no user has email %q", email)); err != nil {
+		return nil, err
+	}
+	return x.user(), nil
+}
+
+// UpdateUser implements domain.UserStore. The email is not changed here:
+// changing a unique key needs an insert to be checked on FerretDB.
+func (d *DB) UpdateUser(ctx context.Context, u *domain.User) error {
+	u.LastUpdated = d.nowMillis()
+	doc := toUserDoc(u)
+	res, err := d.c(colUsers).UpdateOne(ctx, bson.M{"_id": u.ID}, bson.M{"$set": bson.M{
+		"passwordHash": doc.PasswordHash, "firstName": doc.FirstName, "lastName": doc.LastName,
+		"isSuperuser": doc.IsSuperuser, "isStaff": doc.IsStaff, "isActive": doc.IsActive, "lastUpdated": doc.LastUpdated,
+	}})
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount == 0 {
+		return domain.Errorf(domain.CodeNotFound, "user %d does not exist", u.ID)
+	}
+	return nil
+}
+
+// DeleteUser implements domain.UserStore.
+func (d *DB) DeleteUser(ctx context.Context, id int64) error {
+	_, err := d.c(colUsers).DeleteOne(ctx, bson.M{"_id": id})
+	return err
+}
+
+// CountUsers implements domain.UserStore.
+func (d *DB) CountUsers(ctx context.Context) (int64, error) {
+	return d.c(colUsers).CountDocuments(ctx, bson.M{})
+}
