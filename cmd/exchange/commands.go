@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -242,5 +243,29 @@ func migrateCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 	}
 	defer a.Close()
 	fmt.Fprintf(io.out, "Indexes of database %q are in place (%d created now).\n", s.MongoDatabase, a.indexes)
+	return nil
+}
+
+// healthcheckCommand asks the local service's /health; for container
+// health checks, where no curl exists (distroless image).
+func healthcheckCommand(ctx context.Context, s *settings, _ *slog.Logger, io stdio, args []string) error {
+	if err := parseFlags(newFlags("healthcheck", io), args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", s.Port), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: the service answered %s", resp.Status)
+	}
+	fmt.Fprintln(io.out, "ok")
 	return nil
 }

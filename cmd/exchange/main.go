@@ -8,6 +8,7 @@
 //	exchange token create ...   print a bearer token for scripts
 //	exchange invitation ...     print a patient's invitation link
 //	exchange migrate            create the database indexes
+//	exchange healthcheck        probe the local service (containers)
 //
 // Settings come from environment variables; see the README.
 package main
@@ -64,6 +65,7 @@ var commands = map[string]command{
 	"token":           tokenCommand,
 	"invitation":      invitationCommand,
 	"migrate":         migrateCommand,
+	"healthcheck":     healthcheckCommand,
 }
 
 // run is the whole program: settings come through getenv and output goes to
@@ -99,6 +101,7 @@ commands:
   token create     print a bearer token: --email E [--ttl 24h]
   invitation       print a patient's invitation link: --patient-id N --client-id C
   migrate          create the database indexes
+  healthcheck      exit 0 if the local service answers /health
   help             show this text
 
 Run "exchange <command> -h" for a command's flags.`
