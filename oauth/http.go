@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -63,6 +64,13 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		p.writeAuthorizeError(w, r, ar, err)
 		return
 	}
+	// fosite checks PKCE only when it issues the code; refuse a request
+	// without S256 before the user is asked to log in.
+	if query.Get("code_challenge") == "" || query.Get("code_challenge_method") != "S256" {
+		p.writeAuthorizeError(w, r, ar, fosite.ErrInvalidRequest.WithHint("PKCE with code_challenge_method S256 is required."))
+		return
+	}
+	ctx = withRequest(ctx, r)
 	client, err := p.store.OAuthClient(ctx, ar.GetClient().GetID())
 	if err != nil {
 		p.writeAuthorizeError(w, r, ar, err)
@@ -123,6 +131,13 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 	p.oauth2.WriteAuthorizeResponse(ctx, w, ar, resp)
 }
 
+// withRequest puts the HTTP request where fosite's configuration looks for
+// it (the ID token issuer depends on the request's origin). fosite does so
+// itself in NewAccessRequest, but not in the response steps that sign.
+func withRequest(ctx context.Context, r *http.Request) context.Context {
+	return context.WithValue(ctx, fosite.RequestContextKey, r)
+}
+
 func maxAgeExceeded(maxAge string, authTime, now time.Time) bool {
 	seconds, err := strconv.ParseInt(maxAge, 10, 64)
 	return err == nil && seconds >= 0 && authTime.Add(time.Duration(seconds)*time.Second).Before(now)
@@ -144,7 +159,7 @@ func (p *Provider) writeAuthorizeError(w http.ResponseWriter, r *http.Request, a
 
 // token serves the token endpoint: authorization_code and refresh_token.
 func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+	ctx := withRequest(r.Context(), r)
 	ar, err := p.oauth2.NewAccessRequest(ctx, r, emptySession())
 	if err != nil {
 		p.logServerError("token request failed", err)

@@ -2,6 +2,7 @@ package oauth
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -98,11 +99,11 @@ func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID 
 	ar.ResponseTypes = fosite.Arguments{"code"}
 	ar.RequestedAt = now
 	ar.State = randomToken(16)
-	// The redirect_uri is left out of the stored form, so the client need
-	// not repeat it when it redeems the code.
+	// As with any code, the client redeems it with this redirect_uri.
 	ar.Form = url.Values{
 		"response_type":         {"code"},
 		"client_id":             {clientID},
+		"redirect_uri":          {redirect.String()},
 		"code_challenge":        {p.patientChallenge},
 		"code_challenge_method": {"S256"},
 	}
@@ -115,7 +116,7 @@ func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID 
 	ctx = context.WithValue(ctx, patientCodeKey{}, true)
 	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(u, now, now))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("issue patient code: %w: %s", err, fosite.ErrorToRFC6749Error(err).GetDescription())
 	}
 	code := resp.GetCode()
 	q := redirect.Query()

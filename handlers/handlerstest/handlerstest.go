@@ -1,0 +1,146 @@
+// Package handlerstest runs the whole exchange for tests: the real Fiber
+// application on a loopback port, over a fresh embedded database, with a
+// clock the test can move.
+package handlerstest
+
+import (
+	"context"
+	"crypto/rsa"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"exchange/domain"
+	"exchange/handlers"
+	"exchange/oauth"
+	"exchange/repo"
+	"exchange/repo/repotest"
+)
+
+// Clock is a test clock: the wall clock moved by an offset.
+type Clock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+// Now returns the wall clock plus the offset.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+// Advance moves the clock by d (negative: back).
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+}
+
+// PatientVerifier is the PKCE verifier of patient authorization codes in
+// tests; PatientChallenge is its S256 challenge.
+const (
+	PatientVerifier  = "test-patient-verifier-0123456789-abcdefghijklmnop"
+	PatientChallenge = "P_rK5XfZl2x4_xRfIpNBsj5aeDLH1cBktgWFdcF1uDg"
+)
+
+// PatientCodeTTL is the lifetime of patient authorization codes in tests.
+const PatientCodeTTL = 7 * 24 * time.Hour
+
+// Env is a running exchange.
+type Env struct {
+	URL     string // http://127.0.0.1:port
+	DB      *repo.DB
+	Service *domain.Service
+	OAuth   *oauth.Provider
+	Clock   *Clock
+}
+
+var (
+	keyOnce sync.Once
+	key     *rsa.PrivateKey
+)
+
+// signingKey returns one RSA key for the whole test binary: generating one
+// per test would cost more than the test.
+func signingKey(t testing.TB) *rsa.PrivateKey {
+	keyOnce.Do(func() {
+		pemBytes, err := oauth.GenerateRSAPrivateKeyPEM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key, err = oauth.ParseRSAPrivateKey(pemBytes); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return key
+}
+
+// Start runs the exchange over a new database named after the test, and
+// stops it when the test ends. The package's TestMain must call
+// repotest.Main.
+func Start(t testing.TB) *Env {
+	t.Helper()
+	db := repotest.NewDB(t)
+	clock := &Clock{}
+	svc := domain.NewService(db, clock.Now)
+	provider, err := oauth.New(oauth.Config{
+		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
+		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = app.Listener(ln) }()
+	t.Cleanup(func() { _ = app.ShutdownWithTimeout(5 * time.Second) })
+	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock}
+}
+
+// Password is the password of the users the helpers create.
+const Password = "correct horse battery staple"
+
+// Practitioner creates a practitioner user.
+func (e *Env) Practitioner(t testing.TB, email string, superuser bool) *domain.User {
+	t.Helper()
+	u, err := e.Service.CreateUser(context.Background(), domain.NewUser{Email: email, Password: Password,
+		FirstName: "Pat", LastName: "Practitioner", Type: domain.UserPractitioner, IsSuperuser: superuser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// Patient creates an organization and a patient in it.
+func (e *Env) Patient(t testing.TB, email string) *domain.Patient {
+	t.Helper()
+	ctx := context.Background()
+	org, err := e.Service.OrganizationByName(ctx, "Test Organization", 0)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		org, err = e.Service.CreateOrganization(ctx, domain.SystemActor(), domain.NewOrganization{Name: "Test Organization", Type: "prov"})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Service.CreatePatient(ctx, domain.SystemActor(), domain.NewPatient{Email: email, Password: Password,
+		FamilyName: "Doe", GivenNames: []string{"Jo"}, BirthDate: "1980-01-02", OrganizationIDs: []int64{org.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Client registers an OAuth client.
+func (e *Env) Client(t testing.TB, reg oauth.ClientRegistration) (*domain.OAuthClient, string) {
+	t.Helper()
+	c, secret, err := e.OAuth.RegisterClient(context.Background(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, secret
+}
