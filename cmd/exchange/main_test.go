@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// env returns a getenv over the map.
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestSettingsDefaults(t *testing.T) {
+	s, err := loadSettings(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Port != 8000 || s.MongoURI != "" || s.MongoDatabase != "exchange" || s.DataDir != "data" ||
+		s.EmbeddedMongoAddr != "127.0.0.1:27017" || s.PatientCodeTTL != 7*24*time.Hour ||
+		s.MCPRedirectURI != defaultMCPRedirectURI || s.PatientChallenge != s256(s.PatientVerifier) {
+		t.Errorf("defaults: %+v", s)
+	}
+	s, err = loadSettings(env(map[string]string{"PATIENT_AUTHORIZATION_CODE_TTL": "36h", "FHIR_SOURCE_BASE": "https://x.example.org/src/"}))
+	if err != nil || s.PatientCodeTTL != 36*time.Hour || s.FHIRSourceBase != "https://x.example.org/src" {
+		t.Errorf("TTL and base: %+v %v", s, err)
+	}
+}
+
+func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
+	verifier := strings.Repeat("v", 43)
+	for _, tc := range []struct{ name, value string }{
+		{"PORT", "eighty"},
+		{"PORT", "70000"},
+		{"MONGODB_URI", "postgres://localhost"},
+		{"MONGODB_DATABASE", "my.db"},
+		{"SECRET_KEY", "short"},
+		{"OIDC_RSA_PRIVATE_KEY", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----"},
+		{"PATIENT_AUTHORIZATION_CODE_CHALLENGE", "not-the-challenge"},
+		{"PATIENT_AUTHORIZATION_CODE_VERIFIER", "too short"},
+		{"PATIENT_AUTHORIZATION_CODE_VERIFIER", verifier}, // valid, but no longer matches the default challenge
+		{"PATIENT_AUTHORIZATION_CODE_TTL", "forever"},
+		{"PATIENT_AUTHORIZATION_CODE_TTL", "-1h"},
+		{"MCP_OAUTH_CLIENT_ID", "gateway"}, // without its secret
+		{"MCP_OAUTH_REDIRECT_URI", "callback"},
+		{"EMBEDDED_MONGO_ADDR", "27017"},
+		{"FHIR_SOURCE_BASE", "ftp://x.example.org"},
+		{"OMH_SCHEMA_DIR", "/nonexistent/schemas"},
+		{"FHIR_XVER_PACKAGE_DIR", "/nonexistent/maps"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), nil, env(map[string]string{tc.name: tc.value, "DATA_DIR": t.TempDir()}), nil, &stdout, &stderr)
+		if err == nil {
+			t.Errorf("%s=%q: started", tc.name, tc.value)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, tc.name) || strings.Contains(msg, "\n") {
+			t.Errorf("%s=%q: error %q should be one line naming the setting", tc.name, tc.value, msg)
+		}
+	}
+	// A matching pair of one's own is accepted.
+	if _, err := loadSettings(env(map[string]string{"PATIENT_AUTHORIZATION_CODE_VERIFIER": verifier, "PATIENT_AUTHORIZATION_CODE_CHALLENGE": s256(verifier)})); err != nil {
+		t.Errorf("matching PKCE pair: %v", err)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	err := run(context.Background(), []string{"frobnicate"}, env(nil), nil, io.Discard, io.Discard)
+	if !errors.As(err, new(usageError)) {
+		t.Errorf("unknown command: %v", err)
+	}
+	err = run(context.Background(), []string{"seed", "--bogus"}, env(nil), nil, io.Discard, io.Discard)
+	if !errors.As(err, new(usageError)) {
+		t.Errorf("unknown flag: %v", err)
+	}
+}
+
+// The whole program, as a user runs it: seed, a token for a script, then
+// the server on a free port over the same data directory, shut down by
+// its context as by SIGTERM.
+func TestProgram(t *testing.T) {
+	dataDir := t.TempDir()
+	getenv := env(map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0"})
+	ctx := context.Background()
+
+	var out bytes.Buffer
+	if err := run(ctx, []string{"seed"}, getenv, nil, &out, io.Discard); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	if !strings.Contains(out.String(), demoSuperuserEmail) || !strings.Contains(out.String(), demoPassword) {
+		t.Errorf("seed output lacks the demo logins:\n%s", out.String())
+	}
+	// Seeding again changes nothing and does not fail.
+	if err := run(ctx, []string{"seed"}, getenv, nil, io.Discard, io.Discard); err != nil {
+		t.Fatalf("second seed: %v", err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"token", "create", "--email", "alice@example.org", "--ttl", "1h"}, getenv, nil, &out, io.Discard); err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	token := strings.TrimSpace(out.String())
+	for _, name := range []string{"secret_key", "oidc_rsa_private_key.pem"} {
+		fi, err := os.Stat(filepath.Join(dataDir, name))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", name, fi, err)
+		}
+	}
+
+	serveCtx, stop := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(serveCtx, nil, getenv, nil, pw, io.Discard)
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	var banner []string
+	base := ""
+	for base == "" && lines.Scan() {
+		banner = append(banner, lines.Text())
+		if m := regexp.MustCompile(`listening on (http://localhost:\d+)`).FindStringSubmatch(lines.Text()); m != nil {
+			base = m[1]
+		}
+	}
+	for i := 0; i < 4 && lines.Scan(); i++ {
+		banner = append(banner, lines.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	text := strings.Join(banner, "\n")
+	if base == "" || !regexp.MustCompile(`mongosh mongodb://127\.0\.0\.1:\d+/exchange`).MatchString(text) || !strings.Contains(text, "/o/login/ as "+demoSuperuserEmail) {
+		t.Fatalf("banner:\n%s", text)
+	}
+
+	resp, err := http.Get(base + "/health")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// The token printed before the server started works: the keys were kept.
+	req, _ := http.NewRequest("GET", base+"/api/v1/users/profile", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var profile map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&profile)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || profile["email"] != "alice@example.org" || profile["patient"] == nil {
+		t.Fatalf("profile: %d %v", resp.StatusCode, profile)
+	}
+
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve returned %v after shutdown", err)
+		}
+	case <-time.After(shutdownGrace + 10*time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if _, err := http.Get(base + "/health"); err == nil {
+		t.Error("the server still answers after shutdown")
+	}
+}
+
+func TestKeptFileIsCreatedOnceAndKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
+	calls := 0
+	gen := func() ([]byte, error) { calls++; return []byte("value-" + string(rune('0'+calls))), nil }
+	first, err := keptFile(path, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := keptFile(path, gen)
+	if err != nil || string(first) != string(second) || calls != 1 {
+		t.Errorf("kept %q then %q after %d generations, %v", first, second, calls, err)
+	}
+}

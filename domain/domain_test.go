@@ -1,0 +1,251 @@
+package domain_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"exchange/domain"
+	"exchange/repo"
+	"exchange/repo/repotest"
+)
+
+func TestMain(m *testing.M) { repotest.Main(m) }
+
+type fixture struct {
+	db  *repo.DB
+	svc *domain.Service
+	now time.Time
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{db: repotest.NewDB(t), now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	f.svc = domain.NewService(f.db, func() time.Time { return f.now })
+	return f
+}
+
+func fieldOf(err error) string {
+	var de *domain.Error
+	if errors.As(err, &de) {
+		return de.Field
+	}
+	return ""
+}
+
+func TestCreateUserValidation(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		in    domain.NewUser
+		field string
+	}{
+		{"no email", domain.NewUser{Type: domain.UserPatient}, "email"},
+		{"bad email", domain.NewUser{Email: "not an email", Type: domain.UserPatient}, "email"},
+		{"display name", domain.NewUser{Email: "Jo <jo@example.org>", Type: domain.UserPatient}, "email"},
+		{"no type", domain.NewUser{Email: "jo@example.org"}, "userType"},
+		{"patient superuser", domain.NewUser{Email: "jo@example.org", Type: domain.UserPatient, IsSuperuser: true}, "isSuperuser"},
+		{"short password", domain.NewUser{Email: "jo@example.org", Type: domain.UserPatient, Password: "short"}, "password"},
+	} {
+		if _, err := f.svc.CreateUser(ctx, tc.in); !domain.IsCode(err, domain.CodeInvalid) || fieldOf(err) != tc.field {
+			t.Errorf("%s: got %v (field %q), want invalid %s", tc.name, err, fieldOf(err), tc.field)
+		}
+	}
+	u, err := f.svc.CreateUser(ctx, domain.NewUser{Email: "  Jo@Example.ORG ", Type: domain.UserPractitioner, Password: "long enough", IsSuperuser: true})
+	if err != nil || u.Email != "jo@example.org" || !u.IsStaff || !u.IsActive {
+		t.Fatalf("CreateUser = %+v, %v", u, err)
+	}
+	if _, err := f.svc.CreateUser(ctx, domain.NewUser{Email: "JO@example.org", Type: domain.UserPatient}); !domain.IsCode(err, domain.CodeDuplicate) || fieldOf(err) != "email" {
+		t.Errorf("same email in other case: %v", err)
+	}
+	if n, _ := f.svc.CountUsers(ctx); n != 1 {
+		t.Errorf("users = %d, want 1", n)
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.svc.CreateUser(ctx, domain.NewUser{Email: "jo@example.org", Type: domain.UserPractitioner, Password: "the password"}); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := f.svc.Authenticate(ctx, "JO@example.org ", "the password", "10.0.0.1"); err != nil || u.Email != "jo@example.org" {
+		t.Fatalf("right password: %v", err)
+	}
+	_, wrong := f.svc.Authenticate(ctx, "jo@example.org", "wrong", "10.0.0.1")
+	_, unknown := f.svc.Authenticate(ctx, "nobody@example.org", "wrong", "10.0.0.1")
+	if !domain.IsCode(wrong, domain.CodeLogin) || !domain.IsCode(unknown, domain.CodeLogin) || wrong.Error() != unknown.Error() {
+		t.Errorf("wrong password %v and unknown email %v must be refused alike", wrong, unknown)
+	}
+	// A password-less account never logs in, not even with an empty password.
+	if _, err := f.svc.CreateUser(ctx, domain.NewUser{Email: "nopw@example.org", Type: domain.UserPatient}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Authenticate(ctx, "nopw@example.org", "", "10.0.0.2"); !domain.IsCode(err, domain.CodeLogin) {
+		t.Errorf("empty password on a password-less account: %v", err)
+	}
+}
+
+func TestLoginThrottlePerAddress(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.svc.CreateUser(ctx, domain.NewUser{Email: "jo@example.org", Type: domain.UserPractitioner, Password: "the password"}); err != nil {
+		t.Fatal(err)
+	}
+	// Guessing across many accounts from one address locks the address...
+	for i := 0; i < 50; i++ {
+		email := "guess" + string(rune('a'+i%26)) + string(rune('a'+i/26)) + "@example.org"
+		if _, err := f.svc.Authenticate(ctx, email, "guess", "203.0.113.9"); !domain.IsCode(err, domain.CodeLogin) {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+	}
+	if _, err := f.svc.Authenticate(ctx, "jo@example.org", "the password", "203.0.113.9"); !domain.IsCode(err, domain.CodeThrottled) {
+		t.Fatalf("locked address: %v", err)
+	}
+	// ...but not the account from elsewhere.
+	if _, err := f.svc.Authenticate(ctx, "jo@example.org", "the password", "198.51.100.1"); err != nil {
+		t.Fatalf("other address: %v", err)
+	}
+	f.now = f.now.Add(15 * time.Minute)
+	if _, err := f.svc.Authenticate(ctx, "jo@example.org", "the password", "203.0.113.9"); err != nil {
+		t.Fatalf("next window: %v", err)
+	}
+}
+
+func TestCreatePatientLeavesNothingBehindOnFailure(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sys := domain.SystemActor()
+	org, err := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mrn := domain.Identifier{System: "http://example.org/mrn", Value: "1"}
+	in := domain.NewPatient{Email: "a@example.org", FamilyName: "A", GivenNames: []string{"Ann"}, BirthDate: "1990-01-01",
+		Identifiers: []domain.Identifier{mrn}, OrganizationIDs: []int64{org.ID}}
+	if _, err := f.svc.CreatePatient(ctx, sys, in); err != nil {
+		t.Fatal(err)
+	}
+	clash := in
+	clash.Email = "b@example.org"
+	if _, err := f.svc.CreatePatient(ctx, sys, clash); !domain.IsCode(err, domain.CodeDuplicate) {
+		t.Fatalf("identifier clash: %v", err)
+	}
+	if _, err := f.svc.UserByEmail(ctx, "b@example.org"); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("the refused patient's user was kept: %v", err)
+	}
+	sameEmail := in
+	sameEmail.Identifiers = []domain.Identifier{{System: "http://example.org/mrn", Value: "2"}}
+	if _, err := f.svc.CreatePatient(ctx, sys, sameEmail); !domain.IsCode(err, domain.CodeDuplicate) || fieldOf(err) != "email" {
+		t.Fatalf("email clash: %v", err)
+	}
+	// MRN 2 was never claimed: the email was checked first.
+	fresh := in
+	fresh.Email, fresh.Identifiers = "c@example.org", sameEmail.Identifiers
+	if _, err := f.svc.CreatePatient(ctx, sys, fresh); err != nil {
+		t.Fatalf("MRN 2 should be free: %v", err)
+	}
+}
+
+func TestCreatePatientValidation(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sys := domain.SystemActor()
+	org, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	ok := domain.NewPatient{Email: "a@example.org", FamilyName: "A", GivenNames: []string{"Ann"}, OrganizationIDs: []int64{org.ID}}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*domain.NewPatient)
+		field string
+	}{
+		{"no family name", func(p *domain.NewPatient) { p.FamilyName = "" }, "nameFamily"},
+		{"no given name", func(p *domain.NewPatient) { p.GivenNames = []string{" "} }, "nameGiven"},
+		{"bad birth date", func(p *domain.NewPatient) { p.BirthDate = "1990-02-30" }, "birthDate"},
+		{"future birth date", func(p *domain.NewPatient) { p.BirthDate = "2027-01-01" }, "birthDate"},
+		{"relative identifier system", func(p *domain.NewPatient) { p.Identifiers = []domain.Identifier{{System: "mrn", Value: "1"}} }, "identifiers[0].system"},
+		{"blank identifier value", func(p *domain.NewPatient) { p.Identifiers = []domain.Identifier{{System: "urn:x", Value: " "}} }, "identifiers[0].value"},
+		{"repeated identifier", func(p *domain.NewPatient) {
+			p.Identifiers = []domain.Identifier{{System: "urn:x", Value: "1"}, {System: "urn:x", Value: "1"}}
+		}, "identifiers[1]"},
+		{"no organization", func(p *domain.NewPatient) { p.OrganizationIDs = nil }, "organizationIds"},
+		{"unknown organization", func(p *domain.NewPatient) { p.OrganizationIDs = []int64{99} }, "organizationIds"},
+	} {
+		in := ok
+		tc.edit(&in)
+		if _, err := f.svc.CreatePatient(ctx, sys, in); !domain.IsCode(err, domain.CodeInvalid) || fieldOf(err) != tc.field {
+			t.Errorf("%s: got %v (field %q), want invalid %s", tc.name, err, fieldOf(err), tc.field)
+		}
+	}
+	if n, _ := f.svc.CountUsers(ctx); n != 0 {
+		t.Errorf("refused patients left %d users", n)
+	}
+}
+
+// The permission model, decided on actors loaded from stored memberships.
+func TestPermissions(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sys := domain.SystemActor()
+	org, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	other, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"})
+	patient, err := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "p@example.org", FamilyName: "P", GivenNames: []string{"Pat"}, OrganizationIDs: []int64{org.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPatient, _ := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "q@example.org", FamilyName: "Q", GivenNames: []string{"Quin"}, OrganizationIDs: []int64{other.ID}})
+	actor := func(email string, superuser bool, orgID int64, role domain.Role) *domain.Actor {
+		u, err := f.svc.CreateUser(ctx, domain.NewUser{Email: email, Type: domain.UserPractitioner, IsSuperuser: superuser})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if orgID != 0 {
+			if err := f.svc.AddMember(ctx, sys, orgID, u.ID, role); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, err := f.svc.Actor(ctx, u.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	patientActor, err := f.svc.Actor(ctx, patient.UserID)
+	if err != nil || patientActor.Patient == nil {
+		t.Fatalf("patient actor: %+v %v", patientActor, err)
+	}
+	for _, tc := range []struct {
+		name                                     string
+		actor                                    *domain.Actor
+		read, write, readOther, administer, data bool
+	}{
+		{"superuser", actor("su@example.org", true, 0, ""), true, true, true, true, true},
+		{"manager", actor("m@example.org", false, org.ID, domain.RoleManager), true, true, false, true, true},
+		{"member", actor("me@example.org", false, org.ID, domain.RoleMember), true, true, false, false, true},
+		{"viewer", actor("v@example.org", false, org.ID, domain.RoleViewer), true, false, false, false, false},
+		{"no role", actor("n@example.org", false, org.ID, domain.RoleNone), true, false, false, false, false},
+		{"other organization", actor("o@example.org", false, other.ID, domain.RoleManager), false, false, true, false, false},
+		{"no membership", actor("x@example.org", false, 0, ""), false, false, false, false, false},
+		{"the patient", patientActor, true, true, false, false, false},
+	} {
+		got := []bool{tc.actor.CanReadPatient(patient), tc.actor.CanWritePatientData(patient), tc.actor.CanReadPatient(otherPatient),
+			tc.actor.CanAdministerOrganization(org.ID), tc.actor.CanManageDataIn(org.ID)}
+		want := []bool{tc.read, tc.write, tc.readOther, tc.administer, tc.data}
+		for i, name := range []string{"read patient", "write patient data", "read other patient", "administer", "manage data"} {
+			if got[i] != want[i] {
+				t.Errorf("%s: %s = %v, want %v", tc.name, name, got[i], want[i])
+			}
+		}
+	}
+	// A top-level organization needs a superuser; a sub-organization a manager.
+	manager := actor("m2@example.org", false, org.ID, domain.RoleManager)
+	if _, err := f.svc.CreateOrganization(ctx, manager, domain.NewOrganization{Name: "Top", Type: "prov"}); !domain.IsCode(err, domain.CodeForbidden) {
+		t.Errorf("manager creating a top-level organization: %v", err)
+	}
+	if _, err := f.svc.CreateOrganization(ctx, manager, domain.NewOrganization{Name: "Dept", Type: "dept", PartOf: org.ID}); err != nil {
+		t.Errorf("manager creating a sub-organization: %v", err)
+	}
+	if _, err := f.svc.CreateOrganization(ctx, manager, domain.NewOrganization{Name: "Dept", Type: "dept", PartOf: other.ID}); !domain.IsCode(err, domain.CodeForbidden) {
+		t.Errorf("manager creating under another organization: %v", err)
+	}
+}
