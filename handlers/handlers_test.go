@@ -1,0 +1,95 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"exchange/handlers/handlerstest"
+	"exchange/repo/repotest"
+)
+
+func TestMain(m *testing.M) { repotest.Main(m) }
+
+func get(t *testing.T, url, token string) (*http.Response, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp, body
+}
+
+func TestHealth(t *testing.T) {
+	env := handlerstest.Start(t)
+	resp, body := get(t, env.URL+"/health", "")
+	if resp.StatusCode != http.StatusOK || body["status"] != "ok" || body["database"] != "ok" {
+		t.Fatalf("health: %d %v", resp.StatusCode, body)
+	}
+}
+
+func TestProfile(t *testing.T) {
+	env := handlerstest.Start(t)
+	ctx := context.Background()
+	p := env.Patient(t, "pat@example.org")
+	doc := env.Practitioner(t, "doc@example.org", false)
+	patientToken, _, err := env.OAuth.IssueAccessToken(ctx, p.UserID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docToken, _, _ := env.OAuth.IssueAccessToken(ctx, doc.ID, time.Hour)
+
+	resp, body := get(t, env.URL+"/api/v1/users/profile", patientToken)
+	patient, _ := body["patient"].(map[string]any)
+	if resp.StatusCode != http.StatusOK || body["email"] != "pat@example.org" || body["userType"] != "patient" ||
+		body["isSuperuser"] != false || body["firstName"] != "Jo" || body["lastName"] != "Doe" || patient == nil ||
+		patient["id"] != float64(p.ID) || patient["birthDate"] != "1980-01-02" {
+		t.Fatalf("patient profile: %d %v", resp.StatusCode, body)
+	}
+	resp, body = get(t, env.URL+"/api/v1/users/profile", docToken)
+	if resp.StatusCode != http.StatusOK || body["userType"] != "practitioner" || body["patient"] != nil || body["id"] != float64(doc.ID) {
+		t.Fatalf("practitioner profile: %d %v", resp.StatusCode, body)
+	}
+	if _, ok := body["patient"]; !ok {
+		t.Error("profile must carry patient: null for practitioners")
+	}
+}
+
+func TestErrorsAreRenderedPerSurface(t *testing.T) {
+	env := handlerstest.Start(t)
+	doc := env.Practitioner(t, "doc@example.org", false)
+	token, _, _ := env.OAuth.IssueAccessToken(context.Background(), doc.ID, time.Hour)
+
+	// The admin API answers {"detail": ...}.
+	resp, body := get(t, env.URL+"/api/v1/no-such-thing", token)
+	if resp.StatusCode != http.StatusNotFound || body["detail"] == nil {
+		t.Errorf("unknown admin route: %d %v", resp.StatusCode, body)
+	}
+	resp, body = get(t, env.URL+"/api/v1/no-such-thing", "")
+	if resp.StatusCode != http.StatusUnauthorized || body["detail"] == nil {
+		t.Errorf("unknown admin route without a token: %d %v", resp.StatusCode, body)
+	}
+	// FHIR paths answer with an OperationOutcome.
+	resp, body = get(t, env.URL+"/FHIR/R5/NoSuchThing/1/2/3", token)
+	issues, _ := body["issue"].([]any)
+	if resp.StatusCode != http.StatusNotFound || body["resourceType"] != "OperationOutcome" || len(issues) != 1 ||
+		resp.Header.Get("Content-Type") != "application/fhir+json" {
+		t.Fatalf("unknown FHIR route: %d %s %v", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if issue := issues[0].(map[string]any); issue["severity"] != "error" || issue["code"] != "not-found" || issue["diagnostics"] == "" {
+		t.Errorf("issue %v", issue)
+	}
+	// Routes are case-sensitive.
+	if resp, _ := get(t, env.URL+"/API/v1/users/profile", token); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/API/v1: %d", resp.StatusCode)
+	}
+}
