@@ -1,0 +1,288 @@
+// OAuth 2 / OpenID Connect as an outside client sees it: discovery, the
+// authorization code flow with PKCE driven through the real login and
+// consent pages in headless Chromium, the token, userinfo and API endpoints,
+// and refresh token rotation. The client is the certified npm openid-client.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createPublicKey, verify } from 'node:crypto';
+import { join } from 'node:path';
+import * as client from 'openid-client';
+import { chromium } from 'playwright-core';
+import { artifactsDir, chromiumArgs, env, within } from './lib.mjs';
+
+const base = env('EXCHANGE_URL');
+const clientId = env('EXCHANGE_CLIENT_ID');
+const redirectUri = env('EXCHANGE_REDIRECT_URI');
+const issuer = `${base}/o`;
+const scope = 'openid profile email offline_access';
+
+const patient = { email: 'alice@example.org', password: 'exchange-demo-password' };
+
+let browser;
+/** Discovered configuration with signature checks of ID tokens. */
+let config;
+
+before(async () => {
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: chromiumArgs,
+    timeout: 60_000,
+  });
+  config = await client.discovery(new URL(issuer), clientId, undefined, client.None(), {
+    execute: [client.allowInsecureRequests],
+  });
+  client.enableNonRepudiationChecks(config);
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+/** A fresh authorization request: its URL and the secrets to check the answer. */
+async function authorizationRequest() {
+  const codeVerifier = client.randomPKCECodeVerifier();
+  const state = client.randomState();
+  const nonce = client.randomNonce();
+  const url = client.buildAuthorizationUrl(config, {
+    redirect_uri: redirectUri,
+    scope,
+    code_challenge: await client.calculatePKCECodeChallenge(codeVerifier),
+    code_challenge_method: 'S256',
+    state,
+    nonce,
+  });
+  return { url, codeVerifier, state, nonce };
+}
+
+/**
+ * A new browser page whose requests to the redirect URI (where nothing
+ * listens) are answered here; callbackUrl resolves to the first such URL.
+ */
+async function newPage() {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.setDefaultTimeout(20_000);
+  const callbacks = [];
+  let resolve;
+  const callbackUrl = new Promise((r) => (resolve = r));
+  await page.route(`${redirectUri}**`, async (route) => {
+    const url = route.request().url();
+    callbacks.push(url);
+    resolve(url);
+    await route.fulfill({
+      status: 200,
+      contentType: 'text/html; charset=utf-8',
+      body: '<!doctype html><title>e2e callback</title><p>Authorization response received.</p>',
+    });
+  });
+  return { context, page, callbackUrl, callbacks };
+}
+
+async function signIn(page, email, password) {
+  await page.getByLabel('Email address').fill(email);
+  await page.getByLabel('Password').fill(password);
+  const [response] = await Promise.all([
+    page.waitForResponse((r) => new URL(r.url()).pathname === '/o/login/' && r.request().method() === 'POST'),
+    page.getByRole('button', { name: 'Sign in' }).click(),
+  ]);
+  return response;
+}
+
+async function profile(accessToken) {
+  const res = await fetch(`${base}/api/v1/users/profile`, {
+    headers: { Authorization: `Bearer ${accessToken}`, Accept: 'application/json' },
+  });
+  const text = await res.text();
+  return { status: res.status, text, json: res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : undefined };
+}
+
+/** Verifies a JWS with node:crypto against the JWKS, independently of openid-client. */
+async function verifyRS256(jwt) {
+  const [h, p, s] = jwt.split('.');
+  const header = JSON.parse(Buffer.from(h, 'base64url').toString());
+  assert.equal(header.alg, 'RS256', 'ID token alg');
+  const jwks = await (await fetch(config.serverMetadata().jwks_uri)).json();
+  const jwk = jwks.keys.find((k) => (header.kid ? k.kid === header.kid : k.kty === 'RSA'));
+  assert.ok(jwk, `JWKS has the key ${header.kid} the ID token was signed with`);
+  const key = createPublicKey({ key: jwk, format: 'jwk' });
+  const ok = verify('RSA-SHA256', Buffer.from(`${h}.${p}`), key, Buffer.from(s, 'base64url'));
+  assert.ok(ok, 'the ID token signature verifies against the JWKS');
+  // A token altered in its payload must not verify.
+  const forged = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(p, 'base64url')), sub: '0' })).toString('base64url');
+  assert.ok(!verify('RSA-SHA256', Buffer.from(`${h}.${forged}`), key, Buffer.from(s, 'base64url')));
+}
+
+describe('OpenID Connect discovery', () => {
+  it('serves the provider metadata of issuer /o with S256 PKCE only', async () => {
+    const res = await fetch(`${issuer}/.well-known/openid-configuration`);
+    assert.equal(res.status, 200);
+    const m = config.serverMetadata();
+    assert.equal(m.issuer, issuer);
+    assert.deepEqual(m.code_challenge_methods_supported, ['S256']);
+    assert.equal(m.authorization_endpoint, `${issuer}/authorize/`);
+    assert.equal(m.token_endpoint, `${issuer}/token/`);
+    assert.equal(m.userinfo_endpoint, `${issuer}/userinfo/`);
+    assert.equal(m.jwks_uri, `${issuer}/.well-known/jwks.json`);
+    assert.ok(m.id_token_signing_alg_values_supported.includes('RS256'));
+    assert.ok(m.token_endpoint_auth_methods_supported.includes('none'), 'public clients (auth method none)');
+    const jwks = await (await fetch(m.jwks_uri)).json();
+    assert.ok(jwks.keys.some((k) => k.kty === 'RSA'), 'JWKS has an RSA key');
+    assert.ok(jwks.keys.every((k) => k.d === undefined), 'JWKS publishes no private key material');
+  });
+});
+
+describe('authorization code flow with PKCE for a patient', { concurrency: false }, () => {
+  /** What one step hands to the next. */
+  let tokens, claims, refreshed;
+
+  it('signs in and consents in the browser, then exchanges the code', { timeout: 90_000 }, async () => {
+    const req = await authorizationRequest();
+    const { context, page, callbackUrl } = await newPage();
+    try {
+      const first = await page.goto(req.url.href);
+      assert.equal(first.status(), 200, 'the authorization endpoint shows the login page');
+      await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+      await page.screenshot({ path: join(artifactsDir(), 'login.png'), fullPage: true });
+
+      const login = await signIn(page, patient.email, patient.password);
+      assert.equal(login.status(), 303, 'a good password redirects back to the authorization request');
+
+      const allow = page.getByRole('button', { name: 'Allow' });
+      await allow.waitFor();
+      assert.ok(new URL(page.url()).pathname.startsWith('/o/authorize'), `consent is asked on ${page.url()}`);
+      await page.getByRole('button', { name: 'Deny' }).waitFor();
+      await page.getByText(patient.email).waitFor();
+      await page.screenshot({ path: join(artifactsDir(), 'consent.png'), fullPage: true });
+
+      await allow.click();
+      const returned = new URL(await within(20_000, callbackUrl, 'the redirect to the client'));
+      assert.equal(`${returned.origin}${returned.pathname}`, redirectUri);
+      assert.equal(returned.searchParams.get('state'), req.state);
+      assert.ok(returned.searchParams.get('code'), 'the response carries a code');
+      assert.equal(returned.searchParams.get('error'), null);
+
+      tokens = await client.authorizationCodeGrant(config, returned, {
+        pkceCodeVerifier: req.codeVerifier,
+        expectedState: req.state,
+        expectedNonce: req.nonce,
+        idTokenExpected: true,
+      });
+    } finally {
+      await context.close();
+    }
+
+    assert.ok(tokens.access_token, 'access_token');
+    assert.match(tokens.token_type, /^bearer$/i);
+    assert.equal(typeof tokens.expires_in, 'number');
+    assert.ok(tokens.expires_in > 0, 'expires_in > 0');
+    assert.ok(tokens.refresh_token, 'refresh_token (offline_access)');
+    assert.ok(tokens.id_token, 'id_token');
+    assert.equal(typeof tokens.scope, 'string');
+    for (const s of scope.split(' ')) assert.ok(tokens.scope.split(' ').includes(s), `granted scope ${s}`);
+
+    claims = tokens.claims();
+    assert.ok(claims.sub, 'sub');
+    assert.equal(claims.iss, issuer);
+    assert.equal(claims.email, patient.email);
+    const aud = Array.isArray(claims.aud) ? claims.aud : [claims.aud];
+    assert.ok(aud.includes(clientId), `aud ${JSON.stringify(claims.aud)} contains the client id`);
+    assert.ok(claims.nonce, 'nonce');
+    assert.ok(claims.exp > Date.now() / 1000, 'exp is in the future');
+    await verifyRS256(tokens.id_token);
+  });
+
+  it('answers userinfo for the access token', async () => {
+    assert.ok(tokens, 'needs the tokens of the previous step');
+    const info = await client.fetchUserInfo(config, tokens.access_token, claims.sub);
+    assert.equal(info.sub, claims.sub);
+    assert.equal(info.email, patient.email);
+  });
+
+  it('serves the API profile to the bearer access token', async () => {
+    assert.ok(tokens, 'needs the tokens of the previous step');
+    const res = await profile(tokens.access_token);
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.json.email, patient.email);
+    assert.equal(res.json.userType, 'patient');
+    assert.equal(res.json.isSuperuser, false);
+    assert.ok(res.json.patient, 'patient is set');
+    assert.equal(typeof res.json.patient.id, 'number');
+    assert.equal(String(res.json.id), claims.sub, 'the profile is the ID token subject');
+  });
+
+  it('refuses the API without a valid token', async () => {
+    assert.equal((await fetch(`${base}/api/v1/users/profile`)).status, 401);
+    assert.equal((await profile('not-a-token')).status, 401);
+  });
+
+  it('rotates the refresh token', async () => {
+    assert.ok(tokens, 'needs the tokens of the previous step');
+    refreshed = await client.refreshTokenGrant(config, tokens.refresh_token);
+    assert.ok(refreshed.access_token);
+    assert.ok(refreshed.refresh_token);
+    assert.notEqual(refreshed.access_token, tokens.access_token, 'a new access token');
+    assert.notEqual(refreshed.refresh_token, tokens.refresh_token, 'a new refresh token');
+    assert.match(refreshed.token_type, /^bearer$/i);
+
+    const res = await profile(refreshed.access_token);
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.json.email, patient.email);
+  });
+
+  it('refuses the used refresh token', async () => {
+    assert.ok(refreshed, 'needs the refresh of the previous step');
+    await assert.rejects(client.refreshTokenGrant(config, tokens.refresh_token), (err) => {
+      assert.equal(err.error, 'invalid_grant', `error ${err.error}: ${err.message}`);
+      return true;
+    });
+  });
+});
+
+describe('login page', () => {
+  it('shows an error and stays on the login page after a wrong password', { timeout: 60_000 }, async () => {
+    const req = await authorizationRequest();
+    const { context, page, callbacks } = await newPage();
+    try {
+      await page.goto(req.url.href);
+      const res = await signIn(page, 'bob@example.org', 'not-the-password');
+      assert.equal(res.status(), 401, 'the failed login POST answers 401');
+      const alert = page.getByRole('alert');
+      await alert.waitFor();
+      assert.ok((await alert.innerText()).trim().length > 0, 'the alert says what went wrong');
+      assert.equal(new URL(page.url()).pathname, '/o/login/');
+      await page.getByRole('button', { name: 'Sign in' }).waitFor();
+      assert.equal(await page.getByLabel('Email address').inputValue(), 'bob@example.org', 'the email is kept');
+      assert.equal(await page.getByLabel('Password').inputValue(), '', 'the password is not echoed back');
+      await page.screenshot({ path: join(artifactsDir(), 'login-error.png'), fullPage: true });
+      assert.deepEqual(callbacks, [], 'the client is never called back');
+    } finally {
+      await context.close();
+    }
+  });
+
+  it('returns access_denied to the client when the user denies', { timeout: 60_000 }, async () => {
+    const req = await authorizationRequest();
+    const { context, page, callbackUrl } = await newPage();
+    try {
+      await page.goto(req.url.href);
+      const login = await signIn(page, 'carol@example.org', patient.password);
+      assert.equal(login.status(), 303);
+      await page.getByRole('button', { name: 'Deny' }).click();
+      const returned = new URL(await within(20_000, callbackUrl, 'the redirect to the client'));
+      assert.equal(returned.searchParams.get('error'), 'access_denied');
+      assert.equal(returned.searchParams.get('state'), req.state);
+      assert.equal(returned.searchParams.get('code'), null);
+      await assert.rejects(
+        client.authorizationCodeGrant(config, returned, {
+          pkceCodeVerifier: req.codeVerifier,
+          expectedState: req.state,
+          expectedNonce: req.nonce,
+        }),
+        (err) => err.error === 'access_denied',
+      );
+    } finally {
+      await context.close();
+    }
+  });
+});
