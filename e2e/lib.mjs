@@ -27,12 +27,3 @@ export const chromiumArgs = [
   '--disable-component-update',
   '--disable-sync',
 ];
-
-/** Rejects after ms with a message, so a missing event fails fast and clearly. */
-export function within(ms, promise, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}

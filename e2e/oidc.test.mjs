@@ -8,7 +8,7 @@ import { createPublicKey, verify } from 'node:crypto';
 import { join } from 'node:path';
 import * as client from 'openid-client';
 import { chromium } from 'playwright-core';
-import { artifactsDir, chromiumArgs, env, within } from './lib.mjs';
+import { artifactsDir, chromiumArgs, env } from './lib.mjs';
 
 const base = env('EXCHANGE_URL');
 const clientId = env('EXCHANGE_CLIENT_ID');
@@ -40,7 +40,7 @@ after(async () => {
 });
 
 /** A fresh authorization request: its URL and the secrets to check the answer. */
-async function authorizationRequest() {
+async function authorizationRequest(overrides = {}) {
   const codeVerifier = client.randomPKCECodeVerifier();
   const state = client.randomState();
   const nonce = client.randomNonce();
@@ -51,32 +51,67 @@ async function authorizationRequest() {
     code_challenge_method: 'S256',
     state,
     nonce,
+    ...overrides,
   });
   return { url, codeVerifier, state, nonce };
 }
 
 /**
- * A new browser page whose requests to the redirect URI (where nothing
- * listens) are answered here; callbackUrl resolves to the first such URL.
+ * A new browser context and page. Requests to the redirect URI (where
+ * nothing listens) are answered with a small page; every such request is
+ * recorded in callbacks.
  */
 async function newPage() {
   const context = await browser.newContext();
   const page = await context.newPage();
   page.setDefaultTimeout(20_000);
   const callbacks = [];
-  let resolve;
-  const callbackUrl = new Promise((r) => (resolve = r));
-  await page.route(`${redirectUri}**`, async (route) => {
-    const url = route.request().url();
-    callbacks.push(url);
-    resolve(url);
-    await route.fulfill({
+  page.on('request', (r) => {
+    if (r.url().startsWith(redirectUri)) callbacks.push(r.url());
+  });
+  await page.route(`${redirectUri}**`, (route) =>
+    route.fulfill({
       status: 200,
       contentType: 'text/html; charset=utf-8',
       body: '<!doctype html><title>e2e callback</title><p>Authorization response received.</p>',
-    });
+    }),
+  );
+  return { context, page, callbacks };
+}
+
+/**
+ * Resolves to the URL of the page's next request to the redirect URI: the
+ * authorization response. Listen before the action that leads there. (A
+ * request event, not only page.route: Playwright does not route a redirect
+ * that ends the navigation page.goto started.)
+ */
+function nextCallback(page) {
+  return page
+    .waitForRequest((r) => r.url().startsWith(redirectUri), { timeout: 20_000 })
+    .then((r) => new URL(r.url()));
+}
+
+/** With the page signed in: runs an authorization request through consent. */
+async function authorize(page, req) {
+  await page.goto(req.url.href);
+  const callback = nextCallback(page);
+  await page.getByRole('button', { name: 'Allow' }).click();
+  const returned = await callback;
+  // Let the navigation to the callback settle before the next one. (With
+  // Debian's Chromium a redirected navigation first fails unrouted, then is
+  // retried and routed about a second later.)
+  await page.waitForURL((u) => u.href.startsWith(redirectUri) || u.protocol === 'chrome-error:');
+  return returned;
+}
+
+/** The code grant of an authorization response, checked as openid-client does. */
+function grant(returned, req) {
+  return client.authorizationCodeGrant(config, returned, {
+    pkceCodeVerifier: req.codeVerifier,
+    expectedState: req.state,
+    expectedNonce: req.nonce,
+    idTokenExpected: true,
   });
-  return { context, page, callbackUrl, callbacks };
 }
 
 async function signIn(page, email, password) {
@@ -138,7 +173,7 @@ describe('authorization code flow with PKCE for a patient', { concurrency: false
 
   it('signs in and consents in the browser, then exchanges the code', { timeout: 90_000 }, async () => {
     const req = await authorizationRequest();
-    const { context, page, callbackUrl } = await newPage();
+    const { context, page } = await newPage();
     try {
       const first = await page.goto(req.url.href);
       assert.equal(first.status(), 200, 'the authorization endpoint shows the login page');
@@ -155,19 +190,15 @@ describe('authorization code flow with PKCE for a patient', { concurrency: false
       await page.getByText(patient.email).waitFor();
       await page.screenshot({ path: join(artifactsDir(), 'consent.png'), fullPage: true });
 
+      const callback = nextCallback(page);
       await allow.click();
-      const returned = new URL(await within(20_000, callbackUrl, 'the redirect to the client'));
+      const returned = await callback;
       assert.equal(`${returned.origin}${returned.pathname}`, redirectUri);
       assert.equal(returned.searchParams.get('state'), req.state);
       assert.ok(returned.searchParams.get('code'), 'the response carries a code');
       assert.equal(returned.searchParams.get('error'), null);
 
-      tokens = await client.authorizationCodeGrant(config, returned, {
-        pkceCodeVerifier: req.codeVerifier,
-        expectedState: req.state,
-        expectedNonce: req.nonce,
-        idTokenExpected: true,
-      });
+      tokens = await grant(returned, req);
     } finally {
       await context.close();
     }
@@ -237,6 +268,112 @@ describe('authorization code flow with PKCE for a patient', { concurrency: false
       return true;
     });
   });
+  it('revokes the rotated tokens once a used refresh token comes back', async () => {
+    // Reuse of a rotated refresh token means it leaked (OAuth 2.0 Security
+    // BCP, refresh token rotation): the whole grant is revoked.
+    assert.ok(refreshed, 'needs the refresh of the previous steps');
+    assert.equal((await profile(refreshed.access_token)).status, 401);
+    await assert.rejects(client.refreshTokenGrant(config, refreshed.refresh_token), (err) => err.error === 'invalid_grant');
+  });
+});
+
+describe('authorization codes and tokens', { concurrency: false }, () => {
+  /** A browser session signed in as a patient, for further grants. */
+  let session;
+
+  before(async () => {
+    session = await newPage();
+    await session.page.goto((await authorizationRequest()).url.href);
+    const login = await signIn(session.page, 'dan@example.org', patient.password);
+    assert.equal(login.status(), 303);
+  });
+
+  after(async () => {
+    await session?.context.close();
+  });
+
+  it('redeems a code once; a second redemption is refused and revokes its tokens', async () => {
+    const req = await authorizationRequest();
+    const returned = await authorize(session.page, req);
+    const tokens = await grant(returned, req);
+    assert.equal((await profile(tokens.access_token)).json?.email, 'dan@example.org');
+    await assert.rejects(grant(returned, req), (err) => err.error === 'invalid_grant');
+    assert.equal((await profile(tokens.access_token)).status, 401, 'the tokens of a replayed code are revoked');
+  });
+
+  it('refuses a code without its PKCE verifier', async () => {
+    const req = await authorizationRequest();
+    const returned = await authorize(session.page, req);
+    await assert.rejects(
+      grant(returned, { ...req, codeVerifier: client.randomPKCECodeVerifier() }),
+      (err) => err.error === 'invalid_grant',
+    );
+  });
+
+  it('lets a public client revoke its tokens', async () => {
+    const req = await authorizationRequest();
+    const tokens = await grant(await authorize(session.page, req), req);
+    await client.tokenRevocation(config, tokens.access_token);
+    assert.equal((await profile(tokens.access_token)).status, 401);
+    await client.tokenRevocation(config, tokens.refresh_token);
+    await assert.rejects(client.refreshTokenGrant(config, tokens.refresh_token), (err) => err.error === 'invalid_grant');
+  });
+
+  // Known bug: the ID token carries the email whatever the scope
+  // (oauth/provider.go newSession puts it in every ID token), while userinfo
+  // and the consent page respect the scope. Remove `todo` once fixed.
+  it('gives the email only with the email scope', { todo: 'the ID token has the email without the email scope' }, async () => {
+    const req = await authorizationRequest({ scope: 'openid' });
+    const tokens = await grant(await authorize(session.page, req), req);
+    const info = await client.fetchUserInfo(config, tokens.access_token, tokens.claims().sub);
+    assert.equal(info.email, undefined, 'userinfo has no email');
+    assert.equal(tokens.claims().email, undefined, 'the ID token has no email');
+  });
+});
+
+describe('authorization request checks', () => {
+  /** The service's answer to an authorization request, without following it. */
+  async function answer(params) {
+    const { url } = await authorizationRequest();
+    for (const [k, v] of Object.entries(params)) {
+      if (v === undefined) url.searchParams.delete(k);
+      else url.searchParams.set(k, v);
+    }
+    const res = await fetch(url, { redirect: 'manual' });
+    const location = res.headers.get('location');
+    return { status: res.status, location: location && new URL(location, url), body: await res.text() };
+  }
+
+  /** Asserts an error redirect to the client, as RFC 6749 4.1.2.1 has it. */
+  function assertErrorRedirect(res, error, state) {
+    assert.ok([302, 303].includes(res.status), `a redirect, not ${res.status}`);
+    assert.equal(`${res.location.origin}${res.location.pathname}`, redirectUri);
+    assert.equal(res.location.searchParams.get('error'), error);
+    assert.equal(res.location.searchParams.get('code'), null);
+    if (state !== undefined) assert.equal(res.location.searchParams.get('state'), state);
+  }
+
+  it('requires a state of at least 8 characters', async () => {
+    assertErrorRedirect(await answer({ state: 'abc' }), 'invalid_state', 'abc');
+    assertErrorRedirect(await answer({ state: undefined }), 'invalid_state');
+  });
+
+  it('requires PKCE with S256', async () => {
+    assertErrorRedirect(await answer({ code_challenge: undefined, code_challenge_method: undefined, state: 'state-no-pkce' }), 'invalid_request', 'state-no-pkce');
+    assertErrorRedirect(await answer({ code_challenge: 'x'.repeat(43), code_challenge_method: 'plain', state: 'state-plain' }), 'invalid_request', 'state-plain');
+  });
+
+  it('answers prompt=none without a session with login_required', async () => {
+    assertErrorRedirect(await answer({ prompt: 'none', state: 'state-prompt-none' }), 'login_required', 'state-prompt-none');
+  });
+
+  it('never redirects to an unregistered redirect URI or for an unknown client', async () => {
+    for (const params of [{ redirect_uri: `${redirectUri}/other` }, { redirect_uri: 'https://attacker.example/cb' }, { client_id: 'no-such-client' }]) {
+      const res = await answer(params);
+      assert.equal(res.status, 400, `${JSON.stringify(params)}: ${res.status}`);
+      assert.equal(res.location, null, `${JSON.stringify(params)} is not redirected`);
+    }
+  });
 });
 
 describe('login page', () => {
@@ -263,13 +400,14 @@ describe('login page', () => {
 
   it('returns access_denied to the client when the user denies', { timeout: 60_000 }, async () => {
     const req = await authorizationRequest();
-    const { context, page, callbackUrl } = await newPage();
+    const { context, page } = await newPage();
     try {
       await page.goto(req.url.href);
       const login = await signIn(page, 'carol@example.org', patient.password);
       assert.equal(login.status(), 303);
+      const callback = nextCallback(page);
       await page.getByRole('button', { name: 'Deny' }).click();
-      const returned = new URL(await within(20_000, callbackUrl, 'the redirect to the client'));
+      const returned = await callback;
       assert.equal(returned.searchParams.get('error'), 'access_denied');
       assert.equal(returned.searchParams.get('state'), req.state);
       assert.equal(returned.searchParams.get('code'), null);
