@@ -165,6 +165,24 @@ describe('OpenID Connect discovery', () => {
     assert.ok(jwks.keys.some((k) => k.kty === 'RSA'), 'JWKS has an RSA key');
     assert.ok(jwks.keys.every((k) => k.d === undefined), 'JWKS publishes no private key material');
   });
+  // Known issue: any client's X-Forwarded-Host sets the issuer and every
+  // endpoint of the discovery document, which is served `public` for an hour
+  // without Vary, so a shared cache in front of the service can be made to
+  // hand out an attacker's endpoints. Remove `todo` once fixed.
+  it('keeps a discovery document built from X-Forwarded-Host out of shared caches', { todo: 'X-Forwarded-Host trusted from any client, cached publicly without Vary' }, async () => {
+    const res = await fetch(`${issuer}/.well-known/openid-configuration`, {
+      headers: { 'X-Forwarded-Host': 'attacker.example', 'X-Forwarded-Proto': 'https' },
+    });
+    assert.equal(res.status, 200);
+    const m = await res.json();
+    if (m.issuer === issuer) return; // the header is not trusted from this client
+    const cacheControl = res.headers.get('cache-control') ?? '';
+    const vary = (res.headers.get('vary') ?? '').toLowerCase();
+    assert.ok(
+      !/\bpublic\b/.test(cacheControl) || vary.includes('x-forwarded-host') || vary === '*',
+      `issuer ${m.issuer} from X-Forwarded-Host, Cache-Control "${cacheControl}", Vary "${vary}"`,
+    );
+  });
 });
 
 describe('authorization code flow with PKCE for a patient', { concurrency: false }, () => {
@@ -245,6 +263,9 @@ describe('authorization code flow with PKCE for a patient', { concurrency: false
   it('refuses the API without a valid token', async () => {
     assert.equal((await fetch(`${base}/api/v1/users/profile`)).status, 401);
     assert.equal((await profile('not-a-token')).status, 401);
+    assert.ok(tokens, 'needs the tokens of the first step');
+    assert.equal((await profile(tokens.refresh_token)).status, 401, 'a refresh token is no access token');
+    assert.equal((await profile(tokens.id_token)).status, 401, 'an ID token is no access token');
   });
 
   it('rotates the refresh token', async () => {
@@ -278,23 +299,27 @@ describe('authorization code flow with PKCE for a patient', { concurrency: false
 });
 
 describe('authorization codes and tokens', { concurrency: false }, () => {
-  /** A browser session signed in as a patient, for further grants. */
+  /** A browser session signed in as a patient, for further grants (made on first use). */
   let session;
-
-  before(async () => {
-    session = await newPage();
-    await session.page.goto((await authorizationRequest()).url.href);
-    const login = await signIn(session.page, 'dan@example.org', patient.password);
-    assert.equal(login.status(), 303);
-  });
+  async function signedInPage() {
+    if (!session) {
+      session = newPage().then(async (s) => {
+        await s.page.goto((await authorizationRequest()).url.href);
+        const login = await signIn(s.page, 'dan@example.org', patient.password);
+        assert.equal(login.status(), 303);
+        return s;
+      });
+    }
+    return (await session).page;
+  }
 
   after(async () => {
-    await session?.context.close();
+    if (session) await (await session.catch(() => undefined))?.context.close();
   });
 
   it('redeems a code once; a second redemption is refused and revokes its tokens', async () => {
     const req = await authorizationRequest();
-    const returned = await authorize(session.page, req);
+    const returned = await authorize(await signedInPage(), req);
     const tokens = await grant(returned, req);
     assert.equal((await profile(tokens.access_token)).json?.email, 'dan@example.org');
     await assert.rejects(grant(returned, req), (err) => err.error === 'invalid_grant');
@@ -303,7 +328,7 @@ describe('authorization codes and tokens', { concurrency: false }, () => {
 
   it('refuses a code without its PKCE verifier', async () => {
     const req = await authorizationRequest();
-    const returned = await authorize(session.page, req);
+    const returned = await authorize(await signedInPage(), req);
     await assert.rejects(
       grant(returned, { ...req, codeVerifier: client.randomPKCECodeVerifier() }),
       (err) => err.error === 'invalid_grant',
@@ -312,7 +337,7 @@ describe('authorization codes and tokens', { concurrency: false }, () => {
 
   it('lets a public client revoke its tokens', async () => {
     const req = await authorizationRequest();
-    const tokens = await grant(await authorize(session.page, req), req);
+    const tokens = await grant(await authorize(await signedInPage(), req), req);
     await client.tokenRevocation(config, tokens.access_token);
     assert.equal((await profile(tokens.access_token)).status, 401);
     await client.tokenRevocation(config, tokens.refresh_token);
@@ -324,7 +349,7 @@ describe('authorization codes and tokens', { concurrency: false }, () => {
   // and the consent page respect the scope. Remove `todo` once fixed.
   it('gives the email only with the email scope', { todo: 'the ID token has the email without the email scope' }, async () => {
     const req = await authorizationRequest({ scope: 'openid' });
-    const tokens = await grant(await authorize(session.page, req), req);
+    const tokens = await grant(await authorize(await signedInPage(), req), req);
     const info = await client.fetchUserInfo(config, tokens.access_token, tokens.claims().sub);
     assert.equal(info.email, undefined, 'userinfo has no email');
     assert.equal(tokens.claims().email, undefined, 'the ID token has no email');
