@@ -411,7 +411,7 @@ func TestLoginErrorsAndThrottling(t *testing.T) {
 	b := newBrowser(t, env)
 	_, page := b.do("GET", env.URL+"/o/login/", nil)
 	resp, page := b.login(page, "doc@example.org", "wrong password")
-	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(page, `role="alert"`) || !strings.Contains(page, "the email or password is incorrect") {
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(page, `role="alert"`) || !strings.Contains(page, "The email or password is incorrect.") {
 		t.Fatalf("wrong password: %d\n%s", resp.StatusCode, page)
 	}
 	if !strings.Contains(page, `value="doc@example.org"`) || !strings.Contains(page, `aria-invalid="true"`) {
@@ -422,7 +422,7 @@ func TestLoginErrorsAndThrottling(t *testing.T) {
 	}
 	// Five failures lock the account for the window, even with the right password.
 	resp, page = b.login(page, "doc@example.org", handlerstest.Password)
-	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(page, "too many failed logins") {
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(page, "Too many failed logins") {
 		t.Fatalf("after 5 failures: %d\n%s", resp.StatusCode, page)
 	}
 	env.Clock.Advance(16 * 60 * 1e9) // past the 15-minute window
@@ -629,9 +629,12 @@ func TestDiscoveryDocuments(t *testing.T) {
 			t.Errorf("%s missing", key)
 		}
 	}
-	_, proxied := get("/o/.well-known/openid-configuration", http.Header{"X-Forwarded-Proto": {"https"}, "X-Forwarded-Host": {"exchange.example.org"}})
+	proxiedResp, proxied := get("/o/.well-known/openid-configuration", http.Header{"X-Forwarded-Proto": {"https"}, "X-Forwarded-Host": {"exchange.example.org"}})
 	if proxied["issuer"] != "https://exchange.example.org/o" || proxied["userinfo_endpoint"] != "https://exchange.example.org/o/userinfo/" {
 		t.Errorf("behind a proxy: %v", proxied)
+	}
+	if v := proxiedResp.Header.Get("Vary"); !strings.Contains(v, "X-Forwarded-Host") || !strings.Contains(v, "X-Forwarded-Proto") {
+		t.Errorf("a document built from forwarded headers must vary on them: Vary %q", v)
 	}
 	if resp, jwks := get("/o/.well-known/jwks.json", nil); resp.StatusCode != http.StatusOK || len(jwks["keys"].([]any)) != 1 {
 		t.Errorf("jwks: %d %v", resp.StatusCode, jwks)
@@ -748,5 +751,26 @@ func TestApplicationRegistrationPage(t *testing.T) {
 	fields.Del("csrf_token")
 	if resp, _ := admin.do("POST", env.URL+action, fields); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("registration without CSRF token: %d", resp.StatusCode)
+	}
+}
+
+func TestIDTokenCarriesEmailOnlyWithEmailScope(t *testing.T) {
+	env := handlerstest.Start(t)
+	ctx := context.Background()
+	env.Practitioner(t, "doc@example.org", false)
+	client, _ := env.Client(t, oauth.ClientRegistration{Name: "App", Type: domain.ClientPublic, RedirectURIs: []string{redirectURI}, SkipAuthorization: true})
+	cfg := oauthConfig(env, client.ID, "")
+	cfg.Scopes = []string{"openid"}
+	verifier := oauth2.GenerateVerifier()
+	tok, err := cfg.Exchange(ctx, authorize(t, env, cfg, "doc@example.org", verifier), oauth2.VerifierOption(verifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := jwt.MapClaims{}
+	if _, _, err := jwt.NewParser().ParseUnverified(tok.Extra("id_token").(string), claims); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := claims["email"]; ok || claims["sub"] == nil {
+		t.Errorf("ID token without the email scope: %v", claims)
 	}
 }

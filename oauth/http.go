@@ -123,7 +123,7 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		ar.GrantScope(s)
 	}
 	ar.GrantAudience(client.ID)
-	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(user, sess.AuthTime, ar.GetRequestedAt()))
+	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(user, ar.GetGrantedScopes(), sess.AuthTime, ar.GetRequestedAt()))
 	if err != nil {
 		p.writeAuthorizeError(w, r, ar, err)
 		return
@@ -249,6 +249,9 @@ func (p *Provider) userinfo(w http.ResponseWriter, r *http.Request) {
 func (p *Provider) discovery(w http.ResponseWriter, r *http.Request) {
 	issuer := requestOrigin(r) + "/o"
 	w.Header().Set("Cache-Control", "public, max-age=3600")
+	// The document depends on these headers: a shared cache must not serve
+	// one client's version to another.
+	w.Header().Set("Vary", VaryForwarded)
 	writeJSON(w, http.StatusOK, Metadata(issuer))
 }
 
@@ -317,7 +320,7 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 			p.log.Error("login failed", "error", err)
 			status = http.StatusInternalServerError
 		}
-		page.Error = domain.ErrorMessage(err)
+		page.Error = sentence(domain.ErrorMessage(err))
 		p.renderLogin(w, r, status, page)
 		return
 	}
@@ -402,11 +405,24 @@ func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 			p.log.Error("client registration failed", "error", err)
 			status = http.StatusInternalServerError
 		}
-		form.Error = domain.ErrorMessage(err)
+		form.Error = sentence(domain.ErrorMessage(err))
 		p.renderRegister(w, r, status, form)
 		return
 	}
 	p.renderRegistered(w, r, registeredPage{ClientID: c.ID, Secret: secret, Name: c.Name})
+}
+
+// sentence capitalizes a domain message (lower case by Go convention) and
+// ends it with a full stop, for a page.
+func sentence(msg string) string {
+	if msg == "" {
+		return msg
+	}
+	msg = strings.ToUpper(msg[:1]) + msg[1:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

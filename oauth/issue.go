@@ -30,13 +30,14 @@ func (p *Provider) IssueAccessToken(ctx context.Context, userID int64, ttl time.
 		return "", time.Time{}, err
 	}
 	now := p.now().UTC()
-	session := p.newSession(u, now, now)
+	scopes := fosite.Arguments{"openid", "profile", "email"}
+	session := p.newSession(u, scopes, now, now)
 	expires := now.Add(ttl).Round(time.Second)
 	session.SetExpiresAt(fosite.AccessToken, expires)
 	req := fosite.NewAccessRequest(session)
 	req.Client = fositeClient(client)
 	req.RequestedAt = now
-	for _, s := range []string{"openid", "profile", "email"} {
+	for _, s := range scopes {
 		req.AppendRequestedScope(s)
 		req.GrantScope(s)
 	}
@@ -114,7 +115,7 @@ func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID 
 	ar.Form.Set("scope", strings.Join(client.Scopes, " "))
 	ar.GrantAudience(clientID)
 	ctx = context.WithValue(ctx, patientCodeKey{}, true)
-	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(u, now, now))
+	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(u, ar.GetGrantedScopes(), now, now))
 	if err != nil {
 		return nil, fmt.Errorf("issue patient code: %w: %s", err, fosite.ErrorToRFC6749Error(err).GetDescription())
 	}

@@ -193,13 +193,18 @@ func (c *providerConfig) GetIDTokenIssuer(ctx context.Context) string {
 	return c.Config.GetIDTokenIssuer(ctx)
 }
 
-// newSession returns the fosite session of a grant for the user.
-func (p *Provider) newSession(u *domain.User, authTime, requestedAt time.Time) *openid.DefaultSession {
+// newSession returns the fosite session of a grant for the user. The ID
+// token carries the email only when the email scope was granted.
+func (p *Provider) newSession(u *domain.User, scopes fosite.Arguments, authTime, requestedAt time.Time) *openid.DefaultSession {
 	sub := strconv.FormatInt(u.ID, 10)
+	extra := map[string]any{}
+	if scopes.Has("email") {
+		extra["email"] = u.Email
+	}
 	return &openid.DefaultSession{
 		Claims: &jwt.IDTokenClaims{
 			Subject: sub, AuthTime: authTime.UTC(), RequestedAt: requestedAt.UTC(),
-			Extra: map[string]any{"email": u.Email},
+			Extra: extra,
 		},
 		Headers:  &jwt.Headers{Extra: map[string]any{"kid": p.key.kid}},
 		Subject:  sub,

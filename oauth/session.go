@@ -106,6 +106,9 @@ func (p *Provider) cookie(r *http.Request, name, value string, maxAge int) *http
 	}
 }
 
+// VaryForwarded is the Vary header of responses built from Origin.
+const VaryForwarded = "X-Forwarded-Proto, X-Forwarded-Host"
+
 // Origin returns the scheme://host a client used to reach the service,
 // honouring the X-Forwarded-Proto and X-Forwarded-Host set by a reverse
 // proxy (their first value when a chain of proxies appended several).
