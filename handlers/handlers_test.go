@@ -2,7 +2,6 @@ package handlers_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -13,25 +12,9 @@ import (
 
 func TestMain(m *testing.M) { repotest.Main(m) }
 
-func get(t *testing.T, url, token string) (*http.Response, map[string]any) {
-	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&body)
-	return resp, body
-}
-
 func TestHealth(t *testing.T) {
 	env := handlerstest.Start(t)
-	resp, body := get(t, env.URL+"/health", "")
+	resp, body := env.GetJSON(t, "/health", "")
 	if resp.StatusCode != http.StatusOK || body["status"] != "ok" || body["database"] != "ok" {
 		t.Fatalf("health: %d %v", resp.StatusCode, body)
 	}
@@ -48,14 +31,14 @@ func TestProfile(t *testing.T) {
 	}
 	docToken, _, _ := env.OAuth.IssueAccessToken(ctx, doc.ID, time.Hour)
 
-	resp, body := get(t, env.URL+"/api/v1/users/profile", patientToken)
+	resp, body := env.GetJSON(t, "/api/v1/users/profile", patientToken)
 	patient, _ := body["patient"].(map[string]any)
 	if resp.StatusCode != http.StatusOK || body["email"] != "pat@example.org" || body["userType"] != "patient" ||
 		body["isSuperuser"] != false || body["firstName"] != "Jo" || body["lastName"] != "Doe" || patient == nil ||
 		patient["id"] != float64(p.ID) || patient["birthDate"] != "1980-01-02" {
 		t.Fatalf("patient profile: %d %v", resp.StatusCode, body)
 	}
-	resp, body = get(t, env.URL+"/api/v1/users/profile", docToken)
+	resp, body = env.GetJSON(t, "/api/v1/users/profile", docToken)
 	if resp.StatusCode != http.StatusOK || body["userType"] != "practitioner" || body["patient"] != nil || body["id"] != float64(doc.ID) {
 		t.Fatalf("practitioner profile: %d %v", resp.StatusCode, body)
 	}
@@ -70,16 +53,16 @@ func TestErrorsAreRenderedPerSurface(t *testing.T) {
 	token, _, _ := env.OAuth.IssueAccessToken(context.Background(), doc.ID, time.Hour)
 
 	// The admin API answers {"detail": ...}.
-	resp, body := get(t, env.URL+"/api/v1/no-such-thing", token)
+	resp, body := env.GetJSON(t, "/api/v1/no-such-thing", token)
 	if resp.StatusCode != http.StatusNotFound || body["detail"] == nil {
 		t.Errorf("unknown admin route: %d %v", resp.StatusCode, body)
 	}
-	resp, body = get(t, env.URL+"/api/v1/no-such-thing", "")
+	resp, body = env.GetJSON(t, "/api/v1/no-such-thing", "")
 	if resp.StatusCode != http.StatusUnauthorized || body["detail"] == nil {
 		t.Errorf("unknown admin route without a token: %d %v", resp.StatusCode, body)
 	}
 	// FHIR paths answer with an OperationOutcome.
-	resp, body = get(t, env.URL+"/FHIR/R5/NoSuchThing/1/2/3", token)
+	resp, body = env.GetJSON(t, "/FHIR/R5/NoSuchThing/1/2/3", token)
 	issues, _ := body["issue"].([]any)
 	if resp.StatusCode != http.StatusNotFound || body["resourceType"] != "OperationOutcome" || len(issues) != 1 ||
 		resp.Header.Get("Content-Type") != "application/fhir+json" {
@@ -89,7 +72,7 @@ func TestErrorsAreRenderedPerSurface(t *testing.T) {
 		t.Errorf("issue %v", issue)
 	}
 	// Routes are case-sensitive.
-	if resp, _ := get(t, env.URL+"/API/v1/users/profile", token); resp.StatusCode != http.StatusNotFound {
+	if resp, _ := env.GetJSON(t, "/API/v1/users/profile", token); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("/API/v1: %d", resp.StatusCode)
 	}
 }

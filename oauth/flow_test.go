@@ -220,15 +220,7 @@ func isOAuthError(err error, code string) bool {
 // profile calls the profile endpoint with a bearer token and checks the status.
 func profile(t *testing.T, env *handlerstest.Env, token string, want int) map[string]any {
 	t.Helper()
-	req, _ := http.NewRequest("GET", env.URL+"/api/v1/users/profile", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&body)
+	resp, body := env.GetJSON(t, "/api/v1/users/profile", token)
 	if resp.StatusCode != want {
 		t.Fatalf("profile: status %d, want %d (%v)", resp.StatusCode, want, body)
 	}

@@ -6,7 +6,9 @@ package handlerstest
 import (
 	"context"
 	"crypto/rsa"
+	"encoding/json"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -143,4 +145,25 @@ func (e *Env) Client(t testing.TB, reg oauth.ClientRegistration) (*domain.OAuthC
 		t.Fatal(err)
 	}
 	return c, secret
+}
+
+// GetJSON sends GET path (relative to the server) with a bearer token when
+// one is given, and decodes the JSON object it answers.
+func (e *Env) GetJSON(t testing.TB, path, token string) (*http.Response, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest("GET", e.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp, body
 }
