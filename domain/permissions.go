@@ -59,3 +59,7 @@ func (a *Actor) CanWritePatientData(p *Patient) bool {
 func (a *Actor) isPatient(p *Patient) bool {
 	return a.Patient != nil && a.Patient.ID == p.ID
 }
+
+// CanRegisterClients reports whether the actor may register OAuth clients:
+// staff members and superusers. Only a superuser may mark one trusted.
+func (a *Actor) CanRegisterClients() bool { return a.User.IsStaff || a.IsSuperuser() }

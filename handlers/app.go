@@ -53,6 +53,8 @@ func New(c Config) *fiber.App {
 
 	api := app.Group("/api/v1", s.authenticate)
 	api.Get("/users/profile", s.profile)
+	api.Get("/oauth_clients", s.listClients)
+	api.Post("/oauth_clients", s.createClient)
 	return app
 }
 

@@ -84,6 +84,40 @@ func (p *Provider) RegisterClient(ctx context.Context, in ClientRegistration) (*
 	return c, secret, nil
 }
 
+// RegisterClientAs registers a client on behalf of an actor: staff and
+// superusers may register clients, and only a superuser may mark one
+// trusted (no consent page). Returns domain.CodeForbidden otherwise.
+func (p *Provider) RegisterClientAs(ctx context.Context, actor *domain.Actor, in ClientRegistration) (*domain.OAuthClient, string, error) {
+	if !actor.CanRegisterClients() {
+		return nil, "", domain.Errorf(domain.CodeForbidden, "only staff members and superusers may register OAuth clients")
+	}
+	if in.SkipAuthorization && !actor.IsSuperuser() {
+		return nil, "", domain.Errorf(domain.CodeForbidden, "only a superuser may register a trusted client")
+	}
+	in.UserID = actor.User.ID
+	return p.RegisterClient(ctx, in)
+}
+
+// ClientsOf returns the clients an actor may see: all of them for a
+// superuser, the ones they registered for staff. Returns
+// domain.CodeForbidden for anyone else.
+func (p *Provider) ClientsOf(ctx context.Context, actor *domain.Actor) ([]domain.OAuthClient, error) {
+	if !actor.CanRegisterClients() {
+		return nil, domain.Errorf(domain.CodeForbidden, "only staff members and superusers may list OAuth clients")
+	}
+	all, err := p.store.OAuthClients(ctx)
+	if err != nil || actor.IsSuperuser() {
+		return all, err
+	}
+	var mine []domain.OAuthClient
+	for _, c := range all {
+		if c.UserID == actor.User.ID {
+			mine = append(mine, c)
+		}
+	}
+	return mine, nil
+}
+
 // SaveClient creates the client, or replaces the registration of the client
 // with the same id: how seed keeps the MCP gateway's client in step with
 // the settings.

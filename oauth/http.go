@@ -359,10 +359,10 @@ func (p *Provider) logout(w http.ResponseWriter, r *http.Request) {
 func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	sess, ok := p.session(r)
-	var u *domain.User
+	var actor *domain.Actor
 	if ok {
 		var err error
-		if u, err = p.users.UserByID(ctx, sess.UserID); err != nil {
+		if actor, err = p.users.Actor(ctx, sess.UserID); err != nil {
 			ok = false
 		}
 	}
@@ -370,11 +370,11 @@ func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/o/login/?next="+url.QueryEscape(r.URL.Path), http.StatusSeeOther)
 		return
 	}
-	if !u.IsStaff && !u.IsSuperuser {
+	if !actor.CanRegisterClients() {
 		p.renderMessage(w, r, http.StatusForbidden, "Not allowed", "Only staff members and superusers may register applications.")
 		return
 	}
-	form := registerPage{User: u.Email, ClientType: string(domain.ClientConfidential)}
+	form := registerPage{User: actor.User.Email, ClientType: string(domain.ClientConfidential)}
 	if r.Method == http.MethodGet {
 		p.renderRegister(w, r, http.StatusOK, form)
 		return
@@ -390,14 +390,14 @@ func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g := r.PostFormValue("authorization_grant_type"); g != "authorization-code" {
-		form.Error = "authorization grant type: only the authorization code grant is offered"
+		form.Error = "Authorization grant type: only the authorization code grant is offered."
 		p.renderRegister(w, r, http.StatusBadRequest, form)
 		return
 	}
-	c, secret, err := p.RegisterClient(ctx, ClientRegistration{
+	c, secret, err := p.RegisterClientAs(ctx, actor, ClientRegistration{
 		Name: form.Name, Type: domain.ClientType(form.ClientType), Algorithm: r.PostFormValue("algorithm"),
 		RedirectURIs: strings.Fields(form.RedirectURIs), PostLogoutRedirectURIs: strings.Fields(form.PostLogoutRedirectURIs),
-		AllowedOrigins: strings.Fields(form.AllowedOrigins), UserID: u.ID,
+		AllowedOrigins: strings.Fields(form.AllowedOrigins),
 	})
 	if err != nil {
 		status := http.StatusBadRequest

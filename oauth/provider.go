@@ -37,6 +37,9 @@ type Users interface {
 	Authenticate(ctx context.Context, email, password, addr string) (*domain.User, error)
 	// UserByID returns the user; domain.CodeNotFound if there is none.
 	UserByID(ctx context.Context, id int64) (*domain.User, error)
+	// Actor returns what the permission model needs to know of an active
+	// user; domain.CodeLogin if the user is gone or inactive.
+	Actor(ctx context.Context, userID int64) (*domain.Actor, error)
 }
 
 // Config configures a Provider.

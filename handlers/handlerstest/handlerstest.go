@@ -4,11 +4,14 @@
 package handlerstest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rsa"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,9 +154,41 @@ func (e *Env) Client(t testing.TB, reg oauth.ClientRegistration) (*domain.OAuthC
 // one is given, and decodes the JSON object it answers.
 func (e *Env) GetJSON(t testing.TB, path, token string) (*http.Response, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest("GET", e.URL+path, nil)
+	return e.Send(t, "GET", path, token, nil)
+}
+
+// Token returns a one-hour bearer token for the user.
+func (e *Env) Token(t testing.TB, userID int64) string {
+	t.Helper()
+	token, _, err := e.OAuth.IssueAccessToken(context.Background(), userID, time.Hour)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return token
+}
+
+// Send sends a request with a JSON body (nil: none; a string is sent as
+// is) and a bearer token, and decodes the JSON object it answers.
+func (e *Env) Send(t testing.TB, method, path, token string, body any) (*http.Response, map[string]any) {
+	t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, e.URL+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -163,7 +198,7 @@ func (e *Env) GetJSON(t testing.TB, path, token string) (*http.Response, map[str
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&body)
-	return resp, body
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp, out
 }
