@@ -13,34 +13,108 @@ type NewOrganization struct {
 	PartOf int64 // 0: a top-level organization
 }
 
+// OrganizationPatch changes an organization; nil fields stay.
+type OrganizationPatch struct {
+	Name   *string
+	Type   *OrganizationType
+	PartOf *int64 // 0: make it top level
+}
+
+// OrganizationNode is an organization with its sub-organizations.
+type OrganizationNode struct {
+	Organization
+	Children []OrganizationNode
+}
+
+// Member is a practitioner's membership seen from the organization.
+type Member struct {
+	User User
+	Role Role
+}
+
 // CreateOrganization stores a new organization. A top-level organization
 // needs a superuser; a sub-organization needs an administrator of its parent.
-// Returns CodeInvalid, CodeForbidden, or CodeNotFound for an unknown parent.
+// Returns CodeInvalid, CodeForbidden.
 func (s *Service) CreateOrganization(ctx context.Context, actor *Actor, in NewOrganization) (*Organization, error) {
 	o := &Organization{Name: strings.TrimSpace(in.Name), Type: in.Type, PartOf: in.PartOf}
-	if o.Name == "" {
-		return nil, FieldErrorf("name", "is required")
+	if err := validateOrganization(o); err != nil {
+		return nil, err
 	}
-	if !slices.Contains(OrganizationTypes, o.Type) {
-		return nil, FieldErrorf("type", "%q is not an organization type (one of %v)", o.Type, OrganizationTypes)
-	}
-	if o.PartOf == 0 {
-		if !actor.IsSuperuser() {
-			return nil, Errorf(CodeForbidden, "only a superuser may create a top-level organization")
-		}
-	} else {
-		if _, err := s.store.OrganizationByID(ctx, o.PartOf); err != nil {
-			if IsCode(err, CodeNotFound) {
-				return nil, FieldErrorf("partOf", "organization %d does not exist", o.PartOf)
-			}
-			return nil, err
-		}
-		if !actor.CanAdministerOrganization(o.PartOf) {
-			return nil, Errorf(CodeForbidden, "only a manager of organization %d may add sub-organizations", o.PartOf)
-		}
+	if err := s.checkParent(ctx, actor, o.PartOf); err != nil {
+		return nil, err
 	}
 	if err := s.store.CreateOrganization(ctx, o); err != nil {
 		return nil, err
+	}
+	return o, nil
+}
+
+func validateOrganization(o *Organization) error {
+	if o.Name == "" {
+		return FieldErrorf("name", "is required")
+	}
+	if !slices.Contains(OrganizationTypes, o.Type) {
+		return FieldErrorf("type", "%q is not an organization type (one of %v)", o.Type, OrganizationTypes)
+	}
+	return nil
+}
+
+// checkParent checks that the actor may place an organization under
+// partOf: a superuser anywhere, an administrator of an existing parent.
+func (s *Service) checkParent(ctx context.Context, actor *Actor, partOf int64) error {
+	if partOf == 0 {
+		if !actor.IsSuperuser() {
+			return Errorf(CodeForbidden, "only a superuser may create or move top-level organizations")
+		}
+		return nil
+	}
+	if _, err := s.store.OrganizationByID(ctx, partOf); err != nil {
+		if IsCode(err, CodeNotFound) {
+			return FieldErrorf("partOf", "organization %d does not exist", partOf)
+		}
+		return err
+	}
+	if !actor.CanAdministerOrganization(partOf) {
+		return Errorf(CodeForbidden, "only a manager of organization %d may add sub-organizations to it", partOf)
+	}
+	return nil
+}
+
+// readableOrganizationIDs returns the organizations the actor may read:
+// nil for a superuser (all), the memberships of a practitioner, the
+// organizations of a patient.
+func (a *Actor) readableOrganizationIDs() []int64 {
+	switch {
+	case a.IsSuperuser():
+		return nil
+	case a.Patient != nil:
+		return append([]int64{}, a.Patient.OrganizationIDs...)
+	default:
+		return a.OrganizationIDs()
+	}
+}
+
+// canSeeOrganization reports whether the actor may read the organization
+// itself: members, and patients belonging to it.
+func (a *Actor) canSeeOrganization(id int64) bool {
+	return a.CanReadOrganization(id) || (a.Patient != nil && slices.Contains(a.Patient.OrganizationIDs, id))
+}
+
+// ListOrganizations lists the organizations the actor may see, optionally
+// only the children of partOf (0: top level).
+func (s *Service) ListOrganizations(ctx context.Context, actor *Actor, partOf *int64, p Page) (List[Organization], error) {
+	return s.store.ListOrganizations(ctx, OrganizationQuery{IDs: actor.readableOrganizationIDs(), PartOf: partOf}, p)
+}
+
+// Organization returns an organization the actor may see. Returns
+// CodeNotFound or CodeForbidden.
+func (s *Service) Organization(ctx context.Context, actor *Actor, id int64) (*Organization, error) {
+	o, err := s.store.OrganizationByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.canSeeOrganization(id) {
+		return nil, Errorf(CodeForbidden, "you may not read organization %d", id)
 	}
 	return o, nil
 }
@@ -50,20 +124,188 @@ func (s *Service) OrganizationByName(ctx context.Context, name string, partOf in
 	return s.store.OrganizationByName(ctx, name, partOf)
 }
 
+// administered returns the organization if the actor administers it.
+func (s *Service) administered(ctx context.Context, actor *Actor, id int64) (*Organization, error) {
+	o, err := s.store.OrganizationByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.CanAdministerOrganization(id) {
+		return nil, Errorf(CodeForbidden, "only a manager of organization %d may change it", id)
+	}
+	return o, nil
+}
+
+// UpdateOrganization changes an organization's name, type or place in the
+// tree. Moving it needs the right to place it under the new parent, and may
+// not put it under itself or one of its descendants.
+func (s *Service) UpdateOrganization(ctx context.Context, actor *Actor, id int64, in OrganizationPatch) (*Organization, error) {
+	o, err := s.administered(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if in.Name != nil {
+		o.Name = strings.TrimSpace(*in.Name)
+	}
+	if in.Type != nil {
+		o.Type = *in.Type
+	}
+	if err := validateOrganization(o); err != nil {
+		return nil, err
+	}
+	if in.PartOf != nil && *in.PartOf != o.PartOf {
+		if err := s.checkParent(ctx, actor, *in.PartOf); err != nil {
+			return nil, err
+		}
+		all, err := s.store.AllOrganizations(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if *in.PartOf == id || slices.Contains(descendants(all, id), *in.PartOf) {
+			return nil, FieldErrorf("partOf", "organization %d is %d itself or below it", *in.PartOf, id)
+		}
+		o.PartOf = *in.PartOf
+	}
+	return o, s.store.UpdateOrganization(ctx, o)
+}
+
+// descendants returns the ids of every organization below root.
+func descendants(all []Organization, root int64) []int64 {
+	var out []int64
+	queue := []int64{root}
+	for len(queue) > 0 {
+		parent := queue[0]
+		queue = queue[1:]
+		for _, o := range all {
+			if o.PartOf == parent && !slices.Contains(out, o.ID) {
+				out = append(out, o.ID)
+				queue = append(queue, o.ID)
+			}
+		}
+	}
+	return out
+}
+
+// DeleteOrganization removes an empty organization (no sub-organizations,
+// patients or studies; CodeConflict otherwise) with its memberships. It
+// needs whoever could create it: an administrator of the parent, or a
+// superuser.
+func (s *Service) DeleteOrganization(ctx context.Context, actor *Actor, id int64) error {
+	o, err := s.store.OrganizationByID(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.checkParent(ctx, actor, o.PartOf); err != nil {
+		if IsCode(err, CodeForbidden) {
+			return Errorf(CodeForbidden, "only a manager of the parent organization or a superuser may delete organization %d", id)
+		}
+		return err
+	}
+	one := Page{Number: 1, Size: 1}
+	children, err := s.store.ListOrganizations(ctx, OrganizationQuery{PartOf: &id}, one)
+	if err != nil {
+		return err
+	}
+	patients, err := s.store.ListPatients(ctx, PatientQuery{OrganizationIDs: []int64{id}}, one)
+	if err != nil {
+		return err
+	}
+	studies, err := s.store.ListStudies(ctx, StudyQuery{OrganizationIDs: []int64{id}}, one)
+	if err != nil {
+		return err
+	}
+	if children.Total+patients.Total+studies.Total > 0 {
+		return Errorf(CodeConflict, "organization %d still has %d sub-organizations, %d patients and %d studies; move or delete them first",
+			id, children.Total, patients.Total, studies.Total)
+	}
+	// The organization goes first: memberships left by a failure point to
+	// nothing and give access to nothing.
+	if err := s.store.DeleteOrganization(ctx, id); err != nil {
+		return err
+	}
+	return s.store.DeleteMembershipsOfOrganization(ctx, id)
+}
+
+// OrganizationTree returns the organization with everything below it.
+func (s *Service) OrganizationTree(ctx context.Context, actor *Actor, id int64) (*OrganizationNode, error) {
+	if _, err := s.Organization(ctx, actor, id); err != nil {
+		return nil, err
+	}
+	all, err := s.store.AllOrganizations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var build func(o Organization) OrganizationNode
+	build = func(o Organization) OrganizationNode {
+		n := OrganizationNode{Organization: o, Children: []OrganizationNode{}}
+		for _, c := range all {
+			if c.PartOf == o.ID {
+				n.Children = append(n.Children, build(c))
+			}
+		}
+		return n
+	}
+	for _, o := range all {
+		if o.ID == id {
+			root := build(o)
+			return &root, nil
+		}
+	}
+	return nil, Errorf(CodeNotFound, "organization %d does not exist", id)
+}
+
+// Members lists the practitioners of an organization with their roles; for
+// practitioners who may read the organization.
+func (s *Service) Members(ctx context.Context, actor *Actor, organizationID int64, p Page) (List[Member], error) {
+	if _, err := s.store.OrganizationByID(ctx, organizationID); err != nil {
+		return List[Member]{}, err
+	}
+	if !actor.CanReadOrganization(organizationID) {
+		return List[Member]{}, Errorf(CodeForbidden, "you may not read the members of organization %d", organizationID)
+	}
+	ms, err := s.store.MembershipsOfOrganizations(ctx, []int64{organizationID}, p)
+	if err != nil {
+		return List[Member]{}, err
+	}
+	ids := make([]int64, len(ms.Items))
+	for i, m := range ms.Items {
+		ids[i] = m.UserID
+	}
+	users, err := s.store.UsersByIDs(ctx, ids)
+	if err != nil {
+		return List[Member]{}, err
+	}
+	out := List[Member]{Total: ms.Total, Items: []Member{}}
+	for _, m := range ms.Items {
+		if i := slices.IndexFunc(users, func(u User) bool { return u.ID == m.UserID }); i >= 0 {
+			out.Items = append(out.Items, Member{User: users[i], Role: m.Role})
+		}
+	}
+	return out, nil
+}
+
+// validRole checks a role given to a member.
+func validRole(role Role) error {
+	if !slices.Contains([]Role{RoleNone, RoleViewer, RoleMember, RoleManager}, role) {
+		return FieldErrorf("role", "%q is not a role (manager, member, viewer, or null for none)", role)
+	}
+	return nil
+}
+
 // AddMember makes a practitioner user a member of the organization with a
 // role (RoleNone allowed). Needs an administrator of the organization.
 // Returns CodeDuplicate if the user is already a member.
 func (s *Service) AddMember(ctx context.Context, actor *Actor, organizationID, userID int64, role Role) error {
-	if !slices.Contains([]Role{RoleNone, RoleViewer, RoleMember, RoleManager}, role) {
-		return FieldErrorf("role", "%q is not a role (manager, member, viewer, or none)", role)
-	}
-	if _, err := s.store.OrganizationByID(ctx, organizationID); err != nil {
+	if err := validRole(role); err != nil {
 		return err
 	}
-	if !actor.CanAdministerOrganization(organizationID) {
-		return Errorf(CodeForbidden, "only a manager of organization %d may add members", organizationID)
+	if _, err := s.administered(ctx, actor, organizationID); err != nil {
+		return err
 	}
 	u, err := s.store.UserByID(ctx, userID)
+	if IsCode(err, CodeNotFound) {
+		return FieldErrorf("userId", "user %d does not exist", userID)
+	}
 	if err != nil {
 		return err
 	}
@@ -71,4 +313,25 @@ func (s *Service) AddMember(ctx context.Context, actor *Actor, organizationID, u
 		return FieldErrorf("userId", "user %d is a patient; only practitioners are members", userID)
 	}
 	return s.store.CreateMembership(ctx, &Membership{OrganizationID: organizationID, UserID: userID, Role: role})
+}
+
+// ChangeMemberRole gives a member another role. Returns CodeNotFound if the
+// user is not a member.
+func (s *Service) ChangeMemberRole(ctx context.Context, actor *Actor, organizationID, userID int64, role Role) error {
+	if err := validRole(role); err != nil {
+		return err
+	}
+	if _, err := s.administered(ctx, actor, organizationID); err != nil {
+		return err
+	}
+	return s.store.UpdateMembership(ctx, &Membership{OrganizationID: organizationID, UserID: userID, Role: role})
+}
+
+// RemoveMember ends a membership. Returns CodeNotFound if the user is not a
+// member.
+func (s *Service) RemoveMember(ctx context.Context, actor *Actor, organizationID, userID int64) error {
+	if _, err := s.administered(ctx, actor, organizationID); err != nil {
+		return err
+	}
+	return s.store.DeleteMembership(ctx, organizationID, userID)
 }

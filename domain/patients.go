@@ -68,15 +68,15 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 	return p, nil
 }
 
-// PatientByID returns the patient if the actor may read it; CodeNotFound
-// otherwise, so that ids of other organizations' patients are not revealed.
+// PatientByID returns a patient the actor may read. Returns CodeNotFound
+// or CodeForbidden.
 func (s *Service) PatientByID(ctx context.Context, actor *Actor, id int64) (*Patient, error) {
 	p, err := s.store.PatientByID(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if !actor.CanReadPatient(p) {
-		return nil, Errorf(CodeNotFound, "patient %d does not exist", id)
+		return nil, Errorf(CodeForbidden, "you may not read patient %d", id)
 	}
 	return p, nil
 }
@@ -84,6 +84,231 @@ func (s *Service) PatientByID(ctx context.Context, actor *Actor, id int64) (*Pat
 // PatientByUserID returns the patient record of a patient user.
 func (s *Service) PatientByUserID(ctx context.Context, userID int64) (*Patient, error) {
 	return s.store.PatientByUserID(ctx, userID)
+}
+
+// PatientFilter narrows a patient list; zero fields do not filter.
+type PatientFilter struct {
+	OrganizationID int64
+	StudyID        int64
+	Identifier     *Identifier
+	Name           string // prefix of a family or given name, any case or accents
+}
+
+// readablePatients returns the query part that limits patients to those
+// the actor may read.
+func (a *Actor) readablePatients() PatientQuery {
+	switch {
+	case a.IsSuperuser():
+		return PatientQuery{}
+	case a.Patient != nil:
+		return PatientQuery{IDs: []int64{a.Patient.ID}}
+	case a.User.Type == UserPatient:
+		return PatientQuery{IDs: []int64{}}
+	default:
+		return PatientQuery{OrganizationIDs: a.OrganizationIDs()}
+	}
+}
+
+// ListPatients lists the patients the actor may read that pass the filter.
+// Filtering on an organization or study the actor may not read is
+// CodeForbidden; on one that does not exist, CodeInvalid.
+func (s *Service) ListPatients(ctx context.Context, actor *Actor, f PatientFilter, p Page) (List[Patient], error) {
+	q, err := s.patientQuery(ctx, actor, f)
+	if err != nil {
+		return List[Patient]{}, err
+	}
+	return s.store.ListPatients(ctx, q, p)
+}
+
+// patientQuery combines the actor's reach with a filter.
+func (s *Service) patientQuery(ctx context.Context, actor *Actor, f PatientFilter) (PatientQuery, error) {
+	q := actor.readablePatients()
+	if f.OrganizationID != 0 {
+		if _, err := s.store.OrganizationByID(ctx, f.OrganizationID); err != nil {
+			return q, asFieldError(err, "organizationId")
+		}
+		if !actor.CanReadOrganization(f.OrganizationID) && actor.Patient == nil {
+			return q, Errorf(CodeForbidden, "you may not read organization %d", f.OrganizationID)
+		}
+		q.OrganizationIDs = intersect(q.OrganizationIDs, []int64{f.OrganizationID})
+	}
+	if f.StudyID != 0 {
+		study, err := s.store.StudyByID(ctx, f.StudyID)
+		if err != nil {
+			return q, asFieldError(err, "studyId")
+		}
+		if !actor.CanReadOrganization(study.OrganizationID) && actor.Patient == nil {
+			return q, Errorf(CodeForbidden, "you may not read study %d", f.StudyID)
+		}
+		es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{f.StudyID}})
+		if err != nil {
+			return q, err
+		}
+		ids := make([]int64, len(es))
+		for i, e := range es {
+			ids[i] = e.PatientID
+		}
+		q.IDs = intersect(q.IDs, ids)
+	}
+	q.Identifier = f.Identifier
+	q.NamePrefix = SearchKey(f.Name)
+	return q, nil
+}
+
+// intersect combines two id filters, where nil means "any".
+func intersect(a, b []int64) []int64 {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	out := []int64{}
+	for _, id := range a {
+		if slices.Contains(b, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// asFieldError turns a not-found reference given in a filter or body into
+// an invalid field: the request, not the addressed resource, is wrong.
+func asFieldError(err error, field string) error {
+	if IsCode(err, CodeNotFound) {
+		return FieldErrorf(field, "%s", ErrorMessage(err))
+	}
+	return err
+}
+
+// PatientPatch changes a patient; nil fields stay.
+type PatientPatch struct {
+	FamilyName      *string
+	GivenNames      *[]string
+	BirthDate       *string
+	Phone           *string // empty: remove the phone number
+	Identifiers     *[]Identifier
+	OrganizationIDs *[]int64
+}
+
+// UpdatePatient changes a patient's record. Writing needs the right to
+// write the patient's data; moving the patient into or out of an
+// organization needs patient.manage_data there.
+func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (*Patient, error) {
+	old, err := s.PatientByID(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.CanWritePatientData(old) {
+		return nil, Errorf(CodeForbidden, "you may not change patient %d", id)
+	}
+	p := *old
+	if in.FamilyName != nil {
+		p.FamilyName = strings.TrimSpace(*in.FamilyName)
+	}
+	if in.GivenNames != nil {
+		p.GivenNames = trimAll(*in.GivenNames)
+	}
+	if in.BirthDate != nil {
+		p.BirthDate = strings.TrimSpace(*in.BirthDate)
+	}
+	if in.Phone != nil {
+		p.Telecom = slices.DeleteFunc(slices.Clone(p.Telecom), func(c ContactPoint) bool { return c.System == "phone" })
+		if phone := strings.TrimSpace(*in.Phone); phone != "" {
+			p.Telecom = append(p.Telecom, ContactPoint{System: "phone", Value: phone})
+		}
+	}
+	identifiers := p.Identifiers
+	if in.Identifiers != nil {
+		identifiers = *in.Identifiers
+	}
+	if in.OrganizationIDs != nil {
+		p.OrganizationIDs = slices.Compact(slices.Sorted(slices.Values(*in.OrganizationIDs)))
+		for _, org := range symmetricDifference(old.OrganizationIDs, p.OrganizationIDs) {
+			if !actor.CanManageDataIn(org) {
+				return nil, Errorf(CodeForbidden, "you may not move patients into or out of organization %d", org)
+			}
+		}
+	}
+	if err := s.validatePatient(ctx, &p, identifiers); err != nil {
+		return nil, err
+	}
+	p.Identifiers = identifiers
+	if err := s.store.UpdatePatient(ctx, old, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func symmetricDifference(a, b []int64) []int64 {
+	var out []int64
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// canManagePatient: a superuser, or a practitioner with patient.manage_data
+// in one of the patient's organizations; not the patient.
+func (a *Actor) canManagePatient(p *Patient) bool {
+	return a.IsSuperuser() || slices.ContainsFunc(p.OrganizationIDs, a.CanManageDataIn)
+}
+
+// DeletePatient removes a patient, their enrollments, consents and login.
+// A patient with FHIR sources is kept (CodeConflict): their data would lose
+// its owner. Needs a practitioner who manages the patient's data. The order
+// makes a retry finish an interrupted delete: the record goes last.
+func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) error {
+	p, err := s.PatientByID(ctx, actor, id)
+	if err != nil {
+		return err
+	}
+	if !actor.canManagePatient(p) {
+		return Errorf(CodeForbidden, "you may not delete patient %d", id)
+	}
+	sources, err := s.store.ListFHIRSources(ctx, FHIRSourceQuery{PatientIDs: []int64{id}}, Page{Number: 1, Size: 1})
+	if err != nil {
+		return err
+	}
+	if sources.Total > 0 {
+		return Errorf(CodeConflict, "patient %d has %d FHIR sources; delete them first", id, sources.Total)
+	}
+	if err := s.store.DeleteConsents(ctx, ConsentQuery{PatientIDs: []int64{id}}); err != nil {
+		return err
+	}
+	es, err := s.store.Enrollments(ctx, EnrollmentQuery{PatientIDs: []int64{id}})
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		if err := s.store.DeleteEnrollment(ctx, e.StudyID, id); err != nil && !IsCode(err, CodeNotFound) {
+			return err
+		}
+	}
+	if err := s.store.DeleteUser(ctx, p.UserID); err != nil {
+		return err
+	}
+	return s.store.DeletePatient(ctx, p)
+}
+
+// PatientForInvitation returns the patient if the actor may invite them
+// (issue their authorization link): a practitioner who manages their data.
+func (s *Service) PatientForInvitation(ctx context.Context, actor *Actor, id int64) (*Patient, error) {
+	p, err := s.PatientByID(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.canManagePatient(p) {
+		return nil, Errorf(CodeForbidden, "you may not invite patient %d", id)
+	}
+	return p, nil
 }
 
 func (s *Service) validatePatient(ctx context.Context, p *Patient, identifiers []Identifier) error {

@@ -7,9 +7,11 @@ import (
 
 // Store is everything the use cases need from storage. Package repo
 // implements it on MongoDB. Unless a method says otherwise, a lookup by key
-// returns CodeNotFound when nothing matches, and a create returns
-// CodeDuplicate when a unique key is already taken (nothing is written then).
-// Creates assign ID and LastUpdated on the value they are given.
+// returns CodeNotFound when nothing matches, a create returns CodeDuplicate
+// when a unique key is already taken (nothing is written then), and an
+// update or delete of something missing returns CodeNotFound. Creates assign
+// ID and LastUpdated on the value they are given; updates assign
+// LastUpdated. Lists are ordered by id.
 type Store interface {
 	UserStore
 	OrganizationStore
@@ -25,7 +27,10 @@ type UserStore interface {
 	CreateUser(ctx context.Context, u *User) error
 	UserByID(ctx context.Context, id int64) (*User, error)
 	UserByEmail(ctx context.Context, email string) (*User, error)
-	// UpdateUser replaces the stored user with the same ID.
+	// UsersByIDs returns the users that exist among ids, in id order.
+	UsersByIDs(ctx context.Context, ids []int64) ([]User, error)
+	ListUsers(ctx context.Context, q UserQuery, p Page) (List[User], error)
+	// UpdateUser replaces the stored user with the same ID (not its email).
 	UpdateUser(ctx context.Context, u *User) error
 	// DeleteUser removes the user; deleting a missing user is not an error.
 	DeleteUser(ctx context.Context, id int64) error
@@ -39,12 +44,27 @@ type OrganizationStore interface {
 	// OrganizationByName returns the organization with that name under
 	// partOf (0: top level); the first created wins if there are several.
 	OrganizationByName(ctx context.Context, name string, partOf int64) (*Organization, error)
+	ListOrganizations(ctx context.Context, q OrganizationQuery, p Page) (List[Organization], error)
+	// AllOrganizations returns every organization: the tree is small.
+	AllOrganizations(ctx context.Context) ([]Organization, error)
+	UpdateOrganization(ctx context.Context, o *Organization) error
+	DeleteOrganization(ctx context.Context, id int64) error
+
 	// CreateMembership adds a user to an organization; CodeDuplicate if the
 	// user is already a member.
 	CreateMembership(ctx context.Context, m *Membership) error
+	Membership(ctx context.Context, organizationID, userID int64) (*Membership, error)
 	// MembershipsOfUser returns every membership of the user, in
 	// organization id order.
 	MembershipsOfUser(ctx context.Context, userID int64) ([]Membership, error)
+	// MembershipsOfOrganizations returns the memberships of the
+	// organizations, by organization then user id.
+	MembershipsOfOrganizations(ctx context.Context, organizationIDs []int64, p Page) (List[Membership], error)
+	UpdateMembership(ctx context.Context, m *Membership) error
+	DeleteMembership(ctx context.Context, organizationID, userID int64) error
+	// DeleteMembershipsOfOrganization removes every member; none is not an
+	// error.
+	DeleteMembershipsOfOrganization(ctx context.Context, organizationID int64) error
 }
 
 // PatientStore keeps patients, with their identifiers unique across patients.
@@ -54,33 +74,79 @@ type PatientStore interface {
 	CreatePatient(ctx context.Context, p *Patient) error
 	PatientByID(ctx context.Context, id int64) (*Patient, error)
 	PatientByUserID(ctx context.Context, userID int64) (*Patient, error)
+	ListPatients(ctx context.Context, q PatientQuery, p Page) (List[Patient], error)
+	// PatientIDs returns the ids of every patient the query selects, in
+	// order: how joins reach other collections' queries as id lists.
+	PatientIDs(ctx context.Context, q PatientQuery) ([]int64, error)
+	// UpdatePatient replaces the stored patient old with p (same ID). New
+	// identifiers are claimed before the record changes and dropped ones
+	// released after, so no identifier is ever unowned or doubly owned;
+	// CodeDuplicate if a new identifier belongs to another patient.
+	UpdatePatient(ctx context.Context, old, p *Patient) error
+	// DeletePatient removes the record, then releases its identifiers.
+	DeletePatient(ctx context.Context, p *Patient) error
 }
 
 // StudyStore keeps studies, their scope requests and data sources, the
 // enrollments and the consents.
 type StudyStore interface {
 	CreateStudy(ctx context.Context, s *Study) error
+	StudyByID(ctx context.Context, id int64) (*Study, error)
 	// StudyByName returns the study of that name in the organization.
 	StudyByName(ctx context.Context, organizationID int64, name string) (*Study, error)
+	ListStudies(ctx context.Context, q StudyQuery, p Page) (List[Study], error)
+	UpdateStudy(ctx context.Context, s *Study) error
+	DeleteStudy(ctx context.Context, id int64) error
+
 	CreateScopeCode(ctx context.Context, c *ScopeCode) error
+	ScopeCodeByID(ctx context.Context, id int64) (*ScopeCode, error)
 	ScopeCodeByCoding(ctx context.Context, system, code string) (*ScopeCode, error)
+	// ScopeCodesByIDs returns the scope codes that exist among ids.
+	ScopeCodesByIDs(ctx context.Context, ids []int64) ([]ScopeCode, error)
+	ListScopeCodes(ctx context.Context, p Page) (List[ScopeCode], error)
+
 	CreateScopeRequest(ctx context.Context, r ScopeRequest) error
+	// ScopeRequests returns the scope requests of the studies.
+	ScopeRequests(ctx context.Context, studyIDs []int64) ([]ScopeRequest, error)
+	DeleteScopeRequest(ctx context.Context, r ScopeRequest) error
+
 	CreateStudyDataSource(ctx context.Context, s StudyDataSource) error
+	StudyDataSources(ctx context.Context, q StudyDataSourceQuery) ([]StudyDataSource, error)
+	DeleteStudyDataSource(ctx context.Context, s StudyDataSource) error
+
 	CreateEnrollment(ctx context.Context, e *Enrollment) error
+	Enrollments(ctx context.Context, q EnrollmentQuery) ([]Enrollment, error)
+	DeleteEnrollment(ctx context.Context, studyID, patientID int64) error
+
 	CreateConsent(ctx context.Context, c *Consent) error
+	Consents(ctx context.Context, q ConsentQuery) ([]Consent, error)
+	UpdateConsent(ctx context.Context, c *Consent) error
+	DeleteConsent(ctx context.Context, patientID, studyID, scopeCodeID int64) error
+	// DeleteConsents removes every answer the query selects (at least one
+	// of its lists must be set).
+	DeleteConsents(ctx context.Context, q ConsentQuery) error
 }
 
 // DataSourceStore keeps data sources.
 type DataSourceStore interface {
 	CreateDataSource(ctx context.Context, d *DataSource) error
+	DataSourceByID(ctx context.Context, id int64) (*DataSource, error)
 	DataSourceByName(ctx context.Context, name string) (*DataSource, error)
+	// DataSourcesByIDs returns the data sources that exist among ids.
+	DataSourcesByIDs(ctx context.Context, ids []int64) ([]DataSource, error)
+	ListDataSources(ctx context.Context, p Page) (List[DataSource], error)
+	UpdateDataSource(ctx context.Context, d *DataSource) error
+	DeleteDataSource(ctx context.Context, id int64) error
 }
 
 // FHIRSourceStore keeps FHIR sources.
 type FHIRSourceStore interface {
 	CreateFHIRSource(ctx context.Context, s *FHIRSource) error
+	FHIRSourceByID(ctx context.Context, id int64) (*FHIRSource, error)
 	// FHIRSourceByLabel returns the patient's FHIR source with that label.
 	FHIRSourceByLabel(ctx context.Context, patientID int64, label string) (*FHIRSource, error)
+	ListFHIRSources(ctx context.Context, q FHIRSourceQuery, p Page) (List[FHIRSource], error)
+	DeleteFHIRSource(ctx context.Context, id int64) error
 }
 
 // LoginThrottle counts failed logins in fixed windows. A key names what is

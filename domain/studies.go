@@ -2,7 +2,9 @@ package domain
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -21,6 +23,20 @@ type NewStudy struct {
 	IconURL        string
 }
 
+// StudyPatch changes a study; nil fields stay. A study never changes
+// organization.
+type StudyPatch struct {
+	Name        *string
+	Description *string
+	IconURL     *string
+}
+
+// StudyView is a study with its organization.
+type StudyView struct {
+	Study
+	Organization Organization
+}
+
 // CreateStudy stores a study of one organization; the actor must manage data
 // in it. Returns CodeInvalid, CodeForbidden.
 func (s *Service) CreateStudy(ctx context.Context, actor *Actor, in NewStudy) (*Study, error) {
@@ -30,19 +46,11 @@ func (s *Service) CreateStudy(ctx context.Context, actor *Actor, in NewStudy) (*
 		Description:    strings.TrimSpace(in.Description),
 		IconURL:        strings.TrimSpace(in.IconURL),
 	}
-	if st.Name == "" {
-		return nil, FieldErrorf("name", "is required")
-	}
-	if st.IconURL != "" {
-		if u, err := url.Parse(st.IconURL); err != nil || !u.IsAbs() {
-			return nil, FieldErrorf("iconUrl", "%q is not an absolute URL", st.IconURL)
-		}
+	if err := validateStudy(st); err != nil {
+		return nil, err
 	}
 	if _, err := s.store.OrganizationByID(ctx, st.OrganizationID); err != nil {
-		if IsCode(err, CodeNotFound) {
-			return nil, FieldErrorf("organization", "organization %d does not exist", st.OrganizationID)
-		}
-		return nil, err
+		return nil, asFieldError(err, "organizationId")
 	}
 	if !actor.CanManageDataIn(st.OrganizationID) {
 		return nil, Errorf(CodeForbidden, "you may not create studies in organization %d", st.OrganizationID)
@@ -53,68 +61,420 @@ func (s *Service) CreateStudy(ctx context.Context, actor *Actor, in NewStudy) (*
 	return st, nil
 }
 
+func validateStudy(st *Study) error {
+	if st.Name == "" {
+		return FieldErrorf("name", "is required")
+	}
+	if st.IconURL != "" {
+		if u, err := url.Parse(st.IconURL); err != nil || !u.IsAbs() || u.Host == "" {
+			return FieldErrorf("iconUrl", "%q is not an absolute URL", st.IconURL)
+		}
+	}
+	return nil
+}
+
 // StudyByName returns the study of that name in the organization.
 func (s *Service) StudyByName(ctx context.Context, organizationID int64, name string) (*Study, error) {
 	return s.store.StudyByName(ctx, organizationID, name)
 }
 
-// EnsureScopeCode returns the scope code for (system, code), creating it
-// with text when it does not exist yet.
-func (s *Service) EnsureScopeCode(ctx context.Context, system, code, text string) (*ScopeCode, error) {
-	if u, err := url.Parse(system); err != nil || !u.IsAbs() {
-		return nil, FieldErrorf("codingSystem", "%q is not an absolute URI", system)
+// canReadStudy: readers of its organization, and its enrolled patients.
+func (s *Service) canReadStudy(ctx context.Context, actor *Actor, st *Study) (bool, error) {
+	if actor.CanReadOrganization(st.OrganizationID) {
+		return true, nil
 	}
-	if strings.TrimSpace(code) == "" {
-		return nil, FieldErrorf("codingCode", "is required")
+	if actor.Patient == nil {
+		return false, nil
 	}
-	c, err := s.store.ScopeCodeByCoding(ctx, system, code)
-	if !IsCode(err, CodeNotFound) {
-		return c, err
-	}
-	c = &ScopeCode{System: system, Code: code, Text: strings.TrimSpace(text)}
-	if err := s.store.CreateScopeCode(ctx, c); err != nil {
-		if IsCode(err, CodeDuplicate) { // created concurrently
-			return s.store.ScopeCodeByCoding(ctx, system, code)
-		}
-		return nil, err
-	}
-	return c, nil
+	es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{st.ID}, PatientIDs: []int64{actor.Patient.ID}})
+	return len(es) > 0, err
 }
 
-// RequestScope makes the study ask its patients for the scope code.
-// Returns CodeDuplicate if it already does.
-func (s *Service) RequestScope(ctx context.Context, actor *Actor, study *Study, scopeCodeID int64) error {
-	if !actor.CanManageDataIn(study.OrganizationID) {
-		return Errorf(CodeForbidden, "you may not change study %d", study.ID)
+// readableStudy returns a study the actor may read.
+func (s *Service) readableStudy(ctx context.Context, actor *Actor, id int64) (*Study, error) {
+	st, err := s.store.StudyByID(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	return s.store.CreateScopeRequest(ctx, ScopeRequest{StudyID: study.ID, ScopeCodeID: scopeCodeID})
+	ok, err := s.canReadStudy(ctx, actor, st)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, Errorf(CodeForbidden, "you may not read study %d", id)
+	}
+	return st, nil
+}
+
+// managedStudy returns a study the actor may change: patient.manage_data
+// in its organization.
+func (s *Service) managedStudy(ctx context.Context, actor *Actor, id int64) (*Study, error) {
+	st, err := s.store.StudyByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.CanManageDataIn(st.OrganizationID) {
+		return nil, Errorf(CodeForbidden, "you may not change study %d", id)
+	}
+	return st, nil
+}
+
+// StudyByID returns a study the actor may read with its organization.
+func (s *Service) StudyByID(ctx context.Context, actor *Actor, id int64) (*StudyView, error) {
+	st, err := s.readableStudy(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	views, err := s.studyViews(ctx, []Study{*st})
+	if err != nil {
+		return nil, err
+	}
+	return &views[0], nil
+}
+
+func (s *Service) studyViews(ctx context.Context, studies []Study) ([]StudyView, error) {
+	out := make([]StudyView, len(studies))
+	orgs := map[int64]*Organization{}
+	for i, st := range studies {
+		o, ok := orgs[st.OrganizationID]
+		if !ok {
+			var err error
+			if o, err = s.store.OrganizationByID(ctx, st.OrganizationID); err != nil {
+				return nil, err
+			}
+			orgs[st.OrganizationID] = o
+		}
+		out[i] = StudyView{Study: st, Organization: *o}
+	}
+	return out, nil
+}
+
+// ListStudies lists the studies the actor may read (of their organizations;
+// a patient's: those they are enrolled in), optionally of one organization.
+func (s *Service) ListStudies(ctx context.Context, actor *Actor, organizationID int64, p Page) (List[StudyView], error) {
+	q := StudyQuery{}
+	switch {
+	case actor.IsSuperuser():
+	case actor.Patient != nil:
+		es, err := s.store.Enrollments(ctx, EnrollmentQuery{PatientIDs: []int64{actor.Patient.ID}})
+		if err != nil {
+			return List[StudyView]{}, err
+		}
+		q.IDs = []int64{}
+		for _, e := range es {
+			q.IDs = append(q.IDs, e.StudyID)
+		}
+	default:
+		q.OrganizationIDs = actor.OrganizationIDs()
+	}
+	if organizationID != 0 {
+		if _, err := s.store.OrganizationByID(ctx, organizationID); err != nil {
+			return List[StudyView]{}, err
+		}
+		if !actor.canSeeOrganization(organizationID) {
+			return List[StudyView]{}, Errorf(CodeForbidden, "you may not read organization %d", organizationID)
+		}
+		q.OrganizationIDs = intersect(q.OrganizationIDs, []int64{organizationID})
+	}
+	studies, err := s.store.ListStudies(ctx, q, p)
+	if err != nil {
+		return List[StudyView]{}, err
+	}
+	views, err := s.studyViews(ctx, studies.Items)
+	return List[StudyView]{Items: views, Total: studies.Total}, err
+}
+
+// UpdateStudy changes a study's name, description or icon.
+func (s *Service) UpdateStudy(ctx context.Context, actor *Actor, id int64, in StudyPatch) (*StudyView, error) {
+	st, err := s.managedStudy(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if in.Name != nil {
+		st.Name = strings.TrimSpace(*in.Name)
+	}
+	if in.Description != nil {
+		st.Description = strings.TrimSpace(*in.Description)
+	}
+	if in.IconURL != nil {
+		st.IconURL = strings.TrimSpace(*in.IconURL)
+	}
+	if err := validateStudy(st); err != nil {
+		return nil, err
+	}
+	if err := s.store.UpdateStudy(ctx, st); err != nil {
+		return nil, err
+	}
+	views, err := s.studyViews(ctx, []Study{*st})
+	if err != nil {
+		return nil, err
+	}
+	return &views[0], nil
+}
+
+// DeleteStudy removes a study without enrolled patients (CodeConflict
+// otherwise), with its scope requests and data source links.
+func (s *Service) DeleteStudy(ctx context.Context, actor *Actor, id int64) error {
+	st, err := s.managedStudy(ctx, actor, id)
+	if err != nil {
+		return err
+	}
+	es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{id}})
+	if err != nil {
+		return err
+	}
+	if len(es) > 0 {
+		return Errorf(CodeConflict, "study %d has %d enrolled patients; remove them first", id, len(es))
+	}
+	// The links go first, so a retry completes an interrupted delete.
+	reqs, err := s.store.ScopeRequests(ctx, []int64{id})
+	if err != nil {
+		return err
+	}
+	for _, r := range reqs {
+		if err := s.store.DeleteScopeRequest(ctx, r); err != nil && !IsCode(err, CodeNotFound) {
+			return err
+		}
+	}
+	links, err := s.store.StudyDataSources(ctx, StudyDataSourceQuery{StudyIDs: []int64{id}})
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if err := s.store.DeleteStudyDataSource(ctx, l); err != nil && !IsCode(err, CodeNotFound) {
+			return err
+		}
+	}
+	return s.store.DeleteStudy(ctx, st.ID)
+}
+
+// StudyPatients lists the patients enrolled in a study; for practitioners
+// who may read its organization.
+func (s *Service) StudyPatients(ctx context.Context, actor *Actor, studyID int64, p Page) (List[Patient], error) {
+	st, err := s.store.StudyByID(ctx, studyID)
+	if err != nil {
+		return List[Patient]{}, err
+	}
+	if !actor.CanReadOrganization(st.OrganizationID) {
+		return List[Patient]{}, Errorf(CodeForbidden, "you may not read the patients of study %d", studyID)
+	}
+	return s.ListPatients(ctx, actor, PatientFilter{StudyID: studyID}, p)
+}
+
+// checkPatientIDs checks a list of patient ids given in a request body.
+func checkPatientIDs(ids []int64) error {
+	if len(ids) == 0 {
+		return FieldErrorf("patientIds", "give at least one patient id")
+	}
+	for i, id := range ids {
+		if slices.Contains(ids[:i], id) {
+			return FieldErrorf("patientIds", "patient %d is listed twice", id)
+		}
+	}
+	return nil
+}
+
+// EnrollPatients enrolls patients in a study. Every patient must exist and
+// belong to the study's organization, and none may be enrolled already
+// (CodeDuplicate): all are enrolled, or none.
+func (s *Service) EnrollPatients(ctx context.Context, actor *Actor, studyID int64, patientIDs []int64) error {
+	st, err := s.managedStudy(ctx, actor, studyID)
+	if err != nil {
+		return err
+	}
+	if err := checkPatientIDs(patientIDs); err != nil {
+		return err
+	}
+	for _, id := range patientIDs {
+		p, err := s.store.PatientByID(ctx, id)
+		if err != nil {
+			return asFieldError(err, "patientIds")
+		}
+		if !slices.Contains(p.OrganizationIDs, st.OrganizationID) {
+			return FieldErrorf("patientIds", "patient %d does not belong to organization %d of study %d", id, st.OrganizationID, studyID)
+		}
+	}
+	for i, id := range patientIDs {
+		if err := s.store.CreateEnrollment(ctx, &Enrollment{StudyID: studyID, PatientID: id}); err != nil {
+			return s.undo(ctx, err, func(ctx context.Context) error {
+				for _, done := range patientIDs[:i] {
+					if err := s.store.DeleteEnrollment(ctx, studyID, done); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	return nil
+}
+
+// UnenrollPatients removes patients from a study, with their answers to its
+// scope requests. Every patient must be enrolled (CodeNotFound otherwise,
+// before anything changes).
+func (s *Service) UnenrollPatients(ctx context.Context, actor *Actor, studyID int64, patientIDs []int64) error {
+	if _, err := s.managedStudy(ctx, actor, studyID); err != nil {
+		return err
+	}
+	if err := checkPatientIDs(patientIDs); err != nil {
+		return err
+	}
+	es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{studyID}, PatientIDs: patientIDs})
+	if err != nil {
+		return err
+	}
+	for _, id := range patientIDs {
+		if !slices.ContainsFunc(es, func(e Enrollment) bool { return e.PatientID == id }) {
+			return Errorf(CodeNotFound, "patient %d is not enrolled in study %d", id, studyID)
+		}
+	}
+	// Answers go before the enrollment, so a retry completes the removal.
+	for _, id := range patientIDs {
+		if err := s.store.DeleteConsents(ctx, ConsentQuery{PatientIDs: []int64{id}, StudyIDs: []int64{studyID}}); err != nil {
+			return err
+		}
+		if err := s.store.DeleteEnrollment(ctx, studyID, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// undo runs a compensation after a failed write and returns the failure,
+// noting the compensation's own failure if any.
+func (s *Service) undo(ctx context.Context, cause error, compensate func(context.Context) error) error {
+	if err := compensate(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("%w (and undoing the partial change failed: %v)", cause, err)
+	}
+	return cause
+}
+
+// ScopeRef names a scope code by id or by coding.
+type ScopeRef struct {
+	ID     int64
+	System string
+	Code   string
+}
+
+// resolveScope finds the scope code a reference names.
+func (s *Service) resolveScope(ctx context.Context, ref ScopeRef, field string) (*ScopeCode, error) {
+	var c *ScopeCode
+	var err error
+	switch {
+	case ref.ID != 0:
+		c, err = s.store.ScopeCodeByID(ctx, ref.ID)
+	case ref.System != "" && ref.Code != "":
+		c, err = s.store.ScopeCodeByCoding(ctx, ref.System, ref.Code)
+	default:
+		return nil, FieldErrorf(field, "name a scope code by scopeCodeId, or by codingSystem and codingCode")
+	}
+	return c, asFieldError(err, field)
+}
+
+// StudyScopeRequests returns the scope codes a study requests.
+func (s *Service) StudyScopeRequests(ctx context.Context, actor *Actor, studyID int64) ([]ScopeCode, error) {
+	if _, err := s.readableStudy(ctx, actor, studyID); err != nil {
+		return nil, err
+	}
+	return s.requestedScopes(ctx, studyID)
+}
+
+func (s *Service) requestedScopes(ctx context.Context, studyID int64) ([]ScopeCode, error) {
+	reqs, err := s.store.ScopeRequests(ctx, []int64{studyID})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.ScopeCodeID
+	}
+	return s.store.ScopeCodesByIDs(ctx, ids)
+}
+
+// AddScopeRequest makes a study ask its patients for a scope code.
+// Returns CodeDuplicate if it already does.
+func (s *Service) AddScopeRequest(ctx context.Context, actor *Actor, studyID int64, ref ScopeRef) (*ScopeCode, error) {
+	st, err := s.managedStudy(ctx, actor, studyID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.resolveScope(ctx, ref, "scopeCodeId")
+	if err != nil {
+		return nil, err
+	}
+	return c, s.store.CreateScopeRequest(ctx, ScopeRequest{StudyID: st.ID, ScopeCodeID: c.ID})
+}
+
+// RequestScope makes the study ask its patients for the scope code (the
+// seed's form of AddScopeRequest). Returns CodeDuplicate if it already does.
+func (s *Service) RequestScope(ctx context.Context, actor *Actor, study *Study, scopeCodeID int64) error {
+	_, err := s.AddScopeRequest(ctx, actor, study.ID, ScopeRef{ID: scopeCodeID})
+	return err
+}
+
+// RemoveScopeRequest stops a study asking for a scope code and forgets the
+// answers given to it.
+func (s *Service) RemoveScopeRequest(ctx context.Context, actor *Actor, studyID, scopeCodeID int64) error {
+	if _, err := s.managedStudy(ctx, actor, studyID); err != nil {
+		return err
+	}
+	reqs, err := s.store.ScopeRequests(ctx, []int64{studyID})
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(reqs, ScopeRequest{StudyID: studyID, ScopeCodeID: scopeCodeID}) {
+		return Errorf(CodeNotFound, "study %d does not request scope code %d", studyID, scopeCodeID)
+	}
+	if err := s.store.DeleteConsents(ctx, ConsentQuery{StudyIDs: []int64{studyID}, ScopeCodeIDs: []int64{scopeCodeID}}); err != nil {
+		return err
+	}
+	return s.store.DeleteScopeRequest(ctx, ScopeRequest{StudyID: studyID, ScopeCodeID: scopeCodeID})
+}
+
+// StudyDataSources returns the data sources a study collects from.
+func (s *Service) StudyDataSources(ctx context.Context, actor *Actor, studyID int64) ([]DataSource, error) {
+	if _, err := s.readableStudy(ctx, actor, studyID); err != nil {
+		return nil, err
+	}
+	return s.dataSourcesOfStudy(ctx, studyID)
+}
+
+func (s *Service) dataSourcesOfStudy(ctx context.Context, studyID int64) ([]DataSource, error) {
+	links, err := s.store.StudyDataSources(ctx, StudyDataSourceQuery{StudyIDs: []int64{studyID}})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(links))
+	for i, l := range links {
+		ids[i] = l.DataSourceID
+	}
+	return s.store.DataSourcesByIDs(ctx, ids)
 }
 
 // AddStudyDataSource records that the study collects from the data source.
 // Returns CodeDuplicate if it already does.
-func (s *Service) AddStudyDataSource(ctx context.Context, actor *Actor, study *Study, dataSourceID int64) error {
-	if !actor.CanManageDataIn(study.OrganizationID) {
-		return Errorf(CodeForbidden, "you may not change study %d", study.ID)
+func (s *Service) AddStudyDataSource(ctx context.Context, actor *Actor, studyID, dataSourceID int64) (*DataSource, error) {
+	st, err := s.managedStudy(ctx, actor, studyID)
+	if err != nil {
+		return nil, err
 	}
-	return s.store.CreateStudyDataSource(ctx, StudyDataSource{StudyID: study.ID, DataSourceID: dataSourceID})
+	ds, err := s.store.DataSourceByID(ctx, dataSourceID)
+	if err != nil {
+		return nil, asFieldError(err, "dataSourceId")
+	}
+	return ds, s.store.CreateStudyDataSource(ctx, StudyDataSource{StudyID: st.ID, DataSourceID: ds.ID})
 }
 
-// Enroll puts the patient in the study. The actor must manage data in the
-// study's organization, which must be one of the patient's. Returns
-// CodeDuplicate if the patient is already enrolled.
+// RemoveStudyDataSource stops a study collecting from a data source.
+func (s *Service) RemoveStudyDataSource(ctx context.Context, actor *Actor, studyID, dataSourceID int64) error {
+	if _, err := s.managedStudy(ctx, actor, studyID); err != nil {
+		return err
+	}
+	return s.store.DeleteStudyDataSource(ctx, StudyDataSource{StudyID: studyID, DataSourceID: dataSourceID})
+}
+
+// Enroll puts one patient in the study (the seed's form of EnrollPatients).
+// Returns CodeDuplicate if the patient is already enrolled.
 func (s *Service) Enroll(ctx context.Context, actor *Actor, study *Study, p *Patient) error {
-	if !actor.CanManageDataIn(study.OrganizationID) {
-		return Errorf(CodeForbidden, "you may not enroll patients in study %d", study.ID)
-	}
-	return s.store.CreateEnrollment(ctx, &Enrollment{StudyID: study.ID, PatientID: p.ID})
-}
-
-// RecordConsent stores the patient's answer for a scope code of a study.
-// Returns CodeDuplicate if the scope was already answered.
-func (s *Service) RecordConsent(ctx context.Context, actor *Actor, study *Study, p *Patient, scopeCodeID int64, consented bool) error {
-	if !actor.isPatient(p) && !actor.CanManageDataIn(study.OrganizationID) {
-		return Errorf(CodeForbidden, "you may not answer consents for patient %d", p.ID)
-	}
-	now := s.Now()
-	return s.store.CreateConsent(ctx, &Consent{PatientID: p.ID, StudyID: study.ID, ScopeCodeID: scopeCodeID, Consented: consented, ConsentedTime: now})
+	return s.EnrollPatients(ctx, actor, study.ID, []int64{p.ID})
 }

@@ -179,5 +179,14 @@ func (s *Service) UserByEmail(ctx context.Context, email string) (*User, error) 
 	return s.store.UserByEmail(ctx, email)
 }
 
+// ListUsers finds users by a part of their email; for practitioners and
+// superusers (to add members, for one), not patients.
+func (s *Service) ListUsers(ctx context.Context, actor *Actor, emailContains string, p Page) (List[User], error) {
+	if actor.User.Type != UserPractitioner {
+		return List[User]{}, Errorf(CodeForbidden, "patients may not search users")
+	}
+	return s.store.ListUsers(ctx, UserQuery{EmailContains: strings.TrimSpace(emailContains)}, p)
+}
+
 // CountUsers returns how many users exist.
 func (s *Service) CountUsers(ctx context.Context) (int64, error) { return s.store.CountUsers(ctx) }

@@ -30,6 +30,7 @@ var indexes = []index{
 	{colMemberships, "user", bson.D{{Key: "userId", Value: 1}}, false},
 	{colPatients, "user_unique", bson.D{{Key: "userId", Value: 1}}, true},
 	{colPatients, "organizations", bson.D{{Key: "organizationIds", Value: 1}}, false},
+	{colPatients, "nameKeys", bson.D{{Key: "nameKeys", Value: 1}}, false},
 	{colPatientIdentifiers, "system_value_unique", bson.D{{Key: "system", Value: 1}, {Key: "value", Value: 1}}, true},
 	{colPatientIdentifiers, "patient", bson.D{{Key: "patientId", Value: 1}}, false},
 	{colStudies, "organization_name", bson.D{{Key: "organizationId", Value: 1}, {Key: "name", Value: 1}}, false},

@@ -21,12 +21,16 @@ type organizationDoc struct {
 	LastUpdated time.Time `bson:"lastUpdated"`
 }
 
-func (x organizationDoc) organization() *domain.Organization {
-	o := &domain.Organization{ID: x.ID, Name: x.Name, Type: domain.OrganizationType(x.Type), LastUpdated: x.LastUpdated.UTC()}
+func (x organizationDoc) organization() domain.Organization {
+	o := domain.Organization{ID: x.ID, Name: x.Name, Type: domain.OrganizationType(x.Type), LastUpdated: x.LastUpdated.UTC()}
 	if x.PartOf != nil {
 		o.PartOf = *x.PartOf
 	}
 	return o
+}
+
+func toOrganizationDoc(o *domain.Organization) organizationDoc {
+	return organizationDoc{o.ID, o.Name, string(o.Type), optionalID(o.PartOf), o.LastUpdated}
 }
 
 // membershipDoc is a document of the memberships collection; role is null
@@ -36,6 +40,22 @@ type membershipDoc struct {
 	UserID         int64     `bson:"userId"`
 	Role           *string   `bson:"role"`
 	LastUpdated    time.Time `bson:"lastUpdated"`
+}
+
+func (x membershipDoc) membership() domain.Membership {
+	m := domain.Membership{OrganizationID: x.OrganizationID, UserID: x.UserID, LastUpdated: x.LastUpdated.UTC()}
+	if x.Role != nil {
+		m.Role = domain.Role(*x.Role)
+	}
+	return m
+}
+
+func roleValue(r domain.Role) *string {
+	if r == domain.RoleNone {
+		return nil
+	}
+	s := string(r)
+	return &s
 }
 
 func optionalID(id int64) *int64 {
@@ -52,7 +72,7 @@ func (d *DB) CreateOrganization(ctx context.Context, o *domain.Organization) err
 		return err
 	}
 	o.ID, o.LastUpdated = id, d.nowMillis()
-	_, err = d.c(colOrganizations).InsertOne(ctx, organizationDoc{o.ID, o.Name, string(o.Type), optionalID(o.PartOf), o.LastUpdated})
+	_, err = d.c(colOrganizations).InsertOne(ctx, toOrganizationDoc(o))
 	return err
 }
 
@@ -62,7 +82,8 @@ func (d *DB) OrganizationByID(ctx context.Context, id int64) (*domain.Organizati
 	if err := d.findOne(ctx, colOrganizations, bson.M{"_id": id}, &x, fmt.Sprintf("organization %d does not exist", id)); err != nil {
 		return nil, err
 	}
-	return x.organization(), nil
+	o := x.organization()
+	return &o, nil
 }
 
 // OrganizationByName implements domain.OrganizationStore.
@@ -70,22 +91,64 @@ func (d *DB) OrganizationByName(ctx context.Context, name string, partOf int64) 
 	var x organizationDoc
 	filter := bson.M{"partOf": optionalID(partOf), "name": name}
 	if err := d.findOne(ctx, colOrganizations, filter, &x, fmt.Sprintf("no organization is named %q", name),
-		options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}})); err != nil {
+		options.FindOne().SetSort(byID)); err != nil {
 		return nil, err
 	}
-	return x.organization(), nil
+	o := x.organization()
+	return &o, nil
+}
+
+// ListOrganizations implements domain.OrganizationStore.
+func (d *DB) ListOrganizations(ctx context.Context, q domain.OrganizationQuery, p domain.Page) (domain.List[domain.Organization], error) {
+	filter := withIn(nil, "_id", q.IDs)
+	if q.PartOf != nil {
+		filter = append(filter, bson.E{Key: "partOf", Value: optionalID(*q.PartOf)})
+	}
+	var docs []organizationDoc
+	total, err := d.listPage(ctx, colOrganizations, filter, byID, p, &docs)
+	return domain.List[domain.Organization]{Items: convert(docs, organizationDoc.organization), Total: total}, err
+}
+
+// AllOrganizations implements domain.OrganizationStore.
+func (d *DB) AllOrganizations(ctx context.Context) ([]domain.Organization, error) {
+	var docs []organizationDoc
+	if err := d.findAll(ctx, colOrganizations, bson.D{}, &docs, options.Find().SetSort(byID)); err != nil {
+		return nil, err
+	}
+	return convert(docs, organizationDoc.organization), nil
+}
+
+// UpdateOrganization implements domain.OrganizationStore.
+func (d *DB) UpdateOrganization(ctx context.Context, o *domain.Organization) error {
+	o.LastUpdated = d.nowMillis()
+	res, err := d.c(colOrganizations).ReplaceOne(ctx, bson.M{"_id": o.ID}, toOrganizationDoc(o))
+	if err != nil {
+		return err
+	}
+	return mustMatch(res.MatchedCount, nil, "organization %d does not exist", o.ID)
+}
+
+// DeleteOrganization implements domain.OrganizationStore.
+func (d *DB) DeleteOrganization(ctx context.Context, id int64) error {
+	return d.deleteOne(ctx, colOrganizations, bson.M{"_id": id}, "organization %d does not exist", id)
 }
 
 // CreateMembership implements domain.OrganizationStore.
 func (d *DB) CreateMembership(ctx context.Context, m *domain.Membership) error {
 	m.LastUpdated = d.nowMillis()
-	var role *string
-	if m.Role != domain.RoleNone {
-		r := string(m.Role)
-		role = &r
-	}
-	return d.insertUnique(ctx, colMemberships, membershipDoc{m.OrganizationID, m.UserID, role, m.LastUpdated},
+	return d.insertUnique(ctx, colMemberships, membershipDoc{m.OrganizationID, m.UserID, roleValue(m.Role), m.LastUpdated},
 		fmt.Sprintf("user %d is already a member of organization %d", m.UserID, m.OrganizationID))
+}
+
+// Membership implements domain.OrganizationStore.
+func (d *DB) Membership(ctx context.Context, organizationID, userID int64) (*domain.Membership, error) {
+	var x membershipDoc
+	if err := d.findOne(ctx, colMemberships, bson.M{"organizationId": organizationID, "userId": userID}, &x,
+		fmt.Sprintf("user %d is not a member of organization %d", userID, organizationID)); err != nil {
+		return nil, err
+	}
+	m := x.membership()
+	return &m, nil
 }
 
 // MembershipsOfUser implements domain.OrganizationStore.
@@ -94,12 +157,36 @@ func (d *DB) MembershipsOfUser(ctx context.Context, userID int64) ([]domain.Memb
 	if err := d.findAll(ctx, colMemberships, bson.M{"userId": userID}, &docs, options.Find().SetSort(bson.D{{Key: "organizationId", Value: 1}})); err != nil {
 		return nil, err
 	}
-	out := make([]domain.Membership, len(docs))
-	for i, x := range docs {
-		out[i] = domain.Membership{OrganizationID: x.OrganizationID, UserID: x.UserID, LastUpdated: x.LastUpdated.UTC()}
-		if x.Role != nil {
-			out[i].Role = domain.Role(*x.Role)
-		}
+	return convert(docs, membershipDoc.membership), nil
+}
+
+// MembershipsOfOrganizations implements domain.OrganizationStore.
+func (d *DB) MembershipsOfOrganizations(ctx context.Context, organizationIDs []int64, p domain.Page) (domain.List[domain.Membership], error) {
+	var docs []membershipDoc
+	total, err := d.listPage(ctx, colMemberships, withIn(nil, "organizationId", nonNilIDs(organizationIDs)),
+		bson.D{{Key: "organizationId", Value: 1}, {Key: "userId", Value: 1}}, p, &docs)
+	return domain.List[domain.Membership]{Items: convert(docs, membershipDoc.membership), Total: total}, err
+}
+
+// UpdateMembership implements domain.OrganizationStore: it changes the role.
+func (d *DB) UpdateMembership(ctx context.Context, m *domain.Membership) error {
+	m.LastUpdated = d.nowMillis()
+	res, err := d.c(colMemberships).UpdateOne(ctx, bson.M{"organizationId": m.OrganizationID, "userId": m.UserID},
+		bson.M{"$set": bson.M{"role": roleValue(m.Role), "lastUpdated": m.LastUpdated}})
+	if err != nil {
+		return err
 	}
-	return out, nil
+	return mustMatch(res.MatchedCount, nil, "user %d is not a member of organization %d", m.UserID, m.OrganizationID)
+}
+
+// DeleteMembership implements domain.OrganizationStore.
+func (d *DB) DeleteMembership(ctx context.Context, organizationID, userID int64) error {
+	return d.deleteOne(ctx, colMemberships, bson.M{"organizationId": organizationID, "userId": userID},
+		"user %d is not a member of organization %d", userID, organizationID)
+}
+
+// DeleteMembershipsOfOrganization implements domain.OrganizationStore.
+func (d *DB) DeleteMembershipsOfOrganization(ctx context.Context, organizationID int64) error {
+	_, err := d.c(colMemberships).DeleteMany(ctx, bson.M{"organizationId": organizationID})
+	return err
 }

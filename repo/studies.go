@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,12 +22,24 @@ type studyDoc struct {
 	LastUpdated    time.Time `bson:"lastUpdated"`
 }
 
+func (x studyDoc) study() domain.Study {
+	return domain.Study{ID: x.ID, OrganizationID: x.OrganizationID, Name: x.Name, Description: x.Description, IconURL: x.IconURL, LastUpdated: x.LastUpdated.UTC()}
+}
+
+func toStudyDoc(s *domain.Study) studyDoc {
+	return studyDoc{s.ID, s.OrganizationID, s.Name, s.Description, s.IconURL, s.LastUpdated}
+}
+
 // scopeCodeDoc is a document of the scope_codes collection.
 type scopeCodeDoc struct {
 	ID     int64  `bson:"_id"`
 	System string `bson:"system"`
 	Code   string `bson:"code"`
 	Text   string `bson:"text"`
+}
+
+func (x scopeCodeDoc) scopeCode() domain.ScopeCode {
+	return domain.ScopeCode{ID: x.ID, System: x.System, Code: x.Code, Text: x.Text}
 }
 
 // scopeRequestDoc is a document of study_scope_requests.
@@ -59,6 +72,11 @@ type consentDoc struct {
 	LastUpdated   time.Time `bson:"lastUpdated"`
 }
 
+func (x consentDoc) consent() domain.Consent {
+	return domain.Consent{PatientID: x.PatientID, StudyID: x.StudyID, ScopeCodeID: x.ScopeCodeID, Consented: x.Consented,
+		ConsentedTime: x.ConsentedTime.UTC(), LastUpdated: x.LastUpdated.UTC()}
+}
+
 // CreateStudy implements domain.StudyStore.
 func (d *DB) CreateStudy(ctx context.Context, s *domain.Study) error {
 	id, err := d.nextID(ctx, colStudies)
@@ -66,19 +84,53 @@ func (d *DB) CreateStudy(ctx context.Context, s *domain.Study) error {
 		return err
 	}
 	s.ID, s.LastUpdated = id, d.nowMillis()
-	_, err = d.c(colStudies).InsertOne(ctx, studyDoc{s.ID, s.OrganizationID, s.Name, s.Description, s.IconURL, s.LastUpdated})
+	_, err = d.c(colStudies).InsertOne(ctx, toStudyDoc(s))
 	return err
+}
+
+// StudyByID implements domain.StudyStore.
+func (d *DB) StudyByID(ctx context.Context, id int64) (*domain.Study, error) {
+	var x studyDoc
+	if err := d.findOne(ctx, colStudies, bson.M{"_id": id}, &x, fmt.Sprintf("study %d does not exist", id)); err != nil {
+		return nil, err
+	}
+	s := x.study()
+	return &s, nil
 }
 
 // StudyByName implements domain.StudyStore.
 func (d *DB) StudyByName(ctx context.Context, organizationID int64, name string) (*domain.Study, error) {
 	var x studyDoc
 	err := d.findOne(ctx, colStudies, bson.M{"organizationId": organizationID, "name": name}, &x,
-		fmt.Sprintf("organization %d has no study named %q", organizationID, name), options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}))
+		fmt.Sprintf("organization %d has no study named %q", organizationID, name), options.FindOne().SetSort(byID))
 	if err != nil {
 		return nil, err
 	}
-	return &domain.Study{ID: x.ID, OrganizationID: x.OrganizationID, Name: x.Name, Description: x.Description, IconURL: x.IconURL, LastUpdated: x.LastUpdated.UTC()}, nil
+	s := x.study()
+	return &s, nil
+}
+
+// ListStudies implements domain.StudyStore.
+func (d *DB) ListStudies(ctx context.Context, q domain.StudyQuery, p domain.Page) (domain.List[domain.Study], error) {
+	filter := withIn(withIn(nil, "_id", q.IDs), "organizationId", q.OrganizationIDs)
+	var docs []studyDoc
+	total, err := d.listPage(ctx, colStudies, filter, byID, p, &docs)
+	return domain.List[domain.Study]{Items: convert(docs, studyDoc.study), Total: total}, err
+}
+
+// UpdateStudy implements domain.StudyStore.
+func (d *DB) UpdateStudy(ctx context.Context, s *domain.Study) error {
+	s.LastUpdated = d.nowMillis()
+	res, err := d.c(colStudies).ReplaceOne(ctx, bson.M{"_id": s.ID}, toStudyDoc(s))
+	if err != nil {
+		return err
+	}
+	return mustMatch(res.MatchedCount, nil, "study %d does not exist", s.ID)
+}
+
+// DeleteStudy implements domain.StudyStore.
+func (d *DB) DeleteStudy(ctx context.Context, id int64) error {
+	return d.deleteOne(ctx, colStudies, bson.M{"_id": id}, "study %d does not exist", id)
 }
 
 // CreateScopeCode implements domain.StudyStore.
@@ -91,13 +143,40 @@ func (d *DB) CreateScopeCode(ctx context.Context, c *domain.ScopeCode) error {
 	return d.insertUnique(ctx, colScopeCodes, scopeCodeDoc{c.ID, c.System, c.Code, c.Text}, fmt.Sprintf("scope code %s|%s already exists", c.System, c.Code))
 }
 
+// ScopeCodeByID implements domain.StudyStore.
+func (d *DB) ScopeCodeByID(ctx context.Context, id int64) (*domain.ScopeCode, error) {
+	var x scopeCodeDoc
+	if err := d.findOne(ctx, colScopeCodes, bson.M{"_id": id}, &x, fmt.Sprintf("scope code %d does not exist", id)); err != nil {
+		return nil, err
+	}
+	c := x.scopeCode()
+	return &c, nil
+}
+
 // ScopeCodeByCoding implements domain.StudyStore.
 func (d *DB) ScopeCodeByCoding(ctx context.Context, system, code string) (*domain.ScopeCode, error) {
 	var x scopeCodeDoc
 	if err := d.findOne(ctx, colScopeCodes, bson.M{"system": system, "code": code}, &x, fmt.Sprintf("scope code %s|%s does not exist", system, code)); err != nil {
 		return nil, err
 	}
-	return &domain.ScopeCode{ID: x.ID, System: x.System, Code: x.Code, Text: x.Text}, nil
+	c := x.scopeCode()
+	return &c, nil
+}
+
+// ScopeCodesByIDs implements domain.StudyStore.
+func (d *DB) ScopeCodesByIDs(ctx context.Context, ids []int64) ([]domain.ScopeCode, error) {
+	var docs []scopeCodeDoc
+	if err := d.findAll(ctx, colScopeCodes, withIn(nil, "_id", nonNilIDs(ids)), &docs, options.Find().SetSort(byID)); err != nil {
+		return nil, err
+	}
+	return convert(docs, scopeCodeDoc.scopeCode), nil
+}
+
+// ListScopeCodes implements domain.StudyStore.
+func (d *DB) ListScopeCodes(ctx context.Context, p domain.Page) (domain.List[domain.ScopeCode], error) {
+	var docs []scopeCodeDoc
+	total, err := d.listPage(ctx, colScopeCodes, nil, byID, p, &docs)
+	return domain.List[domain.ScopeCode]{Items: convert(docs, scopeCodeDoc.scopeCode), Total: total}, err
 }
 
 // CreateScopeRequest implements domain.StudyStore.
@@ -105,9 +184,40 @@ func (d *DB) CreateScopeRequest(ctx context.Context, r domain.ScopeRequest) erro
 	return d.insertUnique(ctx, colScopeRequests, scopeRequestDoc(r), fmt.Sprintf("study %d already requests scope code %d", r.StudyID, r.ScopeCodeID))
 }
 
+// ScopeRequests implements domain.StudyStore.
+func (d *DB) ScopeRequests(ctx context.Context, studyIDs []int64) ([]domain.ScopeRequest, error) {
+	var docs []scopeRequestDoc
+	err := d.findAll(ctx, colScopeRequests, withIn(nil, "studyId", nonNilIDs(studyIDs)), &docs,
+		options.Find().SetSort(bson.D{{Key: "studyId", Value: 1}, {Key: "scopeCodeId", Value: 1}}))
+	return convert(docs, func(x scopeRequestDoc) domain.ScopeRequest { return domain.ScopeRequest(x) }), err
+}
+
+// DeleteScopeRequest implements domain.StudyStore.
+func (d *DB) DeleteScopeRequest(ctx context.Context, r domain.ScopeRequest) error {
+	return d.deleteOne(ctx, colScopeRequests, bson.M{"studyId": r.StudyID, "scopeCodeId": r.ScopeCodeID},
+		"study %d does not request scope code %d", r.StudyID, r.ScopeCodeID)
+}
+
 // CreateStudyDataSource implements domain.StudyStore.
 func (d *DB) CreateStudyDataSource(ctx context.Context, s domain.StudyDataSource) error {
 	return d.insertUnique(ctx, colStudyDataSources, studyDataSourceDoc(s), fmt.Sprintf("study %d already has data source %d", s.StudyID, s.DataSourceID))
+}
+
+// StudyDataSources implements domain.StudyStore.
+func (d *DB) StudyDataSources(ctx context.Context, q domain.StudyDataSourceQuery) ([]domain.StudyDataSource, error) {
+	if q.StudyIDs == nil && q.DataSourceIDs == nil {
+		return nil, errors.New("repo: StudyDataSources needs a query")
+	}
+	var docs []studyDataSourceDoc
+	err := d.findAll(ctx, colStudyDataSources, withIn(withIn(nil, "studyId", q.StudyIDs), "dataSourceId", q.DataSourceIDs), &docs,
+		options.Find().SetSort(bson.D{{Key: "studyId", Value: 1}, {Key: "dataSourceId", Value: 1}}))
+	return convert(docs, func(x studyDataSourceDoc) domain.StudyDataSource { return domain.StudyDataSource(x) }), err
+}
+
+// DeleteStudyDataSource implements domain.StudyStore.
+func (d *DB) DeleteStudyDataSource(ctx context.Context, s domain.StudyDataSource) error {
+	return d.deleteOne(ctx, colStudyDataSources, bson.M{"studyId": s.StudyID, "dataSourceId": s.DataSourceID},
+		"study %d has no data source %d", s.StudyID, s.DataSourceID)
 }
 
 // CreateEnrollment implements domain.StudyStore.
@@ -117,10 +227,69 @@ func (d *DB) CreateEnrollment(ctx context.Context, e *domain.Enrollment) error {
 		fmt.Sprintf("patient %d is already enrolled in study %d", e.PatientID, e.StudyID))
 }
 
+// Enrollments implements domain.StudyStore.
+func (d *DB) Enrollments(ctx context.Context, q domain.EnrollmentQuery) ([]domain.Enrollment, error) {
+	if q.StudyIDs == nil && q.PatientIDs == nil {
+		return nil, errors.New("repo: Enrollments needs a query")
+	}
+	var docs []enrollmentDoc
+	err := d.findAll(ctx, colEnrollments, withIn(withIn(nil, "studyId", q.StudyIDs), "patientId", q.PatientIDs), &docs,
+		options.Find().SetSort(bson.D{{Key: "studyId", Value: 1}, {Key: "patientId", Value: 1}}))
+	return convert(docs, func(x enrollmentDoc) domain.Enrollment {
+		return domain.Enrollment{StudyID: x.StudyID, PatientID: x.PatientID, LastUpdated: x.LastUpdated.UTC()}
+	}), err
+}
+
+// DeleteEnrollment implements domain.StudyStore.
+func (d *DB) DeleteEnrollment(ctx context.Context, studyID, patientID int64) error {
+	return d.deleteOne(ctx, colEnrollments, bson.M{"studyId": studyID, "patientId": patientID},
+		"patient %d is not enrolled in study %d", patientID, studyID)
+}
+
 // CreateConsent implements domain.StudyStore.
 func (d *DB) CreateConsent(ctx context.Context, c *domain.Consent) error {
 	c.LastUpdated = d.nowMillis()
 	c.ConsentedTime = c.ConsentedTime.UTC().Truncate(time.Millisecond)
 	return d.insertUnique(ctx, colConsents, consentDoc{c.PatientID, c.StudyID, c.ScopeCodeID, c.Consented, c.ConsentedTime, c.LastUpdated},
 		fmt.Sprintf("patient %d has already answered scope code %d of study %d", c.PatientID, c.ScopeCodeID, c.StudyID))
+}
+
+func consentFilter(q domain.ConsentQuery) bson.D {
+	return withIn(withIn(withIn(nil, "patientId", q.PatientIDs), "studyId", q.StudyIDs), "scopeCodeId", q.ScopeCodeIDs)
+}
+
+// Consents implements domain.StudyStore.
+func (d *DB) Consents(ctx context.Context, q domain.ConsentQuery) ([]domain.Consent, error) {
+	var docs []consentDoc
+	err := d.findAll(ctx, colConsents, consentFilter(q), &docs,
+		options.Find().SetSort(bson.D{{Key: "patientId", Value: 1}, {Key: "studyId", Value: 1}, {Key: "scopeCodeId", Value: 1}}))
+	return convert(docs, consentDoc.consent), err
+}
+
+// UpdateConsent implements domain.StudyStore: it changes the answer.
+func (d *DB) UpdateConsent(ctx context.Context, c *domain.Consent) error {
+	c.LastUpdated = d.nowMillis()
+	c.ConsentedTime = c.ConsentedTime.UTC().Truncate(time.Millisecond)
+	res, err := d.c(colConsents).UpdateOne(ctx, bson.M{"patientId": c.PatientID, "studyId": c.StudyID, "scopeCodeId": c.ScopeCodeID},
+		bson.M{"$set": bson.M{"consented": c.Consented, "consentedTime": c.ConsentedTime, "lastUpdated": c.LastUpdated}})
+	if err != nil {
+		return err
+	}
+	return mustMatch(res.MatchedCount, nil, "patient %d has not answered scope code %d of study %d", c.PatientID, c.ScopeCodeID, c.StudyID)
+}
+
+// DeleteConsent implements domain.StudyStore.
+func (d *DB) DeleteConsent(ctx context.Context, patientID, studyID, scopeCodeID int64) error {
+	return d.deleteOne(ctx, colConsents, bson.M{"patientId": patientID, "studyId": studyID, "scopeCodeId": scopeCodeID},
+		"patient %d has not answered scope code %d of study %d", patientID, scopeCodeID, studyID)
+}
+
+// DeleteConsents implements domain.StudyStore.
+func (d *DB) DeleteConsents(ctx context.Context, q domain.ConsentQuery) error {
+	f := consentFilter(q)
+	if len(f) == 0 {
+		return errors.New("repo: DeleteConsents needs a query")
+	}
+	_, err := d.c(colConsents).DeleteMany(ctx, f)
+	return err
 }

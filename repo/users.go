@@ -3,9 +3,12 @@ package repo
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"exchange/domain"
 )
@@ -64,6 +67,30 @@ func (d *DB) UserByEmail(ctx context.Context, email string) (*domain.User, error
 	return x.user(), nil
 }
 
+// UsersByIDs implements domain.UserStore.
+func (d *DB) UsersByIDs(ctx context.Context, ids []int64) ([]domain.User, error) {
+	var docs []userDoc
+	if err := d.findAll(ctx, colUsers, withIn(nil, "_id", nonNilIDs(ids)), &docs, options.Find().SetSort(byID)); err != nil {
+		return nil, err
+	}
+	return convert(docs, func(x userDoc) domain.User { return *x.user() }), nil
+}
+
+// ListUsers implements domain.UserStore.
+func (d *DB) ListUsers(ctx context.Context, q domain.UserQuery, p domain.Page) (domain.List[domain.User], error) {
+	filter := withIn(nil, "_id", q.IDs)
+	if q.EmailContains != "" {
+		// Emails are stored in lower case.
+		filter = append(filter, bson.E{Key: "email", Value: bson.M{"$regex": regexp.QuoteMeta(strings.ToLower(q.EmailContains))}})
+	}
+	if q.Type != "" {
+		filter = append(filter, bson.E{Key: "userType", Value: string(q.Type)})
+	}
+	var docs []userDoc
+	total, err := d.listPage(ctx, colUsers, filter, byID, p, &docs)
+	return domain.List[domain.User]{Items: convert(docs, func(x userDoc) domain.User { return *x.user() }), Total: total}, err
+}
+
 // UpdateUser implements domain.UserStore. The email is not changed here:
 // changing a unique key needs an insert to be checked on FerretDB.
 func (d *DB) UpdateUser(ctx context.Context, u *domain.User) error {
@@ -76,10 +103,7 @@ func (d *DB) UpdateUser(ctx context.Context, u *domain.User) error {
 	if err != nil {
 		return err
 	}
-	if res.MatchedCount == 0 {
-		return domain.Errorf(domain.CodeNotFound, "user %d does not exist", u.ID)
-	}
-	return nil
+	return mustMatch(res.MatchedCount, nil, "user %d does not exist", u.ID)
 }
 
 // DeleteUser implements domain.UserStore.

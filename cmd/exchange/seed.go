@@ -212,7 +212,10 @@ func seed(ctx context.Context, svc *domain.Service, op *oauth.Provider, s *setti
 			for _, code := range d.scopes {
 				ids = append(ids, scopes[code].ID)
 			}
-			ds, err = svc.CreateDataSource(ctx, sys, domain.NewDataSource{Name: d.name, Type: d.kind, SupportedScopeCodeIDs: ids})
+			var v *domain.DataSourceView
+			if v, err = svc.CreateDataSource(ctx, sys, domain.NewDataSource{Name: d.name, Type: d.kind, SupportedScopeCodeIDs: ids}); err == nil {
+				ds = &v.DataSource
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("data source %q: %w", d.name, err)
@@ -235,7 +238,7 @@ func seed(ctx context.Context, svc *domain.Service, op *oauth.Provider, s *setti
 			}
 		}
 		for _, name := range st.dataSources {
-			if err := ignoreDuplicate(svc.AddStudyDataSource(ctx, sys, study, sources[name].ID)); err != nil {
+			if _, err := svc.AddStudyDataSource(ctx, sys, study.ID, sources[name].ID); ignoreDuplicate(err) != nil {
 				return fmt.Errorf("study %q data source %q: %w", st.name, name, err)
 			}
 		}
@@ -254,7 +257,8 @@ func seed(ctx context.Context, svc *domain.Service, op *oauth.Provider, s *setti
 				return fmt.Errorf("enroll %s in %q: %w", sp.email, studyName, err)
 			}
 			for code, consented := range answers {
-				if err := ignoreDuplicate(svc.RecordConsent(ctx, sys, study, p, scopes[code].ID, consented)); err != nil {
+				answer := []domain.StudyScopeConsents{{StudyID: study.ID, Scopes: []domain.ScopeConsent{{System: scopes[code].System, Code: code, Consented: &consented}}}}
+				if err := ignoreDuplicate(svc.AnswerConsents(ctx, sys, p.ID, answer)); err != nil {
 					return fmt.Errorf("consent of %s to %s: %w", sp.email, code, err)
 				}
 			}
@@ -272,7 +276,7 @@ func seed(ctx context.Context, svc *domain.Service, op *oauth.Provider, s *setti
 		if f.dataSource != "" {
 			dsID = sources[f.dataSource].ID
 		}
-		if _, err := svc.CreateFHIRSource(ctx, sys, p, dsID, f.label); err != nil {
+		if _, err := svc.CreateFHIRSource(ctx, sys, p.ID, dsID, f.label); err != nil {
 			return fmt.Errorf("FHIR source %q: %w", f.label, err)
 		}
 	}

@@ -1,0 +1,190 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// NewPractitioner is the input of CreatePractitioner: a practitioner login,
+// optionally placed in an organization with a role.
+type NewPractitioner struct {
+	Email          string
+	Password       string
+	FirstName      string
+	LastName       string
+	OrganizationID int64 // 0: none
+	Role           Role
+}
+
+// PractitionerPatch changes a practitioner; nil fields stay.
+type PractitionerPatch struct {
+	FirstName *string
+	LastName  *string
+}
+
+// Practitioner is a practitioner user with their memberships.
+type Practitioner struct {
+	User        User
+	Memberships []PractitionerMembership
+}
+
+// PractitionerMembership is one organization of a practitioner.
+type PractitionerMembership struct {
+	Organization Organization
+	Role         Role
+}
+
+// CreatePractitioner creates a practitioner user, and their membership when
+// an organization is given. A superuser may create any; a manager only into
+// their organization. On a failed membership the user is removed again.
+func (s *Service) CreatePractitioner(ctx context.Context, actor *Actor, in NewPractitioner) (*Practitioner, error) {
+	if in.OrganizationID == 0 && !actor.IsSuperuser() {
+		return nil, FieldErrorf("organizationId", "is required: you may create practitioners only in an organization you manage")
+	}
+	if in.OrganizationID != 0 {
+		if err := validRole(in.Role); err != nil {
+			return nil, err
+		}
+		if _, err := s.store.OrganizationByID(ctx, in.OrganizationID); err != nil {
+			if IsCode(err, CodeNotFound) {
+				return nil, FieldErrorf("organizationId", "organization %d does not exist", in.OrganizationID)
+			}
+			return nil, err
+		}
+		if !actor.CanAdministerOrganization(in.OrganizationID) {
+			return nil, Errorf(CodeForbidden, "only a manager of organization %d may add practitioners to it", in.OrganizationID)
+		}
+	}
+	u, err := s.CreateUser(ctx, NewUser{Email: in.Email, Password: in.Password, FirstName: in.FirstName, LastName: in.LastName, Type: UserPractitioner})
+	if err != nil {
+		return nil, err
+	}
+	if in.OrganizationID != 0 {
+		if err := s.store.CreateMembership(ctx, &Membership{OrganizationID: in.OrganizationID, UserID: u.ID, Role: in.Role}); err != nil {
+			if derr := s.store.DeleteUser(ctx, u.ID); derr != nil {
+				return nil, fmt.Errorf("create practitioner: %w (and removing its user failed: %v)", err, derr)
+			}
+			return nil, err
+		}
+	}
+	return s.practitioner(ctx, u)
+}
+
+func (s *Service) practitioner(ctx context.Context, u *User) (*Practitioner, error) {
+	ms, err := s.store.MembershipsOfUser(ctx, u.ID)
+	if err != nil {
+		return nil, err
+	}
+	p := &Practitioner{User: *u, Memberships: []PractitionerMembership{}}
+	for _, m := range ms {
+		o, err := s.store.OrganizationByID(ctx, m.OrganizationID)
+		if IsCode(err, CodeNotFound) {
+			continue // left behind by an interrupted organization delete
+		}
+		if err != nil {
+			return nil, err
+		}
+		p.Memberships = append(p.Memberships, PractitionerMembership{Organization: *o, Role: m.Role})
+	}
+	return p, nil
+}
+
+// canReadPractitioner: themselves, a superuser, or a member of one of
+// their organizations.
+func (a *Actor) canReadPractitioner(p *Practitioner) bool {
+	if a.IsSuperuser() || a.User.ID == p.User.ID {
+		return true
+	}
+	return slices.ContainsFunc(p.Memberships, func(m PractitionerMembership) bool { return a.CanReadOrganization(m.Organization.ID) })
+}
+
+// PractitionerByID returns a practitioner the actor may read: themselves, a
+// colleague of one of their organizations, anyone for a superuser.
+func (s *Service) PractitionerByID(ctx context.Context, actor *Actor, id int64) (*Practitioner, error) {
+	u, err := s.store.UserByID(ctx, id)
+	if err == nil && u.Type != UserPractitioner {
+		err = Errorf(CodeNotFound, "practitioner %d does not exist", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.practitioner(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.canReadPractitioner(p) {
+		return nil, Errorf(CodeForbidden, "you may not read practitioner %d", id)
+	}
+	return p, nil
+}
+
+// UpdatePractitioner changes a practitioner's names: themselves or a
+// superuser.
+func (s *Service) UpdatePractitioner(ctx context.Context, actor *Actor, id int64, in PractitionerPatch) (*Practitioner, error) {
+	p, err := s.PractitionerByID(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.IsSuperuser() && actor.User.ID != id {
+		return nil, Errorf(CodeForbidden, "only practitioner %d or a superuser may change their record", id)
+	}
+	u := p.User
+	if in.FirstName != nil {
+		u.FirstName = strings.TrimSpace(*in.FirstName)
+	}
+	if in.LastName != nil {
+		u.LastName = strings.TrimSpace(*in.LastName)
+	}
+	if err := s.store.UpdateUser(ctx, &u); err != nil {
+		return nil, err
+	}
+	p.User = u
+	return p, nil
+}
+
+// ListPractitioners lists practitioners: of one organization the actor may
+// read, or (organizationID 0) of every organization the actor belongs to,
+// all of them for a superuser. Patients may not list practitioners.
+func (s *Service) ListPractitioners(ctx context.Context, actor *Actor, organizationID int64, p Page) (List[Practitioner], error) {
+	if actor.Patient != nil || actor.User.Type == UserPatient {
+		return List[Practitioner]{}, Errorf(CodeForbidden, "patients may not list practitioners")
+	}
+	q := UserQuery{Type: UserPractitioner}
+	orgs := actor.readableOrganizationIDs()
+	if organizationID != 0 {
+		if _, err := s.store.OrganizationByID(ctx, organizationID); err != nil {
+			return List[Practitioner]{}, err
+		}
+		if !actor.CanReadOrganization(organizationID) {
+			return List[Practitioner]{}, Errorf(CodeForbidden, "you may not read organization %d", organizationID)
+		}
+		orgs = []int64{organizationID}
+	}
+	if orgs != nil {
+		ms, err := s.store.MembershipsOfOrganizations(ctx, orgs, everything)
+		if err != nil {
+			return List[Practitioner]{}, err
+		}
+		q.IDs = []int64{}
+		for _, m := range ms.Items {
+			if !slices.Contains(q.IDs, m.UserID) {
+				q.IDs = append(q.IDs, m.UserID)
+			}
+		}
+	}
+	users, err := s.store.ListUsers(ctx, q, p)
+	if err != nil {
+		return List[Practitioner]{}, err
+	}
+	out := List[Practitioner]{Total: users.Total, Items: make([]Practitioner, 0, len(users.Items))}
+	for i := range users.Items {
+		pr, err := s.practitioner(ctx, &users.Items[i])
+		if err != nil {
+			return List[Practitioner]{}, err
+		}
+		out.Items = append(out.Items, *pr)
+	}
+	return out, nil
+}

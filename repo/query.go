@@ -1,0 +1,79 @@
+package repo
+
+import (
+	"context"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"exchange/domain"
+)
+
+// byID sorts lists by id, the order every list of the admin API has.
+var byID = bson.D{{Key: "_id", Value: 1}}
+
+// withIn adds field ∈ values to the filter when values is not nil; an
+// empty, non-nil list matches nothing, as domain queries promise.
+func withIn(f bson.D, field string, values []int64) bson.D {
+	if values == nil {
+		return f
+	}
+	return append(f, bson.E{Key: field, Value: bson.M{"$in": values}})
+}
+
+// listPage decodes one page of the documents matching filter into out and
+// returns how many match in all.
+func (d *DB) listPage(ctx context.Context, col string, filter bson.D, sort bson.D, p domain.Page, out any) (int64, error) {
+	if filter == nil {
+		filter = bson.D{}
+	}
+	total, err := d.c(col).CountDocuments(ctx, filter)
+	if err != nil {
+		return 0, err
+	}
+	opts := options.Find().SetSort(sort).SetSkip(p.Offset()).SetLimit(int64(p.Size))
+	return total, d.findAll(ctx, col, filter, out, opts)
+}
+
+// mustMatch turns an update that matched nothing into CodeNotFound.
+func mustMatch(matched int64, err error, notFound string, args ...any) error {
+	if err != nil {
+		return err
+	}
+	if matched == 0 {
+		return domain.Errorf(domain.CodeNotFound, notFound, args...)
+	}
+	return nil
+}
+
+// deleteOne removes the document matching filter; CodeNotFound if none.
+func (d *DB) deleteOne(ctx context.Context, col string, filter any, notFound string, args ...any) error {
+	res, err := d.c(col).DeleteOne(ctx, filter)
+	if err != nil {
+		return err
+	}
+	return mustMatch(res.DeletedCount, nil, notFound, args...)
+}
+
+// convert maps a slice of documents to domain values.
+func convert[D, T any](docs []D, f func(D) T) []T {
+	out := make([]T, len(docs))
+	for i, x := range docs {
+		out[i] = f(x)
+	}
+	return out
+}
+
+// nonNilIDs makes a nil list empty: for lookups by a list of ids, where
+// no ids means no documents.
+func nonNilIDs(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}
+
+// idDoc is a document projected to its integer id.
+type idDoc struct {
+	ID int64 `bson:"_id"`
+}
