@@ -130,7 +130,7 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 		field := "studyScopeConsents[" + strconv.Itoa(i) + "]"
 		st, err := s.store.StudyByID(ctx, sc.StudyID)
 		if err != nil {
-			return nil, asFieldError(err, field+".studyId")
+			return nil, AsFieldError(err, field+".studyId")
 		}
 		if !actor.isPatient(p) && !actor.CanManageDataIn(st.OrganizationID) {
 			return nil, Errorf(CodeForbidden, "you may not answer consents of study %d for patient %d", st.ID, patientID)

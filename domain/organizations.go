@@ -315,6 +315,11 @@ func (s *Service) AddMember(ctx context.Context, actor *Actor, organizationID, u
 	return s.store.CreateMembership(ctx, &Membership{OrganizationID: organizationID, UserID: userID, Role: role})
 }
 
+// Membership returns one membership (after a write, to answer it).
+func (s *Service) Membership(ctx context.Context, organizationID, userID int64) (*Membership, error) {
+	return s.store.Membership(ctx, organizationID, userID)
+}
+
 // ChangeMemberRole gives a member another role. Returns CodeNotFound if the
 // user is not a member.
 func (s *Service) ChangeMemberRole(ctx context.Context, actor *Actor, organizationID, userID int64, role Role) error {

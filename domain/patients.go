@@ -125,7 +125,7 @@ func (s *Service) patientQuery(ctx context.Context, actor *Actor, f PatientFilte
 	q := actor.readablePatients()
 	if f.OrganizationID != 0 {
 		if _, err := s.store.OrganizationByID(ctx, f.OrganizationID); err != nil {
-			return q, asFieldError(err, "organizationId")
+			return q, AsFieldError(err, "organizationId")
 		}
 		if !actor.CanReadOrganization(f.OrganizationID) && actor.Patient == nil {
 			return q, Errorf(CodeForbidden, "you may not read organization %d", f.OrganizationID)
@@ -135,7 +135,7 @@ func (s *Service) patientQuery(ctx context.Context, actor *Actor, f PatientFilte
 	if f.StudyID != 0 {
 		study, err := s.store.StudyByID(ctx, f.StudyID)
 		if err != nil {
-			return q, asFieldError(err, "studyId")
+			return q, AsFieldError(err, "studyId")
 		}
 		if !actor.CanReadOrganization(study.OrganizationID) && actor.Patient == nil {
 			return q, Errorf(CodeForbidden, "you may not read study %d", f.StudyID)
@@ -172,9 +172,9 @@ func intersect(a, b []int64) []int64 {
 	return out
 }
 
-// asFieldError turns a not-found reference given in a filter or body into
+// AsFieldError turns a not-found reference given in a filter or body into
 // an invalid field: the request, not the addressed resource, is wrong.
-func asFieldError(err error, field string) error {
+func AsFieldError(err error, field string) error {
 	if IsCode(err, CodeNotFound) {
 		return FieldErrorf(field, "%s", ErrorMessage(err))
 	}

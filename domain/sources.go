@@ -220,7 +220,7 @@ func (s *Service) CreateFHIRSource(ctx context.Context, actor *Actor, patientID,
 	}
 	p, err := s.store.PatientByID(ctx, patientID)
 	if err != nil {
-		return nil, asFieldError(err, "patient")
+		return nil, AsFieldError(err, "patient")
 	}
 	if !actor.CanWritePatientData(p) {
 		return nil, Errorf(CodeForbidden, "you may not add FHIR sources for patient %d", p.ID)
@@ -231,7 +231,7 @@ func (s *Service) CreateFHIRSource(ctx context.Context, actor *Actor, patientID,
 	}
 	if dataSourceID != 0 {
 		if _, err := s.store.DataSourceByID(ctx, dataSourceID); err != nil {
-			return nil, asFieldError(err, "dataSource")
+			return nil, AsFieldError(err, "dataSource")
 		}
 	}
 	if err := s.store.CreateFHIRSource(ctx, src); err != nil {

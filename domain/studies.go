@@ -50,7 +50,7 @@ func (s *Service) CreateStudy(ctx context.Context, actor *Actor, in NewStudy) (*
 		return nil, err
 	}
 	if _, err := s.store.OrganizationByID(ctx, st.OrganizationID); err != nil {
-		return nil, asFieldError(err, "organizationId")
+		return nil, AsFieldError(err, "organizationId")
 	}
 	if !actor.CanManageDataIn(st.OrganizationID) {
 		return nil, Errorf(CodeForbidden, "you may not create studies in organization %d", st.OrganizationID)
@@ -288,7 +288,7 @@ func (s *Service) EnrollPatients(ctx context.Context, actor *Actor, studyID int6
 	for _, id := range patientIDs {
 		p, err := s.store.PatientByID(ctx, id)
 		if err != nil {
-			return asFieldError(err, "patientIds")
+			return AsFieldError(err, "patientIds")
 		}
 		if !slices.Contains(p.OrganizationIDs, st.OrganizationID) {
 			return FieldErrorf("patientIds", "patient %d does not belong to organization %d of study %d", id, st.OrganizationID, studyID)
@@ -368,7 +368,7 @@ func (s *Service) resolveScope(ctx context.Context, ref ScopeRef, field string) 
 	default:
 		return nil, FieldErrorf(field, "name a scope code by scopeCodeId, or by codingSystem and codingCode")
 	}
-	return c, asFieldError(err, field)
+	return c, AsFieldError(err, field)
 }
 
 // StudyScopeRequests returns the scope codes a study requests.
@@ -460,7 +460,7 @@ func (s *Service) AddStudyDataSource(ctx context.Context, actor *Actor, studyID,
 	}
 	ds, err := s.store.DataSourceByID(ctx, dataSourceID)
 	if err != nil {
-		return nil, asFieldError(err, "dataSourceId")
+		return nil, AsFieldError(err, "dataSourceId")
 	}
 	return ds, s.store.CreateStudyDataSource(ctx, StudyDataSource{StudyID: st.ID, DataSourceID: ds.ID})
 }

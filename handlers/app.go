@@ -1,7 +1,9 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -46,6 +48,7 @@ func New(c Config) *fiber.App {
 		ReadTimeout:           time.Minute,
 		WriteTimeout:          5 * time.Minute,
 		IdleTimeout:           2 * time.Minute,
+		JSONEncoder:           marshalJSON,
 	})
 	app.Use(recover.New())
 	app.Get("/health", s.health)
@@ -53,6 +56,64 @@ func New(c Config) *fiber.App {
 
 	api := app.Group("/api/v1", s.authenticate)
 	api.Get("/users/profile", s.profile)
+	api.Get("/users", s.listUsers)
+
+	api.Get("/organizations", s.listOrganizations)
+	api.Post("/organizations", s.createOrganization)
+	api.Get("/organizations/:id", s.getOrganization)
+	api.Patch("/organizations/:id", s.updateOrganization)
+	api.Delete("/organizations/:id", s.deleteOrganization)
+	api.Get("/organizations/:id/tree", s.organizationTree)
+	api.Get("/organizations/:id/users", s.listMembers)
+	api.Post("/organizations/:id/users", s.addMember)
+	api.Patch("/organizations/:id/users/:userId", s.changeMember)
+	api.Delete("/organizations/:id/users/:userId", s.removeMember)
+	api.Get("/organizations/:id/studies", s.organizationStudies)
+
+	api.Get("/practitioners", s.listPractitioners)
+	api.Post("/practitioners", s.createPractitioner)
+	api.Get("/practitioners/:id", s.getPractitioner)
+	api.Patch("/practitioners/:id", s.updatePractitioner)
+
+	api.Get("/patients", s.listPatients)
+	api.Post("/patients", s.createPatient)
+	api.Get("/patients/:id", s.getPatient)
+	api.Patch("/patients/:id", s.updatePatient)
+	api.Delete("/patients/:id", s.deletePatient)
+	api.Post("/patients/:id/invitation", s.invitePatient)
+	api.Get("/patients/:id/consents", s.getConsents)
+	api.Post("/patients/:id/consents", s.writeConsents(fiber.StatusCreated, s.service.AnswerConsents))
+	api.Patch("/patients/:id/consents", s.writeConsents(fiber.StatusOK, s.service.UpdateConsents))
+	api.Delete("/patients/:id/consents", s.writeConsents(fiber.StatusNoContent, s.service.WithdrawConsents))
+
+	api.Get("/studies", s.listStudies)
+	api.Post("/studies", s.createStudy)
+	api.Get("/studies/:id", s.getStudy)
+	api.Patch("/studies/:id", s.updateStudy)
+	api.Delete("/studies/:id", s.deleteStudy)
+	api.Get("/studies/:id/patients", s.studyPatients)
+	api.Post("/studies/:id/patients", s.enrollPatients)
+	api.Delete("/studies/:id/patients", s.unenrollPatients)
+	api.Get("/studies/:id/scope_requests", s.scopeRequests)
+	api.Post("/studies/:id/scope_requests", s.addScopeRequest)
+	api.Delete("/studies/:id/scope_requests/:scopeCodeId", s.removeScopeRequest)
+	api.Get("/studies/:id/data_sources", s.studyDataSources)
+	api.Post("/studies/:id/data_sources", s.addStudyDataSource)
+	api.Delete("/studies/:id/data_sources/:dataSourceId", s.removeStudyDataSource)
+
+	api.Get("/data_sources", s.listDataSources)
+	api.Post("/data_sources", s.createDataSource)
+	api.Get("/data_sources/:id", s.getDataSource)
+	api.Patch("/data_sources/:id", s.updateDataSource)
+	api.Delete("/data_sources/:id", s.deleteDataSource)
+	api.Get("/scope_codes", s.listScopeCodes)
+	api.Post("/scope_codes", s.createScopeCode)
+
+	api.Get("/fhir_sources", s.listFHIRSources)
+	api.Post("/fhir_sources", s.createFHIRSource)
+	api.Get("/fhir_sources/:id", s.getFHIRSource)
+	api.Delete("/fhir_sources/:id", s.deleteFHIRSource)
+
 	api.Get("/oauth_clients", s.listClients)
 	api.Post("/oauth_clients", s.createClient)
 	return app
@@ -67,4 +128,16 @@ func (s *server) health(c *fiber.Ctx) error {
 		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "unavailable", "database": "unreachable"})
 	}
 	return c.JSON(fiber.Map{"status": "ok", "database": "ok"})
+}
+
+// marshalJSON encodes like encoding/json without escaping <, > and & (URLs
+// in list links stay readable).
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

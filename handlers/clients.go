@@ -78,9 +78,5 @@ func (s *server) listClients(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := make([]clientJSON, len(clients))
-	for i := range clients {
-		out[i] = toClientJSON(&clients[i], "")
-	}
-	return c.JSON(fiber.Map{"count": len(out), "next": nil, "previous": nil, "results": out})
+	return writeAll(c, clients, func(cl domain.OAuthClient) clientJSON { return toClientJSON(&cl, "") })
 }

@@ -1,0 +1,219 @@
+package handlers
+
+import (
+	"time"
+
+	"exchange/domain"
+)
+
+// The admin API's JSON shapes. Field names are camelCase; times are UTC
+// ISO 8601; a missing reference is null.
+
+type userJSON struct {
+	ID          int64  `json:"id"`
+	Email       string `json:"email"`
+	FirstName   string `json:"firstName"`
+	LastName    string `json:"lastName"`
+	UserType    string `json:"userType"`
+	IsSuperuser bool   `json:"isSuperuser"`
+}
+
+func toUserJSON(u domain.User) userJSON {
+	return userJSON{ID: u.ID, Email: u.Email, FirstName: u.FirstName, LastName: u.LastName, UserType: string(u.Type), IsSuperuser: u.IsSuperuser}
+}
+
+type organizationJSON struct {
+	ID          int64     `json:"id"`
+	Name        string    `json:"name"`
+	Type        string    `json:"type"`
+	PartOf      *int64    `json:"partOf"`
+	LastUpdated time.Time `json:"lastUpdated"`
+}
+
+func toOrganizationJSON(o domain.Organization) organizationJSON {
+	return organizationJSON{ID: o.ID, Name: o.Name, Type: string(o.Type), PartOf: optionalID(o.PartOf), LastUpdated: o.LastUpdated}
+}
+
+type organizationNodeJSON struct {
+	organizationJSON
+	Children []organizationNodeJSON `json:"children"`
+}
+
+func toOrganizationNodeJSON(n domain.OrganizationNode) organizationNodeJSON {
+	out := organizationNodeJSON{organizationJSON: toOrganizationJSON(n.Organization), Children: []organizationNodeJSON{}}
+	for _, c := range n.Children {
+		out.Children = append(out.Children, toOrganizationNodeJSON(c))
+	}
+	return out
+}
+
+type memberJSON struct {
+	userJSON
+	Role *string `json:"role"`
+}
+
+func roleJSON(r domain.Role) *string {
+	if r == domain.RoleNone {
+		return nil
+	}
+	s := string(r)
+	return &s
+}
+
+func toMemberJSON(m domain.Member) memberJSON {
+	return memberJSON{userJSON: toUserJSON(m.User), Role: roleJSON(m.Role)}
+}
+
+type practitionerJSON struct {
+	userJSON
+	Organizations []practitionerOrganizationJSON `json:"organizations"`
+	LastUpdated   time.Time                      `json:"lastUpdated"`
+}
+
+type practitionerOrganizationJSON struct {
+	ID   int64   `json:"id"`
+	Name string  `json:"name"`
+	Role *string `json:"role"`
+}
+
+func toPractitionerJSON(p domain.Practitioner) practitionerJSON {
+	out := practitionerJSON{userJSON: toUserJSON(p.User), Organizations: []practitionerOrganizationJSON{}, LastUpdated: p.User.LastUpdated}
+	for _, m := range p.Memberships {
+		out.Organizations = append(out.Organizations, practitionerOrganizationJSON{ID: m.Organization.ID, Name: m.Organization.Name, Role: roleJSON(m.Role)})
+	}
+	return out
+}
+
+// patientJSON is a patient in the admin API.
+type patientJSON struct {
+	ID              int64            `json:"id"`
+	UserID          int64            `json:"userId"`
+	NameFamily      string           `json:"nameFamily"`
+	NameGiven       []string         `json:"nameGiven"`
+	BirthDate       *string          `json:"birthDate"`
+	Telecom         []codedValueJSON `json:"telecom"`
+	Identifiers     []codedValueJSON `json:"identifiers"`
+	OrganizationIDs []int64          `json:"organizationIds"`
+	LastUpdated     time.Time        `json:"lastUpdated"`
+}
+
+// codedValueJSON is an identifier or a contact point.
+type codedValueJSON struct {
+	System string `json:"system"`
+	Value  string `json:"value"`
+}
+
+func toPatientJSON(p domain.Patient) patientJSON {
+	out := patientJSON{ID: p.ID, UserID: p.UserID, NameFamily: p.FamilyName, NameGiven: p.GivenNames,
+		Telecom: []codedValueJSON{}, Identifiers: []codedValueJSON{}, OrganizationIDs: p.OrganizationIDs, LastUpdated: p.LastUpdated}
+	if out.NameGiven == nil {
+		out.NameGiven = []string{}
+	}
+	if out.OrganizationIDs == nil {
+		out.OrganizationIDs = []int64{}
+	}
+	if p.BirthDate != "" {
+		out.BirthDate = &p.BirthDate
+	}
+	for _, t := range p.Telecom {
+		out.Telecom = append(out.Telecom, codedValueJSON{t.System, t.Value})
+	}
+	for _, i := range p.Identifiers {
+		out.Identifiers = append(out.Identifiers, codedValueJSON{i.System, i.Value})
+	}
+	return out
+}
+
+type studyJSON struct {
+	ID           int64            `json:"id"`
+	Name         string           `json:"name"`
+	Description  string           `json:"description"`
+	IconURL      *string          `json:"iconUrl"`
+	Organization organizationJSON `json:"organization"`
+	LastUpdated  time.Time        `json:"lastUpdated"`
+}
+
+func toStudyJSON(s domain.StudyView) studyJSON {
+	out := studyJSON{ID: s.ID, Name: s.Name, Description: s.Description, Organization: toOrganizationJSON(s.Organization), LastUpdated: s.LastUpdated}
+	if s.IconURL != "" {
+		out.IconURL = &s.IconURL
+	}
+	return out
+}
+
+// scopeCodeJSON is a scope code: {id, codingSystem, codingCode, text}.
+type scopeCodeJSON struct {
+	ID           int64  `json:"id"`
+	CodingSystem string `json:"codingSystem"`
+	CodingCode   string `json:"codingCode"`
+	Text         string `json:"text"`
+}
+
+func toScopeCodeJSON(c domain.ScopeCode) scopeCodeJSON {
+	return scopeCodeJSON{ID: c.ID, CodingSystem: c.System, CodingCode: c.Code, Text: c.Text}
+}
+
+type dataSourceJSON struct {
+	ID              int64           `json:"id"`
+	Name            string          `json:"name"`
+	Type            string          `json:"type"`
+	SupportedScopes []scopeCodeJSON `json:"supportedScopes"`
+	LastUpdated     time.Time       `json:"lastUpdated"`
+}
+
+func toDataSourceJSON(d domain.DataSourceView) dataSourceJSON {
+	out := dataSourceJSON{ID: d.ID, Name: d.Name, Type: string(d.Type), SupportedScopes: []scopeCodeJSON{}, LastUpdated: d.LastUpdated}
+	for _, c := range d.SupportedScopes {
+		out.SupportedScopes = append(out.SupportedScopes, toScopeCodeJSON(c))
+	}
+	return out
+}
+
+// dataSourceSummaryJSON is a data source named inside another resource.
+type dataSourceSummaryJSON struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+func toDataSourceSummaryJSON(d domain.DataSource) dataSourceSummaryJSON {
+	return dataSourceSummaryJSON{ID: d.ID, Name: d.Name, Type: string(d.Type)}
+}
+
+type fhirSourceJSON struct {
+	ID          int64     `json:"id"`
+	Patient     int64     `json:"patient"`
+	DataSource  *int64    `json:"dataSource"`
+	Label       string    `json:"label"`
+	LastUpdated time.Time `json:"lastUpdated"`
+}
+
+func toFHIRSourceJSON(s domain.FHIRSource) fhirSourceJSON {
+	return fhirSourceJSON{ID: s.ID, Patient: s.PatientID, DataSource: optionalID(s.DataSourceID), Label: s.Label, LastUpdated: s.LastUpdated.UTC()}
+}
+
+func optionalID(id int64) *int64 {
+	if id == 0 {
+		return nil
+	}
+	return &id
+}
+
+// mapSlice converts every item.
+func mapSlice[T, J any](items []T, f func(T) J) []J {
+	out := make([]J, len(items))
+	for i, item := range items {
+		out[i] = f(item)
+	}
+	return out
+}
+
+// deref returns the value a pointer of an input body points to, or the
+// zero value for a missing field.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

@@ -1,0 +1,100 @@
+package handlers
+
+import (
+	"net/url"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
+	"exchange/oauth"
+)
+
+// listJSON is the envelope of every admin API list.
+type listJSON[T any] struct {
+	Count    int64   `json:"count"`
+	Next     *string `json:"next"`
+	Previous *string `json:"previous"`
+	Results  []T     `json:"results"`
+}
+
+// pageOf reads the page and pageSize query parameters (defaults 1 and 20,
+// pageSize at most 1000).
+func pageOf(c *fiber.Ctx) (domain.Page, error) {
+	p := domain.Page{Number: 1, Size: domain.DefaultPageSize}
+	if v := c.Query("page"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, domain.FieldErrorf("page", "%q is not a page number (1 or more)", v)
+		}
+		p.Number = n
+	}
+	if v := c.Query("pageSize"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > domain.MaxPageSize {
+			return p, domain.FieldErrorf("pageSize", "%q is not a page size (1 to %d)", v, domain.MaxPageSize)
+		}
+		p.Size = n
+	}
+	return p, nil
+}
+
+// origin is the scheme://host the client used, as behind a proxy.
+func origin(c *fiber.Ctx) string {
+	return oauth.Origin(c.Context().IsTLS(), string(c.Request().Host()), c.Get("X-Forwarded-Proto"), c.Get("X-Forwarded-Host"))
+}
+
+// pageURL is the absolute URL of the request with another page number.
+func pageURL(c *fiber.Ctx, page int) *string {
+	q, _ := url.ParseQuery(string(c.Request().URI().QueryString()))
+	q.Set("page", strconv.Itoa(page))
+	u := origin(c) + c.Path() + "?" + q.Encode()
+	return &u
+}
+
+// writeList answers one page of a list: 404 past the end of the list.
+func writeList[T, J any](c *fiber.Ctx, p domain.Page, l domain.List[T], toJSON func(T) J) error {
+	if err := domain.CheckPage(p, l.Total); err != nil {
+		return err
+	}
+	out := listJSON[J]{Count: l.Total, Results: make([]J, len(l.Items))}
+	for i, item := range l.Items {
+		out.Results[i] = toJSON(item)
+	}
+	if p.Offset()+int64(len(l.Items)) < l.Total {
+		out.Next = pageURL(c, p.Number+1)
+	}
+	if p.Number > 1 {
+		out.Previous = pageURL(c, p.Number-1)
+	}
+	return c.JSON(out)
+}
+
+// idParam reads an integer id from the path; anything else names nothing
+// that exists.
+func idParam(c *fiber.Ctx, name string) (int64, error) {
+	id, err := strconv.ParseInt(c.Params(name), 10, 64)
+	if err != nil || id < 1 {
+		return 0, domain.Errorf(domain.CodeNotFound, "%q is not an id", c.Params(name))
+	}
+	return id, nil
+}
+
+// queryID reads an optional integer id from the query string; 0 when
+// absent.
+func queryID(c *fiber.Ctx, name string) (int64, error) {
+	v := c.Query(name)
+	if v == "" {
+		return 0, nil
+	}
+	id, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || id < 1 {
+		return 0, domain.FieldErrorf(name, "%q is not an id", v)
+	}
+	return id, nil
+}
+
+// writeAll answers a short list that is never paged.
+func writeAll[T, J any](c *fiber.Ctx, items []T, toJSON func(T) J) error {
+	return c.JSON(listJSON[J]{Count: int64(len(items)), Results: mapSlice(items, toJSON)})
+}

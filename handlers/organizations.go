@@ -1,0 +1,220 @@
+package handlers
+
+import (
+	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
+)
+
+type organizationInJSON struct {
+	Name   *string `json:"name"`
+	Type   *string `json:"type"`
+	PartOf *int64  `json:"partOf"`
+}
+
+func (in organizationInJSON) patch() domain.OrganizationPatch {
+	p := domain.OrganizationPatch{Name: in.Name, PartOf: in.PartOf}
+	if in.Type != nil {
+		t := domain.OrganizationType(*in.Type)
+		p.Type = &t
+	}
+	return p
+}
+
+func (s *server) listOrganizations(c *fiber.Ctx) error {
+	p, err := pageOf(c)
+	if err != nil {
+		return err
+	}
+	var partOf *int64
+	if c.Query("partOf") != "" {
+		id, err := queryID(c, "partOf")
+		if err != nil {
+			return err
+		}
+		partOf = &id
+	}
+	l, err := s.service.ListOrganizations(c.UserContext(), actor(c), partOf, p)
+	if err != nil {
+		return err
+	}
+	return writeList(c, p, l, toOrganizationJSON)
+}
+
+func (s *server) createOrganization(c *fiber.Ctx) error {
+	var in organizationInJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	org, err := s.service.CreateOrganization(c.UserContext(), actor(c), domain.NewOrganization{
+		Name: deref(in.Name), Type: domain.OrganizationType(deref(in.Type)), PartOf: deref(in.PartOf)})
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(toOrganizationJSON(*org))
+}
+
+func (s *server) getOrganization(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.service.Organization(c.UserContext(), actor(c), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(toOrganizationJSON(*o))
+}
+
+func (s *server) updateOrganization(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in organizationInJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	o, err := s.service.UpdateOrganization(c.UserContext(), actor(c), id, in.patch())
+	if err != nil {
+		return err
+	}
+	return c.JSON(toOrganizationJSON(*o))
+}
+
+func (s *server) deleteOrganization(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	if err := s.service.DeleteOrganization(c.UserContext(), actor(c), id); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+func (s *server) organizationTree(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	tree, err := s.service.OrganizationTree(c.UserContext(), actor(c), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(toOrganizationNodeJSON(*tree))
+}
+
+func (s *server) listMembers(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	p, err := pageOf(c)
+	if err != nil {
+		return err
+	}
+	l, err := s.service.Members(c.UserContext(), actor(c), id, p)
+	if err != nil {
+		return err
+	}
+	return writeList(c, p, l, toMemberJSON)
+}
+
+// memberInJSON is the body that adds a member or changes their role; a
+// null or missing role is a membership without a role.
+type memberInJSON struct {
+	UserID int64   `json:"userId"`
+	Role   *string `json:"role"`
+}
+
+func (in memberInJSON) role() domain.Role {
+	if in.Role == nil {
+		return domain.RoleNone
+	}
+	return domain.Role(*in.Role)
+}
+
+func (s *server) addMember(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in memberInJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	if in.UserID == 0 {
+		return domain.FieldErrorf("userId", "is required")
+	}
+	if err := s.service.AddMember(c.UserContext(), actor(c), id, in.UserID, in.role()); err != nil {
+		return err
+	}
+	return s.memberResponse(c, fiber.StatusCreated, id, in.UserID)
+}
+
+// memberResponse answers the membership as it now is.
+func (s *server) memberResponse(c *fiber.Ctx, status int, organizationID, userID int64) error {
+	u, err := s.service.UserByID(c.UserContext(), userID)
+	if err != nil {
+		return err
+	}
+	m, err := s.service.Membership(c.UserContext(), organizationID, userID)
+	if err != nil {
+		return err
+	}
+	return c.Status(status).JSON(toMemberJSON(domain.Member{User: *u, Role: m.Role}))
+}
+
+func (s *server) changeMember(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	userID, err := idParam(c, "userId")
+	if err != nil {
+		return err
+	}
+	var in memberInJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	if in.UserID != 0 && in.UserID != userID {
+		return domain.FieldErrorf("userId", "does not match the user of the path")
+	}
+	if err := s.service.ChangeMemberRole(c.UserContext(), actor(c), id, userID, in.role()); err != nil {
+		return err
+	}
+	return s.memberResponse(c, fiber.StatusOK, id, userID)
+}
+
+func (s *server) removeMember(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	userID, err := idParam(c, "userId")
+	if err != nil {
+		return err
+	}
+	if err := s.service.RemoveMember(c.UserContext(), actor(c), id, userID); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+func (s *server) organizationStudies(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	p, err := pageOf(c)
+	if err != nil {
+		return err
+	}
+	l, err := s.service.ListStudies(c.UserContext(), actor(c), id, p)
+	if err != nil {
+		return err
+	}
+	return writeList(c, p, l, toStudyJSON)
+}

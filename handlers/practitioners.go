@@ -1,0 +1,78 @@
+package handlers
+
+import (
+	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
+)
+
+type practitionerInJSON struct {
+	Email          string  `json:"email"`
+	Password       string  `json:"password"`
+	FirstName      *string `json:"firstName"`
+	LastName       *string `json:"lastName"`
+	OrganizationID int64   `json:"organizationId"`
+	Role           *string `json:"role"`
+}
+
+func (s *server) createPractitioner(c *fiber.Ctx) error {
+	var in practitionerInJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	p, err := s.service.CreatePractitioner(c.UserContext(), actor(c), domain.NewPractitioner{
+		Email: in.Email, Password: in.Password, FirstName: deref(in.FirstName), LastName: deref(in.LastName),
+		OrganizationID: in.OrganizationID, Role: domain.Role(deref(in.Role)),
+	})
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(toPractitionerJSON(*p))
+}
+
+func (s *server) getPractitioner(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	p, err := s.service.PractitionerByID(c.UserContext(), actor(c), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(toPractitionerJSON(*p))
+}
+
+func (s *server) updatePractitioner(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		FirstName *string `json:"firstName"`
+		LastName  *string `json:"lastName"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	p, err := s.service.UpdatePractitioner(c.UserContext(), actor(c), id, domain.PractitionerPatch{FirstName: in.FirstName, LastName: in.LastName})
+	if err != nil {
+		return err
+	}
+	return c.JSON(toPractitionerJSON(*p))
+}
+
+func (s *server) listPractitioners(c *fiber.Ctx) error {
+	p, err := pageOf(c)
+	if err != nil {
+		return err
+	}
+	org, err := queryID(c, "organizationId")
+	if err != nil {
+		return err
+	}
+	l, err := s.service.ListPractitioners(c.UserContext(), actor(c), org, p)
+	if err != nil {
+		return err
+	}
+	return writeList(c, p, l, toPractitionerJSON)
+}

@@ -1,0 +1,238 @@
+package handlers
+
+import (
+	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
+)
+
+type studyInJSON struct {
+	OrganizationID int64   `json:"organizationId"`
+	Name           *string `json:"name"`
+	Description    *string `json:"description"`
+	IconURL        *string `json:"iconUrl"`
+}
+
+func (s *server) listStudies(c *fiber.Ctx) error {
+	p, err := pageOf(c)
+	if err != nil {
+		return err
+	}
+	org, err := queryID(c, "organizationId")
+	if err != nil {
+		return err
+	}
+	l, err := s.service.ListStudies(c.UserContext(), actor(c), org, p)
+	if err != nil {
+		return err
+	}
+	return writeList(c, p, l, toStudyJSON)
+}
+
+func (s *server) createStudy(c *fiber.Ctx) error {
+	var in studyInJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	st, err := s.service.CreateStudy(c.UserContext(), actor(c), domain.NewStudy{
+		OrganizationID: in.OrganizationID, Name: deref(in.Name), Description: deref(in.Description), IconURL: deref(in.IconURL)})
+	if err != nil {
+		return err
+	}
+	view, err := s.service.StudyByID(c.UserContext(), actor(c), st.ID)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(toStudyJSON(*view))
+}
+
+func (s *server) getStudy(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	st, err := s.service.StudyByID(c.UserContext(), actor(c), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(toStudyJSON(*st))
+}
+
+func (s *server) updateStudy(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in studyInJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	if in.OrganizationID != 0 {
+		return domain.FieldErrorf("organizationId", "a study cannot move to another organization")
+	}
+	st, err := s.service.UpdateStudy(c.UserContext(), actor(c), id, domain.StudyPatch{Name: in.Name, Description: in.Description, IconURL: in.IconURL})
+	if err != nil {
+		return err
+	}
+	return c.JSON(toStudyJSON(*st))
+}
+
+func (s *server) deleteStudy(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	if err := s.service.DeleteStudy(c.UserContext(), actor(c), id); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+func (s *server) studyPatients(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	p, err := pageOf(c)
+	if err != nil {
+		return err
+	}
+	l, err := s.service.StudyPatients(c.UserContext(), actor(c), id, p)
+	if err != nil {
+		return err
+	}
+	return writeList(c, p, l, toPatientJSON)
+}
+
+// patientIDsJSON is the body of enrollment changes.
+type patientIDsJSON struct {
+	PatientIDs []int64 `json:"patientIds"`
+}
+
+func (s *server) enrollPatients(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in patientIDsJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	if err := s.service.EnrollPatients(c.UserContext(), actor(c), id, in.PatientIDs); err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"studyId": id, "patientIds": in.PatientIDs})
+}
+
+func (s *server) unenrollPatients(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in patientIDsJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	if err := s.service.UnenrollPatients(c.UserContext(), actor(c), id, in.PatientIDs); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+func (s *server) scopeRequests(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	codes, err := s.service.StudyScopeRequests(c.UserContext(), actor(c), id)
+	if err != nil {
+		return err
+	}
+	return writeAll(c, codes, toScopeCodeJSON)
+}
+
+// scopeRefJSON names a scope code by id or by coding.
+type scopeRefJSON struct {
+	ScopeCodeID  int64  `json:"scopeCodeId"`
+	CodingSystem string `json:"codingSystem"`
+	CodingCode   string `json:"codingCode"`
+}
+
+func (s *server) addScopeRequest(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in scopeRefJSON
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	code, err := s.service.AddScopeRequest(c.UserContext(), actor(c), id, domain.ScopeRef{ID: in.ScopeCodeID, System: in.CodingSystem, Code: in.CodingCode})
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(toScopeCodeJSON(*code))
+}
+
+func (s *server) removeScopeRequest(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	codeID, err := idParam(c, "scopeCodeId")
+	if err != nil {
+		return err
+	}
+	if err := s.service.RemoveScopeRequest(c.UserContext(), actor(c), id, codeID); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+func (s *server) studyDataSources(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	sources, err := s.service.StudyDataSources(c.UserContext(), actor(c), id)
+	if err != nil {
+		return err
+	}
+	return writeAll(c, sources, toDataSourceSummaryJSON)
+}
+
+func (s *server) addStudyDataSource(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		DataSourceID int64 `json:"dataSourceId"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	if in.DataSourceID == 0 {
+		return domain.FieldErrorf("dataSourceId", "is required")
+	}
+	ds, err := s.service.AddStudyDataSource(c.UserContext(), actor(c), id, in.DataSourceID)
+	if err != nil {
+		return err
+	}
+	return c.Status(fiber.StatusCreated).JSON(toDataSourceSummaryJSON(*ds))
+}
+
+func (s *server) removeStudyDataSource(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	dsID, err := idParam(c, "dataSourceId")
+	if err != nil {
+		return err
+	}
+	if err := s.service.RemoveStudyDataSource(c.UserContext(), actor(c), id, dsID); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
