@@ -11,7 +11,12 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"sync"
 	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"exchange/repo"
 )
@@ -86,4 +91,47 @@ func NewDB(t testing.TB) *repo.DB {
 		_ = db.Close(ctx)
 	})
 	return db
+}
+
+var (
+	clientOnce sync.Once
+	client     *mongo.Client
+)
+
+// Snapshot returns every document of the database, collection by
+// collection in _id order, as extended JSON: what a test compares to show
+// that a refused write changed nothing. OAuth tokens and login throttle
+// counters are left out, since authenticating a request may touch them.
+func Snapshot(t testing.TB, db *repo.DB) map[string][]string {
+	t.Helper()
+	clientOnce.Do(func() {
+		var err error
+		if client, err = mongo.Connect(options.Client().ApplyURI(URI())); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	d := client.Database(db.Name())
+	names, err := d.ListCollectionNames(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, name := range names {
+		if name == "oauth_tokens" || name == "login_throttle" {
+			continue
+		}
+		cur, err := d.Collection(name).Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var docs []bson.Raw
+		if err := cur.All(ctx, &docs); err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range docs {
+			out[name] = append(out[name], doc.String())
+		}
+	}
+	return out
 }
