@@ -1,5 +1,7 @@
 package domain
 
+import "math"
+
 // Page selects one page of a list.
 type Page struct {
 	Number int // from 1
@@ -12,8 +14,16 @@ const (
 	MaxPageSize     = 1000
 )
 
-// Offset returns how many items come before the page.
-func (p Page) Offset() int64 { return int64(p.Number-1) * int64(p.Size) }
+// Offset returns how many items come before the page. A page so far out
+// that the count overflows is past the end of every list: the offset
+// saturates rather than wrapping to a negative skip.
+func (p Page) Offset() int64 {
+	n, size := int64(p.Number-1), int64(p.Size)
+	if size > 0 && n > math.MaxInt64/size {
+		return math.MaxInt64
+	}
+	return n * size
+}
 
 // List is one page of items and the total number of items in the list.
 type List[T any] struct {
