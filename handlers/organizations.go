@@ -1,19 +1,41 @@
 package handlers
 
 import (
+	"encoding/json"
+
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
 )
 
+// organizationInJSON is the body that creates or changes an organization.
+// partOf null, as a top-level organization reads, means the top level; in
+// a PATCH a missing partOf leaves it where it is.
 type organizationInJSON struct {
-	Name   *string `json:"name"`
-	Type   *string `json:"type"`
-	PartOf *int64  `json:"partOf"`
+	Name   *string    `json:"name"`
+	Type   *string    `json:"type"`
+	PartOf nullableID `json:"partOf"`
+}
+
+// nullableID is an id field that tells null (Set, ID 0) from missing.
+type nullableID struct {
+	Set bool
+	ID  int64
+}
+
+func (n *nullableID) UnmarshalJSON(data []byte) error {
+	n.Set, n.ID = true, 0
+	if string(data) == "null" {
+		return nil
+	}
+	return json.Unmarshal(data, &n.ID)
 }
 
 func (in organizationInJSON) patch() domain.OrganizationPatch {
-	p := domain.OrganizationPatch{Name: in.Name, PartOf: in.PartOf}
+	p := domain.OrganizationPatch{Name: in.Name}
+	if in.PartOf.Set {
+		p.PartOf = &in.PartOf.ID
+	}
 	if in.Type != nil {
 		t := domain.OrganizationType(*in.Type)
 		p.Type = &t
@@ -47,7 +69,7 @@ func (s *server) createOrganization(c *fiber.Ctx) error {
 		return err
 	}
 	org, err := s.service.CreateOrganization(c.UserContext(), actor(c), domain.NewOrganization{
-		Name: deref(in.Name), Type: domain.OrganizationType(deref(in.Type)), PartOf: deref(in.PartOf)})
+		Name: deref(in.Name), Type: domain.OrganizationType(deref(in.Type)), PartOf: in.PartOf.ID})
 	if err != nil {
 		return err
 	}
