@@ -49,11 +49,8 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 	if phone := strings.TrimSpace(in.Phone); phone != "" {
 		p.Telecom = append(p.Telecom, ContactPoint{System: "phone", Value: phone})
 	}
-	given := ""
-	if len(p.GivenNames) > 0 {
-		given = p.GivenNames[0]
-	}
-	u, err := s.CreateUser(ctx, NewUser{Email: email, Password: in.Password, FirstName: given, LastName: p.FamilyName, Type: UserPatient})
+	given, family := loginNames(p)
+	u, err := s.CreateUser(ctx, NewUser{Email: email, Password: in.Password, FirstName: given, LastName: family, Type: UserPatient})
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +234,31 @@ func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in 
 	if err := s.store.UpdatePatient(ctx, old, &p); err != nil {
 		return nil, err
 	}
+	if in.FamilyName != nil || in.GivenNames != nil {
+		// The login carries the record's names (the profile shows them).
+		// It follows the record, so a retry of the same change brings it in
+		// line if this write fails.
+		u, err := s.store.UserByID(ctx, p.UserID)
+		if err != nil {
+			return nil, err
+		}
+		if given, family := loginNames(&p); u.FirstName != given || u.LastName != family {
+			u.FirstName, u.LastName = given, family
+			if err := s.store.UpdateUser(ctx, u); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return &p, nil
+}
+
+// loginNames returns the first and last name of a patient's login: the
+// first given name and the family name of the record.
+func loginNames(p *Patient) (first, last string) {
+	if len(p.GivenNames) > 0 {
+		first = p.GivenNames[0]
+	}
+	return first, p.FamilyName
 }
 
 func symmetricDifference(a, b []int64) []int64 {
