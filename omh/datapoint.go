@@ -1,0 +1,121 @@
+package omh
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Namespaces of native codes: Open mHealth and IEEE 1752.
+const (
+	NamespaceOMH  = "omh"
+	NamespaceIEEE = "ieee"
+)
+
+// SchemaID identifies the schema of a data point's body.
+type SchemaID struct {
+	Namespace string
+	Name      string
+	Version   string
+}
+
+var codePattern = regexp.MustCompile(`^(omh|ieee):([a-z0-9]+(?:-[a-z0-9]+)*):([0-9]+\.[0-9]+)$`)
+
+// ParseCode reads a native code of the form namespace:name:version, such as
+// omh:heart-rate:2.0 or ieee:sleep-stage-summary:1.0.
+func ParseCode(code string) (SchemaID, error) {
+	m := codePattern.FindStringSubmatch(code)
+	if m == nil {
+		return SchemaID{}, fmt.Errorf("%q is not a native code (omh:<schema>:<version> or ieee:<schema>:<version>)", code)
+	}
+	return SchemaID{Namespace: m[1], Name: m[2], Version: m[3]}, nil
+}
+
+// Code returns the native code of the schema id.
+func (s SchemaID) Code() string { return s.Namespace + ":" + s.Name + ":" + s.Version }
+
+// DataPoint is a parsed Open mHealth data point.
+type DataPoint struct {
+	Schema SchemaID
+	// Body is the body as decoded JSON (numbers as json.Number).
+	Body map[string]any
+	// Document is the whole data point as decoded JSON.
+	Document map[string]any
+}
+
+// Parse reads a data point: a JSON object with a header carrying a
+// schema_id {namespace, name, version}, and a body object. The error says
+// what is wrong in terms of the JSON.
+func Parse(data []byte) (*DataPoint, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("the data point is not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return nil, errors.New("the data point has data after its JSON object")
+	}
+	header, ok := doc["header"].(map[string]any)
+	if !ok {
+		return nil, errors.New("the data point has no header object")
+	}
+	sid, ok := header["schema_id"].(map[string]any)
+	if !ok {
+		return nil, errors.New("the data point's header has no schema_id object")
+	}
+	var id SchemaID
+	for key, dest := range map[string]*string{"namespace": &id.Namespace, "name": &id.Name, "version": &id.Version} {
+		if *dest, ok = sid[key].(string); !ok || *dest == "" {
+			return nil, fmt.Errorf("header.schema_id.%s must be a non-empty string", key)
+		}
+	}
+	body, ok := doc["body"].(map[string]any)
+	if !ok {
+		return nil, errors.New("the data point has no body object")
+	}
+	if err := checkKeys("", doc); err != nil {
+		return nil, err
+	}
+	return &DataPoint{Schema: id, Body: body, Document: doc}, nil
+}
+
+// ErrUnstorableKey marks a key that MongoDB cannot store.
+var ErrUnstorableKey = errors.New("a key MongoDB cannot store")
+
+// checkKeys refuses keys that MongoDB (and FerretDB) cannot store in a
+// document: containing '.', starting with '$', or holding NUL.
+func checkKeys(path string, v any) error {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, child := range v {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if k == "" || strings.Contains(k, ".") || strings.HasPrefix(k, "$") || strings.ContainsRune(k, 0) {
+				return fmt.Errorf("%w: %q (in %s)", ErrUnstorableKey, k, orRoot(path))
+			}
+			if err := checkKeys(p, child); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, child := range v {
+			if err := checkKeys(fmt.Sprintf("%s[%d]", path, i), child); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func orRoot(path string) string {
+	if path == "" {
+		return "the top level"
+	}
+	return path
+}

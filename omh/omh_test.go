@@ -1,0 +1,210 @@
+package omh_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"exchange/omh"
+)
+
+// registry opens the schemas scripts/setup prepared (or OMH_SCHEMA_DIR).
+func registry(t testing.TB) *omh.Registry {
+	t.Helper()
+	dir := os.Getenv("OMH_SCHEMA_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "standards", "omh", "schemas")
+	}
+	r, err := omh.OpenRegistry(dir)
+	if err != nil {
+		t.Fatalf("%v: run scripts/setup first", err)
+	}
+	return r
+}
+
+func dataPoint(schema, body string) []byte {
+	return []byte(`{"header": {"id": "a1", "creation_date_time": "2024-05-01T10:00:00Z",
+		"schema_id": {"namespace": "omh", "name": "` + schema + `", "version": "2.0"}}, "body": ` + body + `}`)
+}
+
+func TestValidateAgainstOfficialSchema(t *testing.T) {
+	r := registry(t)
+	if len(r.Schemas()) < 100 || !r.Has("heart-rate", "2.0") || r.Has("heart-rate", "9.9") {
+		t.Fatalf("registry: %d schemas", len(r.Schemas()))
+	}
+	good := `{"heart_rate": {"value": 60, "unit": "beats/min"}, "effective_time_frame": {"date_time": "2024-05-01T09:00:00+02:00"}}`
+	dp, err := omh.Parse(dataPoint("heart-rate", good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Validate(dp); err != nil {
+		t.Fatalf("valid heart rate: %v", err)
+	}
+	for name, body := range map[string]string{
+		"wrong unit":    `{"heart_rate": {"value": 60, "unit": "bpm"}, "effective_time_frame": {"date_time": "2024-05-01T09:00:00Z"}}`,
+		"no time frame": `{"heart_rate": {"value": 60, "unit": "beats/min"}}`,
+		"string value":  `{"heart_rate": {"value": "60", "unit": "beats/min"}, "effective_time_frame": {"date_time": "2024-05-01T09:00:00Z"}}`,
+		"bad date-time": `{"heart_rate": {"value": 60, "unit": "beats/min"}, "effective_time_frame": {"date_time": "yesterday"}}`,
+		"two time frame kinds": `{"heart_rate": {"value": 60, "unit": "beats/min"}, "effective_time_frame": {"date_time": "2024-05-01T09:00:00Z",
+			"time_interval": {"date": "2024-05-01", "part_of_day": "morning"}}}`,
+	} {
+		dp, err := omh.Parse(dataPoint("heart-rate", body))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var ve *omh.ValidationError
+		if err := r.Validate(dp); !errors.As(err, &ve) || len(ve.Problems) == 0 {
+			t.Errorf("%s: got %v, want a validation error", name, err)
+		}
+	}
+	// A schema that references IEEE 1752 schemas (not available offline)
+	// still validates what it defines itself.
+	bp := `{"systolic_blood_pressure": {"value": 120, "unit": "mmHg"}, "diastolic_blood_pressure": {"value": 80, "unit": "mmHg"},
+		"effective_time_frame": {"date_time": "2024-05-01T09:00:00Z"}}`
+	dp, _ = omh.Parse([]byte(strings.Replace(string(dataPoint("blood-pressure", bp)), `"2.0"`, `"4.0"`, 1)))
+	if err := r.Validate(dp); err != nil {
+		t.Errorf("blood pressure 4.0: %v", err)
+	}
+	dp, _ = omh.Parse([]byte(strings.Replace(strings.Replace(string(dataPoint("blood-pressure", bp)), `"2.0"`, `"4.0"`, 1), `"mmHg"`, `"kPa"`, 1)))
+	if err := r.Validate(dp); err == nil {
+		t.Error("blood pressure in kPa passed")
+	}
+}
+
+func TestParseRefusesMalformedDataPoints(t *testing.T) {
+	for name, doc := range map[string]string{
+		"not JSON":      `{`,
+		"array":         `[]`,
+		"no header":     `{"body": {}}`,
+		"no schema id":  `{"header": {}, "body": {}}`,
+		"empty name":    `{"header": {"schema_id": {"namespace": "omh", "name": "", "version": "1.0"}}, "body": {}}`,
+		"no body":       `{"header": {"schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}}`,
+		"trailing data": `{"header": {"schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {}} {}`,
+		"dotted key":    `{"header": {"schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {"a.b": 1}}`,
+		"dollar key":    `{"header": {"schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {"x": [{"$where": 1}]}}`,
+		"NUL in a key":  "{\"header\": {\"schema_id\": {\"namespace\": \"omh\", \"name\": \"x\", \"version\": \"1.0\"}}, \"body\": {\"a\\u0000b\": 1}}",
+		"empty key":     `{"header": {"schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {"": 1}}`,
+	} {
+		if _, err := omh.Parse([]byte(doc)); err == nil {
+			t.Errorf("%s: parsed", name)
+		}
+	}
+	_, err := omh.Parse([]byte(`{"header": {"schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {"a.b": 1}}`))
+	if !errors.Is(err, omh.ErrUnstorableKey) {
+		t.Errorf("dotted key: %v, want ErrUnstorableKey", err)
+	}
+}
+
+func TestParseCode(t *testing.T) {
+	for code, want := range map[string]omh.SchemaID{
+		"omh:heart-rate:2.0":           {Namespace: "omh", Name: "heart-rate", Version: "2.0"},
+		"ieee:sleep-stage-summary:1.0": {Namespace: "ieee", Name: "sleep-stage-summary", Version: "1.0"},
+	} {
+		got, err := omh.ParseCode(code)
+		if err != nil || got != want || got.Code() != code {
+			t.Errorf("%s: %+v %v", code, got, err)
+		}
+	}
+	for _, bad := range []string{"heart-rate", "omh:heart-rate", "omh:heart-rate:2", "loinc:8867-4:1.0", "omh:Heart:2.0", "omh:heart-rate:2.0:x"} {
+		if _, err := omh.ParseCode(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestEffectiveTimeFrame(t *testing.T) {
+	utc := func(s string) time.Time { v, _ := time.Parse(time.RFC3339Nano, s); return v.UTC() }
+	for _, tc := range []struct {
+		name, frame            string
+		start, end             string // UTC instants
+		dateTime, pStart, pEnd string // rendering
+	}{
+		{"date_time keeps its offset", `{"date_time": "2024-05-01T09:30:00.25+02:00"}`,
+			"2024-05-01T07:30:00.25Z", "2024-05-01T07:30:00.25Z", "2024-05-01T09:30:00.25+02:00", "", ""},
+		{"start and end", `{"time_interval": {"start_date_time": "2024-05-01T22:00:00-07:00", "end_date_time": "2024-05-02T06:00:00-07:00"}}`,
+			"2024-05-02T05:00:00Z", "2024-05-02T13:00:00Z", "", "2024-05-01T22:00:00-07:00", "2024-05-02T06:00:00-07:00"},
+		{"start and minutes", `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": 90, "unit": "min"}}}`,
+			"2024-05-01T10:00:00Z", "2024-05-01T11:30:00Z", "", "2024-05-01T10:00:00Z", "2024-05-01T11:30:00Z"},
+		{"end and weeks", `{"time_interval": {"end_date_time": "2024-05-15T00:00:00+01:00", "duration": {"value": 2, "unit": "wk"}}}`,
+			"2024-04-30T23:00:00Z", "2024-05-14T23:00:00Z", "", "2024-05-01T00:00:00+01:00", "2024-05-15T00:00:00+01:00"},
+		{"start and a calendar month", `{"time_interval": {"start_date_time": "2024-01-31T00:00:00Z", "duration": {"value": 1, "unit": "Mo"}}}`,
+			"2024-01-31T00:00:00Z", "2024-03-02T00:00:00Z", "", "2024-01-31T00:00:00Z", "2024-03-02T00:00:00Z"},
+		{"end and a leap year", `{"time_interval": {"end_date_time": "2025-03-01T00:00:00Z", "duration": {"value": 1, "unit": "yr"}}}`,
+			"2024-03-01T00:00:00Z", "2025-03-01T00:00:00Z", "", "2024-03-01T00:00:00Z", "2025-03-01T00:00:00Z"},
+		{"half a month", `{"time_interval": {"start_date_time": "2023-02-01T00:00:00Z", "duration": {"value": 0.5, "unit": "Mo"}}}`,
+			"2023-02-01T00:00:00Z", "2023-02-15T00:00:00Z", "", "2023-02-01T00:00:00Z", "2023-02-15T00:00:00Z"},
+		{"milliseconds", `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": 1500, "unit": "ms"}}}`,
+			"2024-05-01T10:00:00Z", "2024-05-01T10:00:01.5Z", "", "2024-05-01T10:00:00Z", "2024-05-01T10:00:01.5Z"},
+		{"morning", `{"time_interval": {"date": "2024-05-01", "part_of_day": "morning"}}`,
+			"2024-05-01T06:00:00Z", "2024-05-01T12:00:00Z", "", "2024-05-01T06:00:00Z", "2024-05-01T12:00:00Z"},
+		{"evening ends at midnight", `{"time_interval": {"date": "2024-05-01", "part_of_day": "evening"}}`,
+			"2024-05-01T18:00:00Z", "2024-05-02T00:00:00Z", "", "2024-05-01T18:00:00Z", "2024-05-02T00:00:00Z"},
+		{"night", `{"time_interval": {"date": "2024-05-01", "part_of_day": "night"}}`,
+			"2024-05-01T00:00:00Z", "2024-05-01T06:00:00Z", "", "2024-05-01T00:00:00Z", "2024-05-01T06:00:00Z"},
+		{"afternoon", `{"time_interval": {"date": "2024-05-01", "part_of_day": "afternoon"}}`,
+			"2024-05-01T12:00:00Z", "2024-05-01T18:00:00Z", "", "2024-05-01T12:00:00Z", "2024-05-01T18:00:00Z"},
+	} {
+		dp, err := omh.Parse(dataPoint("x", `{"effective_time_frame": `+tc.frame+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf, ok := omh.EffectiveTimeFrame(dp.Body)
+		if !ok {
+			t.Errorf("%s: not recognised", tc.name)
+			continue
+		}
+		if !tf.Start.Equal(utc(tc.start)) || !tf.End.Equal(utc(tc.end)) || tf.DateTime != tc.dateTime || tf.PeriodStart != tc.pStart || tf.PeriodEnd != tc.pEnd {
+			t.Errorf("%s: got %+v", tc.name, tf)
+		}
+	}
+	for name, frame := range map[string]string{
+		"missing":           ``,
+		"not an object":     `"2024-05-01"`,
+		"no offset":         `{"date_time": "2024-05-01T09:00:00"}`,
+		"unknown unit":      `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": 1, "unit": "fortnight"}}}`,
+		"negative duration": `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": -1, "unit": "h"}}}`,
+		"string duration":   `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": "1", "unit": "h"}}}`,
+		"ends before start": `{"time_interval": {"start_date_time": "2024-05-02T10:00:00Z", "end_date_time": "2024-05-01T10:00:00Z"}}`,
+		"unknown part":      `{"time_interval": {"date": "2024-05-01", "part_of_day": "dusk"}}`,
+		"start only":        `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z"}}`,
+		"huge duration":     `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": 1e300, "unit": "yr"}}}`,
+	} {
+		body := `{}`
+		if frame != "" {
+			body = `{"effective_time_frame": ` + frame + `}`
+		}
+		dp, err := omh.Parse(dataPoint("x", body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tf, ok := omh.EffectiveTimeFrame(dp.Body); ok {
+			t.Errorf("%s: recognised as %+v", name, tf)
+		}
+	}
+}
+
+// FuzzTimeFrame feeds arbitrary JSON to the time frame reader: it may
+// refuse, never panic, and what it accepts is ordered.
+func FuzzTimeFrame(f *testing.F) {
+	for _, seed := range []string{
+		`{"date_time": "2024-05-01T09:30:00.25+02:00"}`,
+		`{"time_interval": {"start_date_time": "2024-01-31T00:00:00Z", "duration": {"value": 1.5, "unit": "Mo"}}}`,
+		`{"time_interval": {"end_date_time": "2024-05-15T00:00:00+01:00", "duration": {"value": 2, "unit": "wk"}}}`,
+		`{"time_interval": {"date": "2024-05-01", "part_of_day": "evening"}}`,
+		`{"time_interval": {"start_date_time": "0001-01-01T00:00:00Z", "duration": {"value": 1e18, "unit": "ps"}}}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, frame string) {
+		dp, err := omh.Parse(dataPoint("x", `{"effective_time_frame": `+frame+`}`))
+		if err != nil {
+			return
+		}
+		if tf, ok := omh.EffectiveTimeFrame(dp.Body); ok && tf.End.Before(tf.Start) {
+			t.Fatalf("%s: ends before it starts: %+v", frame, tf)
+		}
+	})
+}

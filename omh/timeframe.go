@@ -1,0 +1,188 @@
+package omh
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+)
+
+// TimeFrame is when a data point's measure applies: an instant or an
+// interval. Start and End are UTC instants for indexing (equal for an
+// instant); the strings are what FHIR's effective[x] shows, in the payload's
+// own offsets.
+type TimeFrame struct {
+	Start, End time.Time
+	// DateTime is set for an instant (effectiveDateTime); PeriodStart and
+	// PeriodEnd for an interval (effectivePeriod).
+	DateTime               string
+	PeriodStart, PeriodEnd string
+}
+
+// IsInstant reports whether the time frame is a point in time.
+func (tf *TimeFrame) IsInstant() bool { return tf.DateTime != "" }
+
+// fhirDateTime renders a time as a FHIR dateTime (and instant): upper-case
+// T and Z, the time's own offset, fractional seconds only when present.
+const fhirDateTime = "2006-01-02T15:04:05.999999999Z07:00"
+
+// EffectiveTimeFrame reads body.effective_time_frame. It returns false when
+// the body has none or it is not a shape this package knows: a date_time;
+// a time_interval with start and end, start and duration, end and duration,
+// or a date and part_of_day.
+func EffectiveTimeFrame(body map[string]any) (*TimeFrame, bool) {
+	tf, err := ParseTimeFrame(body["effective_time_frame"])
+	return tf, err == nil
+}
+
+// ParseTimeFrame reads an OMH time frame object, saying what is wrong.
+func ParseTimeFrame(v any) (*TimeFrame, error) {
+	frame, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("the time frame is not an object")
+	}
+	if dt, ok := frame["date_time"]; ok {
+		t, err := parseDateTime(dt)
+		if err != nil {
+			return nil, fmt.Errorf("date_time: %w", err)
+		}
+		return &TimeFrame{Start: t.UTC(), End: t.UTC(), DateTime: t.Format(fhirDateTime)}, nil
+	}
+	interval, ok := frame["time_interval"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("the time frame has neither date_time nor a time_interval object")
+	}
+	start, hasStart := interval["start_date_time"]
+	end, hasEnd := interval["end_date_time"]
+	dur, hasDur := interval["duration"]
+	switch {
+	case hasStart && hasEnd:
+		s, err := parseDateTime(start)
+		if err != nil {
+			return nil, fmt.Errorf("start_date_time: %w", err)
+		}
+		e, err := parseDateTime(end)
+		if err != nil {
+			return nil, fmt.Errorf("end_date_time: %w", err)
+		}
+		return period(s, e)
+	case hasStart && hasDur:
+		s, err := parseDateTime(start)
+		if err != nil {
+			return nil, fmt.Errorf("start_date_time: %w", err)
+		}
+		e, err := addDuration(s, dur, 1)
+		if err != nil {
+			return nil, err
+		}
+		return period(s, e)
+	case hasEnd && hasDur:
+		e, err := parseDateTime(end)
+		if err != nil {
+			return nil, fmt.Errorf("end_date_time: %w", err)
+		}
+		s, err := addDuration(e, dur, -1)
+		if err != nil {
+			return nil, err
+		}
+		return period(s, e)
+	}
+	date, hasDate := interval["date"].(string)
+	part, hasPart := interval["part_of_day"].(string)
+	if hasDate && hasPart {
+		day, err := time.Parse(time.DateOnly, date)
+		if err != nil {
+			return nil, fmt.Errorf("date: %q is not a date (YYYY-MM-DD)", date)
+		}
+		hours, ok := partsOfDay[part]
+		if !ok {
+			return nil, fmt.Errorf("part_of_day: %q is not morning, afternoon, evening or night", part)
+		}
+		return period(day.Add(time.Duration(hours[0])*time.Hour), day.Add(time.Duration(hours[1])*time.Hour))
+	}
+	return nil, fmt.Errorf("the time_interval is none of start+end, start+duration, end+duration, date+part_of_day")
+}
+
+// partsOfDay are the hours of each part of the day, in UTC (a full_date
+// carries no offset).
+var partsOfDay = map[string][2]int{"night": {0, 6}, "morning": {6, 12}, "afternoon": {12, 18}, "evening": {18, 24}}
+
+func period(start, end time.Time) (*TimeFrame, error) {
+	if end.Before(start) {
+		return nil, fmt.Errorf("the interval ends (%s) before it starts (%s)", end.Format(fhirDateTime), start.Format(fhirDateTime))
+	}
+	return &TimeFrame{Start: start.UTC(), End: end.UTC(), PeriodStart: start.Format(fhirDateTime), PeriodEnd: end.Format(fhirDateTime)}, nil
+}
+
+// parseDateTime reads an RFC 3339 date-time; OMH requires the offset.
+func parseDateTime(v any) (time.Time, error) {
+	s, ok := v.(string)
+	if !ok {
+		return time.Time{}, fmt.Errorf("is not a string")
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 date-time with an offset", s)
+	}
+	if t.Year() < 1 || t.Year() > 9999 {
+		return time.Time{}, fmt.Errorf("%q is out of range", s)
+	}
+	return t, nil
+}
+
+// nanoseconds gives the length of each OMH duration unit of fixed length.
+var nanoseconds = map[string]float64{
+	"ps": 1e-3, "ns": 1, "us": 1e3, "ms": 1e6, "sec": 1e9, "min": 60e9, "h": 3600e9, "d": 86400e9, "wk": 7 * 86400e9,
+}
+
+// addDuration moves t by sign times an OMH duration {value, unit}. Months
+// and years are calendar arithmetic: whole ones with the calendar, a
+// fraction as that share of the following month or year.
+func addDuration(t time.Time, v any, sign int) (time.Time, error) {
+	d, ok := v.(map[string]any)
+	if !ok {
+		return time.Time{}, fmt.Errorf("duration is not an object")
+	}
+	value, err := number(d["value"])
+	if err != nil || value < 0 || math.IsInf(value, 0) || math.IsNaN(value) {
+		return time.Time{}, fmt.Errorf("duration.value must be a non-negative number")
+	}
+	unit, _ := d["unit"].(string)
+	if size, ok := nanoseconds[unit]; ok {
+		span := value * size
+		if span > float64(math.MaxInt64/2) {
+			return time.Time{}, fmt.Errorf("duration is too long")
+		}
+		return t.Add(time.Duration(float64(sign) * span)), nil
+	}
+	var months int
+	switch unit {
+	case "Mo":
+		months = 1
+	case "yr":
+		months = 12
+	default:
+		return time.Time{}, fmt.Errorf("duration.unit %q is not an OMH duration unit (ps, ns, us, ms, sec, min, h, d, wk, Mo, yr)", unit)
+	}
+	if value > 120000 {
+		return time.Time{}, fmt.Errorf("duration is too long")
+	}
+	whole, frac := math.Modf(value)
+	moved := t.AddDate(0, sign*months*int(whole), 0)
+	if frac > 0 {
+		next := moved.AddDate(0, sign*months, 0)
+		moved = moved.Add(time.Duration(frac * float64(next.Sub(moved))))
+	}
+	return moved, nil
+}
+
+// number reads a JSON number decoded as json.Number or float64.
+func number(v any) (float64, error) {
+	switch n := v.(type) {
+	case json.Number:
+		return n.Float64()
+	case float64:
+		return n, nil
+	}
+	return 0, fmt.Errorf("not a number")
+}
