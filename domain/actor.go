@@ -57,11 +57,47 @@ func (s *Service) Actor(ctx context.Context, userID int64) (*Actor, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range ms {
-			a.roles[m.OrganizationID] = m.Role
+		if len(ms) > 0 {
+			orgs, err := s.store.AllOrganizations(ctx)
+			if err != nil {
+				return nil, err
+			}
+			a.roles = inheritedRoles(ms, orgs)
 		}
 	}
 	return a, nil
+}
+
+// inheritedRoles gives a practitioner their role in every organization
+// below one they are a member of: a manager of a hospital manages its
+// departments too. The nearest membership up the tree decides, so a
+// direct membership of a sub-organization overrides the inherited role.
+func inheritedRoles(ms []Membership, orgs []Organization) map[int64]Role {
+	direct := map[int64]Role{}
+	for _, m := range ms {
+		direct[m.OrganizationID] = m.Role
+	}
+	parent := map[int64]int64{}
+	for _, o := range orgs {
+		parent[o.ID] = o.PartOf
+	}
+	roles := map[int64]Role{}
+	for _, o := range orgs {
+		// Walk up to the nearest membership; the depth bound guards
+		// against a cycle in stored data.
+		for id, depth := o.ID, 0; id != 0 && depth <= len(orgs); id, depth = parent[id], depth+1 {
+			if r, ok := direct[id]; ok {
+				roles[o.ID] = r
+				break
+			}
+		}
+	}
+	for id, r := range direct { // memberships of organizations since deleted
+		if _, ok := roles[id]; !ok {
+			roles[id] = r
+		}
+	}
+	return roles
 }
 
 // SystemActor is the actor of trusted operator commands (seed, the command

@@ -249,3 +249,36 @@ func TestPermissions(t *testing.T) {
 		t.Errorf("manager creating under another organization: %v", err)
 	}
 }
+
+func TestRolesCarryDownTheOrganizationTree(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sys := domain.SystemActor()
+	hospital, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Hospital", Type: "prov"})
+	dept, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Cardiology", Type: "dept", PartOf: hospital.ID})
+	team, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "HF team", Type: "team", PartOf: dept.ID})
+	other, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Other", Type: "prov"})
+	u, _ := f.svc.CreateUser(ctx, domain.NewUser{Email: "m@example.org", Type: domain.UserPractitioner})
+	if err := f.svc.AddMember(ctx, sys, hospital.ID, u.ID, domain.RoleManager); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.svc.AddMember(ctx, sys, team.ID, u.ID, domain.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.svc.Actor(ctx, u.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		org  int64
+		role domain.Role
+		ok   bool
+	}{{hospital.ID, domain.RoleManager, true}, {dept.ID, domain.RoleManager, true}, {team.ID, domain.RoleViewer, true}, {other.ID, domain.RoleNone, false}} {
+		if r, ok := a.RoleIn(tc.org); r != tc.role || ok != tc.ok {
+			t.Errorf("role in %d = %q %v, want %q %v", tc.org, r, ok, tc.role, tc.ok)
+		}
+	}
+	if !a.CanAdministerOrganization(dept.ID) || a.CanManageDataIn(team.ID) {
+		t.Error("the department is managed through the hospital; the team, a viewer's")
+	}
+}

@@ -226,6 +226,9 @@ func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in 
 				return nil, Errorf(CodeForbidden, "you may not move patients into or out of organization %d", org)
 			}
 		}
+		if err := s.checkNotEnrolledIn(ctx, id, missingIDs(old.OrganizationIDs, p.OrganizationIDs)); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.validatePatient(ctx, &p, identifiers); err != nil {
 		return nil, err
@@ -261,19 +264,41 @@ func loginNames(p *Patient) (first, last string) {
 	return first, p.FamilyName
 }
 
-func symmetricDifference(a, b []int64) []int64 {
+// checkNotEnrolledIn refuses to take a patient out of organizations whose
+// studies they are enrolled in: enrollment needs the study's organization.
+func (s *Service) checkNotEnrolledIn(ctx context.Context, patientID int64, orgs []int64) error {
+	if len(orgs) == 0 {
+		return nil
+	}
+	es, err := s.store.Enrollments(ctx, EnrollmentQuery{PatientIDs: []int64{patientID}})
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		st, err := s.store.StudyByID(ctx, e.StudyID)
+		if err != nil && !IsCode(err, CodeNotFound) {
+			return err
+		}
+		if err == nil && slices.Contains(orgs, st.OrganizationID) {
+			return Errorf(CodeConflict, "patient %d is enrolled in study %d of organization %d; remove the enrollment first", patientID, st.ID, st.OrganizationID)
+		}
+	}
+	return nil
+}
+
+// missingIDs returns the ids of a that b lacks.
+func missingIDs(a, b []int64) []int64 {
 	var out []int64
 	for _, x := range a {
 		if !slices.Contains(b, x) {
 			out = append(out, x)
 		}
 	}
-	for _, x := range b {
-		if !slices.Contains(a, x) {
-			out = append(out, x)
-		}
-	}
 	return out
+}
+
+func symmetricDifference(a, b []int64) []int64 {
+	return append(missingIDs(a, b), missingIDs(b, a)...)
 }
 
 // canManagePatient: a superuser, or a practitioner with patient.manage_data

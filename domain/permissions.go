@@ -5,6 +5,8 @@ import "slices"
 // The permission model, in one place for the admin API and FHIR alike:
 //
 //   - A superuser acts as super_user in every organization, without membership.
+//   - A membership carries down the organization tree: its role holds in
+//     every sub-organization, unless a membership there says otherwise.
 //   - Membership of an organization (any role, or none) gives read access to
 //     its patients, studies and data; a patient reads only their own.
 //   - Writes of patient data need a shared organization and a role with

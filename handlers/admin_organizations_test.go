@@ -122,9 +122,11 @@ func TestOrganizationDelete(t *testing.T) {
 
 	// A sub-organization blocks the delete.
 	w.call(t, "DELETE", deptPath, w.admin, nil, http.StatusConflict)
-	// Only a manager of the parent (or a superuser) deletes a child.
-	w.call(t, "DELETE", teamPath, w.manager, nil, http.StatusForbidden)
-	w.call(t, "DELETE", teamPath, w.admin, nil, http.StatusNoContent)
+	// Only a manager of the parent (or a superuser) deletes a child: a
+	// member of the department may not, while the hospital's manager
+	// manages the department through the tree.
+	w.call(t, "DELETE", teamPath, w.viewer, nil, http.StatusForbidden)
+	w.call(t, "DELETE", teamPath, w.manager, nil, http.StatusNoContent)
 	w.call(t, "GET", teamPath, w.admin, nil, http.StatusNotFound)
 	w.call(t, "DELETE", teamPath, w.admin, nil, http.StatusNotFound)
 
@@ -296,4 +298,20 @@ func TestOrganizationStudies(t *testing.T) {
 	}
 	w.call(t, "GET", fmt.Sprintf("/api/v1/organizations/%d/studies", other.ID), w.viewer, nil, http.StatusForbidden)
 	w.call(t, "GET", "/api/v1/organizations/9999/studies", w.admin, nil, http.StatusNotFound)
+}
+
+// partOf=0 lists the top level; a manager of a parent manages its
+// sub-organizations through the tree.
+func TestAdminTopLevelListAndInheritedRoles(t *testing.T) {
+	w := admNewWorld(t)
+	sub := w.call(t, "POST", "/api/v1/organizations", w.manager, map[string]any{"name": "Ward", "type": "dept", "partOf": w.org.ID}, http.StatusCreated)
+	top := w.call(t, "GET", "/api/v1/organizations?partOf=0", w.admin, nil, http.StatusOK)
+	if ids := admIDs(t, top); len(ids) != 1 || ids[0] != w.org.ID {
+		t.Errorf("top level: %v", ids)
+	}
+	w.call(t, "GET", "/api/v1/organizations?partOf=-1", w.admin, nil, http.StatusBadRequest, "partOf")
+	path := fmt.Sprintf("/api/v1/organizations/%d", admID(t, sub))
+	w.call(t, "GET", path, w.viewer, nil, http.StatusOK)
+	w.call(t, "PATCH", path, w.manager, map[string]any{"name": "Ward 7"}, http.StatusOK)
+	w.call(t, "PATCH", path, w.member, map[string]any{"name": "Ward 8"}, http.StatusForbidden)
 }

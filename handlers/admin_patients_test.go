@@ -352,3 +352,25 @@ func TestPatientsInvitation(t *testing.T) {
 	w.call(t, "POST", path, w.viewer, map[string]any{"clientId": client.ID}, http.StatusForbidden)
 	w.call(t, "POST", "/api/v1/patients/9999/invitation", w.admin, map[string]any{"clientId": client.ID}, http.StatusNotFound)
 }
+
+// A patient cannot leave an organization while enrolled in one of its
+// studies: enrollment needs the study's organization.
+func TestAdminPatientLeavesOrganizationOnlyWhenNotEnrolled(t *testing.T) {
+	w := admNewWorld(t)
+	other, err := w.env.Service.CreateOrganization(context.Background(), domain.SystemActor(), domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := w.patient(t, "mover@example.org", "Mover", "Mo", w.org.ID, other.ID)
+	st := w.study(t, w.org.ID, "Study")
+	w.call(t, "POST", fmt.Sprintf("/api/v1/studies/%d/patients", st.ID), w.admin, map[string]any{"patientIds": []int64{p.ID}}, http.StatusCreated)
+	path := fmt.Sprintf("/api/v1/patients/%d", p.ID)
+	before := admSnapshot(t, w.env)
+	w.call(t, "PATCH", path, w.admin, map[string]any{"organizationIds": []int64{other.ID}}, http.StatusConflict)
+	admSameSnapshot(t, "a refused move", before, admSnapshot(t, w.env))
+	w.call(t, "DELETE", fmt.Sprintf("/api/v1/studies/%d/patients", st.ID), w.admin, map[string]any{"patientIds": []int64{p.ID}}, http.StatusNoContent)
+	moved := w.call(t, "PATCH", path, w.admin, map[string]any{"organizationIds": []int64{other.ID}}, http.StatusOK)
+	if fmt.Sprint(moved["organizationIds"]) != fmt.Sprintf("[%d]", other.ID) {
+		t.Errorf("after unenrolling: %v", moved["organizationIds"])
+	}
+}

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"encoding/json"
+	"strconv"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -48,11 +49,12 @@ func (s *server) listOrganizations(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	// partOf=0 lists the top-level organizations.
 	var partOf *int64
-	if c.Query("partOf") != "" {
-		id, err := queryID(c, "partOf")
-		if err != nil {
-			return err
+	if v := c.Query("partOf"); v != "" {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || id < 0 {
+			return domain.FieldErrorf("partOf", "%q is not an organization id (0: top level)", v)
 		}
 		partOf = &id
 	}
