@@ -2,6 +2,7 @@ package domain
 
 import (
 	"strings"
+	"time"
 	"unicode"
 
 	"golang.org/x/text/runes"
@@ -22,3 +23,81 @@ func SearchKey(s string) string {
 	folded = strings.NewReplacer("ø", "o", "Ø", "o", "æ", "ae", "Æ", "ae", "ß", "ss", "ł", "l", "Ł", "l", "đ", "d", "Đ", "d").Replace(folded)
 	return strings.Join(strings.Fields(strings.ToLower(folded)), " ")
 }
+
+// JoinKind names a search parameter whose values name other entities: the
+// domain resolves it into the ids a search may return, because answering
+// it needs joins the database does not do (enrollment, consent,
+// membership) and the permission model.
+type JoinKind string
+
+// The joins of native searches.
+const (
+	JoinPatient             JoinKind = "patient"
+	JoinPatientOrganization JoinKind = "patient.organization"
+	JoinPatientIdentifier   JoinKind = "patient.identifier"
+	JoinPatientStudy        JoinKind = "patient._has:Group:member:_id"
+	JoinStudy               JoinKind = "_has:Group:member:_id"
+)
+
+// Join is one joined search parameter with its values, which are OR'ed;
+// several joins are AND'ed. Values that cannot name a native entity (a
+// UUID where an integer id belongs) are dropped by the parser: a join
+// without values matches nothing.
+type Join struct {
+	Kind        JoinKind
+	IDs         []int64
+	Identifiers []Identifier
+}
+
+// Scope is what a search may return, as the domain resolved it from the
+// caller and the joins.
+type Scope struct {
+	// PatientIDs limits observations to these patients; nil: any patient.
+	PatientIDs []int64
+	// Codes limits each listed patient's observations to these native codes
+	// (what the patient consented to share with a searched study). nil: no
+	// limit.
+	Codes map[int64][]string
+	// IDs limits a projection (Patient, Practitioner, ...) to these ids;
+	// nil: any.
+	IDs []int64
+}
+
+// Search is a parsed FHIR search over the native store; package fhirsearch
+// makes them. The domain reads its joins, resolves them into a Scope, and
+// hands the plan it gets back to the store without reading it.
+type Search interface {
+	ResourceType() string
+	Joins() []Join
+	// Plan translates the search, narrowed to scope, into what the store
+	// runs.
+	Plan(scope Scope) (*SearchPlan, error)
+}
+
+// SearchPlan is a search ready to run: opaque to the domain.
+type SearchPlan struct {
+	Collection string
+	// Pipeline fetches the page (one entry more than the page size, to know
+	// whether another page follows); nil when no entries are wanted.
+	Pipeline []any
+	// Filter is the condition of the whole result, for counting; nil when
+	// no count is wanted.
+	Filter   any
+	PageSize int
+}
+
+// SearchResult is one page of a search.
+type SearchResult[T any] struct {
+	Items []T
+	// More says whether another page follows.
+	More bool
+	// Total is the size of the whole result, when it was asked for.
+	Total *int64
+}
+
+// Records without a date sort last in both directions: their ascending
+// sort key is the largest date and their descending one the smallest.
+var (
+	SortLastAscending  = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+	SortLastDescending = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+)

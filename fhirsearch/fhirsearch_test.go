@@ -1,0 +1,290 @@
+package fhirsearch_test
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+)
+
+var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func translator() *fhirsearch.Translator {
+	return fhirsearch.NewTranslator([]byte("test key"), func() time.Time { return now })
+}
+
+func parse(t *testing.T, resourceType, query string) *fhirsearch.Query {
+	t.Helper()
+	v, err := url.ParseQuery(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := translator().Parse(resourceType, v, false)
+	if err != nil {
+		t.Fatalf("%s?%s: %v", resourceType, query, err)
+	}
+	return q
+}
+
+// canon renders a BSON value as JSON with sorted keys, so that maps compare.
+func canon(t *testing.T, v any) string {
+	t.Helper()
+	data, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generic any
+	if err := json.Unmarshal(data, &generic); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(generic.(map[string]any)["v"])
+	return string(out)
+}
+
+func TestPipelines(t *testing.T) {
+	patients := domain.Scope{PatientIDs: []int64{1, 2}}
+	for _, tc := range []struct {
+		name, resourceType, query string
+		scope                     domain.Scope
+		match, sort               string
+	}{
+		{"everything a practitioner reads", "Observation", "", patients,
+			`{"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
+		{"code takes the index prefix after the patient", "Observation", "code=https://w3id.org/openmhealth|omh:heart-rate:2.0,omh:step-count:3.0", patients,
+			`{"codeTokens":{"$in":["https://w3id.org/openmhealth|omh:heart-rate:2.0","omh:step-count:3.0"]},"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
+		{"a superuser's code search has no prefix", "Observation", "code=|x", domain.Scope{},
+			`{"$and":[{"codeTokens":{"$in":["|x"]}}]}`, `{"_id":1}`},
+		{"date range and sort", "Observation", "date=ge2024-01-01&date=lt2024-02&_sort=-date", patients,
+			`{"$and":[{"effectiveEnd":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"effectiveStart":{"$lt":{"$date":"2024-02-01T00:00:00Z"}}}],"patientId":{"$in":[1,2]}}`,
+			`{"sortDesc":-1,"_id":-1}`},
+		{"eq spans the precision", "Observation", "date=2024-03-05T10:15", patients,
+			`{"$and":[{"effectiveEnd":{"$lt":{"$date":"2024-03-05T10:16:00Z"}},"effectiveStart":{"$gte":{"$date":"2024-03-05T10:15:00Z"}}}],"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
+		{"status of the official system", "Observation", "status=http://hl7.org/fhir/observation-status|final,preliminary", patients,
+			`{"$and":[{"status":{"$in":["final","preliminary"]}}],"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
+		{"status of another system matches nothing", "Observation", "status=http://example.org|final", patients,
+			`{"$and":[{"status":{"$in":[]}}],"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
+		{"consent per patient", "Observation", "code=omh:heart-rate:2.0", domain.Scope{PatientIDs: []int64{1, 2, 3}, Codes: map[int64][]string{1: {"omh:heart-rate:2.0"}, 2: {}}},
+			`{"$and":[{"$or":[{"codeTokens":{"$in":["omh:heart-rate:2.0"]},"patientId":1},{"patientId":{"$in":[3]}}]},{"codeTokens":{"$in":["omh:heart-rate:2.0"]}}]}`, `{"_id":1}`},
+		{"ids, last updated", "Observation", "_id=5,abc&_lastUpdated=gt2025&_sort=_lastUpdated", patients,
+			`{"$and":[{"lastUpdated":{"$gte":{"$date":"2026-01-01T00:00:00Z"}}},{"_id":{"$in":[5]}}],"patientId":{"$in":[1,2]}}`, `{"lastUpdated":1,"_id":1}`},
+		{"patient names fold case and accents", "Patient", "name=ZOË&birthdate=sa1990", domain.Scope{IDs: []int64{7}},
+			`{"$and":[{"_id":{"$in":[7]}},{"birthDateStart":{"$gte":{"$date":"1991-01-01T00:00:00Z"}}},{"nameKeys":{"$regex":"^zoe"}}]}`, `{"_id":1}`},
+		{"regular expression characters are literal", "Patient", "family=.*&given=a,b", domain.Scope{},
+			`{"$and":[{"familyKey":{"$regex":"^\\.\\*"}},{"$or":[{"givenKeys":{"$regex":"^a"}},{"givenKeys":{"$regex":"^b"}}]}]}`, `{"_id":1}`},
+		{"practitioners are users", "Practitioner", "_sort=-lastUpdated", domain.Scope{IDs: []int64{3}},
+			`{"$and":[{"userType":"practitioner"},{"_id":{"$in":[3]}}]}`, `{"lastUpdated":-1,"_id":-1}`},
+		{"a _source search finds nothing native", "Observation", "_source=http://example.org/fhir-source/1", patients,
+			`{"$and":[{"_id":{"$in":[]}}],"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan, err := parse(t, tc.resourceType, tc.query).Plan(tc.scope)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plan.Pipeline) < 3 {
+				t.Fatalf("pipeline %v", plan.Pipeline)
+			}
+			stage := func(i int, name string) string {
+				d := plan.Pipeline[i].(bson.D)
+				if d[0].Key != name {
+					t.Fatalf("stage %d is %s, want %s", i, d[0].Key, name)
+				}
+				if name == "$sort" { // order matters: compare as written
+					data, _ := bson.MarshalExtJSON(d[0].Value, false, false)
+					return string(data)
+				}
+				return canon(t, d[0].Value)
+			}
+			if got := stage(0, "$match"); got != tc.match {
+				t.Errorf("$match\n got %s\nwant %s", got, tc.match)
+			}
+			if got := stage(1, "$sort"); got != tc.sort {
+				t.Errorf("$sort %s, want %s", got, tc.sort)
+			}
+			if got := stage(2, "$limit"); got != "51" {
+				t.Errorf("$limit %s", got)
+			}
+		})
+	}
+}
+
+func TestPlansWithoutEntries(t *testing.T) {
+	plan, err := parse(t, "Observation", "_summary=count&code=x").Plan(domain.Scope{})
+	if err != nil || plan.Pipeline != nil || plan.Filter == nil {
+		t.Fatalf("_summary=count: %+v %v", plan, err)
+	}
+	plan, _ = parse(t, "Observation", "_count=0").Plan(domain.Scope{})
+	if plan.Pipeline != nil || plan.Filter != nil {
+		t.Errorf("_count=0: %+v", plan)
+	}
+	plan, _ = parse(t, "Observation", "_total=accurate&_count=10").Plan(domain.Scope{})
+	if plan.Pipeline == nil || plan.Filter == nil || plan.PageSize != 10 {
+		t.Errorf("_total=accurate: %+v", plan)
+	}
+	plan, _ = parse(t, "Observation", "_elements=code,status").Plan(domain.Scope{})
+	if got := canon(t, plan.Pipeline[3].(bson.D)[0].Value); got != `{"omh":0,"payload":0}` {
+		t.Errorf("_elements without the value: $project %s", got)
+	}
+}
+
+func TestParseRefusesMalformedValues(t *testing.T) {
+	for _, query := range []string{
+		"date=2024-13", "date=2024-02-30", "date=xx2024", "date=24", "date=2024-01-01T25:00", "date=2024-01-01T10:00+25:99",
+		"_lastUpdated=yesterday", "_count=-1", "_count=1001", "_count=ten", "_summary=true", "_total=some",
+		"_sort=code", "_sort=date,_lastUpdated", "_elements=code%3Bdrop", "code:text=x", "code=", "code=|",
+		"patient.identifier=justavalue", "patient.identifier=|v", "patient=", "_cursor=forged.signature",
+	} {
+		v, _ := url.ParseQuery(query)
+		_, err := translator().Parse("Observation", v, false)
+		if !domain.IsCode(err, domain.CodeInvalid) {
+			t.Errorf("%s: got %v, want an invalid error", query, err)
+			continue
+		}
+		param, _, _ := strings.Cut(query, "=")
+		param, _, _ = strings.Cut(param, ":")
+		if !strings.Contains(err.Error(), param) {
+			t.Errorf("%s: %q does not name the parameter", query, err)
+		}
+	}
+	if _, err := translator().Parse("Basic", url.Values{}, false); !domain.IsCode(err, domain.CodeNotSupported) {
+		t.Errorf("unknown type: %v", err)
+	}
+}
+
+func TestUnknownParameters(t *testing.T) {
+	q := parse(t, "Observation", "category=vital-signs&code=x&value-quantity=5")
+	if got := strings.Join(q.Unknown(), ","); got != "category,value-quantity" {
+		t.Errorf("unknown %q", got)
+	}
+	v, _ := url.ParseQuery("category=vital-signs")
+	if _, err := translator().Parse("Observation", v, true); !domain.IsCode(err, domain.CodeInvalid) || !strings.Contains(err.Error(), "category") {
+		t.Errorf("strict: %v", err)
+	}
+}
+
+func TestJoins(t *testing.T) {
+	q := parse(t, "Observation", "patient=Patient/3,4,a1b2c3d4-0000-0000-0000-000000000000&patient.organization=Organization/7"+
+		"&patient._has:Group:member:_id=Group/9&patient.identifier="+url.QueryEscape("http://mrn|M-1"))
+	got, _ := json.Marshal(q.Joins())
+	want := `[{"Kind":"patient","IDs":[3,4],"Identifiers":null},{"Kind":"patient._has:Group:member:_id","IDs":[9],"Identifiers":null},` +
+		`{"Kind":"patient.identifier","IDs":null,"Identifiers":[{"System":"http://mrn","Value":"M-1"}]},{"Kind":"patient.organization","IDs":[7],"Identifiers":null}]`
+	if string(got) != want {
+		t.Errorf("joins\n got %s\nwant %s", got, want)
+	}
+	if j := parse(t, "Group", "_has:Group:member:_id=5").Joins(); len(j) != 1 || j[0].Kind != domain.JoinStudy || j[0].IDs[0] != 5 {
+		t.Errorf("Group joins %+v", j)
+	}
+}
+
+func TestDateRangesFollowPrecision(t *testing.T) {
+	for value, want := range map[string]string{
+		"2024":                          `{"$gte":{"$date":"2024-01-01T00:00:00Z"}}..{"$lt":{"$date":"2025-01-01T00:00:00Z"}}`,
+		"2024-02":                       `{"$gte":{"$date":"2024-02-01T00:00:00Z"}}..{"$lt":{"$date":"2024-03-01T00:00:00Z"}}`,
+		"2024-02-29":                    `{"$gte":{"$date":"2024-02-29T00:00:00Z"}}..{"$lt":{"$date":"2024-03-01T00:00:00Z"}}`,
+		"2024-02-29T23:59:59+02:00":     `{"$gte":{"$date":"2024-02-29T21:59:59Z"}}..{"$lt":{"$date":"2024-02-29T22:00:00Z"}}`,
+		"2024-02-29T23:59:59.5Z":        `{"$gte":{"$date":"2024-02-29T23:59:59.5Z"}}..{"$lt":{"$date":"2024-02-29T23:59:59.6Z"}}`,
+		"eq2024-02-29T10:00:00.123456Z": `{"$gte":{"$date":"2024-02-29T10:00:00.123Z"}}..{"$lt":{"$date":"2024-02-29T10:00:00.123Z"}}`,
+	} {
+		plan, err := parse(t, "Observation", "date="+url.QueryEscape(value)).Plan(domain.Scope{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cond := plan.Pipeline[0].(bson.D)[0].Value.(bson.D)[0].Value.(bson.A)[0].(bson.M)
+		if got := canon(t, cond["effectiveStart"]) + ".." + canon(t, cond["effectiveEnd"]); got != want {
+			t.Errorf("%s: %s, want %s", value, got, want)
+		}
+	}
+}
+
+func TestCursorsAreSignedAndBoundToTheirSearch(t *testing.T) {
+	tr := translator()
+	v, _ := url.ParseQuery("code=x&_sort=date")
+	q, err := tr.Parse("Observation", v, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	date := time.Date(2024, 5, 1, 10, 0, 0, 123456789, time.UTC)
+	next := q.Next(fhirsearch.Position{ID: 42, Date: &date})
+	v.Set(fhirsearch.CursorParam, next)
+	q2, err := tr.Parse("Observation", v, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, _ := q2.Plan(domain.Scope{PatientIDs: []int64{1}})
+	match := canon(t, plan.Pipeline[0].(bson.D)[0].Value)
+	want := `{"$and":[{"$or":[{"sortAsc":{"$gt":{"$date":"2024-05-01T10:00:00.123Z"}}},{"_id":{"$gt":42},"sortAsc":{"$date":"2024-05-01T10:00:00.123Z"}}]}],"codeTokens":{"$in":["x"]},"patientId":{"$in":[1]}}`
+	if match != want {
+		t.Errorf("continuation\n got %s\nwant %s", match, want)
+	}
+	for name, tamper := range map[string]func(url.Values){
+		"another search":    func(v url.Values) { v.Set("code", "y") },
+		"another sort":      func(v url.Values) { v.Set("_sort", "-date") },
+		"changed signature": func(v url.Values) { v.Set(fhirsearch.CursorParam, next[:len(next)-2]+"AA") },
+		"changed payload":   func(v url.Values) { v.Set(fhirsearch.CursorParam, "x"+next[1:]) },
+	} {
+		w, _ := url.ParseQuery(v.Encode())
+		tamper(w)
+		if _, err := tr.Parse("Observation", w, false); !domain.IsCode(err, domain.CodeInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Undated records sort last both ways.
+	q3, _ := tr.Parse("Observation", url.Values{"_sort": {"-date"}}, false)
+	v3 := url.Values{"_sort": {"-date"}, fhirsearch.CursorParam: {q3.Next(fhirsearch.Position{ID: 7})}}
+	q4, err := tr.Parse("Observation", v3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, _ = q4.Plan(domain.Scope{})
+	if got := canon(t, plan.Pipeline[0].(bson.D)[0].Value); !strings.Contains(got, `"sortDesc":{"$date":{"$numberLong":"-62135596800000"}}`) {
+		t.Errorf("undated cursor: %s", got)
+	}
+}
+
+// No plan ever pages with $skip.
+func TestNoSkip(t *testing.T) {
+	for _, query := range []string{"", "_sort=date", "_count=1000&_total=accurate", "code=x&_sort=-_lastUpdated"} {
+		plan, _ := parse(t, "Observation", query).Plan(domain.Scope{})
+		if strings.Contains(canon(t, plan.Pipeline), "$skip") {
+			t.Errorf("%s: $skip in %s", query, canon(t, plan.Pipeline))
+		}
+	}
+}
+
+// FuzzParse: any query string parses or is refused as invalid; it never
+// panics, and what parses also plans.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{
+		"code=https://w3id.org/openmhealth|omh:heart-rate:2.0&date=ge2024-01-01&_sort=-date&_count=10",
+		"patient=Patient/1,2&patient._has:Group:member:_id=3&_summary=count",
+		`identifier=a\|b|c\,d&status=final&_lastUpdated=ap2025-06`,
+		"_elements=code,effective[x]&_total=accurate&_source:below=http://x/",
+		"name=Zo%C3%AB&birthdate=le1990-02-28T10:00:00.5%2B01:00",
+	} {
+		f.Add("Observation", seed)
+		f.Add("Patient", seed)
+	}
+	tr := translator()
+	f.Fuzz(func(t *testing.T, resourceType, query string) {
+		v, err := url.ParseQuery(query)
+		if err != nil {
+			return
+		}
+		q, err := tr.Parse(resourceType, v, false)
+		if err != nil {
+			if c := domain.ErrorCode(err); c != domain.CodeInvalid && c != domain.CodeNotSupported {
+				t.Fatalf("%s?%s: %v", resourceType, query, err)
+			}
+			return
+		}
+		if _, err := q.Plan(domain.Scope{PatientIDs: []int64{1}}); err != nil {
+			t.Fatalf("%s?%s: plan: %v", resourceType, query, err)
+		}
+	})
+}

@@ -1,0 +1,281 @@
+package fhirsearch
+
+import (
+	"math"
+	"regexp"
+	"slices"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+)
+
+// matchNothing is a condition no document meets.
+var matchNothing = bson.M{"_id": bson.M{"$in": bson.A{}}}
+
+// hidden are the fields a type's documents hold that its FHIR form never
+// shows: never fetched.
+var hidden = map[string][]string{
+	"Observation":  {"omh"},
+	"Practitioner": {"passwordHash"},
+}
+
+// Plan translates the query, narrowed to scope, into one pipeline:
+//
+//	$match  the index prefix first (the longest run of the collection's
+//	        leading equality fields the query has), everything else under
+//	        $and, with the keyset cursor of the page last
+//	$sort   the sort key, then _id, in the same direction
+//	$limit  the page size plus one, to know whether a next page exists
+//	$project  without what the FHIR form never shows
+//
+// It fetches no entries for _summary=count or _count=0, and gives the
+// condition to count by for _summary=count and _total=accurate.
+func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
+	r := q.resource
+	simple := map[string]any{} // single-field conditions the index prefix may take
+	var and bson.A
+	addSimple := func(field string, cond any) {
+		if _, taken := simple[field]; taken {
+			and = append(and, bson.M{field: cond})
+			return
+		}
+		simple[field] = cond
+	}
+	for k, v := range r.BaseFilter {
+		and = append(and, bson.M{k: v})
+	}
+	if q.source != nil {
+		// The native store answers searches without _source; the imported
+		// store, which _source selects, is searched elsewhere.
+		and = append(and, matchNothing)
+	}
+	switch {
+	case scope.Codes != nil:
+		and = append(and, consentCondition(scope))
+	case scope.PatientIDs != nil:
+		addSimple("patientId", bson.M{"$in": int64s(scope.PatientIDs)})
+	}
+	if scope.IDs != nil {
+		and = append(and, bson.M{"_id": bson.M{"$in": int64s(scope.IDs)}})
+	}
+	for _, c := range q.clauses {
+		field, cond, isSimple := clauseCondition(c, q.t.now())
+		if isSimple {
+			addSimple(field, cond)
+		} else {
+			and = append(and, cond)
+		}
+	}
+	// The index prefix: the leading equality fields present, in index order.
+	top := bson.D{}
+	for _, f := range r.IndexPrefix {
+		cond, ok := simple[f]
+		if !ok {
+			break
+		}
+		top = append(top, bson.E{Key: f, Value: cond})
+		delete(simple, f)
+	}
+	for _, f := range sortedKeys(simple) {
+		and = append(and, bson.M{f: simple[f]})
+	}
+	filter := withAnd(top, and)
+
+	plan := &domain.SearchPlan{Collection: r.Collection, PageSize: q.count}
+	if q.summaryCount || q.total {
+		plan.Filter = filter
+	}
+	if q.summaryCount || q.count == 0 {
+		return plan, nil
+	}
+	match := filter
+	if q.after != nil {
+		match = withAnd(top, append(slices.Clone(and), q.continuation()))
+	}
+	plan.Pipeline = []any{
+		bson.D{{Key: "$match", Value: match}},
+		bson.D{{Key: "$sort", Value: q.sortSpec()}},
+		bson.D{{Key: "$limit", Value: int64(q.count + 1)}},
+	}
+	if proj := q.projection(); len(proj) > 0 {
+		plan.Pipeline = append(plan.Pipeline, bson.D{{Key: "$project", Value: proj}})
+	}
+	return plan, nil
+}
+
+func withAnd(top bson.D, and bson.A) bson.D {
+	out := slices.Clone(top)
+	if len(and) > 0 {
+		out = append(out, bson.E{Key: "$and", Value: and})
+	}
+	return out
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func int64s(ids []int64) bson.A {
+	a := make(bson.A, len(ids))
+	for i, id := range ids {
+		a[i] = id
+	}
+	return a
+}
+
+// consentCondition limits each patient of a study search to the native
+// codes they consented to share with the study: one branch per patient,
+// each starting with the index prefix (patientId, codeTokens).
+func consentCondition(scope domain.Scope) bson.M {
+	branches := bson.A{}
+	var unlimited []int64
+	for _, id := range scope.PatientIDs {
+		codes, limited := scope.Codes[id]
+		if !limited {
+			unlimited = append(unlimited, id)
+			continue
+		}
+		if len(codes) == 0 {
+			continue
+		}
+		keys := bson.A{}
+		for _, c := range codes {
+			keys = append(keys, c)
+		}
+		branches = append(branches, bson.D{{Key: "patientId", Value: id}, {Key: "codeTokens", Value: bson.M{"$in": keys}}})
+	}
+	if len(unlimited) > 0 {
+		branches = append(branches, bson.D{{Key: "patientId", Value: bson.M{"$in": int64s(unlimited)}}})
+	}
+	if len(branches) == 0 {
+		return matchNothing
+	}
+	return bson.M{"$or": branches}
+}
+
+// clauseCondition translates one clause. A simple condition is on one
+// field, an equality or $in the index prefix can take.
+func clauseCondition(c Clause, now time.Time) (field string, cond any, simple bool) {
+	p := c.Param
+	switch {
+	case p.Name == "_id":
+		return "_id", bson.M{"$in": int64s(c.IDs)}, true
+	case p.Type == TypeToken:
+		keys := bson.A{}
+		for _, t := range c.Tokens {
+			if key, ok := tokenKey(p, t); ok {
+				keys = append(keys, key)
+			}
+		}
+		return p.Field, bson.M{"$in": keys}, true
+	case p.Type == TypeString:
+		var alts bson.A
+		for _, s := range c.Strings {
+			alts = append(alts, bson.M{p.Field: bson.M{"$regex": "^" + regexp.QuoteMeta(s)}})
+		}
+		return "", orOf(alts), false
+	case p.Type == TypeDate:
+		var alts bson.A
+		for _, d := range c.Dates {
+			alts = append(alts, dateCondition(p.Field, p.EndField, d, now))
+		}
+		return "", orOf(alts), false
+	}
+	return "", matchNothing, false
+}
+
+func orOf(alts bson.A) any {
+	if len(alts) == 1 {
+		return alts[0]
+	}
+	return bson.M{"$or": alts}
+}
+
+// tokenKey is the stored key a token value matches. A parameter whose field
+// holds plain codes of one system matches only that system or none.
+func tokenKey(p *Param, t Token) (string, bool) {
+	if p.CodeSystem == "" {
+		return t.Key(), true
+	}
+	if !t.HasSystem || t.System == p.CodeSystem {
+		return t.Code, t.Code != ""
+	}
+	return "", false
+}
+
+// dateCondition is FHIR's range semantics: the resource spans [start, end]
+// (its fields), the search value [Low, High).
+func dateCondition(start, end string, d DateRange, now time.Time) bson.M {
+	lo, hi := d.Low, d.High
+	switch d.Prefix {
+	case "eq":
+		return bson.M{start: bson.M{"$gte": lo}, end: bson.M{"$lt": hi}}
+	case "ne":
+		return bson.M{"$or": bson.A{bson.M{start: bson.M{"$lt": lo}}, bson.M{end: bson.M{"$gte": hi}}}}
+	case "gt":
+		return bson.M{end: bson.M{"$gte": hi}}
+	case "lt":
+		return bson.M{start: bson.M{"$lt": lo}}
+	case "ge":
+		return bson.M{end: bson.M{"$gte": lo}}
+	case "le":
+		return bson.M{start: bson.M{"$lt": hi}}
+	case "sa":
+		return bson.M{start: bson.M{"$gte": hi}}
+	case "eb":
+		return bson.M{end: bson.M{"$lt": lo}}
+	default: // ap: overlaps the value widened by a tenth of its distance from now
+		gap := time.Duration(0.1 * math.Max(math.Abs(float64(now.Sub(lo))), math.Abs(float64(now.Sub(hi)))))
+		return bson.M{start: bson.M{"$lt": hi.Add(gap)}, end: bson.M{"$gte": lo.Add(-gap)}}
+	}
+}
+
+// sortSpec is the $sort of the query: its key, then _id, one direction.
+func (q *Query) sortSpec() bson.D {
+	switch {
+	case q.sort == nil:
+		return bson.D{{Key: "_id", Value: 1}}
+	case q.desc:
+		return bson.D{{Key: q.sort.Desc, Value: -1}, {Key: "_id", Value: -1}}
+	default:
+		return bson.D{{Key: q.sort.Asc, Value: 1}, {Key: "_id", Value: 1}}
+	}
+}
+
+// continuation is the keyset condition of the page after the cursor.
+func (q *Query) continuation() bson.M {
+	c := q.after
+	if q.sort == nil {
+		return bson.M{"_id": bson.M{"$gt": c.ID}}
+	}
+	field, op := q.sort.Asc, "$gt"
+	if q.desc {
+		field, op = q.sort.Desc, "$lt"
+	}
+	v := c.Value.UTC()
+	return bson.M{"$or": bson.A{
+		bson.M{field: bson.M{op: v}},
+		bson.D{{Key: field, Value: v}, {Key: "_id", Value: bson.M{op: c.ID}}},
+	}}
+}
+
+// projection leaves out what the FHIR form never shows, and the payload of
+// an Observation when _elements does not ask for its value.
+func (q *Query) projection() bson.D {
+	var proj bson.D
+	for _, f := range hidden[q.resource.Type] {
+		proj = append(proj, bson.E{Key: f, Value: 0})
+	}
+	if q.resource.Type == "Observation" && len(q.elements) > 0 &&
+		!slices.Contains(q.elements, "valueAttachment") && !slices.Contains(q.elements, "value[x]") {
+		proj = append(proj, bson.E{Key: "payload", Value: 0})
+	}
+	return proj
+}

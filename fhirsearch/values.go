@@ -1,0 +1,186 @@
+package fhirsearch
+
+import (
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"exchange/domain"
+)
+
+// splitOR splits a parameter value on the commas that are not escaped
+// (\,), and unescapes \, \| and \$ in the parts.
+func splitOR(v string) []string {
+	var parts []string
+	var cur strings.Builder
+	for i := 0; i < len(v); i++ {
+		switch {
+		case v[i] == '\\' && i+1 < len(v) && strings.IndexByte(",|$\\", v[i+1]) >= 0:
+			if v[i+1] == '|' {
+				cur.WriteString(`\|`) // kept escaped for the token split
+			} else {
+				cur.WriteByte(v[i+1])
+			}
+			i++
+		case v[i] == ',':
+			parts = append(parts, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(v[i])
+		}
+	}
+	return append(parts, cur.String())
+}
+
+// Token is a parsed token value: the keys a token field holds for it.
+type Token struct {
+	System, Code string
+	HasSystem    bool // system|code, |code, system|; false for a bare code
+}
+
+// parseToken reads system|code, |code, code or system|.
+func parseToken(param, v string) (Token, error) {
+	i := unescapedPipe(v)
+	if i < 0 {
+		code := unescapePipes(v)
+		if code == "" {
+			return Token{}, domain.Errorf(domain.CodeInvalid, "%s: an empty value", param)
+		}
+		return Token{Code: code}, nil
+	}
+	t := Token{System: unescapePipes(v[:i]), Code: unescapePipes(v[i+1:]), HasSystem: true}
+	if t.System == "" && t.Code == "" {
+		return Token{}, domain.Errorf(domain.CodeInvalid, "%s: %q names neither a system nor a code", param, v)
+	}
+	return t, nil
+}
+
+func unescapedPipe(v string) int {
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' {
+			i++
+			continue
+		}
+		if v[i] == '|' {
+			return i
+		}
+	}
+	return -1
+}
+
+func unescapePipes(v string) string { return strings.ReplaceAll(v, `\|`, "|") }
+
+// Key returns the string a token field holds for this value: system|code,
+// |code (no system), code (any system) or system| (any code).
+func (t Token) Key() string {
+	if !t.HasSystem {
+		return t.Code
+	}
+	return t.System + "|" + t.Code
+}
+
+// TokenKeys returns every key a stored coding answers to, so that each form
+// of a token search is one equality on a multikey field.
+func TokenKeys(system, code string) []string {
+	if system == "" {
+		return []string{"|" + code, code}
+	}
+	return []string{system + "|" + code, code, system + "|"}
+}
+
+// prefixes are the FHIR comparators of date (and number) values.
+var prefixes = []string{"eq", "ne", "gt", "lt", "ge", "le", "sa", "eb", "ap"}
+
+// DateRange is a parsed date value: the comparator and the half-open
+// interval [Low, High) the value's precision spans.
+type DateRange struct {
+	Prefix    string
+	Low, High time.Time
+}
+
+var dateValue = regexp.MustCompile(`^([0-9]{4})(?:-([0-9]{2})(?:-([0-9]{2})(?:T([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,9}))?)?(Z|[+-][0-9]{2}:[0-9]{2})?)?)?)?$`)
+
+// parseDate reads [prefix]date: a FHIR date, dateTime or instant of any
+// precision; a time without an offset is UTC.
+func parseDate(param, v string) (DateRange, error) {
+	r := DateRange{Prefix: "eq"}
+	if len(v) >= 2 && v[0] >= 'a' && v[0] <= 'z' {
+		p := v[:2]
+		found := false
+		for _, known := range prefixes {
+			if p == known {
+				found = true
+			}
+		}
+		if !found {
+			return r, domain.Errorf(domain.CodeInvalid, "%s: %q is not a comparator (eq, ne, gt, lt, ge, le, sa, eb, ap)", param, p)
+		}
+		r.Prefix, v = p, v[2:]
+	}
+	m := dateValue.FindStringSubmatch(v)
+	if m == nil {
+		return r, domain.Errorf(domain.CodeInvalid, "%s: %q is not a date (YYYY, YYYY-MM, YYYY-MM-DD or a dateTime)", param, v)
+	}
+	n := func(s string, def int) int {
+		if s == "" {
+			return def
+		}
+		i, _ := strconv.Atoi(s)
+		return i
+	}
+	year, month, day := n(m[1], 0), n(m[2], 1), n(m[3], 1)
+	hour, minute, sec := n(m[4], 0), n(m[5], 0), n(m[6], 0)
+	if month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || minute > 59 || sec > 59 {
+		return r, domain.Errorf(domain.CodeInvalid, "%s: %q is not a valid date", param, v)
+	}
+	loc := time.UTC
+	if zone := m[8]; zone != "" && zone != "Z" {
+		t, err := time.Parse("-07:00", zone)
+		if err != nil {
+			return r, domain.Errorf(domain.CodeInvalid, "%s: %q has an invalid offset", param, v)
+		}
+		_, offset := t.Zone()
+		loc = time.FixedZone(zone, offset)
+	}
+	nanos := 0
+	if frac := m[7]; frac != "" {
+		nanos, _ = strconv.Atoi((frac + "000000000")[:9])
+	}
+	low := time.Date(year, time.Month(month), day, hour, minute, sec, nanos, loc)
+	if low.Day() != day { // 2023-02-30 rolled over
+		return r, domain.Errorf(domain.CodeInvalid, "%s: %q is not a valid date", param, v)
+	}
+	var high time.Time
+	switch {
+	case m[2] == "":
+		high = low.AddDate(1, 0, 0)
+	case m[3] == "":
+		high = low.AddDate(0, 1, 0)
+	case m[4] == "":
+		high = low.AddDate(0, 0, 1)
+	case m[6] == "":
+		high = low.Add(time.Minute)
+	case m[7] == "":
+		high = low.Add(time.Second)
+	default:
+		high = low.Add(time.Duration(math.Pow10(9 - len(m[7]))))
+	}
+	r.Low, r.High = low.UTC(), high.UTC()
+	return r, nil
+}
+
+// parseID reads a native integer id, as in Patient/12 or 12 or a full URL
+// ending in Type/12. Returns false for a value that cannot be one (a
+// UUID of the imported store, say): it matches no native record.
+func parseID(v, resourceType string) (int64, bool) {
+	if i := strings.LastIndexByte(v, '/'); i >= 0 {
+		if resourceType != "" && !strings.HasSuffix(v[:i], resourceType) {
+			return 0, false
+		}
+		v = v[i+1:]
+	}
+	id, err := strconv.ParseInt(v, 10, 64)
+	return id, err == nil && id > 0
+}
