@@ -12,15 +12,16 @@ type Code string
 
 // The closed set of error codes.
 const (
-	CodeInvalid      Code = "invalid"       // the input is malformed or breaks a rule: 400
-	CodeNotFound     Code = "not-found"     // the addressed thing does not exist (or may not be seen): 404
-	CodeConflict     Code = "conflict"      // the change clashes with the stored state: 409
-	CodeDuplicate    Code = "duplicate"     // a unique key is already taken: 409
-	CodeForbidden    Code = "forbidden"     // the actor may not do this: 403
-	CodeLogin        Code = "login"         // no, or no valid, credentials: 401
-	CodeThrottled    Code = "throttled"     // too many attempts: 429
-	CodeNotSupported Code = "not-supported" // a valid request the service does not do: 400
-	CodeInternal     Code = "exception"     // a fault of ours: 500, logged in full
+	CodeInvalid       Code = "invalid"       // the input is malformed or breaks a rule: 400
+	CodeNotFound      Code = "not-found"     // the addressed thing does not exist (or may not be seen): 404
+	CodeConflict      Code = "conflict"      // the change clashes with the stored state: 409
+	CodeDuplicate     Code = "duplicate"     // a unique key is already taken: 409
+	CodeForbidden     Code = "forbidden"     // the actor may not do this: 403
+	CodeLogin         Code = "login"         // no, or no valid, credentials: 401
+	CodeThrottled     Code = "throttled"     // too many attempts: 429
+	CodeNotSupported  Code = "not-supported" // a valid request the service does not do: 400
+	CodeUnprocessable Code = "processing"    // well-formed, but the content breaks its rules (an OMH schema): 422
+	CodeInternal      Code = "exception"     // a fault of ours: 500, logged in full
 )
 
 // Error is the error type of the domain. Field names the input at fault

@@ -19,7 +19,20 @@ type Store interface {
 	StudyStore
 	DataSourceStore
 	FHIRSourceStore
+	ObservationStore
+	ProjectionStore
 	LoginThrottle
+}
+
+// ProjectionStore runs searches over the admin collections that FHIR shows
+// as read-only projections (Patient, Practitioner, Organization, Group,
+// Device).
+type ProjectionStore interface {
+	SearchPatients(ctx context.Context, plan *SearchPlan) (SearchResult[Patient], error)
+	SearchUsers(ctx context.Context, plan *SearchPlan) (SearchResult[User], error)
+	SearchOrganizations(ctx context.Context, plan *SearchPlan) (SearchResult[Organization], error)
+	SearchStudies(ctx context.Context, plan *SearchPlan) (SearchResult[Study], error)
+	SearchDataSources(ctx context.Context, plan *SearchPlan) (SearchResult[DataSource], error)
 }
 
 // UserStore keeps users. Emails are unique, compared in lower case.

@@ -83,11 +83,16 @@ func Parse(data []byte) (*DataPoint, error) {
 	return &DataPoint{Schema: id, Body: body, Document: doc}, nil
 }
 
-// ErrUnstorableKey marks a key that MongoDB cannot store.
-var ErrUnstorableKey = errors.New("a key MongoDB cannot store")
+// ErrUnstorable marks what a document database cannot store: a key with a
+// '.', starting with '$' or holding NUL, or a number beyond a double.
+var ErrUnstorable = errors.New("a value MongoDB cannot store")
 
-// checkKeys refuses keys that MongoDB (and FerretDB) cannot store in a
-// document: containing '.', starting with '$', or holding NUL.
+// ErrUnstorableKey is ErrUnstorable for a key.
+var ErrUnstorableKey = fmt.Errorf("%w: a key", ErrUnstorable)
+
+// checkKeys refuses what MongoDB (and FerretDB) cannot store in a
+// document: keys containing '.', starting with '$' or holding NUL, and
+// numbers too large for a double.
 func checkKeys(path string, v any) error {
 	switch v := v.(type) {
 	case map[string]any:
@@ -108,6 +113,10 @@ func checkKeys(path string, v any) error {
 			if err := checkKeys(fmt.Sprintf("%s[%d]", path, i), child); err != nil {
 				return err
 			}
+		}
+	case json.Number:
+		if _, err := v.Float64(); err != nil {
+			return fmt.Errorf("%w: the number %s (in %s) is out of range", ErrUnstorable, v, orRoot(path))
 		}
 	}
 	return nil

@@ -31,6 +31,10 @@ var indexes = []index{
 	{colPatients, "user_unique", bson.D{{Key: "userId", Value: 1}}, true},
 	{colPatients, "organizations", bson.D{{Key: "organizationIds", Value: 1}}, false},
 	{colPatients, "nameKeys", bson.D{{Key: "nameKeys", Value: 1}}, false},
+	{colPatients, "familyKey", bson.D{{Key: "familyKey", Value: 1}}, false},
+	{colPatients, "givenKeys", bson.D{{Key: "givenKeys", Value: 1}}, false},
+	{colPatients, "identifierTokens", bson.D{{Key: "identifierTokens", Value: 1}}, false},
+	{colPatients, "birthDate", bson.D{{Key: "birthDateStart", Value: 1}, {Key: "birthDateEnd", Value: 1}}, false},
 	{colPatientIdentifiers, "system_value_unique", bson.D{{Key: "system", Value: 1}, {Key: "value", Value: 1}}, true},
 	{colPatientIdentifiers, "patient", bson.D{{Key: "patientId", Value: 1}}, false},
 	{colStudies, "organization_name", bson.D{{Key: "organizationId", Value: 1}, {Key: "name", Value: 1}}, false},
@@ -44,6 +48,19 @@ var indexes = []index{
 	{colStudyDataSources, "study_dataSource_unique", bson.D{{Key: "studyId", Value: 1}, {Key: "dataSourceId", Value: 1}}, true},
 	{colStudyDataSources, "dataSource", bson.D{{Key: "dataSourceId", Value: 1}}, false},
 	{colFHIRSources, "patient_label", bson.D{{Key: "patientId", Value: 1}, {Key: "label", Value: 1}}, false},
+	// Observations: equality fields first (patient, code), then the sort
+	// field, then _id, which breaks ties and carries the keyset cursor. The
+	// planner (fhirsearch) puts patientId and codeTokens at the top of its
+	// $match to use them; both directions of the date sort have an index.
+	{colObservations, "patient_code_date_asc", bson.D{{Key: "patientId", Value: 1}, {Key: "codeTokens", Value: 1}, {Key: "sortAsc", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_code_date_desc", bson.D{{Key: "patientId", Value: 1}, {Key: "codeTokens", Value: 1}, {Key: "sortDesc", Value: -1}, {Key: "_id", Value: -1}}, false},
+	{colObservations, "patient_date_asc", bson.D{{Key: "patientId", Value: 1}, {Key: "sortAsc", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_date_desc", bson.D{{Key: "patientId", Value: 1}, {Key: "sortDesc", Value: -1}, {Key: "_id", Value: -1}}, false},
+	{colObservations, "patient_lastUpdated", bson.D{{Key: "patientId", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_id", bson.D{{Key: "patientId", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservationIdentifier, "system_value_unique", bson.D{{Key: "system", Value: 1}, {Key: "value", Value: 1}}, true},
+	{colObservationIdentifier, "observation", bson.D{{Key: "observationId", Value: 1}}, false},
+	{colUsers, "userType_lastUpdated", bson.D{{Key: "userType", Value: 1}, {Key: "lastUpdated", Value: 1}}, false},
 	{colOAuthTokens, "request_kind", bson.D{{Key: "requestId", Value: 1}, {Key: "kind", Value: 1}}, false},
 	{colOAuthTokens, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colLoginThrottle, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
@@ -112,4 +129,26 @@ func (d *DB) IndexNames(ctx context.Context, collection string) ([]string, error
 		names[i] = s.Name
 	}
 	return names, nil
+}
+
+// IndexKeys returns the key fields of every index of a collection, in
+// index order: what a test checks the planner's $match against.
+func (d *DB) IndexKeys(ctx context.Context, collection string) ([][]string, error) {
+	cur, err := d.c(collection).Indexes().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var specs []struct {
+		Key bson.D `bson:"key"`
+	}
+	if err := cur.All(ctx, &specs); err != nil {
+		return nil, err
+	}
+	out := make([][]string, len(specs))
+	for i, s := range specs {
+		for _, e := range s.Key {
+			out[i] = append(out[i], e.Key)
+		}
+	}
+	return out, nil
 }

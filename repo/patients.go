@@ -20,10 +20,15 @@ type patientDoc struct {
 	ID              int64           `bson:"_id"`
 	UserID          int64           `bson:"userId"`
 	Name            humanNameDoc    `bson:"name"`
-	NameKeys        []string        `bson:"nameKeys"`  // family and given names folded for prefix search (domain.SearchKey)
-	BirthDate       *string         `bson:"birthDate"` // YYYY-MM-DD: sorts and compares as a date
+	NameKeys        []string        `bson:"nameKeys"`       // family and given names folded for prefix search (domain.SearchKey)
+	FamilyKey       string          `bson:"familyKey"`      // the family name folded
+	GivenKeys       []string        `bson:"givenKeys"`      // the given names folded
+	BirthDate       *string         `bson:"birthDate"`      // YYYY-MM-DD: sorts and compares as a date
+	BirthDateStart  *time.Time      `bson:"birthDateStart"` // the birth date as an instant range, for FHIR date search
+	BirthDateEnd    *time.Time      `bson:"birthDateEnd"`
 	Telecom         []codedValueDoc `bson:"telecom"`
 	Identifiers     []codedValueDoc `bson:"identifiers"`
+	IDTokens        []string        `bson:"identifierTokens"` // every form of a token search that matches
 	OrganizationIDs []int64         `bson:"organizationIds"`
 	LastUpdated     time.Time       `bson:"lastUpdated"`
 }
@@ -67,13 +72,17 @@ func (x patientDoc) patient() domain.Patient {
 func toPatientDoc(p *domain.Patient) patientDoc {
 	x := patientDoc{ID: p.ID, UserID: p.UserID, Name: humanNameDoc{p.FamilyName, nonNil(p.GivenNames)},
 		Telecom: []codedValueDoc{}, Identifiers: []codedValueDoc{}, OrganizationIDs: nonNilIDs(p.OrganizationIDs), LastUpdated: p.LastUpdated}
-	x.NameKeys = []string{domain.SearchKey(p.FamilyName)}
+	x.FamilyKey = domain.SearchKey(p.FamilyName)
+	x.NameKeys, x.GivenKeys = []string{x.FamilyKey}, []string{}
 	for _, g := range p.GivenNames {
+		x.GivenKeys = append(x.GivenKeys, domain.SearchKey(g))
 		x.NameKeys = append(x.NameKeys, domain.SearchKey(g))
 	}
-	if p.BirthDate != "" {
-		x.BirthDate = &p.BirthDate
+	if day, err := time.Parse(time.DateOnly, p.BirthDate); err == nil {
+		end := day.Add(24*time.Hour - time.Millisecond)
+		x.BirthDate, x.BirthDateStart, x.BirthDateEnd = &p.BirthDate, &day, &end
 	}
+	x.IDTokens = identifierTokens(p.Identifiers)
 	for _, t := range p.Telecom {
 		x.Telecom = append(x.Telecom, codedValueDoc{t.System, t.Value})
 	}

@@ -15,6 +15,7 @@ import (
 
 	"exchange/domain"
 	"exchange/oauth"
+	"exchange/omh"
 	"exchange/repo"
 )
 
@@ -28,6 +29,7 @@ type app struct {
 	indexes  int // indexes created at start-up
 	service  *domain.Service
 	oauth    *oauth.Provider
+	schemas  *omh.Registry // nil when OMH_SCHEMA_DIR holds no schemas
 }
 
 // openApp connects to the database (starting the embedded one when no
@@ -62,7 +64,13 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
-	a.service = domain.NewService(a.db, nil)
+	var schemas domain.SchemaValidator
+	if a.schemas, err = omh.OpenRegistry(s.OMHSchemaDir); err != nil {
+		log.Warn("Open mHealth schemas are not installed: data points are checked for structure only; run scripts/setup", "error", err)
+	} else {
+		schemas = a.schemas
+	}
+	a.service = domain.NewService(a.db, schemas, nil)
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
 		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log,

@@ -11,6 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"exchange/domain"
 	"exchange/handlers"
 	"exchange/oauth"
+	"exchange/omh"
 	"exchange/repo"
 	"exchange/repo/repotest"
 )
@@ -65,7 +68,43 @@ type Env struct {
 var (
 	keyOnce sync.Once
 	key     *rsa.PrivateKey
+
+	schemasOnce sync.Once
+	schemas     *omh.Registry
+	schemasErr  error
 )
+
+// Schemas returns the official Open mHealth schemas: OMH_SCHEMA_DIR, or
+// standards/omh/schemas of the repository (scripts/setup prepares it).
+func Schemas(t testing.TB) *omh.Registry {
+	t.Helper()
+	schemasOnce.Do(func() {
+		dir := os.Getenv("OMH_SCHEMA_DIR")
+		if dir == "" {
+			dir = filepath.Join(RepoRoot(), "standards", "omh", "schemas")
+		}
+		schemas, schemasErr = omh.OpenRegistry(dir)
+	})
+	if schemasErr != nil {
+		t.Fatalf("%v: run scripts/setup first", schemasErr)
+	}
+	return schemas
+}
+
+// RepoRoot returns the directory of go.mod above the working directory.
+func RepoRoot() string {
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "."
+		}
+		dir = parent
+	}
+}
 
 // signingKey returns one RSA key for the whole test binary: generating one
 // per test would cost more than the test.
@@ -89,7 +128,7 @@ func Start(t testing.TB) *Env {
 	t.Helper()
 	db := repotest.NewDB(t)
 	clock := &Clock{}
-	svc := domain.NewService(db, clock.Now)
+	svc := domain.NewService(db, Schemas(t), clock.Now)
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,

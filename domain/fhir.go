@@ -1,0 +1,445 @@
+package domain
+
+import (
+	"context"
+	"slices"
+)
+
+// The FHIR searches of the native store. A search's joins name patients,
+// organizations or studies; each value is checked against what the actor
+// may read (CodeForbidden otherwise) and resolved into the ids the searched
+// type relates to, so that the planner gets plain id lists.
+
+// joinTarget is what one join names, once checked.
+type joinTarget struct {
+	patients, organizations, studies []int64
+}
+
+// resolveJoin checks the values of a join against the actor's reach.
+// Values that name nothing resolve to nothing.
+func (s *Service) resolveJoin(ctx context.Context, actor *Actor, j Join) (joinTarget, error) {
+	var t joinTarget
+	switch j.Kind {
+	case JoinPatient, JoinPatientIdentifier:
+		ids := j.IDs
+		for _, ident := range j.Identifiers {
+			found, err := s.store.PatientIDs(ctx, PatientQuery{Identifier: &ident})
+			if err != nil {
+				return t, err
+			}
+			ids = append(ids, found...)
+		}
+		t.patients = []int64{}
+		for _, id := range ids {
+			p, err := s.store.PatientByID(ctx, id)
+			if IsCode(err, CodeNotFound) {
+				continue
+			}
+			if err != nil {
+				return t, err
+			}
+			if !actor.CanReadPatient(p) {
+				return t, Errorf(CodeForbidden, "%s: you may not read patient %d", j.Kind, id)
+			}
+			t.patients = append(t.patients, id)
+		}
+	case JoinPatientOrganization:
+		t.organizations = []int64{}
+		for _, id := range j.IDs {
+			if _, err := s.store.OrganizationByID(ctx, id); IsCode(err, CodeNotFound) {
+				continue
+			} else if err != nil {
+				return t, err
+			}
+			if !actor.canSeeOrganization(id) {
+				return t, Errorf(CodeForbidden, "%s: you may not read organization %d", j.Kind, id)
+			}
+			t.organizations = append(t.organizations, id)
+		}
+	case JoinStudy, JoinPatientStudy:
+		t.studies = []int64{}
+		for _, id := range j.IDs {
+			st, err := s.store.StudyByID(ctx, id)
+			if IsCode(err, CodeNotFound) {
+				continue
+			}
+			if err != nil {
+				return t, err
+			}
+			ok, err := s.canReadStudy(ctx, actor, st)
+			if err != nil {
+				return t, err
+			}
+			if !ok {
+				return t, Errorf(CodeForbidden, "%s: you may not read study %d", j.Kind, id)
+			}
+			t.studies = append(t.studies, id)
+		}
+	}
+	return t, nil
+}
+
+// enrolled returns the patients enrolled in the studies.
+func (s *Service) enrolled(ctx context.Context, studies []int64) ([]int64, error) {
+	es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: nonNil(studies)})
+	if err != nil {
+		return nil, err
+	}
+	ids := []int64{}
+	for _, e := range es {
+		if !slices.Contains(ids, e.PatientID) {
+			ids = append(ids, e.PatientID)
+		}
+	}
+	return ids, nil
+}
+
+func nonNil(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
+}
+
+// readablePatientIDs returns the patients the actor may read: nil for a
+// superuser (any).
+func (s *Service) readablePatientIDs(ctx context.Context, actor *Actor) ([]int64, error) {
+	if actor.IsSuperuser() {
+		return nil, nil
+	}
+	return s.store.PatientIDs(ctx, actor.readablePatients())
+}
+
+// patientScope resolves joins into the patients a search of observations
+// or patients may return, and for study joins, the native codes each
+// patient consented to share with those studies.
+func (s *Service) patientScope(ctx context.Context, actor *Actor, joins []Join) (Scope, error) {
+	ids, err := s.readablePatientIDs(ctx, actor)
+	if err != nil {
+		return Scope{}, err
+	}
+	scope := Scope{}
+	for _, j := range joins {
+		t, err := s.resolveJoin(ctx, actor, j)
+		if err != nil {
+			return Scope{}, err
+		}
+		var these []int64
+		switch {
+		case t.patients != nil:
+			these = t.patients
+		case t.organizations != nil:
+			if these, err = s.store.PatientIDs(ctx, PatientQuery{OrganizationIDs: t.organizations}); err != nil {
+				return Scope{}, err
+			}
+		case t.studies != nil:
+			if these, err = s.enrolled(ctx, t.studies); err != nil {
+				return Scope{}, err
+			}
+			if scope.Codes == nil {
+				scope.Codes = map[int64][]string{}
+			}
+			for _, p := range these {
+				codes, err := s.consentedCodes(ctx, p, t.studies)
+				if err != nil {
+					return Scope{}, err
+				}
+				if prev, ok := scope.Codes[p]; ok { // several study joins: all must allow
+					codes = intersectStrings(prev, codes)
+				}
+				scope.Codes[p] = codes
+			}
+		}
+		ids = intersect(ids, these)
+	}
+	scope.PatientIDs = ids
+	return scope, nil
+}
+
+func intersectStrings(a, b []string) []string {
+	out := []string{}
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// SearchObservations runs a search of native observations within what the
+// actor may read: their own for a patient, their organizations' patients'
+// for a practitioner; a study join limits each patient to the scopes they
+// consented to share with the study.
+func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search) (SearchResult[Observation], error) {
+	scope, err := s.patientScope(ctx, actor, q.Joins())
+	if err != nil {
+		return SearchResult[Observation]{}, err
+	}
+	plan, err := q.Plan(scope)
+	if err != nil {
+		return SearchResult[Observation]{}, err
+	}
+	return s.observations.SearchObservations(ctx, plan)
+}
+
+// SearchPatients runs a search of the Patient projection.
+func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (SearchResult[Patient], error) {
+	scope, err := s.patientScope(ctx, actor, q.Joins())
+	if err != nil {
+		return SearchResult[Patient]{}, err
+	}
+	plan, err := q.Plan(Scope{IDs: scope.PatientIDs})
+	if err != nil {
+		return SearchResult[Patient]{}, err
+	}
+	return s.store.SearchPatients(ctx, plan)
+}
+
+// relatedScope resolves the joins of a projection other than Patient: each
+// join names patients, organizations or studies, which relate maps to the
+// type's ids; the results of several joins are intersected, and with
+// readable ids (nil: any).
+func (s *Service) relatedScope(ctx context.Context, actor *Actor, joins []Join, readable []int64, relate func(joinTarget) ([]int64, error)) (Scope, error) {
+	ids := readable
+	for _, j := range joins {
+		t, err := s.resolveJoin(ctx, actor, j)
+		if err != nil {
+			return Scope{}, err
+		}
+		these, err := relate(t)
+		if err != nil {
+			return Scope{}, err
+		}
+		ids = intersect(ids, these)
+	}
+	return Scope{IDs: ids}, nil
+}
+
+// organizationsOf returns the organizations a join target relates to: the
+// patients' organizations, the organizations themselves, the studies'
+// organizations.
+func (s *Service) organizationsOf(ctx context.Context, t joinTarget) ([]int64, error) {
+	out := []int64{}
+	add := func(id int64) {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	for _, id := range t.patients {
+		p, err := s.store.PatientByID(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range p.OrganizationIDs {
+			add(o)
+		}
+	}
+	for _, id := range t.organizations {
+		add(id)
+	}
+	for _, id := range t.studies {
+		st, err := s.store.StudyByID(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		add(st.OrganizationID)
+	}
+	return out, nil
+}
+
+// studiesOf returns the studies a join target relates to: the patients'
+// studies (enrolled), the organizations' studies, the studies themselves.
+func (s *Service) studiesOf(ctx context.Context, t joinTarget) ([]int64, error) {
+	out := slices.Clone(nonNil(t.studies))
+	if len(t.patients) > 0 {
+		es, err := s.store.Enrollments(ctx, EnrollmentQuery{PatientIDs: t.patients})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			out = append(out, e.StudyID)
+		}
+	}
+	if len(t.organizations) > 0 {
+		l, err := s.store.ListStudies(ctx, StudyQuery{OrganizationIDs: t.organizations}, everything)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range l.Items {
+			out = append(out, st.ID)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// membersOf returns the practitioners who are members of the organizations.
+func (s *Service) membersOf(ctx context.Context, orgs []int64) ([]int64, error) {
+	ms, err := s.store.MembershipsOfOrganizations(ctx, nonNil(orgs), everything)
+	if err != nil {
+		return nil, err
+	}
+	out := []int64{}
+	for _, m := range ms.Items {
+		if !slices.Contains(out, m.UserID) {
+			out = append(out, m.UserID)
+		}
+	}
+	return out, nil
+}
+
+// SearchPractitioners runs a search of the Practitioner projection: the
+// practitioners of the study's organization, of the patient's
+// organizations, of the organization; within the members of the actor's
+// organizations (a patient's: of their organizations).
+func (s *Service) SearchPractitioners(ctx context.Context, actor *Actor, q Search) (SearchResult[User], error) {
+	var readable []int64
+	if !actor.IsSuperuser() {
+		var err error
+		if readable, err = s.membersOf(ctx, actor.readableOrganizationIDs()); err != nil {
+			return SearchResult[User]{}, err
+		}
+		if actor.User.Type == UserPractitioner {
+			readable = append(readable, actor.User.ID)
+		}
+	}
+	scope, err := s.relatedScope(ctx, actor, q.Joins(), readable, func(t joinTarget) ([]int64, error) {
+		orgs, err := s.organizationsOf(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		return s.membersOf(ctx, orgs)
+	})
+	if err != nil {
+		return SearchResult[User]{}, err
+	}
+	plan, err := q.Plan(scope)
+	if err != nil {
+		return SearchResult[User]{}, err
+	}
+	return s.store.SearchUsers(ctx, plan)
+}
+
+// SearchOrganizations runs a search of the Organization projection: the
+// study's organization, the patient's organizations, the organization
+// itself; within the organizations the actor may see.
+func (s *Service) SearchOrganizations(ctx context.Context, actor *Actor, q Search) (SearchResult[Organization], error) {
+	scope, err := s.relatedScope(ctx, actor, q.Joins(), actor.readableOrganizationIDs(), func(t joinTarget) ([]int64, error) {
+		return s.organizationsOf(ctx, t)
+	})
+	if err != nil {
+		return SearchResult[Organization]{}, err
+	}
+	plan, err := q.Plan(scope)
+	if err != nil {
+		return SearchResult[Organization]{}, err
+	}
+	return s.store.SearchOrganizations(ctx, plan)
+}
+
+// GroupView is a study as FHIR shows it: with its organization and the
+// number of enrolled patients.
+type GroupView struct {
+	StudyView
+	Members int
+}
+
+// readableStudyIDs returns the studies the actor may read (nil: any).
+func (s *Service) readableStudyIDs(ctx context.Context, actor *Actor) ([]int64, error) {
+	switch {
+	case actor.IsSuperuser():
+		return nil, nil
+	case actor.Patient != nil:
+		return s.studiesOf(ctx, joinTarget{patients: []int64{actor.Patient.ID}})
+	case actor.User.Type == UserPatient:
+		return []int64{}, nil
+	default:
+		return s.studiesOf(ctx, joinTarget{organizations: nonNil(actor.OrganizationIDs())})
+	}
+}
+
+// SearchGroups runs a search of the Group projection: the study, the
+// patient's studies, the organization's studies; within the studies the
+// actor may read.
+func (s *Service) SearchGroups(ctx context.Context, actor *Actor, q Search) (SearchResult[GroupView], error) {
+	readable, err := s.readableStudyIDs(ctx, actor)
+	if err != nil {
+		return SearchResult[GroupView]{}, err
+	}
+	scope, err := s.relatedScope(ctx, actor, q.Joins(), readable, func(t joinTarget) ([]int64, error) {
+		return s.studiesOf(ctx, t)
+	})
+	if err != nil {
+		return SearchResult[GroupView]{}, err
+	}
+	plan, err := q.Plan(scope)
+	if err != nil {
+		return SearchResult[GroupView]{}, err
+	}
+	res, err := s.store.SearchStudies(ctx, plan)
+	if err != nil {
+		return SearchResult[GroupView]{}, err
+	}
+	groups, err := s.groupViews(ctx, res.Items)
+	return SearchResult[GroupView]{Items: groups, More: res.More, Total: res.Total}, err
+}
+
+func (s *Service) groupViews(ctx context.Context, studies []Study) ([]GroupView, error) {
+	views, err := s.studyViews(ctx, studies)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]GroupView, len(views))
+	for i, v := range views {
+		es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{v.ID}})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = GroupView{StudyView: v, Members: len(es)}
+	}
+	return out, nil
+}
+
+// GroupByID returns a study the actor may read, as FHIR shows it.
+func (s *Service) GroupByID(ctx context.Context, actor *Actor, id int64) (*GroupView, error) {
+	st, err := s.readableStudy(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	views, err := s.groupViews(ctx, []Study{*st})
+	if err != nil {
+		return nil, err
+	}
+	return &views[0], nil
+}
+
+// SearchDevices runs a search of the Device projection: the study's data
+// sources, those of the patient's studies, those of the organization's
+// studies. The catalogue of data sources is readable by all.
+func (s *Service) SearchDevices(ctx context.Context, actor *Actor, q Search) (SearchResult[DataSource], error) {
+	scope, err := s.relatedScope(ctx, actor, q.Joins(), nil, func(t joinTarget) ([]int64, error) {
+		studies, err := s.studiesOf(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		links, err := s.store.StudyDataSources(ctx, StudyDataSourceQuery{StudyIDs: nonNil(studies)})
+		if err != nil {
+			return nil, err
+		}
+		out := []int64{}
+		for _, l := range links {
+			if !slices.Contains(out, l.DataSourceID) {
+				out = append(out, l.DataSourceID)
+			}
+		}
+		return out, nil
+	})
+	if err != nil {
+		return SearchResult[DataSource]{}, err
+	}
+	plan, err := q.Plan(scope)
+	if err != nil {
+		return SearchResult[DataSource]{}, err
+	}
+	return s.store.SearchDataSources(ctx, plan)
+}

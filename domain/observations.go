@@ -1,0 +1,303 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"exchange/omh"
+)
+
+// Coding is a FHIR Coding.
+type Coding struct {
+	System  string
+	Code    string
+	Display string
+}
+
+// Observation is a native observation: an Open mHealth (or IEEE 1752) data
+// point, kept byte for byte, with the FHIR elements around it.
+type Observation struct {
+	ID           int64
+	PatientID    int64
+	DataSourceID int64
+	Status       string
+	// Codings are all the codings sent; exactly one is native.
+	Codings []Coding
+	// Code is the native code, such as omh:heart-rate:2.0.
+	Code        string
+	Identifiers []Identifier
+	ContentType string
+	// Payload is the data point exactly as uploaded.
+	Payload []byte
+	// DataPoint is the payload decoded, stored beside it for analysts; set
+	// on create only.
+	DataPoint map[string]any
+	// Effective is the data point's time frame; nil when it has none the
+	// service recognises.
+	Effective *omh.TimeFrame
+	// LastUpdated keeps microseconds.
+	LastUpdated time.Time
+}
+
+// NewObservation is one Observation to create, as the FHIR layer read it.
+type NewObservation struct {
+	Subject     string // Patient/<id>
+	Device      string // Device/<data source id>
+	Status      string
+	Codings     []Coding
+	Identifiers []Identifier
+	ContentType string
+	Data        []byte // the attachment's data, decoded from Base64
+}
+
+// ObservationStatuses is FHIR's observation-status value set.
+var ObservationStatuses = []string{"registered", "preliminary", "final", "amended", "corrected", "cancelled", "entered-in-error", "unknown"}
+
+// IsNativeSystem reports whether a coding system is Open mHealth or IEEE
+// 1752, the two systems of the native store.
+func IsNativeSystem(system string) bool { return system == SystemOpenMHealth || system == SystemIEEE1752 }
+
+// IsNativeObservation reports whether a coding list routes an Observation
+// to the native store: it has a coding on a native system.
+func IsNativeObservation(codings []Coding) bool {
+	return slices.ContainsFunc(codings, func(c Coding) bool { return IsNativeSystem(c.System) })
+}
+
+// ObservationOutcome is the result of one entry of a batch create.
+type ObservationOutcome struct {
+	Observation *Observation
+	Err         error
+}
+
+// ObservationStore keeps native observations.
+type ObservationStore interface {
+	// CreateObservations stores observations, each with its identifiers
+	// claimed first, and assigns their ids and LastUpdated. It returns one
+	// error per observation (nil on success); an observation whose
+	// identifier is taken gets CodeDuplicate and nothing of it is stored.
+	CreateObservations(ctx context.Context, obs []*Observation) []error
+	ObservationByID(ctx context.Context, id int64) (*Observation, error)
+	SearchObservations(ctx context.Context, plan *SearchPlan) (SearchResult[Observation], error)
+}
+
+// writerCheck caches, within one batch, what the rules of a create need to
+// know about each patient: whether the actor may write their data, and the
+// native codes they consented to share.
+type writerCheck struct {
+	patient   *Patient
+	err       error
+	consented []string
+}
+
+// CreateObservations creates native observations, each on its own: an
+// entry that breaks a rule gets its error and writes nothing, the others
+// are stored. The rules: the subject is Patient/<id> and the actor may
+// write that patient's data (CodeForbidden), who consented to the
+// observation's scope in at least one study (CodeForbidden); the device is
+// Device/<data source id>; exactly one coding is native, of the form
+// namespace:name:version; the attachment is an application/json OMH data
+// point whose header.schema_id agrees with that code and that passes its
+// official schema (CodeUnprocessable); identifiers are unique across
+// observations (CodeDuplicate). Unknown patients and devices are
+// CodeNotFound.
+func (s *Service) CreateObservations(ctx context.Context, actor *Actor, in []NewObservation) []ObservationOutcome {
+	out := make([]ObservationOutcome, len(in))
+	patients := map[int64]*writerCheck{}
+	devices := map[int64]error{}
+	var valid []*Observation
+	var where []int
+	for i, n := range in {
+		o, err := s.checkObservation(ctx, actor, n, patients, devices)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		valid = append(valid, o)
+		where = append(where, i)
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	errs := s.observations.CreateObservations(ctx, valid)
+	for k, o := range valid {
+		if errs[k] != nil {
+			out[where[k]].Err = errs[k]
+		} else {
+			out[where[k]].Observation = o
+		}
+	}
+	return out
+}
+
+func (s *Service) checkObservation(ctx context.Context, actor *Actor, n NewObservation, patients map[int64]*writerCheck, devices map[int64]error) (*Observation, error) {
+	patientID, err := referenceID("subject", n.Subject, "Patient")
+	if err != nil {
+		return nil, err
+	}
+	deviceID, err := referenceID("device", n.Device, "Device")
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(ObservationStatuses, n.Status) {
+		return nil, FieldErrorf("Observation.status", "%q is not an observation status (%s)", n.Status, strings.Join(ObservationStatuses, ", "))
+	}
+	code, err := nativeCode(n.Codings)
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateIdentifiers("Observation.identifier", n.Identifiers); err != nil {
+		return nil, err
+	}
+	if mt, _, err := mime.ParseMediaType(n.ContentType); err != nil || mt != "application/json" {
+		return nil, FieldErrorf("Observation.valueAttachment.contentType", "must be application/json, not %q", n.ContentType)
+	}
+	if len(n.Data) == 0 {
+		return nil, FieldErrorf("Observation.valueAttachment.data", "is required: the Base64 of an Open mHealth data point")
+	}
+	dp, err := omh.Parse(n.Data)
+	if err != nil {
+		return nil, &Error{Code: CodeUnprocessable, Field: "Observation.valueAttachment.data", Message: "Observation.valueAttachment.data: " + err.Error()}
+	}
+	if dp.Schema.Code() != code {
+		return nil, &Error{Code: CodeUnprocessable, Field: "Observation.valueAttachment.data",
+			Message: fmt.Sprintf("Observation.valueAttachment.data: header.schema_id is %s, but the code is %s", dp.Schema.Code(), code)}
+	}
+	if err := s.schemas.Validate(dp); err != nil {
+		var ve *omh.ValidationError
+		if errors.As(err, &ve) {
+			return nil, &Error{Code: CodeUnprocessable, Field: "Observation.valueAttachment.data", Message: "Observation.valueAttachment.data: " + ve.Error()}
+		}
+		return nil, err
+	}
+	check, ok := patients[patientID]
+	if !ok {
+		check = s.writerCheck(ctx, actor, patientID)
+		patients[patientID] = check
+	}
+	if check.err != nil {
+		return nil, check.err
+	}
+	if !slices.Contains(check.consented, code) {
+		return nil, Errorf(CodeForbidden, "patient %d has not consented to share %s with any study", patientID, code)
+	}
+	devErr, ok := devices[deviceID]
+	if !ok {
+		_, devErr = s.store.DataSourceByID(ctx, deviceID)
+		if IsCode(devErr, CodeNotFound) {
+			devErr = &Error{Code: CodeNotFound, Field: "Observation.device", Message: fmt.Sprintf("Observation.device: Device/%d does not exist", deviceID)}
+		}
+		devices[deviceID] = devErr
+	}
+	if devErr != nil {
+		return nil, devErr
+	}
+	tf, _ := omh.EffectiveTimeFrame(dp.Body)
+	return &Observation{PatientID: patientID, DataSourceID: deviceID, Status: n.Status, Codings: n.Codings, Code: code,
+		Identifiers: n.Identifiers, ContentType: n.ContentType, Payload: n.Data, DataPoint: dp.Document, Effective: tf}, nil
+}
+
+// writerCheck loads what the create rules need of a patient.
+func (s *Service) writerCheck(ctx context.Context, actor *Actor, patientID int64) *writerCheck {
+	p, err := s.store.PatientByID(ctx, patientID)
+	if IsCode(err, CodeNotFound) {
+		return &writerCheck{err: &Error{Code: CodeNotFound, Field: "Observation.subject", Message: fmt.Sprintf("Observation.subject: Patient/%d does not exist", patientID)}}
+	}
+	if err != nil {
+		return &writerCheck{err: err}
+	}
+	if !actor.CanWritePatientData(p) {
+		return &writerCheck{err: Errorf(CodeForbidden, "you may not write the data of patient %d", patientID)}
+	}
+	codes, err := s.consentedCodes(ctx, patientID, nil)
+	if err != nil {
+		return &writerCheck{err: err}
+	}
+	return &writerCheck{patient: p, consented: codes}
+}
+
+// consentedCodes returns the native codes a patient consented to share,
+// with the given studies (nil: any).
+func (s *Service) consentedCodes(ctx context.Context, patientID int64, studyIDs []int64) ([]string, error) {
+	answers, err := s.store.Consents(ctx, ConsentQuery{PatientIDs: []int64{patientID}, StudyIDs: studyIDs})
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for _, a := range answers {
+		if a.Consented && !slices.Contains(ids, a.ScopeCodeID) {
+			ids = append(ids, a.ScopeCodeID)
+		}
+	}
+	codes, err := s.store.ScopeCodesByIDs(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{}
+	for _, c := range codes {
+		if IsNativeSystem(c.System) {
+			out = append(out, c.Code)
+		}
+	}
+	return out, nil
+}
+
+// referenceID reads Type/<id> from a reference.
+func referenceID(field, ref, resourceType string) (int64, error) {
+	f := "Observation." + field
+	rest, ok := strings.CutPrefix(ref, resourceType+"/")
+	if ref == "" {
+		return 0, FieldErrorf(f, "is required: %s/<id>", resourceType)
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	if !ok || err != nil || id < 1 {
+		return 0, FieldErrorf(f, "%q is not a reference to a %s (%s/<id>)", ref, resourceType, resourceType)
+	}
+	return id, nil
+}
+
+// nativeCode returns the one native code of an observation's codings.
+func nativeCode(codings []Coding) (string, error) {
+	var native []Coding
+	for i, c := range codings {
+		if c.System == "" || c.Code == "" {
+			return "", FieldErrorf(fmt.Sprintf("Observation.code.coding[%d]", i), "needs a system and a code")
+		}
+		if u, err := url.Parse(c.System); err != nil || !u.IsAbs() {
+			return "", FieldErrorf(fmt.Sprintf("Observation.code.coding[%d].system", i), "%q is not an absolute URI", c.System)
+		}
+		if IsNativeSystem(c.System) {
+			native = append(native, c)
+		}
+	}
+	if len(native) != 1 {
+		return "", FieldErrorf("Observation.code.coding", "exactly one coding must be on %s or %s, not %d", SystemOpenMHealth, SystemIEEE1752, len(native))
+	}
+	id, err := omh.ParseCode(native[0].Code)
+	if err != nil {
+		return "", FieldErrorf("Observation.code.coding", "%v", err)
+	}
+	return id.Code(), nil
+}
+
+// ObservationByID returns a native observation the actor may read.
+func (s *Service) ObservationByID(ctx context.Context, actor *Actor, id int64) (*Observation, error) {
+	o, err := s.observations.ObservationByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.store.PatientByID(ctx, o.PatientID)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.CanReadPatient(p) {
+		return nil, Errorf(CodeForbidden, "you may not read Observation/%d", id)
+	}
+	return o, nil
+}

@@ -1,0 +1,368 @@
+package repo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+	"exchange/omh"
+)
+
+const (
+	colObservations          = "observations"
+	colObservationIdentifier = "observation_identifiers"
+)
+
+// observationDoc is a document of the observations collection. The field
+// names are those fhirsearch's configuration table searches.
+type observationDoc struct {
+	ID           int64           `bson:"_id"`
+	PatientID    int64           `bson:"patientId"`
+	DataSourceID int64           `bson:"dataSourceId"`
+	Status       string          `bson:"status"`
+	Code         string          `bson:"code"` // the native code, omh:heart-rate:2.0
+	Codings      []codingDoc     `bson:"codings"`
+	CodeTokens   []string        `bson:"codeTokens"` // every form of a token search that matches (fhirsearch.TokenKeys)
+	Identifiers  []codedValueDoc `bson:"identifiers"`
+	IDTokens     []string        `bson:"identifierTokens"`
+	ContentType  string          `bson:"contentType"`
+	Payload      []byte          `bson:"payload"`       // the data point, byte for byte
+	OMH          bson.D          `bson:"omh,omitempty"` // the data point decoded, for analysts; never read back
+	Effective    *effectiveDoc   `bson:"effective"`
+	Start        *time.Time      `bson:"effectiveStart"`
+	End          *time.Time      `bson:"effectiveEnd"`
+	SortAsc      time.Time       `bson:"sortAsc"`  // effectiveStart, or the largest date when none
+	SortDesc     time.Time       `bson:"sortDesc"` // effectiveStart, or the smallest date when none
+	LastUpdated  time.Time       `bson:"lastUpdated"`
+	LastUpdateUS int64           `bson:"lastUpdatedMicros"` // microseconds since 1970: BSON dates keep milliseconds
+}
+
+type codingDoc struct {
+	System  string `bson:"system"`
+	Code    string `bson:"code"`
+	Display string `bson:"display,omitempty"`
+}
+
+// effectiveDoc is effective[x] as FHIR shows it, in the payload's offsets.
+type effectiveDoc struct {
+	DateTime string `bson:"dateTime,omitempty"`
+	Start    string `bson:"start,omitempty"`
+	End      string `bson:"end,omitempty"`
+}
+
+// observationIdentifierDoc claims one identifier for one observation.
+type observationIdentifierDoc struct {
+	System        string    `bson:"system"`
+	Value         string    `bson:"value"`
+	ObservationID int64     `bson:"observationId"`
+	ClaimedAt     time.Time `bson:"claimedAt"`
+}
+
+// codeTokens lists the token keys of an observation's codings. A native
+// code answers under both native systems: they are interchangeable.
+func codeTokens(codings []domain.Coding) []string {
+	var keys []string
+	add := func(ks ...string) {
+		for _, k := range ks {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, c := range codings {
+		if domain.IsNativeSystem(c.System) {
+			add(fhirsearch.TokenKeys(domain.SystemOpenMHealth, c.Code)...)
+			add(fhirsearch.TokenKeys(domain.SystemIEEE1752, c.Code)...)
+		} else {
+			add(fhirsearch.TokenKeys(c.System, c.Code)...)
+		}
+	}
+	return keys
+}
+
+func identifierTokens(ids []domain.Identifier) []string {
+	keys := []string{}
+	for _, id := range ids {
+		keys = append(keys, fhirsearch.TokenKeys(id.System, id.Value)...)
+	}
+	return keys
+}
+
+func toObservationDoc(o *domain.Observation) observationDoc {
+	x := observationDoc{ID: o.ID, PatientID: o.PatientID, DataSourceID: o.DataSourceID, Status: o.Status, Code: o.Code,
+		CodeTokens: codeTokens(o.Codings), Identifiers: []codedValueDoc{}, IDTokens: identifierTokens(o.Identifiers),
+		ContentType: o.ContentType, Payload: o.Payload, OMH: bsonDocument(o.DataPoint),
+		SortAsc: domain.SortLastAscending, SortDesc: domain.SortLastDescending,
+		LastUpdated: o.LastUpdated.Truncate(time.Millisecond), LastUpdateUS: o.LastUpdated.UnixMicro()}
+	for _, c := range o.Codings {
+		x.Codings = append(x.Codings, codingDoc{c.System, c.Code, c.Display})
+	}
+	for _, id := range o.Identifiers {
+		x.Identifiers = append(x.Identifiers, codedValueDoc{id.System, id.Value})
+	}
+	if tf := o.Effective; tf != nil {
+		start, end := tf.Start.UTC(), tf.End.UTC()
+		x.Start, x.End, x.SortAsc, x.SortDesc = &start, &end, start, start
+		x.Effective = &effectiveDoc{DateTime: tf.DateTime, Start: tf.PeriodStart, End: tf.PeriodEnd}
+	}
+	return x
+}
+
+func (x observationDoc) observation() domain.Observation {
+	o := domain.Observation{ID: x.ID, PatientID: x.PatientID, DataSourceID: x.DataSourceID, Status: x.Status, Code: x.Code,
+		ContentType: x.ContentType, Payload: x.Payload, LastUpdated: time.UnixMicro(x.LastUpdateUS).UTC()}
+	for _, c := range x.Codings {
+		o.Codings = append(o.Codings, domain.Coding{System: c.System, Code: c.Code, Display: c.Display})
+	}
+	for _, id := range x.Identifiers {
+		o.Identifiers = append(o.Identifiers, domain.Identifier{System: id.System, Value: id.Value})
+	}
+	if x.Effective != nil && x.Start != nil && x.End != nil {
+		o.Effective = &omh.TimeFrame{Start: x.Start.UTC(), End: x.End.UTC(), DateTime: x.Effective.DateTime,
+			PeriodStart: x.Effective.Start, PeriodEnd: x.Effective.End}
+	}
+	return o
+}
+
+// bsonDocument turns decoded JSON into a BSON document with sorted keys:
+// integers that fit become int64, other numbers doubles.
+func bsonDocument(m map[string]any) bson.D {
+	if m == nil {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	d := make(bson.D, len(keys))
+	for i, k := range keys {
+		d[i] = bson.E{Key: k, Value: bsonValue(m[k])}
+	}
+	return d
+}
+
+func bsonValue(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		return bsonDocument(v)
+	case []any:
+		a := make(bson.A, len(v))
+		for i, x := range v {
+			a[i] = bsonValue(x)
+		}
+		return a
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return n
+		}
+		f, _ := v.Float64() // finite: omh.Parse refused the rest
+		if math.IsInf(f, 0) {
+			return nil
+		}
+		return f
+	}
+	return v
+}
+
+// nextIDs reserves n consecutive ids of a sequence and returns the first.
+func (d *DB) nextIDs(ctx context.Context, sequence string, n int) (int64, error) {
+	var out struct {
+		Seq int64 `bson:"seq"`
+	}
+	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+	for attempt := 0; ; attempt++ {
+		err := d.c(colCounters).FindOneAndUpdate(ctx, bson.M{"_id": sequence}, bson.M{"$inc": bson.M{"seq": int64(n)}}, opts).Decode(&out)
+		if err != nil && isDuplicate(err) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("next %s ids: %w", sequence, err)
+		}
+		return out.Seq - int64(n) + 1, nil
+	}
+}
+
+// CreateObservations implements domain.ObservationStore. It reserves the
+// batch's ids at once, claims every identifier in one unordered insert
+// (the unique index refuses taken ones), releases the claims of
+// observations that lost one, and inserts the rest in one unordered insert.
+func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
+	errs := make([]error, len(obs))
+	first, err := d.nextIDs(ctx, colObservations, len(obs))
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	now := d.now().UTC().Truncate(time.Microsecond)
+	var claims []any
+	var claimOwner []int
+	for i, o := range obs {
+		o.ID, o.LastUpdated = first+int64(i), now
+		for _, id := range o.Identifiers {
+			claims = append(claims, observationIdentifierDoc{id.System, id.Value, o.ID, now.Truncate(time.Millisecond)})
+			claimOwner = append(claimOwner, i)
+		}
+	}
+	if len(claims) > 0 {
+		for idx, werr := range insertErrors(d.c(colObservationIdentifier).InsertMany(ctx, claims, options.InsertMany().SetOrdered(false))) {
+			if idx < 0 {
+				return failAll(errs, werr)
+			}
+			i := claimOwner[idx]
+			if errs[i] == nil {
+				if isDuplicate(werr) {
+					id := claims[idx].(observationIdentifierDoc)
+					errs[i] = domain.Errorf(domain.CodeDuplicate, "identifier %s|%s belongs to another observation", id.System, id.Value)
+				} else {
+					errs[i] = werr
+				}
+			}
+		}
+	}
+	var docs []any
+	var docOwner []int
+	for i, o := range obs {
+		if errs[i] == nil {
+			docs = append(docs, toObservationDoc(o))
+			docOwner = append(docOwner, i)
+		}
+	}
+	if len(docs) > 0 {
+		for idx, werr := range insertErrors(d.c(colObservations).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))) {
+			if idx < 0 {
+				return failAll(errs, werr)
+			}
+			errs[docOwner[idx]] = werr
+		}
+	}
+	// Release the claims of every observation that was not stored.
+	var release []int64
+	for i, o := range obs {
+		if errs[i] != nil && len(o.Identifiers) > 0 {
+			release = append(release, o.ID)
+		}
+	}
+	if len(release) > 0 {
+		if _, err := d.c(colObservationIdentifier).DeleteMany(context.WithoutCancel(ctx), bson.M{"observationId": bson.M{"$in": int64s(release)}}); err != nil {
+			return failAll(errs, fmt.Errorf("release identifier claims: %w", err))
+		}
+	}
+	return errs
+}
+
+// insertErrors maps the outcome of an unordered InsertMany to the failed
+// indexes; index -1 holds an error that is not about one document.
+func insertErrors(_ *mongo.InsertManyResult, err error) map[int]error {
+	if err == nil {
+		return nil
+	}
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return map[int]error{-1: err}
+	}
+	out := map[int]error{}
+	for _, we := range bwe.WriteErrors {
+		out[we.Index] = mongo.WriteException{WriteErrors: []mongo.WriteError{we.WriteError}}
+	}
+	return out
+}
+
+func failAll(errs []error, err error) []error {
+	for i := range errs {
+		if errs[i] == nil {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+func int64s(ids []int64) bson.A {
+	a := make(bson.A, len(ids))
+	for i, id := range ids {
+		a[i] = id
+	}
+	return a
+}
+
+// ObservationByID implements domain.ObservationStore.
+func (d *DB) ObservationByID(ctx context.Context, id int64) (*domain.Observation, error) {
+	var x observationDoc
+	err := d.findOne(ctx, colObservations, bson.M{"_id": id}, &x, fmt.Sprintf("Observation/%d does not exist", id),
+		options.FindOne().SetProjection(bson.M{"omh": 0}))
+	if err != nil {
+		return nil, err
+	}
+	o := x.observation()
+	return &o, nil
+}
+
+// runSearch runs a plan: the page (one more entry than asked, to tell
+// whether another page follows) and the count when the plan has a filter.
+func runSearch[D, T any](ctx context.Context, d *DB, plan *domain.SearchPlan, conv func(D) T) (domain.SearchResult[T], error) {
+	res := domain.SearchResult[T]{Items: []T{}}
+	if plan.Pipeline != nil {
+		cur, err := d.c(plan.Collection).Aggregate(ctx, plan.Pipeline)
+		if err != nil {
+			return res, err
+		}
+		var docs []D
+		if err := cur.All(ctx, &docs); err != nil {
+			return res, err
+		}
+		if len(docs) > plan.PageSize {
+			docs, res.More = docs[:plan.PageSize], true
+		}
+		res.Items = convert(docs, conv)
+	}
+	if plan.Filter != nil {
+		n, err := d.c(plan.Collection).CountDocuments(ctx, plan.Filter)
+		if err != nil {
+			return res, err
+		}
+		res.Total = &n
+	}
+	return res, nil
+}
+
+// SearchObservations implements domain.ObservationStore.
+func (d *DB) SearchObservations(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Observation], error) {
+	return runSearch(ctx, d, plan, observationDoc.observation)
+}
+
+// SearchPatients implements domain.ProjectionStore.
+func (d *DB) SearchPatients(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Patient], error) {
+	return runSearch(ctx, d, plan, patientDoc.patient)
+}
+
+// SearchUsers implements domain.ProjectionStore.
+func (d *DB) SearchUsers(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.User], error) {
+	return runSearch(ctx, d, plan, func(x userDoc) domain.User { return *x.user() })
+}
+
+// SearchOrganizations implements domain.ProjectionStore.
+func (d *DB) SearchOrganizations(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Organization], error) {
+	return runSearch(ctx, d, plan, organizationDoc.organization)
+}
+
+// SearchStudies implements domain.ProjectionStore.
+func (d *DB) SearchStudies(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Study], error) {
+	return runSearch(ctx, d, plan, studyDoc.study)
+}
+
+// SearchDataSources implements domain.ProjectionStore.
+func (d *DB) SearchDataSources(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.DataSource], error) {
+	return runSearch(ctx, d, plan, dataSourceDoc.dataSource)
+}
