@@ -62,7 +62,9 @@ var ObservationStatuses = []string{"registered", "preliminary", "final", "amende
 
 // IsNativeSystem reports whether a coding system is Open mHealth or IEEE
 // 1752, the two systems of the native store.
-func IsNativeSystem(system string) bool { return system == SystemOpenMHealth || system == SystemIEEE1752 }
+func IsNativeSystem(system string) bool {
+	return system == SystemOpenMHealth || system == SystemIEEE1752
+}
 
 // IsNativeObservation reports whether a coding list routes an Observation
 // to the native store: it has a coding on a native system.
