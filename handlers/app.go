@@ -12,13 +12,20 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/recover"
 
 	"exchange/domain"
+	"exchange/fhirsearch"
 	"exchange/oauth"
+	"exchange/omh"
 )
 
 // Config holds what the HTTP layer serves.
 type Config struct {
 	Service *domain.Service
 	OAuth   *oauth.Provider
+	// Search parses FHIR searches and signs their page cursors.
+	Search *fhirsearch.Translator
+	// Schemas are the Open mHealth schemas offered to clients; nil when not
+	// installed.
+	Schemas *omh.Registry
 	// Ping checks the database for /health.
 	Ping   func(ctx context.Context) error
 	Logger *slog.Logger
@@ -28,6 +35,8 @@ type Config struct {
 type server struct {
 	service *domain.Service
 	oauth   *oauth.Provider
+	search  *fhirsearch.Translator
+	schemas *omh.Registry
 	ping    func(ctx context.Context) error
 	log     *slog.Logger
 }
@@ -37,7 +46,7 @@ func New(c Config) *fiber.App {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	s := &server{service: c.Service, oauth: c.OAuth, ping: c.Ping, log: c.Logger}
+	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, schemas: c.Schemas, ping: c.Ping, log: c.Logger}
 	app := fiber.New(fiber.Config{
 		AppName:               "exchange",
 		CaseSensitive:         true,
@@ -53,6 +62,8 @@ func New(c Config) *fiber.App {
 	app.Use(recover.New())
 	app.Get("/health", s.health)
 	app.All("/o/*", adaptor.HTTPHandler(c.OAuth.Handler()))
+	s.registerFHIR(app, fhirCanonical)
+	s.registerFHIR(app, fhirAlias)
 
 	api := app.Group("/api/v1", s.authenticate)
 	api.Get("/users/profile", s.profile)
@@ -113,6 +124,9 @@ func New(c Config) *fiber.App {
 	api.Post("/fhir_sources", s.createFHIRSource)
 	api.Get("/fhir_sources/:id", s.getFHIRSource)
 	api.Delete("/fhir_sources/:id", s.deleteFHIRSource)
+
+	api.Get("/omh_schemas", s.listSchemas)
+	api.Get("/omh_schemas/:name/:version", s.getSchema)
 
 	api.Get("/oauth_clients", s.listClients)
 	api.Post("/oauth_clients", s.createClient)

@@ -11,15 +11,16 @@ import (
 
 // statusOf maps a domain error code to its HTTP status.
 var statusOf = map[domain.Code]int{
-	domain.CodeInvalid:      fiber.StatusBadRequest,
-	domain.CodeNotFound:     fiber.StatusNotFound,
-	domain.CodeConflict:     fiber.StatusConflict,
-	domain.CodeDuplicate:    fiber.StatusConflict,
-	domain.CodeForbidden:    fiber.StatusForbidden,
-	domain.CodeLogin:        fiber.StatusUnauthorized,
-	domain.CodeThrottled:    fiber.StatusTooManyRequests,
-	domain.CodeNotSupported: fiber.StatusBadRequest,
-	domain.CodeInternal:     fiber.StatusInternalServerError,
+	domain.CodeInvalid:       fiber.StatusBadRequest,
+	domain.CodeNotFound:      fiber.StatusNotFound,
+	domain.CodeConflict:      fiber.StatusConflict,
+	domain.CodeDuplicate:     fiber.StatusConflict,
+	domain.CodeForbidden:     fiber.StatusForbidden,
+	domain.CodeLogin:         fiber.StatusUnauthorized,
+	domain.CodeThrottled:     fiber.StatusTooManyRequests,
+	domain.CodeNotSupported:  fiber.StatusBadRequest,
+	domain.CodeUnprocessable: fiber.StatusUnprocessableEntity,
+	domain.CodeInternal:      fiber.StatusInternalServerError,
 }
 
 // codeOfStatus classifies Fiber's own errors (unknown route, wrong method,
@@ -28,7 +29,7 @@ func codeOfStatus(status int) domain.Code {
 	switch {
 	case status == fiber.StatusNotFound:
 		return domain.CodeNotFound
-	case status == fiber.StatusMethodNotAllowed:
+	case status == fiber.StatusMethodNotAllowed, status == fiber.StatusNotAcceptable:
 		return domain.CodeNotSupported
 	case status == fiber.StatusUnauthorized:
 		return domain.CodeLogin

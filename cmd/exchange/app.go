@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"exchange/domain"
+	"exchange/fhirsearch"
 	"exchange/oauth"
 	"exchange/omh"
 	"exchange/repo"
@@ -30,6 +33,7 @@ type app struct {
 	service  *domain.Service
 	oauth    *oauth.Provider
 	schemas  *omh.Registry // nil when OMH_SCHEMA_DIR holds no schemas
+	search   *fhirsearch.Translator
 }
 
 // openApp connects to the database (starting the embedded one when no
@@ -71,6 +75,12 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		schemas = a.schemas
 	}
 	a.service = domain.NewService(a.db, schemas, nil)
+	cursorKey, err := hkdf.Key(sha256.New, secret, nil, "exchange search cursor", 32)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	a.search = fhirsearch.NewTranslator(cursorKey, nil)
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
 		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log,

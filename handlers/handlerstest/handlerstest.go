@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"exchange/domain"
+	"exchange/fhirsearch"
 	"exchange/handlers"
 	"exchange/oauth"
 	"exchange/omh"
@@ -136,7 +137,8 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping})
+	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t),
+		Search: fhirsearch.NewTranslator([]byte("test cursor key"), clock.Now)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

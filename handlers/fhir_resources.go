@@ -1,0 +1,265 @@
+package handlers
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"exchange/domain"
+)
+
+// The FHIR R5 JSON the service emits. Each native entity has one function
+// that renders it; the JSON is built from small structs so that element
+// order reads as in the specification.
+
+type fhirMeta struct {
+	VersionID   string       `json:"versionId,omitempty"`
+	LastUpdated string       `json:"lastUpdated,omitempty"`
+	Source      string       `json:"source,omitempty"`
+	Tag         []fhirCoding `json:"tag,omitempty"`
+}
+
+type fhirCoding struct {
+	System  string `json:"system,omitempty"`
+	Code    string `json:"code,omitempty"`
+	Display string `json:"display,omitempty"`
+}
+
+type fhirCodeableConcept struct {
+	Coding []fhirCoding `json:"coding,omitempty"`
+	Text   string       `json:"text,omitempty"`
+}
+
+type fhirIdentifier struct {
+	System string `json:"system,omitempty"`
+	Value  string `json:"value,omitempty"`
+}
+
+type fhirReference struct {
+	Reference string `json:"reference,omitempty"`
+	Display   string `json:"display,omitempty"`
+}
+
+type fhirHumanName struct {
+	Family string   `json:"family,omitempty"`
+	Given  []string `json:"given,omitempty"`
+}
+
+type fhirContactPoint struct {
+	System string `json:"system"`
+	Value  string `json:"value"`
+}
+
+type fhirPeriod struct {
+	Start string `json:"start,omitempty"`
+	End   string `json:"end,omitempty"`
+}
+
+type fhirAttachment struct {
+	ContentType string `json:"contentType,omitempty"`
+	Data        string `json:"data,omitempty"`
+}
+
+// instant renders a time as a FHIR instant in UTC, keeping its fraction
+// (microseconds for observations, milliseconds elsewhere).
+func instant(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.999999Z07:00")
+}
+
+func metaOf(t time.Time) *fhirMeta { return &fhirMeta{VersionID: "1", LastUpdated: instant(t)} }
+
+func identifiers(ids []domain.Identifier) []fhirIdentifier {
+	out := make([]fhirIdentifier, len(ids))
+	for i, id := range ids {
+		out[i] = fhirIdentifier{System: id.System, Value: id.Value}
+	}
+	return out
+}
+
+type observationResource struct {
+	ResourceType      string              `json:"resourceType"`
+	ID                string              `json:"id"`
+	Meta              *fhirMeta           `json:"meta"`
+	Identifier        []fhirIdentifier    `json:"identifier,omitempty"`
+	Status            string              `json:"status"`
+	Code              fhirCodeableConcept `json:"code"`
+	Subject           fhirReference       `json:"subject"`
+	EffectiveDateTime string              `json:"effectiveDateTime,omitempty"`
+	EffectivePeriod   *fhirPeriod         `json:"effectivePeriod,omitempty"`
+	Device            *fhirReference      `json:"device,omitempty"`
+	ValueAttachment   *fhirAttachment     `json:"valueAttachment,omitempty"`
+}
+
+// observationFHIR renders a native observation: effective[x] from the data
+// point's own times, the payload Base64 as it was uploaded.
+func observationFHIR(o *domain.Observation) observationResource {
+	r := observationResource{ResourceType: "Observation", ID: strconv.FormatInt(o.ID, 10), Meta: metaOf(o.LastUpdated),
+		Identifier: identifiers(o.Identifiers), Status: o.Status, Subject: fhirReference{Reference: "Patient/" + strconv.FormatInt(o.PatientID, 10)}}
+	for _, c := range o.Codings {
+		r.Code.Coding = append(r.Code.Coding, fhirCoding{System: c.System, Code: c.Code, Display: c.Display})
+	}
+	if o.DataSourceID != 0 {
+		r.Device = &fhirReference{Reference: "Device/" + strconv.FormatInt(o.DataSourceID, 10)}
+	}
+	if o.Payload != nil {
+		r.ValueAttachment = &fhirAttachment{ContentType: o.ContentType, Data: base64.StdEncoding.EncodeToString(o.Payload)}
+	}
+	if tf := o.Effective; tf != nil {
+		if tf.IsInstant() {
+			r.EffectiveDateTime = tf.DateTime
+		} else {
+			r.EffectivePeriod = &fhirPeriod{Start: tf.PeriodStart, End: tf.PeriodEnd}
+		}
+	}
+	return r
+}
+
+type patientResource struct {
+	ResourceType string             `json:"resourceType"`
+	ID           string             `json:"id"`
+	Meta         *fhirMeta          `json:"meta"`
+	Identifier   []fhirIdentifier   `json:"identifier,omitempty"`
+	Name         []fhirHumanName    `json:"name,omitempty"`
+	Telecom      []fhirContactPoint `json:"telecom,omitempty"`
+	BirthDate    string             `json:"birthDate,omitempty"`
+}
+
+func patientFHIR(p *domain.Patient) patientResource {
+	r := patientResource{ResourceType: "Patient", ID: strconv.FormatInt(p.ID, 10), Meta: metaOf(p.LastUpdated),
+		Identifier: identifiers(p.Identifiers), BirthDate: p.BirthDate}
+	if p.FamilyName != "" || len(p.GivenNames) > 0 {
+		r.Name = []fhirHumanName{{Family: p.FamilyName, Given: p.GivenNames}}
+	}
+	for _, t := range p.Telecom {
+		r.Telecom = append(r.Telecom, fhirContactPoint{System: t.System, Value: t.Value})
+	}
+	return r
+}
+
+type practitionerResource struct {
+	ResourceType string             `json:"resourceType"`
+	ID           string             `json:"id"`
+	Meta         *fhirMeta          `json:"meta"`
+	Identifier   []fhirIdentifier   `json:"identifier,omitempty"`
+	Name         []fhirHumanName    `json:"name,omitempty"`
+	Telecom      []fhirContactPoint `json:"telecom,omitempty"`
+}
+
+// practitionerFHIR renders a practitioner user; the login email is both
+// its identifier (a mailto URI) and its telecom.
+func practitionerFHIR(u *domain.User) practitionerResource {
+	r := practitionerResource{ResourceType: "Practitioner", ID: strconv.FormatInt(u.ID, 10), Meta: metaOf(u.LastUpdated),
+		Identifier: []fhirIdentifier{{System: "urn:ietf:rfc:3986", Value: "mailto:" + u.Email}},
+		Telecom:    []fhirContactPoint{{System: "email", Value: u.Email}}}
+	if u.FirstName != "" || u.LastName != "" {
+		name := fhirHumanName{Family: u.LastName}
+		if u.FirstName != "" {
+			name.Given = []string{u.FirstName}
+		}
+		r.Name = []fhirHumanName{name}
+	}
+	return r
+}
+
+type organizationResource struct {
+	ResourceType string                `json:"resourceType"`
+	ID           string                `json:"id"`
+	Meta         *fhirMeta             `json:"meta"`
+	Type         []fhirCodeableConcept `json:"type,omitempty"`
+	Name         string                `json:"name,omitempty"`
+	PartOf       *fhirReference        `json:"partOf,omitempty"`
+}
+
+func organizationFHIR(o *domain.Organization) organizationResource {
+	r := organizationResource{ResourceType: "Organization", ID: strconv.FormatInt(o.ID, 10), Meta: metaOf(o.LastUpdated), Name: o.Name,
+		Type: []fhirCodeableConcept{{Coding: []fhirCoding{{System: "http://terminology.hl7.org/CodeSystem/organization-type", Code: string(o.Type)}}}}}
+	if o.PartOf != 0 {
+		r.PartOf = &fhirReference{Reference: "Organization/" + strconv.FormatInt(o.PartOf, 10)}
+	}
+	return r
+}
+
+type groupResource struct {
+	ResourceType   string         `json:"resourceType"`
+	ID             string         `json:"id"`
+	Meta           *fhirMeta      `json:"meta"`
+	Type           string         `json:"type"`
+	Membership     string         `json:"membership"`
+	Name           string         `json:"name,omitempty"`
+	Description    string         `json:"description,omitempty"`
+	Quantity       int            `json:"quantity"`
+	ManagingEntity *fhirReference `json:"managingEntity,omitempty"`
+}
+
+// groupFHIR renders a study as an enumerated Group of persons.
+func groupFHIR(g *domain.GroupView) groupResource {
+	return groupResource{ResourceType: "Group", ID: strconv.FormatInt(g.ID, 10), Meta: metaOf(g.LastUpdated), Type: "person",
+		Membership: "enumerated", Name: g.Name, Description: g.Description, Quantity: g.Members,
+		ManagingEntity: &fhirReference{Reference: "Organization/" + strconv.FormatInt(g.OrganizationID, 10), Display: g.Organization.Name}}
+}
+
+// DataSourceTypeSystem is the code system of data source types in the
+// Device projection.
+const DataSourceTypeSystem = "https://w3id.org/openmhealth/exchange/CodeSystem/data-source-type"
+
+var dataSourceTypeDisplay = map[domain.DataSourceType]string{
+	domain.DataSourcePersonalDevice: "Personal device", domain.DataSourceMedicalDevice: "Medical device", domain.DataSourcePatientApp: "Patient app",
+}
+
+type deviceResource struct {
+	ResourceType string                `json:"resourceType"`
+	ID           string                `json:"id"`
+	Meta         *fhirMeta             `json:"meta"`
+	DisplayName  string                `json:"displayName,omitempty"`
+	Type         []fhirCodeableConcept `json:"type,omitempty"`
+}
+
+func deviceFHIR(d *domain.DataSource) deviceResource {
+	return deviceResource{ResourceType: "Device", ID: strconv.FormatInt(d.ID, 10), Meta: metaOf(d.LastUpdated), DisplayName: d.Name,
+		Type: []fhirCodeableConcept{{Coding: []fhirCoding{{System: DataSourceTypeSystem, Code: string(d.Type), Display: dataSourceTypeDisplay[d.Type]}}}}}
+}
+
+// mandatory are the elements _elements never drops, besides id and meta.
+var mandatory = map[string][]string{
+	"Observation": {"status", "code"},
+	"Group":       {"type", "membership"},
+}
+
+// subsetted is the tag of a resource cut down by _elements.
+var subsetted = fhirCoding{System: "http://terminology.hl7.org/CodeSystem/v3-ObservationValue", Code: "SUBSETTED", Display: "subsetted"}
+
+// withElements keeps the top-level elements asked for with _elements (and
+// the mandatory ones), tagging the result SUBSETTED. value[x] and
+// effective[x] name every choice of the element.
+func withElements(resource any, elements []string) any {
+	if len(elements) == 0 {
+		return resource
+	}
+	data, _ := json.Marshal(resource)
+	var m map[string]any
+	_ = json.Unmarshal(data, &m)
+	rt, _ := m["resourceType"].(string)
+	keep := append([]string{"resourceType", "id", "meta"}, mandatory[rt]...)
+	out := map[string]any{}
+	for k, v := range m {
+		wanted := slices.Contains(keep, k) || slices.Contains(elements, k) ||
+			slices.ContainsFunc(elements, func(e string) bool {
+				base, choice := strings.CutSuffix(e, "[x]")
+				return choice && strings.HasPrefix(k, base)
+			})
+		if wanted {
+			out[k] = v
+		}
+	}
+	meta, _ := out["meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	tags, _ := meta["tag"].([]any)
+	meta["tag"] = append(tags, map[string]any{"system": subsetted.System, "code": subsetted.Code, "display": subsetted.Display})
+	out["meta"] = meta
+	return out
+}

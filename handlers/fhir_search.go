@@ -1,0 +1,259 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+)
+
+type bundleLink struct {
+	Relation string `json:"relation"`
+	URL      string `json:"url"`
+}
+
+type bundleEntry struct {
+	FullURL  string          `json:"fullUrl,omitempty"`
+	Resource any             `json:"resource,omitempty"`
+	Search   *bundleSearch   `json:"search,omitempty"`
+	Response *bundleResponse `json:"response,omitempty"`
+}
+
+type bundleSearch struct {
+	Mode string `json:"mode"`
+}
+
+type bundleResponse struct {
+	Status       string `json:"status"`
+	Location     string `json:"location,omitempty"`
+	Etag         string `json:"etag,omitempty"`
+	LastModified string `json:"lastModified,omitempty"`
+	Outcome      any    `json:"outcome,omitempty"`
+}
+
+type bundle struct {
+	ResourceType string        `json:"resourceType"`
+	Type         string        `json:"type"`
+	Timestamp    string        `json:"timestamp,omitempty"`
+	Total        *int64        `json:"total,omitempty"`
+	Link         []bundleLink  `json:"link,omitempty"`
+	Entry        []bundleEntry `json:"entry"`
+}
+
+// operationOutcome is a FHIR OperationOutcome with one issue per problem.
+func operationOutcome(severity, code, diagnostics string, expression ...string) fiber.Map {
+	issue := fiber.Map{"severity": severity, "code": code, "diagnostics": diagnostics}
+	if len(expression) > 0 {
+		issue["expression"] = expression
+	}
+	return fiber.Map{"resourceType": "OperationOutcome", "issue": []fiber.Map{issue}}
+}
+
+// outcomeOf renders an error as the OperationOutcome of a batch entry.
+func outcomeOf(err error) fiber.Map {
+	var field []string
+	if de, ok := err.(*domain.Error); ok && de.Field != "" {
+		field = []string{de.Field}
+	}
+	return operationOutcome("error", string(domain.ErrorCode(err)), domain.ErrorMessage(err), field...)
+}
+
+// fhirBase is the absolute URL of the FHIR interface the client used.
+func fhirBase(c *fiber.Ctx) string {
+	prefix := fhirCanonical
+	if strings.HasPrefix(c.Path(), fhirAlias) {
+		prefix = fhirAlias
+	}
+	return origin(c) + prefix
+}
+
+// searchFunc runs a parsed search and renders one page: the resources, a
+// position to continue after, whether more follow, and the total.
+type searchFunc func(ctx context.Context, a *domain.Actor, q *fhirsearch.Query) (page []searchHit, more bool, total *int64, err error)
+
+// searchHit is one resource of a page and where the next page continues.
+type searchHit struct {
+	resource any
+	id       int64
+	position fhirsearch.Position
+}
+
+// hits renders a page of domain values.
+func hits[T any](items []T, render func(*T) (any, fhirsearch.Position)) []searchHit {
+	out := make([]searchHit, len(items))
+	for i := range items {
+		r, pos := render(&items[i])
+		out[i] = searchHit{resource: r, id: pos.ID, position: pos}
+	}
+	return out
+}
+
+func searchWith[T any](run func(context.Context, *domain.Actor, domain.Search) (domain.SearchResult[T], error), render func(*T) (any, fhirsearch.Position)) searchFunc {
+	return func(ctx context.Context, a *domain.Actor, q *fhirsearch.Query) ([]searchHit, bool, *int64, error) {
+		res, err := run(ctx, a, q)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		return hits(res.Items, render), res.More, res.Total, nil
+	}
+}
+
+// searches are the native types' searches.
+func (s *server) searches() map[string]searchFunc {
+	at := func(t time.Time, id int64) fhirsearch.Position { return fhirsearch.Position{ID: id, LastUpdated: t} }
+	return map[string]searchFunc{
+		"Observation": searchWith(s.service.SearchObservations, func(o *domain.Observation) (any, fhirsearch.Position) {
+			pos := at(o.LastUpdated, o.ID)
+			if o.Effective != nil {
+				start := o.Effective.Start
+				pos.Date = &start
+			}
+			return observationFHIR(o), pos
+		}),
+		"Patient": searchWith(s.service.SearchPatients, func(p *domain.Patient) (any, fhirsearch.Position) {
+			return patientFHIR(p), at(p.LastUpdated, p.ID)
+		}),
+		"Practitioner": searchWith(s.service.SearchPractitioners, func(u *domain.User) (any, fhirsearch.Position) {
+			return practitionerFHIR(u), at(u.LastUpdated, u.ID)
+		}),
+		"Organization": searchWith(s.service.SearchOrganizations, func(o *domain.Organization) (any, fhirsearch.Position) {
+			return organizationFHIR(o), at(o.LastUpdated, o.ID)
+		}),
+		"Group": searchWith(s.service.SearchGroups, func(g *domain.GroupView) (any, fhirsearch.Position) {
+			return groupFHIR(g), at(g.LastUpdated, g.ID)
+		}),
+		"Device": searchWith(s.service.SearchDevices, func(d *domain.DataSource) (any, fhirsearch.Position) {
+			return deviceFHIR(d), at(d.LastUpdated, d.ID)
+		}),
+	}
+}
+
+// strictHandling reports Prefer: handling=strict.
+func strictHandling(c *fiber.Ctx) bool {
+	for _, p := range strings.Split(c.Get("Prefer"), ",") {
+		if strings.EqualFold(strings.ReplaceAll(strings.TrimSpace(p), " ", ""), "handling=strict") {
+			return true
+		}
+	}
+	return false
+}
+
+// queryValues returns the request's query parameters, as sent.
+func queryValues(c *fiber.Ctx) (url.Values, error) {
+	v, err := url.ParseQuery(string(c.Request().URI().QueryString()))
+	if err != nil {
+		return nil, domain.Errorf(domain.CodeInvalid, "the query string is malformed: %v", err)
+	}
+	return v, nil
+}
+
+// fhirSearch answers GET [base]/<type>?params with a searchset Bundle.
+func (s *server) fhirSearch(c *fiber.Ctx) error {
+	resourceType := c.Params("type")
+	run, ok := s.searches()[resourceType]
+	if !ok {
+		return domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server searches", resourceType)
+	}
+	values, err := queryValues(c)
+	if err != nil {
+		return err
+	}
+	q, err := s.search.Parse(resourceType, values, strictHandling(c))
+	if err != nil {
+		return err
+	}
+	page, more, total, err := run(c.UserContext(), actor(c), q)
+	if err != nil {
+		return err
+	}
+	base := fhirBase(c)
+	self := base + "/" + resourceType
+	if qs := string(c.Request().URI().QueryString()); qs != "" {
+		self += "?" + qs
+	}
+	b := bundle{ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()), Total: total,
+		Link: []bundleLink{{Relation: "self", URL: self}}, Entry: []bundleEntry{}}
+	if q.SummaryCount() {
+		return writeFHIR(c, fiber.StatusOK, b)
+	}
+	for _, h := range page {
+		b.Entry = append(b.Entry, bundleEntry{FullURL: base + "/" + resourceType + "/" + strconv.FormatInt(h.id, 10),
+			Resource: withElements(h.resource, q.Elements()), Search: &bundleSearch{Mode: "match"}})
+	}
+	if more && len(page) > 0 {
+		next := url.Values{}
+		for k, v := range values {
+			next[k] = v
+		}
+		next.Set(fhirsearch.CursorParam, q.Next(page[len(page)-1].position))
+		b.Link = append(b.Link, bundleLink{Relation: "next", URL: base + "/" + resourceType + "?" + next.Encode()})
+	}
+	if unknown := q.Unknown(); len(unknown) > 0 {
+		b.Entry = append(b.Entry, bundleEntry{Resource: operationOutcome("warning", "not-supported",
+			"These search parameters are not supported and were ignored: "+strings.Join(unknown, ", ")), Search: &bundleSearch{Mode: "outcome"}})
+	}
+	return writeFHIR(c, fiber.StatusOK, b)
+}
+
+// fhirRead answers GET [base]/<type>/<id> with the resource.
+func (s *server) fhirRead(c *fiber.Ctx) error {
+	resourceType, rawID := c.Params("type"), c.Params("id")
+	if _, ok := s.searches()[resourceType]; !ok {
+		return domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server reads", resourceType)
+	}
+	id, err := strconv.ParseInt(rawID, 10, 64)
+	if err != nil || id < 1 {
+		return domain.Errorf(domain.CodeNotFound, "%s/%s does not exist", resourceType, rawID)
+	}
+	ctx, a := c.UserContext(), actor(c)
+	var resource any
+	var lastUpdated time.Time
+	switch resourceType {
+	case "Observation":
+		o, err := s.service.ObservationByID(ctx, a, id)
+		if err != nil {
+			return err
+		}
+		resource, lastUpdated = observationFHIR(o), o.LastUpdated
+	case "Patient":
+		p, err := s.service.PatientByID(ctx, a, id)
+		if err != nil {
+			return err
+		}
+		resource, lastUpdated = patientFHIR(p), p.LastUpdated
+	case "Practitioner":
+		p, err := s.service.PractitionerByID(ctx, a, id)
+		if err != nil {
+			return err
+		}
+		resource, lastUpdated = practitionerFHIR(&p.User), p.User.LastUpdated
+	case "Organization":
+		o, err := s.service.Organization(ctx, a, id)
+		if err != nil {
+			return err
+		}
+		resource, lastUpdated = organizationFHIR(o), o.LastUpdated
+	case "Group":
+		g, err := s.service.GroupByID(ctx, a, id)
+		if err != nil {
+			return err
+		}
+		resource, lastUpdated = groupFHIR(g), g.LastUpdated
+	case "Device":
+		d, err := s.service.DataSourceByID(ctx, id)
+		if err != nil {
+			return err
+		}
+		resource, lastUpdated = deviceFHIR(&d.DataSource), d.LastUpdated
+	}
+	c.Set(fiber.HeaderETag, `W/"1"`)
+	c.Set(fiber.HeaderLastModified, lastUpdated.UTC().Format(http.TimeFormat))
+	return writeFHIR(c, fiber.StatusOK, resource)
+}
