@@ -1,0 +1,208 @@
+package fhirdefs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Element is one element of a StructureDefinition's snapshot.
+type Element struct {
+	Path string // Observation.value[x]
+	Name string // value[x]
+	Min  int
+	Max  int // -1: unbounded
+	// Types are the type codes; System types (FHIRPath System.String) keep
+	// their URL.
+	Types []string
+	// ContentRef is the path whose definition a recursive element reuses
+	// (Questionnaire.item.item refers to #Questionnaire.item).
+	ContentRef string
+	Binding    *Binding
+}
+
+// Choice reports whether the element is a choice of types (value[x]).
+func (e *Element) Choice() bool { return strings.HasSuffix(e.Name, "[x]") }
+
+// Binding is an element's terminology binding.
+type Binding struct {
+	Strength string // required, extensible, preferred, example
+	ValueSet string // canonical, without a |version
+}
+
+// StructureDefinition is a type's definition: its snapshot elements,
+// indexed by path and by parent.
+type StructureDefinition struct {
+	Type     string
+	Kind     string // resource, complex-type, primitive-type, logical
+	Abstract bool
+	// Regex is the format of a primitive type's value (anchored).
+	Regex    *regexp.Regexp
+	Elements []*Element
+	byPath   map[string]*Element
+	children map[string][]*Element
+}
+
+// Element returns the element at a path of the definition.
+func (sd *StructureDefinition) Element(path string) (*Element, bool) {
+	e, ok := sd.byPath[path]
+	return e, ok
+}
+
+// Children returns the elements directly below a path.
+func (sd *StructureDefinition) Children(path string) []*Element { return sd.children[path] }
+
+// Package is a FHIR npm package's definitions, read on demand.
+type Package struct {
+	dir string
+
+	mu   sync.Mutex
+	defs map[string]*StructureDefinition // by type; nil entries: no such type
+}
+
+// OpenPackage opens a package directory (the one holding package.json and
+// the StructureDefinition files, such as .../hl7.fhir.r5.core/package).
+func OpenPackage(dir string) (*Package, error) {
+	if _, err := os.Stat(filepath.Join(dir, "package.json")); err != nil {
+		return nil, fmt.Errorf("FHIR package at %s: %w (run scripts/setup)", dir, err)
+	}
+	return &Package{dir: dir, defs: map[string]*StructureDefinition{}}, nil
+}
+
+// ErrUnknownType is returned for a type the package does not define.
+var ErrUnknownType = errors.New("unknown type")
+
+// Type returns the base definition of a type (its specialization, not a
+// profile). Definitions are read on first use and kept.
+func (p *Package) Type(name string) (*StructureDefinition, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sd, ok := p.defs[name]; ok {
+		if sd == nil {
+			return nil, fmt.Errorf("%w %q", ErrUnknownType, name)
+		}
+		return sd, nil
+	}
+	sd, err := p.load(name)
+	if errors.Is(err, ErrUnknownType) {
+		p.defs[name] = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.defs[name] = sd
+	return sd, nil
+}
+
+var typeName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
+
+// sdFile is the JSON of a StructureDefinition, as much as is read.
+type sdFile struct {
+	ResourceType string `json:"resourceType"`
+	Type         string `json:"type"`
+	Kind         string `json:"kind"`
+	Abstract     bool   `json:"abstract"`
+	Derivation   string `json:"derivation"`
+	Snapshot     struct {
+		Element []struct {
+			Path             string `json:"path"`
+			Min              int    `json:"min"`
+			Max              string `json:"max"`
+			ContentReference string `json:"contentReference"`
+			Type             []struct {
+				Code      string `json:"code"`
+				Extension []struct {
+					URL         string `json:"url"`
+					ValueString string `json:"valueString"`
+					ValueURL    string `json:"valueUrl"`
+				} `json:"extension"`
+			} `json:"type"`
+			Binding *struct {
+				Strength string `json:"strength"`
+				ValueSet string `json:"valueSet"`
+			} `json:"binding"`
+		} `json:"element"`
+	} `json:"snapshot"`
+}
+
+func (p *Package) load(name string) (*StructureDefinition, error) {
+	if !typeName.MatchString(name) {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, name)
+	}
+	data, err := os.ReadFile(filepath.Join(p.dir, "StructureDefinition-"+name+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var f sdFile
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("StructureDefinition-%s.json: %w", name, err)
+	}
+	if f.ResourceType != "StructureDefinition" || f.Type != name || f.Derivation == "constraint" {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, name)
+	}
+	sd := &StructureDefinition{Type: f.Type, Kind: f.Kind, Abstract: f.Abstract,
+		byPath: map[string]*Element{}, children: map[string][]*Element{}}
+	for _, raw := range f.Snapshot.Element {
+		e := &Element{Path: raw.Path, Min: raw.Min, Max: -1, ContentRef: strings.TrimPrefix(raw.ContentReference, "#")}
+		if i := strings.LastIndexByte(raw.Path, '.'); i >= 0 {
+			e.Name = raw.Path[i+1:]
+			sd.children[raw.Path[:i]] = append(sd.children[raw.Path[:i]], e)
+		} else {
+			e.Name = raw.Path
+		}
+		if raw.Max != "*" {
+			if n, err := strconv.Atoi(raw.Max); err == nil {
+				e.Max = n
+			}
+		}
+		for _, t := range raw.Type {
+			code := t.Code
+			for _, ext := range t.Extension {
+				// Resource.id, Element.id and Extension.url are typed by
+				// FHIRPath System types with their FHIR type beside.
+				if strings.HasSuffix(ext.URL, "/structuredefinition-fhir-type") && ext.ValueURL != "" {
+					code = ext.ValueURL
+				}
+			}
+			e.Types = append(e.Types, code)
+			if f.Kind == "primitive-type" && raw.Path == name+".value" {
+				for _, ext := range t.Extension {
+					if strings.HasSuffix(ext.URL, "/regex") {
+						sd.Regex = primitiveRegex(name, ext.ValueString)
+					}
+				}
+			}
+		}
+		if raw.Binding != nil && raw.Binding.ValueSet != "" {
+			vs, _, _ := strings.Cut(raw.Binding.ValueSet, "|")
+			e.Binding = &Binding{Strength: raw.Binding.Strength, ValueSet: vs}
+		}
+		sd.Elements = append(sd.Elements, e)
+		sd.byPath[raw.Path] = e
+	}
+	return sd, nil
+}
+
+// primitiveRegex compiles a primitive type's format, anchored. The R5
+// package's decimal expression has a stray brace in its exponent part;
+// it is corrected here.
+func primitiveRegex(name, expr string) *regexp.Regexp {
+	if name == "decimal" {
+		expr = `-?(0|[1-9][0-9]{0,17})(\.[0-9]{1,17})?([eE][+-]?[0-9]{1,9})?`
+	}
+	expr = strings.TrimSuffix(strings.TrimPrefix(expr, "^"), "$")
+	re, err := regexp.Compile(`^(?:` + expr + `)$`)
+	if err != nil {
+		return nil
+	}
+	return re
+}

@@ -1,0 +1,20 @@
+// Package fhirdefs reads FHIR definitions from the official npm packages
+// (hl7.fhir.r5.core, hl7.fhir.r4b.core, hl7.fhir.r5.expansions) and
+// validates resources against them: the R5 gate every imported resource
+// passes before it is stored.
+//
+// Design principles:
+//
+//   - The definitions are the packages' own StructureDefinitions (their
+//     snapshots) and ValueSet expansions, read where scripts/setup put
+//     them and loaded on first use of each type or value set; nothing of
+//     them is copied into this repository.
+//   - Validation checks what the definitions state structurally: the
+//     resource type, every element known for its type (choice elements
+//     by their type suffix), JSON kinds and primitive formats (the
+//     packages' regular expressions), cardinality, and codes of required
+//     bindings whose value sets the expansions package enumerates. The
+//     FHIRPath invariants (ele-1, obs-6, ...) are not evaluated.
+//   - Every problem is an Issue with the FHIRPath of the element at
+//     fault; a resource is valid when there are none.
+package fhirdefs

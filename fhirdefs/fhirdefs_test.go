@@ -1,0 +1,258 @@
+package fhirdefs_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"exchange/fhirdefs"
+)
+
+// packagesDir is where scripts/setup put the FHIR packages.
+func packagesDir() string {
+	if d := os.Getenv("FHIR_PACKAGES_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join("..", "standards", "fhir-packages")
+}
+
+var (
+	once      sync.Once
+	validator *fhirdefs.Validator
+	setupErr  error
+)
+
+func r5(t testing.TB) *fhirdefs.Validator {
+	t.Helper()
+	once.Do(func() {
+		defs, err := fhirdefs.OpenPackage(filepath.Join(packagesDir(), "hl7.fhir.r5.core", "package"))
+		if err != nil {
+			setupErr = err
+			return
+		}
+		terms, err := fhirdefs.OpenTerminology(filepath.Join(packagesDir(), "hl7.fhir.r5.expansions", "package"))
+		if err != nil {
+			setupErr = err
+			return
+		}
+		validator = fhirdefs.NewValidator(defs, terms)
+	})
+	if setupErr != nil {
+		t.Fatalf("%v: run scripts/setup first", setupErr)
+	}
+	return validator
+}
+
+// The 28 types of the imported store, each with official examples.
+var configuredTypes = []string{"AllergyIntolerance", "CarePlan", "CareTeam", "Condition", "Coverage", "Device", "DiagnosticReport",
+	"DocumentReference", "Encounter", "FamilyMemberHistory", "Goal", "Group", "Immunization", "Location", "Medication",
+	"MedicationDispense", "MedicationRequest", "Observation", "Organization", "Patient", "Practitioner", "PractitionerRole",
+	"Procedure", "Provenance", "QuestionnaireResponse", "RelatedPerson", "ServiceRequest", "Specimen"}
+
+// examples returns up to n official R5 examples of a type.
+func examples(t *testing.T, resourceType string, n int) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(packagesDir(), "hl7.fhir.r5.examples", "package", resourceType+"-*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples of %s: run scripts/setup", resourceType)
+	}
+	slices.Sort(files)
+	if len(files) > n {
+		files = files[:n]
+	}
+	return files
+}
+
+// TestOfficialExamplesAreValid: the R5 examples of every configured type
+// (two each, 56 in all) pass.
+func TestOfficialExamplesAreValid(t *testing.T) {
+	v := r5(t)
+	count := 0
+	for _, rt := range configuredTypes {
+		for _, f := range examples(t, rt, 2) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			issues, err := v.Validate(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(issues) > 0 {
+				t.Errorf("%s: %v", filepath.Base(f), issues)
+			}
+			count++
+		}
+	}
+	if count < 40 {
+		t.Fatalf("only %d examples", count)
+	}
+}
+
+const observation = `{"resourceType": "Observation", "id": "a1", "status": "final",
+	"code": {"coding": [{"system": "http://loinc.org", "code": "8867-4"}]},
+	"subject": {"reference": "Patient/1"}, "effectiveDateTime": "2024-05-01T10:00:00Z",
+	"valueQuantity": {"value": 72, "unit": "/min"}}`
+
+// patch applies edits to a JSON document: key paths separated by '.',
+// array items by index; a nil value deletes.
+func patch(t *testing.T, doc string, edits map[string]any) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatal(err)
+	}
+	for path, v := range edits {
+		keys := strings.Split(path, ".")
+		var cur any = m
+		for _, k := range keys[:len(keys)-1] {
+			switch c := cur.(type) {
+			case map[string]any:
+				cur = c[k]
+			case []any:
+				var i int
+				_ = json.Unmarshal([]byte(k), &i)
+				cur = c[i]
+			}
+		}
+		obj := cur.(map[string]any)
+		if v == nil {
+			delete(obj, keys[len(keys)-1])
+		} else {
+			obj[keys[len(keys)-1]] = v
+		}
+	}
+	data, _ := json.Marshal(m)
+	return data
+}
+
+// TestInvalidResourcesAreRefusedWithTheirPath: each mutation of a valid
+// resource is caught, at the element it broke.
+func TestInvalidResourcesAreRefusedWithTheirPath(t *testing.T) {
+	v := r5(t)
+	raw := func(s string) any { var x any; _ = json.Unmarshal([]byte(s), &x); return x }
+	deep := `{"linkId": "x"}`
+	for i := 0; i < 60; i++ {
+		deep = `{"linkId": "x", "item": [` + deep + `]}`
+	}
+	cases := []struct {
+		name string
+		doc  []byte
+		path string // expected in an issue's expression
+	}{
+		{"unknown resource type", []byte(`{"resourceType": "Foo"}`), "Foo"},
+		{"no resource type", []byte(`{"status": "final"}`), ""},
+		{"abstract type", []byte(`{"resourceType": "DomainResource"}`), "DomainResource"},
+		{"a data type", []byte(`{"resourceType": "Coding"}`), "Coding"},
+		{"not an object", []byte(`[1, 2]`), ""},
+		{"not JSON", []byte(`{"resourceType": "Observation",`), ""},
+		{"unknown element", patch(t, observation, map[string]any{"colour": "red"}), "Observation.colour"},
+		{"unknown nested element", patch(t, observation, map[string]any{"code.colour": "red"}), "Observation.code.colour"},
+		{"missing status", patch(t, observation, map[string]any{"status": nil}), "Observation.status"},
+		{"missing code", patch(t, observation, map[string]any{"code": nil}), "Observation.code"},
+		{"status outside its value set", patch(t, observation, map[string]any{"status": "done"}), "Observation.status"},
+		{"status a number", patch(t, observation, map[string]any{"status": 1}), "Observation.status"},
+		{"empty status", patch(t, observation, map[string]any{"status": ""}), "Observation.status"},
+		{"identifier not an array", patch(t, observation, map[string]any{"identifier": raw(`{"value": "1"}`)}), "Observation.identifier"},
+		{"subject an array", patch(t, observation, map[string]any{"subject": raw(`[{"reference": "Patient/1"}]`)}), "Observation.subject"},
+		{"reference a string", patch(t, observation, map[string]any{"subject": "Patient/1"}), "Observation.subject"},
+		{"codeable concept a string", patch(t, observation, map[string]any{"code": "8867-4"}), "Observation.code"},
+		{"coding not an array", patch(t, observation, map[string]any{"code": raw(`{"coding": {"code": "x"}}`)}), "Observation.code.coding"},
+		{"slashed dateTime", patch(t, observation, map[string]any{"effectiveDateTime": "2024/05/01"}), "Observation.effectiveDateTime"},
+		{"no such day", patch(t, observation, map[string]any{"effectiveDateTime": "2023-02-30"}), "Observation.effectiveDateTime"},
+		{"time without offset", patch(t, observation, map[string]any{"effectiveDateTime": "2024-05-01T10:00:00"}), "Observation.effectiveDateTime"},
+		{"two choices", patch(t, observation, map[string]any{"valueString": "high"}), "Observation"},
+		{"unknown choice type", patch(t, observation, map[string]any{"valueFoo": "x"}), "Observation.valueFoo"},
+		{"decimal as a string", patch(t, observation, map[string]any{"valueQuantity.value": "72"}), "Observation.valueQuantity.value"},
+		{"integer with a fraction", patch(t, observation, map[string]any{"valueQuantity": nil, "valueInteger": 1.5}), "Observation.valueInteger"},
+		{"integer out of range", patch(t, observation, map[string]any{"valueQuantity": nil, "valueInteger": 3000000000}), "Observation.valueInteger"},
+		{"boolean as a string", patch(t, observation, map[string]any{"valueQuantity": nil, "valueBoolean": "true"}), "Observation.valueBoolean"},
+		{"instant without offset", patch(t, observation, map[string]any{"issued": "2024-05-01T10:00:00"}), "Observation.issued"},
+		{"id with a space", patch(t, observation, map[string]any{"id": "a b"}), "Observation.id"},
+		{"id too long", patch(t, observation, map[string]any{"id": strings.Repeat("a", 65)}), "Observation.id"},
+		{"uri with spaces", patch(t, observation, map[string]any{"code.coding.0.system": "http://loinc .org"}), "Observation.code.coding[0].system"},
+		{"null in an array", patch(t, observation, map[string]any{"identifier": raw(`[null]`)}), "Observation.identifier[0]"},
+		{"empty array", patch(t, observation, map[string]any{"identifier": raw(`[]`)}), "Observation.identifier"},
+		{"extension without url", patch(t, observation, map[string]any{"extension": raw(`[{"valueString": "x"}]`)}), "Observation.extension[0].url"},
+		{"extension value of an unknown type", patch(t, observation, map[string]any{"extension": raw(`[{"url": "http://x", "valueFoo": 1}]`)}), "Observation.extension[0].valueFoo"},
+		{"bad primitive extension", patch(t, observation, map[string]any{"_status": raw(`{"colour": "red"}`)}), "Observation.status"},
+		{"narrative without div", patch(t, observation, map[string]any{"text": raw(`{"status": "generated", "div": "hello"}`)}), "Observation.text.div"},
+		{"narrative status outside its value set", patch(t, observation, map[string]any{"text": raw(`{"status": "made-up", "div": "<div xmlns=\"http://www.w3.org/1999/xhtml\">x</div>"}`)}), "Observation.text.status"},
+		{"contained resource broken", patch(t, observation, map[string]any{"contained": raw(`[{"resourceType": "Patient", "colour": "red"}]`)}), "Observation.contained[0].colour"},
+		{"patient gender", []byte(`{"resourceType": "Patient", "gender": "unknownish"}`), "Patient.gender"},
+		{"patient birth date with a time", []byte(`{"resourceType": "Patient", "birthDate": "1990-01-01T10:00:00Z"}`), "Patient.birthDate"},
+		{"patient active as a string", []byte(`{"resourceType": "Patient", "active": "yes"}`), "Patient.active"},
+		{"given name not an array", []byte(`{"resourceType": "Patient", "name": [{"given": "Jo"}]}`), "Patient.name[0].given"},
+		{"condition clinical status", []byte(`{"resourceType": "Condition", "subject": {"reference": "Patient/1"},
+			"clinicalStatus": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "healed"}]}}`), "Condition.clinicalStatus"},
+		{"condition without subject", []byte(`{"resourceType": "Condition"}`), "Condition.subject"},
+		{"encounter status", []byte(`{"resourceType": "Encounter", "status": "finished"}`), "Encounter.status"},
+		{"medication request intent", []byte(`{"resourceType": "MedicationRequest", "status": "active", "intent": "wish",
+			"medication": {"concept": {"text": "x"}}, "subject": {"reference": "Patient/1"}}`), "MedicationRequest.intent"},
+		{"allergy without patient", []byte(`{"resourceType": "AllergyIntolerance"}`), "AllergyIntolerance.patient"},
+		{"bundle entry broken", []byte(`{"resourceType": "Bundle", "type": "collection", "entry": [{"resource": {"resourceType": "Observation"}}]}`), "Bundle.entry[0].resource.status"},
+		{"nested too deeply", []byte(`{"resourceType": "QuestionnaireResponse", "status": "completed", "item": [` + deep + `]}`), "QuestionnaireResponse.item"},
+	}
+	for _, tc := range cases {
+		issues, err := v.Validate(tc.doc)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(issues) == 0 {
+			t.Errorf("%s: accepted", tc.name)
+			continue
+		}
+		if !slices.ContainsFunc(issues, func(i fhirdefs.Issue) bool { return strings.HasPrefix(i.Expression, tc.path) }) {
+			t.Errorf("%s: no issue at %s: %v", tc.name, tc.path, issues)
+		}
+	}
+	if len(cases) < 40 {
+		t.Fatalf("only %d invalid cases", len(cases))
+	}
+}
+
+// TestValidExtensionsAndEdges: things that look odd but are valid.
+func TestValidExtensionsAndEdges(t *testing.T) {
+	v := r5(t)
+	for name, doc := range map[string][]byte{
+		"extension only, no value":               patch(t, observation, map[string]any{"_status": json.RawMessage(`{"extension": [{"url": "http://x", "valueString": "y"}]}`), "status": nil}),
+		"decimal exponent":                       patch(t, observation, map[string]any{"valueQuantity.value": json.Number("1.5e3")}),
+		"recursive item":                         []byte(`{"resourceType": "QuestionnaireResponse", "questionnaire": "http://example.org/q", "status": "completed", "item": [{"linkId": "a", "item": [{"linkId": "b", "answer": [{"valueString": "x"}]}]}]}`),
+		"code outside an unenumerated value set": patch(t, observation, map[string]any{"language": "x-klingon"}),
+	} {
+		issues, err := v.Validate(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(issues) > 0 {
+			t.Errorf("%s: %v", name, issues)
+		}
+	}
+}
+
+// BenchmarkValidate measures resources per second on warm definitions.
+func BenchmarkValidate(b *testing.B) {
+	v := r5(b)
+	var docs [][]byte
+	for _, rt := range []string{"Observation", "Condition", "Encounter", "Patient", "MedicationRequest", "QuestionnaireResponse"} {
+		files, _ := filepath.Glob(filepath.Join(packagesDir(), "hl7.fhir.r5.examples", "package", rt+"-*.json"))
+		for _, f := range files[:min(5, len(files))] {
+			data, _ := os.ReadFile(f)
+			docs = append(docs, data)
+		}
+	}
+	for _, d := range docs { // warm the definitions
+		_, _ = v.Validate(d)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := v.Validate(docs[i%len(docs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "resources/s")
+}
