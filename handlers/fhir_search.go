@@ -44,7 +44,7 @@ type bundle struct {
 	Timestamp    string        `json:"timestamp,omitempty"`
 	Total        *int64        `json:"total,omitempty"`
 	Link         []bundleLink  `json:"link,omitempty"`
-	Entry        []bundleEntry `json:"entry"`
+	Entry        []bundleEntry `json:"entry,omitempty"` // FHIR JSON has no empty arrays
 }
 
 // operationOutcome is a FHIR OperationOutcome with one issue per problem.
@@ -179,7 +179,7 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 		self += "?" + qs
 	}
 	b := bundle{ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()), Total: total,
-		Link: []bundleLink{{Relation: "self", URL: self}}, Entry: []bundleEntry{}}
+		Link: []bundleLink{{Relation: "self", URL: self}}}
 	if q.SummaryCount() {
 		return writeFHIR(c, fiber.StatusOK, b)
 	}
