@@ -1,7 +1,9 @@
 // Shared settings and helpers of the end-to-end tests. e2e/run sets the
 // environment; each value is required so a test never runs against a guess.
+import { execFile } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 
 export function env(name) {
   const v = process.env[name];
@@ -27,3 +29,76 @@ export const chromiumArgs = [
   '--disable-component-update',
   '--disable-sync',
 ];
+
+/** A bearer access token for a demo login, from `exchange token create`. */
+export async function bearerToken(email) {
+  // The command inherits DATA_DIR and EMBEDDED_MONGO_ADDR from e2e/run, so
+  // it attaches to the running server's embedded database.
+  const { stdout } = await promisify(execFile)(env('EXCHANGE_BIN'), ['token', 'create', '--email', email], {
+    timeout: 60_000,
+  });
+  const token = stdout.trim();
+  if (!token) throw new Error(`exchange token create --email ${email} printed no token`);
+  return token;
+}
+
+/**
+ * A request to the FHIR interface (a path under /FHIR/R5, or an absolute
+ * URL such as a next link): the status, headers and parsed JSON body.
+ */
+export async function fhir(path, { token, method = 'GET', body } = {}) {
+  const url = /^https?:/.test(path) ? path : `${env('EXCHANGE_URL')}/FHIR/R5${path}`;
+  const headers = { Accept: 'application/fhir+json' };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/fhir+json';
+  const res = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new Error(`${method} ${url}: ${res.status}, not JSON: ${text.slice(0, 300)}`);
+  }
+  return { status: res.status, headers: res.headers, json };
+}
+
+/** An Open mHealth data point (header 1.0) of omh:<name>:<version>. */
+export function omhDataPoint(id, name, version, body) {
+  return {
+    header: {
+      id,
+      creation_date_time: '2025-03-20T12:00:00Z',
+      schema_id: { namespace: 'omh', name, version },
+    },
+    body,
+  };
+}
+
+/**
+ * A native Observation of a data point: coded to Open mHealth, the data
+ * point Base64 in valueAttachment, with an identifier of its own.
+ */
+export function nativeObservation({ patient, device, dataPoint, identifier, status = 'final' }) {
+  const { name, version } = dataPoint.header.schema_id;
+  return {
+    resourceType: 'Observation',
+    identifier: [{ system: 'urn:exchange:e2e', value: identifier }],
+    status,
+    code: { coding: [{ system: 'https://w3id.org/openmhealth', code: `omh:${name}:${version}` }] },
+    subject: { reference: `Patient/${patient}` },
+    device: { reference: `Device/${device}` },
+    valueAttachment: {
+      contentType: 'application/json',
+      data: Buffer.from(JSON.stringify(dataPoint)).toString('base64'),
+    },
+  };
+}
+
+/** A batch Bundle that POSTs each resource. */
+export function batchBundle(resources) {
+  return {
+    resourceType: 'Bundle',
+    type: 'batch',
+    entry: resources.map((resource) => ({ request: { method: 'POST', url: 'Observation' }, resource })),
+  };
+}

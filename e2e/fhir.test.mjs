@@ -1,0 +1,320 @@
+// FHIR R5 as outside clients meet it: every resource the service emits -
+// discovery, native Observations created through a batch Bundle, searchset
+// Bundles, OperationOutcomes, the read-only projections - is checked
+// against the official R5 JSON Schema and the R5 StructureDefinitions
+// (r5.mjs); the SMART configuration against the SMART App Launch fields.
+import { before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { loadR5, examplesPackage } from './r5.mjs';
+import { readFileSync } from 'node:fs';
+import { batchBundle, bearerToken, env, fhir, nativeObservation, omhDataPoint } from './lib.mjs';
+
+const base = env('EXCHANGE_URL');
+
+// The seeded patient alice@example.org is Patient/1, consented to these
+// scopes in study 1 (Cardiology Department, organization 3), and not to
+// omh:body-temperature:4.0; Device/1 is the Home Blood Pressure Cuff.
+const patient = 1;
+const device = 1;
+const consented = ['omh:blood-pressure:4.0', 'omh:body-weight:3.0', 'omh:heart-rate:2.0', 'omh:oxygen-saturation:2.0'];
+
+let r5;
+/** A manager of the patient's organization: may write and read her data. */
+let token;
+
+/** Resources validated: top-level ones by type, and all (with those inside). */
+const validated = { top: {}, all: {} };
+
+/** Asserts that a resource, and every resource in it, is valid R5. */
+function assertValid(resource, label) {
+  const { problems, checked } = r5.validate(resource);
+  assert.deepEqual(problems, [], `${label} is not valid R5:\n  ${problems.join('\n  ')}`);
+  validated.top[checked[0]] = (validated.top[checked[0]] ?? 0) + 1;
+  for (const type of checked) validated.all[type] = (validated.all[type] ?? 0) + 1;
+  return resource;
+}
+
+/** Asserts the status and the media type of a FHIR answer, and validates its body. */
+function assertAnswer(res, status, label) {
+  assert.equal(res.status, status, `${label}: HTTP ${res.status}, body ${JSON.stringify(res.json).slice(0, 500)}`);
+  assert.match(res.headers.get('content-type') ?? '', /^application\/fhir\+json/, `${label}: Content-Type`);
+  return assertValid(res.json, label);
+}
+
+before(async () => {
+  r5 = loadR5();
+  token = await bearerToken('manager@example.org');
+});
+
+describe('the R5 check itself', () => {
+  it('accepts official R5 examples of the types the service emits', () => {
+    for (const file of [
+      'Observation-heart-rate.json',
+      'Bundle-bundle-search-warning.json',
+      'Bundle-bundle-response.json',
+      'CapabilityStatement-example.json',
+      'OperationOutcome-101.json',
+      'Patient-example.json',
+      'Practitioner-example.json',
+      'Organization-hl7.json',
+      'Group-101.json',
+      'Device-example.json',
+    ]) {
+      const { problems } = r5.validate(JSON.parse(readFileSync(`${examplesPackage}/${file}`, 'utf8')));
+      assert.deepEqual(problems, [], file);
+    }
+  });
+
+  it('rejects invalid resources', () => {
+    const observation = { resourceType: 'Observation', status: 'final', code: { text: 'heart rate' } };
+    assert.deepEqual(r5.validate(observation).problems, []);
+    const cases = [
+      [{ ...observation, status: undefined }, /status is required/], // a required primitive: from the StructureDefinition
+      [{ ...observation, code: undefined }, /required property 'code'/], // a required complex element: from the schema
+      [{ ...observation, status: 'done' }, /not in the required value set/],
+      [{ ...observation, effectiveDateTime: '2025-03-10 08:00' }, /must match pattern/],
+      [{ ...observation, valueAttachment: { data: 'not base64!' } }, /not Base64/],
+      [{ resourceType: 'Group', type: 'person', membership: 'enumerated', quantity: -1 }, /not a unsignedInt/],
+      [{ ...observation, effective: '2025-03-10' }, /must NOT have additional properties \(effective\)/],
+      [{ ...observation, identifier: [] }, /empty array/],
+      [{ ...observation, id: 'no spaces allowed' }, /must match pattern/],
+      [{ resourceType: 'Bundle', type: 'searchset', entry: [{ resource: { ...observation, status: undefined } }] }, /entry\[0\]\.resource: status is required/],
+      [{ resourceType: 'OperationOutcome', issue: [{ severity: 'error', code: 'unprocessable' }] }, /not in the required value set/],
+      [{ resourceType: 'Observations', status: 'final' }, /not an R5 resource type/],
+    ];
+    for (const [resource, expected] of cases) {
+      const json = JSON.parse(JSON.stringify(resource)); // drops the undefined members
+      const { problems } = r5.validate(json);
+      assert.ok(
+        problems.some((p) => expected.test(p)),
+        `${JSON.stringify(json)}: expected a problem matching ${expected}, got ${JSON.stringify(problems)}`,
+      );
+    }
+  });
+});
+
+describe('discovery', () => {
+  it('/metadata is a valid CapabilityStatement', async () => {
+    const res = await fhir('/metadata');
+    const cs = assertAnswer(res, 200, 'CapabilityStatement');
+    assert.equal(cs.resourceType, 'CapabilityStatement');
+    assert.equal(cs.fhirVersion, '5.0.0');
+    const types = cs.rest[0].resource.map((r) => r.type).sort();
+    assert.deepEqual(types, ['Device', 'Group', 'Observation', 'Organization', 'Patient', 'Practitioner']);
+  });
+
+  it('/.well-known/smart-configuration has the fields SMART App Launch requires', async () => {
+    const res = await fetch(`${base}/FHIR/R5/.well-known/smart-configuration`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /^application\/json/);
+    const smart = await res.json();
+    const url = (name) => {
+      assert.equal(typeof smart[name], 'string', `${name} is required`);
+      assert.ok(URL.canParse(smart[name]) && /^https?:$/.test(new URL(smart[name]).protocol), `${name}: ${smart[name]}`);
+    };
+    // REQUIRED: token_endpoint, grant_types_supported, capabilities,
+    // code_challenge_methods_supported (S256, never plain).
+    url('token_endpoint');
+    assert.ok(Array.isArray(smart.grant_types_supported) && smart.grant_types_supported.includes('authorization_code'));
+    assert.ok(Array.isArray(smart.capabilities) && smart.capabilities.length > 0);
+    assert.ok(smart.capabilities.every((c) => typeof c === 'string' && /^[a-z0-9-]+$/.test(c)));
+    assert.ok(smart.code_challenge_methods_supported.includes('S256'));
+    assert.ok(!smart.code_challenge_methods_supported.includes('plain'));
+    // CONDITIONAL: authorization_endpoint with launch-standalone or
+    // launch-ehr; issuer and jwks_uri with sso-openid-connect.
+    if (smart.capabilities.some((c) => c === 'launch-standalone' || c === 'launch-ehr')) url('authorization_endpoint');
+    if (smart.capabilities.includes('sso-openid-connect')) {
+      url('issuer');
+      url('jwks_uri');
+      assert.equal(smart.issuer, `${base}/o`);
+    }
+    // RECOMMENDED ones, when present, are URLs and lists.
+    for (const name of ['introspection_endpoint', 'revocation_endpoint', 'userinfo_endpoint']) {
+      if (name in smart) url(name);
+    }
+    for (const name of ['scopes_supported', 'response_types_supported', 'token_endpoint_auth_methods_supported']) {
+      if (name in smart) assert.ok(Array.isArray(smart[name]) && smart[name].every((v) => typeof v === 'string'), name);
+    }
+    // The CapabilityStatement's SMART extension names the same endpoints.
+    const cs = (await fhir('/metadata')).json;
+    const oauth = cs.rest[0].security.extension.find((e) => e.url.endsWith('/oauth-uris'));
+    const uri = (name) => oauth.extension.find((e) => e.url === name)?.valueUri;
+    assert.equal(uri('token'), smart.token_endpoint);
+    assert.equal(uri('authorize'), smart.authorization_endpoint);
+  });
+});
+
+describe('native Observations', () => {
+  /** The Observations created, by what they hold. */
+  const created = {};
+
+  it('the patient consented to the scopes the test uploads', async () => {
+    const res = await fetch(`${base}/api/v1/patients/${patient}/consents`, { headers: { Authorization: `Bearer ${token}` } });
+    assert.equal(res.status, 200);
+    const codes = (await res.json()).consolidatedConsentedScopes.map((s) => s.codingCode);
+    for (const code of consented) assert.ok(codes.includes(code), `patient ${patient} consented to ${code}`);
+    assert.ok(!codes.includes('omh:body-temperature:4.0'));
+  });
+
+  it('a batch Bundle creates them: a valid batch-response, entry by entry', async () => {
+    const heartRate = omhDataPoint('fhir-hr-1', 'heart-rate', '2.0', {
+      heart_rate: { value: 72, unit: 'beats/min' },
+      effective_time_frame: { date_time: '2025-03-10T08:00:00-08:00' },
+    });
+    const bloodPressure = omhDataPoint('fhir-bp-1', 'blood-pressure', '4.0', {
+      systolic_blood_pressure: { value: 128, unit: 'mmHg' },
+      diastolic_blood_pressure: { value: 84, unit: 'mmHg' },
+      effective_time_frame: { time_interval: { start_date_time: '2025-03-10T08:00:00-08:00', end_date_time: '2025-03-10T08:02:30-08:00' } },
+    });
+    const bodyWeight = omhDataPoint('fhir-bw-1', 'body-weight', '3.0', {
+      body_weight: { value: 81.4, unit: 'kg' },
+      effective_time_frame: { date_time: '2025-03-11T07:15:00.250Z' },
+    });
+    const oxygen = omhDataPoint('fhir-spo2-1', 'oxygen-saturation', '2.0', {
+      oxygen_saturation: { value: 97, unit: '%' },
+      measurement_method: 'pulse oximetry',
+      effective_time_frame: { time_interval: { start_date_time: '2025-03-12T22:00:00+01:00', duration: { value: 8, unit: 'h' } } },
+    });
+    const temperature = omhDataPoint('fhir-bt-1', 'body-temperature', '4.0', {
+      body_temperature: { value: 37.2, unit: 'C' },
+      effective_time_frame: { date_time: '2025-03-10T08:00:00-08:00' },
+    });
+    const obs = (dataPoint, identifier) => nativeObservation({ patient, device, dataPoint, identifier });
+    const bundle = batchBundle([
+      obs(heartRate, 'fhir-hr-1'),
+      obs(bloodPressure, 'fhir-bp-1'),
+      obs(bodyWeight, 'fhir-bw-1'),
+      obs(oxygen, 'fhir-spo2-1'),
+      obs(temperature, 'fhir-bt-1'), // not consented: 403
+      { ...obs(heartRate, 'fhir-hr-mismatch'), code: { coding: [{ system: 'https://w3id.org/openmhealth', code: 'omh:body-weight:3.0' }] } }, // 422
+      obs(heartRate, 'fhir-hr-1'), // the identifier is taken: 409
+    ]);
+    bundle.entry.push({ request: { method: 'PUT', url: 'Observation/1' }, resource: obs(heartRate, 'fhir-hr-put') }); // 400
+
+    const res = await fhir('/', { token, method: 'POST', body: bundle });
+    const out = assertAnswer(res, 200, 'batch-response Bundle');
+    assert.equal(out.type, 'batch-response');
+    assert.deepEqual(
+      out.entry.map((e) => e.response.status.split(' ')[0]),
+      ['201', '201', '201', '201', '403', '422', '409', '400'],
+    );
+    for (const [i, e] of out.entry.entries()) {
+      if (e.response.status.startsWith('201')) {
+        assert.equal(e.resource.resourceType, 'Observation');
+        assert.equal(e.fullUrl, `${base}/FHIR/R5/Observation/${e.resource.id}`);
+      } else {
+        assert.equal(e.response.outcome.resourceType, 'OperationOutcome', `entry ${i}`);
+        assert.equal(e.response.outcome.issue[0].severity, 'error');
+      }
+    }
+    const [hr, bp, bw, spo2] = out.entry.map((e) => e.resource);
+    Object.assign(created, { hr, bp, bw, spo2 });
+    assert.equal(hr.effectiveDateTime, '2025-03-10T08:00:00-08:00');
+    assert.deepEqual(bp.effectivePeriod, { start: '2025-03-10T08:00:00-08:00', end: '2025-03-10T08:02:30-08:00' });
+    assert.equal(bw.effectiveDateTime, '2025-03-11T07:15:00.25Z');
+    assert.deepEqual(spo2.effectivePeriod, { start: '2025-03-12T22:00:00+01:00', end: '2025-03-13T06:00:00+01:00' });
+    assert.equal(Buffer.from(hr.valueAttachment.data, 'base64').toString(), JSON.stringify(heartRate));
+  });
+
+  it('a single create answers 201 with a valid Observation', async () => {
+    const dataPoint = omhDataPoint('fhir-hr-2', 'heart-rate', '2.0', {
+      heart_rate: { value: 64, unit: 'beats/min' },
+      effective_time_frame: { date_time: '2025-03-13T21:30:00Z' },
+    });
+    const res = await fhir('/Observation', { token, method: 'POST', body: nativeObservation({ patient, device, dataPoint, identifier: 'fhir-hr-2' }) });
+    created.hr2 = assertAnswer(res, 201, 'created Observation');
+    assert.match(res.headers.get('location'), new RegExp(`/Observation/${created.hr2.id}/_history/1$`));
+  });
+
+  it('each one read by id is valid and as created', async () => {
+    assert.equal(Object.keys(created).length, 5);
+    for (const [name, o] of Object.entries(created)) {
+      const res = await fhir(`/Observation/${o.id}`, { token });
+      assert.deepEqual(assertAnswer(res, 200, `Observation/${o.id} (${name})`), o);
+    }
+  });
+
+  it('a searchset Bundle pages with next links, every page valid', async () => {
+    const ids = [];
+    let url = `/Observation?patient=${patient}&_count=1&_sort=date`;
+    for (let page = 1; url; page++) {
+      assert.ok(page <= 10, 'too many pages');
+      const b = assertAnswer(await fhir(url, { token }), 200, `searchset page ${page}`);
+      assert.equal(b.type, 'searchset');
+      assert.equal(b.entry.length, 1);
+      assert.equal(b.entry[0].search.mode, 'match');
+      ids.push(b.entry[0].resource.id);
+      url = b.link.find((l) => l.relation === 'next')?.url;
+      if (page === 1) assert.ok(url, 'the first page has a next link');
+    }
+    const byDate = ['hr', 'bp', 'bw', 'spo2', 'hr2'].map((k) => created[k].id);
+    assert.deepEqual(ids, byDate);
+  });
+
+  it('an unknown parameter is reported in an OperationOutcome entry', async () => {
+    const b = assertAnswer(await fhir(`/Observation?patient=${patient}&colour=blue`, { token }), 200, 'searchset with an unknown parameter');
+    const outcome = b.entry.find((e) => e.search.mode === 'outcome');
+    assert.ok(outcome, 'an entry with search.mode outcome');
+    assert.equal(outcome.resource.resourceType, 'OperationOutcome');
+    assert.equal(outcome.resource.issue[0].severity, 'warning');
+    assert.match(outcome.resource.issue[0].diagnostics, /colour/);
+    assert.equal(b.entry.filter((e) => e.search.mode === 'match').length, 5);
+  });
+
+  it('_elements answers valid SUBSETTED resources', async () => {
+    const b = assertAnswer(await fhir(`/Observation?patient=${patient}&_elements=effective[x]`, { token }), 200, 'searchset with _elements');
+    assert.equal(b.entry.length, 5);
+    for (const { resource } of b.entry) {
+      assert.ok(resource.meta.tag.some((t) => t.code === 'SUBSETTED'));
+      assert.equal(resource.valueAttachment, undefined);
+    }
+  });
+
+  it('_summary=count answers a valid Bundle with the total only', async () => {
+    const b = assertAnswer(await fhir(`/Observation?patient=${patient}&_summary=count`, { token }), 200, '_summary=count Bundle');
+    assert.equal(b.total, 5);
+    assert.equal(b.entry, undefined);
+  });
+
+  it('a malformed date is a 400 with a valid OperationOutcome', async () => {
+    const oo = assertAnswer(await fhir(`/Observation?patient=${patient}&date=2025-13-45`, { token }), 400, 'OperationOutcome of a malformed date');
+    assert.equal(oo.issue[0].code, 'invalid');
+    assert.match(oo.issue[0].diagnostics, /date/);
+  });
+
+  it('a missing token and an unknown id answer valid OperationOutcomes', async () => {
+    const unauthenticated = assertAnswer(await fhir('/Observation'), 401, 'OperationOutcome of a missing token');
+    assert.equal(unauthenticated.issue[0].code, 'login');
+    const missing = assertAnswer(await fhir('/Observation/999999', { token }), 404, 'OperationOutcome of an unknown id');
+    assert.equal(missing.issue[0].code, 'not-found');
+  });
+});
+
+describe('read-only projections', () => {
+  for (const type of ['Patient', 'Practitioner', 'Organization', 'Group', 'Device']) {
+    it(`${type}: a valid searchset, and each match read by id is valid and the same`, async () => {
+      const b = assertAnswer(await fhir(`/${type}`, { token }), 200, `${type} searchset`);
+      assert.ok(b.entry?.length > 0, `${type}: the manager sees some`);
+      for (const { resource, fullUrl } of b.entry) {
+        assert.equal(resource.resourceType, type);
+        assert.equal(fullUrl, `${base}/FHIR/R5/${type}/${resource.id}`);
+        const read = assertAnswer(await fhir(`/${type}/${resource.id}`, { token }), 200, `${type}/${resource.id}`);
+        assert.deepEqual(read, resource);
+      }
+      const count = assertAnswer(await fhir(`/${type}?_summary=count`, { token }), 200, `${type} _summary=count`);
+      assert.equal(count.total, b.entry.length);
+    });
+  }
+});
+
+it('summary: what the R5 check validated', (t) => {
+  const sum = (m) => Object.values(m).reduce((a, b) => a + b, 0);
+  const list = (m) =>
+    Object.entries(m)
+      .sort()
+      .map(([type, n]) => `${type} ${n}`)
+      .join(', ');
+  t.diagnostic(`${sum(validated.top)} resources as returned: ${list(validated.top)}`);
+  t.diagnostic(`${sum(validated.all)} with the resources inside them: ${list(validated.all)}`);
+  assert.ok(sum(validated.top) > 0);
+});
