@@ -1,0 +1,63 @@
+package fhirsearch_test
+
+import (
+	"net/url"
+	"testing"
+
+	"exchange/domain"
+)
+
+// benchQuery is one patient's heart rate in January 2024, a page of 50: the
+// search of the search-page benchmarks (docs/benchmarks.md).
+const benchQuery = "patient=1&code=omh:heart-rate:2.0&date=ge2024-01-01&date=lt2024-02-01&_count=50"
+
+// BenchmarkSearchParsePlan is the CPU of turning the query string into a
+// pipeline: parsing the query string and the search (Parse), then planning
+// it (Plan) with the scope the domain resolves for a practitioner who may
+// read patient 1 (the patient join narrowed to that patient).
+func BenchmarkSearchParsePlan(b *testing.B) {
+	tr := translator()
+	scope := domain.Scope{PatientIDs: []int64{1}}
+	b.Run("parse", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			v, err := url.ParseQuery(benchQuery)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := tr.Parse("Observation", v, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("plan", func(b *testing.B) {
+		v, _ := url.ParseQuery(benchQuery)
+		q, err := tr.Parse("Observation", v, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := q.Plan(scope); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parse+plan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			v, err := url.ParseQuery(benchQuery)
+			if err != nil {
+				b.Fatal(err)
+			}
+			q, err := tr.Parse("Observation", v, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			plan, err := q.Plan(scope)
+			if err != nil || len(plan.Pipeline) == 0 {
+				b.Fatal(plan, err)
+			}
+		}
+	})
+}
