@@ -1,0 +1,88 @@
+package repo
+
+// CPU benchmarks of the observation documents without a database, in
+// package repo because the document types are unexported: building and
+// marshalling what CreateObservations inserts, and decoding a search page
+// as runSearch does. See docs/benchmarks.md.
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+	"exchange/omh"
+)
+
+// benchObservation is a heart-rate observation as the domain hands it to
+// CreateObservations (the same data point as the handlers benchmarks).
+func benchObservation(b *testing.B, i int) *domain.Observation {
+	t := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Minute)
+	payload := fmt.Appendf(nil, `{"header":{"id":"cpu-%d","creation_date_time":"%s",`+
+		`"schema_id":{"namespace":"omh","name":"heart-rate","version":"2.0"},`+
+		`"acquisition_provenance":{"source_name":"Bench Watch","modality":"sensed"}},`+
+		`"body":{"heart_rate":{"value":%d,"unit":"beats/min"},"effective_time_frame":{"date_time":"%s"}}}`,
+		i, t.Add(30*time.Second).Format(time.RFC3339), 55+i%60, t.Format(time.RFC3339))
+	dp, err := omh.Parse(payload)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tf, _ := omh.EffectiveTimeFrame(dp.Body)
+	return &domain.Observation{ID: int64(i + 1), PatientID: 1, DataSourceID: 1, Status: "final",
+		Codings:     []domain.Coding{{System: domain.SystemOpenMHealth, Code: "omh:heart-rate:2.0", Display: "Heart rate"}},
+		Code:        "omh:heart-rate:2.0",
+		Identifiers: []domain.Identifier{{System: "urn:example:bench:observation", Value: fmt.Sprintf("cpu-%d", i)}},
+		ContentType: "application/json", Payload: payload, DataPoint: dp.Document, Effective: tf,
+		LastUpdated: time.Date(2024, 2, 1, 12, 0, 0, 123456000, time.UTC)}
+}
+
+// BenchmarkObservationDocument is the CPU per observation of building its
+// stored document and identifier claim (toObservationDoc) and marshalling
+// both to BSON, as the driver does inside InsertMany.
+func BenchmarkObservationDocument(b *testing.B) {
+	o := benchObservation(b, 7)
+	b.ReportAllocs()
+	for b.Loop() {
+		data, err := bson.Marshal(toObservationDoc(o))
+		if err != nil {
+			b.Fatal(err)
+		}
+		id := o.Identifiers[0]
+		claim, err := bson.Marshal(observationIdentifierDoc{id.System, id.Value, o.ID, o.LastUpdated.Truncate(time.Millisecond)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(int64(len(data) + len(claim)))
+	}
+}
+
+// BenchmarkObservationPageDecode is the CPU of reading one search page of
+// 50 observations back: unmarshalling the documents as the pipeline returns
+// them (without omh, which the planner projects out) and converting them
+// to domain values, as runSearch does.
+func BenchmarkObservationPageDecode(b *testing.B) {
+	var raws [][]byte
+	for i := range 50 {
+		x := toObservationDoc(benchObservation(b, i))
+		x.OMH = nil
+		data, err := bson.Marshal(x)
+		if err != nil {
+			b.Fatal(err)
+		}
+		raws = append(raws, data)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		docs := make([]observationDoc, len(raws))
+		for i, raw := range raws {
+			if err := bson.Unmarshal(raw, &docs[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if page := convert(docs, observationDoc.observation); len(page) != 50 {
+			b.Fatal(len(page))
+		}
+	}
+}
