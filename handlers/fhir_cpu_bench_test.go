@@ -1,0 +1,531 @@
+package handlers
+
+// CPU benchmarks of the FHIR paths without a database, in package handlers
+// because the decoding and rendering functions are unexported: a batch of
+// observations and a search page go through the real handlers (fhirBatch,
+// fhirSearch) and the real domain rules, over an in-memory store. The
+// exported Bench* helpers are test-only (like export_test.go) and shared
+// with the database benchmarks in fhir_bench_test.go. See docs/benchmarks.md.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+	"exchange/omh"
+)
+
+// BenchIdentifierSystem is the identifier system of benchmark observations.
+const BenchIdentifierSystem = "urn:example:bench:observation"
+
+// benchEpoch is the effective time of the first benchmark data point.
+var benchEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// BenchHeartRate returns the i-th Open mHealth heart-rate 2.0 data point of
+// a run: one a minute from 2024-01-01, as a wearable uploads them.
+func BenchHeartRate(run string, i int) []byte {
+	t := benchEpoch.Add(time.Duration(i) * time.Minute)
+	return fmt.Appendf(nil, `{"header":{"id":"%s-%d","creation_date_time":"%s",`+
+		`"schema_id":{"namespace":"omh","name":"heart-rate","version":"2.0"},`+
+		`"acquisition_provenance":{"source_name":"Bench Watch","modality":"sensed"}},`+
+		`"body":{"heart_rate":{"value":%d,"unit":"beats/min"},"effective_time_frame":{"date_time":"%s"}}}`,
+		run, i, t.Add(30*time.Second).Format(time.RFC3339), 55+i%60, t.Format(time.RFC3339))
+}
+
+// BenchObservation returns the FHIR Observation a client uploads for
+// BenchHeartRate(run, i), with the unique identifier run-i.
+func BenchObservation(run string, i int, patientID, deviceID int64) json.RawMessage {
+	type ref struct {
+		Reference string `json:"reference"`
+	}
+	type coding struct {
+		System  string `json:"system"`
+		Code    string `json:"code"`
+		Display string `json:"display"`
+	}
+	data, _ := json.Marshal(struct {
+		ResourceType string              `json:"resourceType"`
+		Identifier   []domainIdentifier  `json:"identifier"`
+		Status       string              `json:"status"`
+		Code         map[string][]coding `json:"code"`
+		Subject      ref                 `json:"subject"`
+		Device       ref                 `json:"device"`
+		Value        map[string]string   `json:"valueAttachment"`
+	}{
+		ResourceType: "Observation",
+		Identifier:   []domainIdentifier{{BenchIdentifierSystem, run + "-" + strconv.Itoa(i)}},
+		Status:       "final",
+		Code:         map[string][]coding{"coding": {{domain.SystemOpenMHealth, "omh:heart-rate:2.0", "Heart rate"}}},
+		Subject:      ref{"Patient/" + strconv.FormatInt(patientID, 10)},
+		Device:       ref{"Device/" + strconv.FormatInt(deviceID, 10)},
+		Value:        map[string]string{"contentType": "application/json", "data": base64.StdEncoding.EncodeToString(BenchHeartRate(run, i))},
+	})
+	return data
+}
+
+type domainIdentifier struct {
+	System string `json:"system"`
+	Value  string `json:"value"`
+}
+
+// BenchBatch returns a batch Bundle creating the observations from..from+n-1
+// of a run.
+func BenchBatch(run string, from, n int, patientID, deviceID int64) []byte {
+	type request struct {
+		Method string `json:"method"`
+		URL    string `json:"url"`
+	}
+	type entry struct {
+		Resource json.RawMessage `json:"resource"`
+		Request  request         `json:"request"`
+	}
+	b := struct {
+		ResourceType string  `json:"resourceType"`
+		Type         string  `json:"type"`
+		Entry        []entry `json:"entry"`
+	}{ResourceType: "Bundle", Type: "batch"}
+	for i := from; i < from+n; i++ {
+		b.Entry = append(b.Entry, entry{BenchObservation(run, i, patientID, deviceID), request{"POST", "Observation"}})
+	}
+	data, _ := json.Marshal(b)
+	return data
+}
+
+// BenchStored returns BenchHeartRate(run, i) as the domain hands it to the
+// store on create (and as a search reads it back, without DataPoint).
+func BenchStored(run string, i int, id, patientID, deviceID int64, lastUpdated time.Time) *domain.Observation {
+	payload := BenchHeartRate(run, i)
+	dp, err := omh.Parse(payload)
+	if err != nil {
+		panic(err)
+	}
+	tf, _ := omh.EffectiveTimeFrame(dp.Body)
+	return &domain.Observation{ID: id, PatientID: patientID, DataSourceID: deviceID, Status: "final",
+		Codings:     []domain.Coding{{System: domain.SystemOpenMHealth, Code: "omh:heart-rate:2.0", Display: "Heart rate"}},
+		Code:        "omh:heart-rate:2.0",
+		Identifiers: []domain.Identifier{{System: BenchIdentifierSystem, Value: run + "-" + strconv.Itoa(i)}},
+		ContentType: "application/json", Payload: payload, DataPoint: dp.Document, Effective: tf, LastUpdated: lastUpdated}
+}
+
+// BenchDocuments builds the documents repo.CreateObservations inserts for
+// an observation: its observation document and one identifier claim per
+// identifier, field for field as repo's observationDoc and
+// observationIdentifierDoc (repo keeps those unexported). The raw-driver
+// benchmark checks the bytes against a document the service stored.
+func BenchDocuments(o *domain.Observation) (doc bson.D, claims []bson.D) {
+	var codings, identifiers bson.A
+	var codeTokens []string
+	add := func(keys ...string) {
+		for _, k := range keys {
+			if !slices.Contains(codeTokens, k) {
+				codeTokens = append(codeTokens, k)
+			}
+		}
+	}
+	for _, c := range o.Codings {
+		cd := bson.D{{Key: "system", Value: c.System}, {Key: "code", Value: c.Code}}
+		if c.Display != "" {
+			cd = append(cd, bson.E{Key: "display", Value: c.Display})
+		}
+		codings = append(codings, cd)
+		if domain.IsNativeSystem(c.System) {
+			add(fhirsearch.TokenKeys(domain.SystemOpenMHealth, c.Code)...)
+			add(fhirsearch.TokenKeys(domain.SystemIEEE1752, c.Code)...)
+		} else {
+			add(fhirsearch.TokenKeys(c.System, c.Code)...)
+		}
+	}
+	idTokens := []string{}
+	identifiers = bson.A{}
+	for _, id := range o.Identifiers {
+		identifiers = append(identifiers, bson.D{{Key: "system", Value: id.System}, {Key: "value", Value: id.Value}})
+		idTokens = append(idTokens, fhirsearch.TokenKeys(id.System, id.Value)...)
+		claims = append(claims, bson.D{{Key: "system", Value: id.System}, {Key: "value", Value: id.Value},
+			{Key: "observationId", Value: o.ID}, {Key: "claimedAt", Value: o.LastUpdated.Truncate(time.Millisecond)}})
+	}
+	var effective, start, end any
+	sortAsc, sortDesc := domain.SortLastAscending, domain.SortLastDescending
+	if tf := o.Effective; tf != nil {
+		e := bson.D{}
+		for _, f := range [][2]string{{"dateTime", tf.DateTime}, {"start", tf.PeriodStart}, {"end", tf.PeriodEnd}} {
+			if f[1] != "" {
+				e = append(e, bson.E{Key: f[0], Value: f[1]})
+			}
+		}
+		effective, start, end, sortAsc, sortDesc = e, tf.Start.UTC(), tf.End.UTC(), tf.Start.UTC(), tf.Start.UTC()
+	}
+	doc = bson.D{
+		{Key: "_id", Value: o.ID}, {Key: "patientId", Value: o.PatientID}, {Key: "dataSourceId", Value: o.DataSourceID},
+		{Key: "status", Value: o.Status}, {Key: "code", Value: o.Code}, {Key: "codings", Value: codings},
+		{Key: "codeTokens", Value: codeTokens}, {Key: "identifiers", Value: identifiers}, {Key: "identifierTokens", Value: idTokens},
+		{Key: "contentType", Value: o.ContentType}, {Key: "payload", Value: o.Payload},
+	}
+	if o.DataPoint != nil {
+		doc = append(doc, bson.E{Key: "omh", Value: benchBSON(o.DataPoint)})
+	}
+	doc = append(doc, bson.D{
+		{Key: "effective", Value: effective}, {Key: "effectiveStart", Value: start}, {Key: "effectiveEnd", Value: end},
+		{Key: "sortAsc", Value: sortAsc}, {Key: "sortDesc", Value: sortDesc},
+		{Key: "lastUpdated", Value: o.LastUpdated.Truncate(time.Millisecond)}, {Key: "lastUpdatedMicros", Value: o.LastUpdated.UnixMicro()},
+	}...)
+	return doc, claims
+}
+
+// benchBSON converts decoded JSON as repo does: sorted keys, integers as
+// int64, other numbers as doubles.
+func benchBSON(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		d := make(bson.D, len(keys))
+		for i, k := range keys {
+			d[i] = bson.E{Key: k, Value: benchBSON(v[k])}
+		}
+		return d
+	case []any:
+		a := make(bson.A, len(v))
+		for i, x := range v {
+			a[i] = benchBSON(x)
+		}
+		return a
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return n
+		}
+		f, _ := v.Float64()
+		return f
+	}
+	return v
+}
+
+// benchSchemas opens the official Open mHealth schemas: OMH_SCHEMA_DIR, or
+// standards/omh/schemas (scripts/setup prepares it). handlerstest.Schemas
+// does the same but cannot be imported here (it imports this package).
+func benchSchemas(b *testing.B) *omh.Registry {
+	dir := os.Getenv("OMH_SCHEMA_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "standards", "omh", "schemas")
+	}
+	r, err := omh.OpenRegistry(dir)
+	if err != nil {
+		b.Fatalf("%v: run scripts/setup first", err)
+	}
+	return r
+}
+
+// benchStore is the store of the CPU benchmarks: one organization with a
+// manager and a patient who consented to heart rate, one device. Creates
+// marshal the documents repo would insert and keep nothing; searches answer
+// a prepared page. Any other method panics (nil embedded interface).
+type benchStore struct {
+	domain.Store
+	manager domain.User
+	patient domain.Patient
+	org     domain.Organization
+	hr      domain.ScopeCode
+	device  domain.DataSource
+	page    []domain.Observation
+	nextID  int64
+	bytes   int
+}
+
+func newBenchStore() *benchStore {
+	return &benchStore{
+		manager: domain.User{ID: 1, Email: "manager@example.org", Type: domain.UserPractitioner, IsActive: true},
+		patient: domain.Patient{ID: 1, UserID: 2, FamilyName: "Doe", OrganizationIDs: []int64{1}},
+		org:     domain.Organization{ID: 1, Name: "Clinic", Type: "prov"},
+		hr:      domain.ScopeCode{ID: 1, System: domain.SystemOpenMHealth, Code: "omh:heart-rate:2.0"},
+		device:  domain.DataSource{ID: 1, Name: "Watch", Type: domain.DataSourcePersonalDevice},
+	}
+}
+
+func (s *benchStore) UserByID(_ context.Context, id int64) (*domain.User, error) {
+	u := s.manager
+	return &u, nil
+}
+
+func (s *benchStore) MembershipsOfUser(context.Context, int64) ([]domain.Membership, error) {
+	return []domain.Membership{{OrganizationID: s.org.ID, UserID: s.manager.ID, Role: domain.RoleManager}}, nil
+}
+
+func (s *benchStore) AllOrganizations(context.Context) ([]domain.Organization, error) {
+	return []domain.Organization{s.org}, nil
+}
+
+func (s *benchStore) PatientIDs(context.Context, domain.PatientQuery) ([]int64, error) {
+	return []int64{s.patient.ID}, nil
+}
+
+func (s *benchStore) PatientByID(_ context.Context, id int64) (*domain.Patient, error) {
+	if id != s.patient.ID {
+		return nil, domain.Errorf(domain.CodeNotFound, "Patient/%d does not exist", id)
+	}
+	p := s.patient
+	return &p, nil
+}
+
+func (s *benchStore) Consents(context.Context, domain.ConsentQuery) ([]domain.Consent, error) {
+	return []domain.Consent{{PatientID: s.patient.ID, StudyID: 1, ScopeCodeID: s.hr.ID, Consented: true}}, nil
+}
+
+func (s *benchStore) ScopeCodesByIDs(context.Context, []int64) ([]domain.ScopeCode, error) {
+	return []domain.ScopeCode{s.hr}, nil
+}
+
+func (s *benchStore) DataSourceByID(_ context.Context, id int64) (*domain.DataSource, error) {
+	d := s.device
+	return &d, nil
+}
+
+func (s *benchStore) CreateObservations(_ context.Context, obs []*domain.Observation) []error {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, o := range obs {
+		s.nextID++
+		o.ID, o.LastUpdated = s.nextID, now
+		doc, claims := BenchDocuments(o)
+		for _, c := range claims {
+			data, _ := bson.Marshal(c)
+			s.bytes += len(data)
+		}
+		data, _ := bson.Marshal(doc)
+		s.bytes += len(data)
+	}
+	return make([]error, len(obs))
+}
+
+func (s *benchStore) SearchObservations(context.Context, *domain.SearchPlan) (domain.SearchResult[domain.Observation], error) {
+	return domain.SearchResult[domain.Observation]{Items: slices.Clone(s.page), More: true}, nil
+}
+
+// benchApp serves the FHIR batch and search handlers over a benchStore,
+// with the actor set as authenticate would (the bearer token lookup and the
+// actor's loading are database work, left out).
+func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server) {
+	svc := domain.NewService(store, benchSchemas(b), nil)
+	s := &server{service: svc, search: fhirsearch.NewTranslator([]byte("bench cursor key"), nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	a, err := svc.Actor(context.Background(), store.manager.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	app := fiber.New(fiber.Config{ErrorHandler: s.handleError, BodyLimit: 64 << 20, JSONEncoder: marshalJSON, DisableStartupMessage: true})
+	g := app.Group(fhirCanonical, s.fhirCORS, s.negotiate, func(c *fiber.Ctx) error {
+		c.Locals(actorKey, a)
+		return c.Next()
+	})
+	g.Post("/", s.fhirBatch)
+	g.Get("/:type", s.fhirSearch)
+	return app.Handler(), s
+}
+
+// perObservation reports ns/obs and allocs/obs of a benchmark whose every
+// operation handles n observations.
+func perObservation(b *testing.B, n int, loop func()) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	loop()
+	runtime.ReadMemStats(&after)
+	total := float64(b.N * n)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/total, "ns/obs")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/total, "allocs/obs")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/total, "B/obs")
+}
+
+// BenchmarkObservationCPU is the server's CPU per uploaded observation
+// without the database. Each stage is one observation per op; "batch" is a
+// whole batch Bundle of 1,000 through fhirBatch (Bundle decoding, every
+// entry's decoding and create rules, the documents built and BSON-marshalled,
+// the batch-response Bundle encoded), reported per observation.
+func BenchmarkObservationCPU(b *testing.B) {
+	schemas := benchSchemas(b)
+	raw := BenchObservation("cpu", 7, 1, 1)
+	data := BenchHeartRate("cpu", 7)
+	dp, err := omh.Parse(data)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := schemas.Validate(dp); err != nil { // compiles the schemas, once
+		b.Fatal(err)
+	}
+
+	b.Run("decode", func(b *testing.B) { // FHIR Observation JSON and the Base64 attachment
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := decodeObservation(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("omh.Parse", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := omh.Parse(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("validate", func(b *testing.B) { // the data-point header schema and heart-rate 2.0
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := schemas.Validate(dp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("timeframe", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := omh.EffectiveTimeFrame(dp.Body); !ok {
+				b.Fatal("no time frame")
+			}
+		}
+	})
+	b.Run("documents", func(b *testing.B) { // the observation and claim documents, BSON-marshalled
+		o := BenchStored("cpu", 7, 1, 1, 1, time.Now())
+		b.ReportAllocs()
+		for b.Loop() {
+			doc, claims := BenchDocuments(o)
+			if _, err := bson.Marshal(doc); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := bson.Marshal(claims[0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("batch", func(b *testing.B) {
+		const n = 1000
+		store := newBenchStore()
+		handle, _ := benchApp(b, store)
+		body := BenchBatch("cpu", 0, n, store.patient.ID, store.device.ID)
+		var ctx fasthttp.RequestCtx
+		b.ReportAllocs()
+		b.ReportMetric(float64(len(body))/n, "reqB/obs")
+		perObservation(b, n, func() {
+			for b.Loop() {
+				ctx.Request.Reset()
+				ctx.Response.Reset()
+				ctx.Request.Header.SetMethod(fiber.MethodPost)
+				ctx.Request.SetRequestURI(fhirCanonical + "/")
+				ctx.Request.Header.SetHost("localhost")
+				ctx.Request.Header.SetContentType(mediaFHIRJSON)
+				ctx.Request.SetBodyRaw(body)
+				handle(&ctx)
+				if ctx.Response.StatusCode() != fiber.StatusOK {
+					b.Fatalf("batch: %d %.300s", ctx.Response.StatusCode(), ctx.Response.Body())
+				}
+			}
+		})
+		if got := benchCount(ctx.Response.Body(), `"status":"201 Created"`); got != n {
+			b.Fatalf("batch: %d of %d entries created: %.300s", got, n, ctx.Response.Body())
+		}
+	})
+}
+
+func benchCount(data []byte, s string) int {
+	n := 0
+	for i := 0; i+len(s) <= len(data); i++ {
+		if string(data[i:i+len(s)]) == s {
+			n++
+			i += len(s) - 1
+		}
+	}
+	return n
+}
+
+// BenchSearchQuery is the search of the search benchmarks: one patient's
+// heart rate in January 2024, a page of 50.
+const BenchSearchQuery = "patient=1&code=omh:heart-rate:2.0&date=ge2024-01-01&date=lt2024-02-01&_count=50"
+
+// BenchmarkSearchPageCPU is the server's CPU for one page of 50 heart-rate
+// observations without the database. "handler" is the whole fhirSearch
+// handler (query parsing, the patient join resolved against the in-memory
+// store, planning, rendering, the next-page cursor, JSON encoding); "render"
+// only turns 50 decoded observations into the searchset Bundle's JSON, as
+// fhirSearch does.
+func BenchmarkSearchPageCPU(b *testing.B) {
+	store := newBenchStore()
+	updated := time.Date(2024, 2, 1, 12, 0, 0, 123456000, time.UTC)
+	for i := range 50 {
+		store.page = append(store.page, *BenchStored("page", i, int64(i+1), 1, 1, updated))
+		store.page[i].DataPoint = nil // never read back
+	}
+	handle, s := benchApp(b, store)
+
+	b.Run("handler", func(b *testing.B) {
+		var ctx fasthttp.RequestCtx
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx.Request.Reset()
+			ctx.Response.Reset()
+			ctx.Request.Header.SetMethod(fiber.MethodGet)
+			ctx.Request.SetRequestURI(fhirCanonical + "/Observation?" + BenchSearchQuery)
+			ctx.Request.Header.SetHost("localhost")
+			handle(&ctx)
+			if ctx.Response.StatusCode() != fiber.StatusOK {
+				b.Fatalf("search: %d %.300s", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+		}
+		if got := benchCount(ctx.Response.Body(), `"mode":"match"`); got != 50 {
+			b.Fatalf("search: %d entries", got)
+		}
+		b.ReportMetric(float64(len(ctx.Response.Body())), "respB")
+	})
+
+	b.Run("render", func(b *testing.B) {
+		values, _ := url.ParseQuery(BenchSearchQuery)
+		q, err := s.search.Parse("Observation", values, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		base := "http://localhost" + fhirCanonical
+		render := func(o *domain.Observation) (any, fhirsearch.Position) {
+			pos := fhirsearch.Position{ID: o.ID, LastUpdated: o.LastUpdated}
+			if o.Effective != nil {
+				start := o.Effective.Start
+				pos.Date = &start
+			}
+			return observationFHIR(o), pos
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			// As fhirSearch, from the store's page to the encoded Bundle.
+			page := hits(store.page, render)
+			bd := bundle{ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()),
+				Link: []bundleLink{{Relation: "self", URL: base + "/Observation?" + BenchSearchQuery}}, Entry: []bundleEntry{}}
+			for _, h := range page {
+				bd.Entry = append(bd.Entry, bundleEntry{FullURL: base + "/Observation/" + strconv.FormatInt(h.id, 10),
+					Resource: withElements(h.resource, q.Elements()), Search: &bundleSearch{Mode: "match"}})
+			}
+			next := url.Values{}
+			for k, v := range values {
+				next[k] = v
+			}
+			next.Set(fhirsearch.CursorParam, q.Next(page[len(page)-1].position))
+			bd.Link = append(bd.Link, bundleLink{Relation: "next", URL: base + "/Observation?" + next.Encode()})
+			if _, err := marshalJSON(bd); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
