@@ -216,7 +216,7 @@ func dateCondition(start, end string, d DateRange, now time.Time) bson.M {
 	lo, hi := d.Low, d.High
 	switch d.Prefix {
 	case "eq":
-		return bson.M{start: bson.M{"$gte": lo}, end: bson.M{"$lt": hi}}
+		return both(start, bson.M{"$gte": lo}, end, bson.M{"$lt": hi})
 	case "ne":
 		return bson.M{"$or": bson.A{bson.M{start: bson.M{"$lt": lo}}, bson.M{end: bson.M{"$gte": hi}}}}
 	case "gt":
@@ -233,8 +233,25 @@ func dateCondition(start, end string, d DateRange, now time.Time) bson.M {
 		return bson.M{end: bson.M{"$lt": lo}}
 	default: // ap: overlaps the value widened by a tenth of its distance from now
 		gap := time.Duration(0.1 * math.Max(math.Abs(float64(now.Sub(lo))), math.Abs(float64(now.Sub(hi)))))
-		return bson.M{start: bson.M{"$lt": hi.Add(gap)}, end: bson.M{"$gte": lo.Add(-gap)}}
+		return both(start, bson.M{"$lt": hi.Add(gap)}, end, bson.M{"$gte": lo.Add(-gap)})
 	}
+}
+
+// both is the condition on a range's start and on its end. When one field
+// holds both (an instant such as lastUpdated), the operators go under that
+// one field: as two keys of one map, the second would replace the first.
+func both(start string, onStart bson.M, end string, onEnd bson.M) bson.M {
+	if start != end {
+		return bson.M{start: onStart, end: onEnd}
+	}
+	merged := bson.M{}
+	for op, v := range onStart {
+		merged[op] = v
+	}
+	for op, v := range onEnd {
+		merged[op] = v
+	}
+	return bson.M{start: merged}
 }
 
 // sortSpec is the $sort of the query: its key, then _id, one direction.
