@@ -146,6 +146,12 @@ func TestEffectiveTimeFrame(t *testing.T) {
 			"2024-05-01T00:00:00Z", "2024-05-01T06:00:00Z", "", "2024-05-01T00:00:00Z", "2024-05-01T06:00:00Z"},
 		{"afternoon", `{"time_interval": {"date": "2024-05-01", "part_of_day": "afternoon"}}`,
 			"2024-05-01T12:00:00Z", "2024-05-01T18:00:00Z", "", "2024-05-01T12:00:00Z", "2024-05-01T18:00:00Z"},
+		{"an offset FHIR cannot show is rendered in UTC", `{"date_time": "2024-05-01T09:00:00+15:00"}`,
+			"2024-04-30T18:00:00Z", "2024-04-30T18:00:00Z", "2024-04-30T18:00:00Z", "", ""},
+		{"FHIR's largest offset is kept", `{"time_interval": {"start_date_time": "2024-05-01T09:00:00+14:00", "end_date_time": "2024-05-01T10:00:00-14:00"}}`,
+			"2024-04-30T19:00:00Z", "2024-05-02T00:00:00Z", "", "2024-05-01T09:00:00+14:00", "2024-05-01T10:00:00-14:00"},
+		{"lower-case t and z (RFC 3339)", `{"date_time": "2024-05-01t09:00:00z"}`,
+			"2024-05-01T09:00:00Z", "2024-05-01T09:00:00Z", "2024-05-01T09:00:00Z", "", ""},
 	} {
 		dp, err := omh.Parse(dataPoint("x", `{"effective_time_frame": `+tc.frame+`}`))
 		if err != nil {

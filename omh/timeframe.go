@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -26,6 +27,19 @@ func (tf *TimeFrame) IsInstant() bool { return tf.DateTime != "" }
 // T and Z, the time's own offset, fractional seconds only when present.
 const fhirDateTime = "2006-01-02T15:04:05.999999999Z07:00"
 
+// maxFHIROffset is the largest UTC offset a FHIR dateTime can carry (RFC
+// 3339 allows up to 23:59).
+const maxFHIROffset = 14 * 60 * 60
+
+// formatFHIR renders a time as a FHIR dateTime in its own offset, or in UTC
+// when the offset is beyond what FHIR allows.
+func formatFHIR(t time.Time) string {
+	if _, offset := t.Zone(); offset > maxFHIROffset || offset < -maxFHIROffset {
+		t = t.UTC()
+	}
+	return t.Format(fhirDateTime)
+}
+
 // EffectiveTimeFrame reads body.effective_time_frame. It returns false when
 // the body has none or it is not a shape this package knows: a date_time;
 // a time_interval with start and end, start and duration, end and duration,
@@ -46,7 +60,7 @@ func ParseTimeFrame(v any) (*TimeFrame, error) {
 		if err != nil {
 			return nil, fmt.Errorf("date_time: %w", err)
 		}
-		return &TimeFrame{Start: t.UTC(), End: t.UTC(), DateTime: t.Format(fhirDateTime)}, nil
+		return &TimeFrame{Start: t.UTC(), End: t.UTC(), DateTime: formatFHIR(t)}, nil
 	}
 	interval, ok := frame["time_interval"].(map[string]any)
 	if !ok {
@@ -111,16 +125,17 @@ func period(start, end time.Time) (*TimeFrame, error) {
 	if end.Before(start) {
 		return nil, fmt.Errorf("the interval ends (%s) before it starts (%s)", end.Format(fhirDateTime), start.Format(fhirDateTime))
 	}
-	return &TimeFrame{Start: start.UTC(), End: end.UTC(), PeriodStart: start.Format(fhirDateTime), PeriodEnd: end.Format(fhirDateTime)}, nil
+	return &TimeFrame{Start: start.UTC(), End: end.UTC(), PeriodStart: formatFHIR(start), PeriodEnd: formatFHIR(end)}, nil
 }
 
 // parseDateTime reads an RFC 3339 date-time; OMH requires the offset.
+// RFC 3339 allows a lower-case t and z, which Go's layout does not.
 func parseDateTime(v any) (time.Time, error) {
 	s, ok := v.(string)
 	if !ok {
 		return time.Time{}, fmt.Errorf("is not a string")
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := time.Parse(time.RFC3339Nano, strings.ToUpper(s))
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 date-time with an offset", s)
 	}
