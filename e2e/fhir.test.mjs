@@ -282,6 +282,37 @@ describe('native Observations', () => {
     assert.match(oo.issue[0].diagnostics, /date/);
   });
 
+  it('effective[x] is valid R5 for every RFC 3339 date-time OMH accepts', async () => {
+    // Created last: the counts above see only the five Observations.
+    const at = (id, frame) =>
+      nativeObservation({
+        patient,
+        device,
+        identifier: id,
+        dataPoint: omhDataPoint(id, 'heart-rate', '2.0', { heart_rate: { value: 70, unit: 'beats/min' }, effective_time_frame: frame }),
+      });
+    const res = await fhir('/', {
+      token,
+      method: 'POST',
+      body: batchBundle([
+        at('fhir-offset-15', { date_time: '2025-03-14T08:00:00+15:00' }), // beyond FHIR's +14:00: shown in UTC
+        at('fhir-offset-14', { time_interval: { start_date_time: '2025-03-14T08:00:00+14:00', end_date_time: '2025-03-14T09:00:00-14:00' } }),
+        at('fhir-lower-case', { date_time: '2025-03-14t08:00:00.123456789123z' }), // RFC 3339 allows t and z; FHIR 9 digits
+        at('fhir-part-of-day', { time_interval: { date: '2025-03-14', part_of_day: 'night' } }),
+      ]),
+    });
+    const out = assertAnswer(res, 200, 'batch-response with unusual date-times');
+    assert.deepEqual(
+      out.entry.map((e) => e.resource?.effectiveDateTime ?? e.resource?.effectivePeriod ?? e.response),
+      [
+        '2025-03-13T17:00:00Z',
+        { start: '2025-03-14T08:00:00+14:00', end: '2025-03-14T09:00:00-14:00' },
+        '2025-03-14T08:00:00.123456789Z',
+        { start: '2025-03-14T00:00:00Z', end: '2025-03-14T06:00:00Z' },
+      ],
+    );
+  });
+
   it('a missing token and an unknown id answer valid OperationOutcomes', async () => {
     const unauthenticated = assertAnswer(await fhir('/Observation'), 401, 'OperationOutcome of a missing token');
     assert.equal(unauthenticated.issue[0].code, 'login');
