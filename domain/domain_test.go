@@ -282,3 +282,29 @@ func TestRolesCarryDownTheOrganizationTree(t *testing.T) {
 		t.Error("the department is managed through the hospital; the team, a viewer's")
 	}
 }
+
+// What the FHIR representation cannot carry is refused on input: FHIR's
+// uri has no whitespace (Go's URL parser lets it through), and its code
+// has no surrounding whitespace and only single spaces inside.
+func TestFHIRPrimitives(t *testing.T) {
+	for s, want := range map[string]bool{
+		"urn:ietf:rfc:3986": true, "http://hospital.example.org/mrn": true, "https://w3id.org/openmhealth": true,
+		"urn:a b": false, "http://example.org/a b": false, "http://example.org/a\u00a0b": false, "mrn": false, "": false,
+	} {
+		if got := domain.IsAbsoluteURI(s); got != want {
+			t.Errorf("IsAbsoluteURI(%q) = %v, want %v", s, got, want)
+		}
+	}
+	for s, want := range map[string]bool{
+		"8867-4": true, "omh:heart-rate:2.0": true, "a b": true,
+		"": false, " a": false, "a ": false, "a  b": false, "a\tb": false, "a\u00a0b": false, "a\ufeff": false,
+	} {
+		if got := domain.IsFHIRCode(s); got != want {
+			t.Errorf("IsFHIRCode(%q) = %v, want %v", s, got, want)
+		}
+	}
+	err := domain.ValidateIdentifiers("identifier", []domain.Identifier{{System: "urn:a b", Value: "x"}})
+	if fieldOf(err) != "identifier[0].system" {
+		t.Errorf("an identifier system with a space: %v", err)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"mime"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -271,8 +270,11 @@ func nativeCode(codings []Coding) (string, error) {
 		if c.System == "" || c.Code == "" {
 			return "", FieldErrorf(fmt.Sprintf("Observation.code.coding[%d]", i), "needs a system and a code")
 		}
-		if u, err := url.Parse(c.System); err != nil || !u.IsAbs() {
+		if !IsAbsoluteURI(c.System) {
 			return "", FieldErrorf(fmt.Sprintf("Observation.code.coding[%d].system", i), "%q is not an absolute URI", c.System)
+		}
+		if !IsFHIRCode(c.Code) {
+			return "", FieldErrorf(fmt.Sprintf("Observation.code.coding[%d].code", i), "%q is not a FHIR code: no surrounding whitespace, single spaces inside", c.Code)
 		}
 		if IsNativeSystem(c.System) {
 			native = append(native, c)

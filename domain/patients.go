@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // NewPatient is the input of CreatePatient: the patient's login and record.
@@ -396,7 +397,7 @@ func ValidateIdentifiers(field string, ids []Identifier) error {
 	seen := map[Identifier]bool{}
 	for i, id := range ids {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if u, err := url.Parse(id.System); err != nil || !u.IsAbs() {
+		if !IsAbsoluteURI(id.System) {
 			return FieldErrorf(f+".system", "%q is not an absolute URI", id.System)
 		}
 		if strings.TrimSpace(id.Value) == "" || id.Value != strings.TrimSpace(id.Value) {
@@ -409,6 +410,25 @@ func ValidateIdentifiers(field string, ids []Identifier) error {
 	}
 	return nil
 }
+
+// IsAbsoluteURI reports whether s is an absolute URI that FHIR's uri type
+// allows: Go's parser lets whitespace through, FHIR does not.
+func IsAbsoluteURI(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.IsAbs() && !strings.ContainsFunc(s, isFHIRSpace)
+}
+
+// IsFHIRCode reports whether s is a valid FHIR code: not empty, no
+// surrounding whitespace, only single spaces inside.
+func IsFHIRCode(s string) bool {
+	if s == "" || s[0] == ' ' || s[len(s)-1] == ' ' || strings.Contains(s, "  ") {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool { return r != ' ' && isFHIRSpace(r) })
+}
+
+// isFHIRSpace is whitespace as the \s of FHIR's patterns means it.
+func isFHIRSpace(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' }
 
 func trimAll(ss []string) []string {
 	var out []string
