@@ -313,6 +313,38 @@ describe('native Observations', () => {
     );
   });
 
+  it('codes and URIs that FHIR cannot carry are refused, each with a valid OperationOutcome', async () => {
+    const dataPoint = omhDataPoint('fhir-hr-x', 'heart-rate', '2.0', {
+      heart_rate: { value: 70, unit: 'beats/min' },
+      effective_time_frame: { date_time: '2025-03-14T08:00:00Z' },
+    });
+    const obs = (identifier, patch) => {
+      const o = nativeObservation({ patient, device, dataPoint, identifier });
+      patch(o);
+      return o;
+    };
+    const res = await fhir('/', {
+      token,
+      method: 'POST',
+      body: batchBundle([
+        obs('fhir-code-spaces', (o) => o.code.coding.push({ system: 'http://loinc.org', code: ' 8867-4 ' })),
+        obs('fhir-code-double-space', (o) => o.code.coding.push({ system: 'http://loinc.org', code: '8867  4' })),
+        obs('fhir-system-space', (o) => o.code.coding.push({ system: 'http://example.org/code system', code: 'x' })),
+        obs('fhir-identifier-system-space', (o) => (o.identifier[0].system = 'urn:exchange:e2e tests')),
+      ]),
+    });
+    const out = assertAnswer(res, 200, 'batch-response of codes and URIs FHIR cannot carry');
+    assert.deepEqual(
+      out.entry.map((e) => [e.response.status, e.response.outcome?.issue[0].expression?.[0]]),
+      [
+        ['400 Bad Request', 'Observation.code.coding[1].code'],
+        ['400 Bad Request', 'Observation.code.coding[1].code'],
+        ['400 Bad Request', 'Observation.code.coding[1].system'],
+        ['400 Bad Request', 'Observation.identifier[0].system'],
+      ],
+    );
+  });
+
   it('a missing token and an unknown id answer valid OperationOutcomes', async () => {
     const unauthenticated = assertAnswer(await fhir('/Observation'), 401, 'OperationOutcome of a missing token');
     assert.equal(unauthenticated.issue[0].code, 'login');
