@@ -345,11 +345,17 @@ describe('native Observations', () => {
     );
   });
 
-  it('a missing token and an unknown id answer valid OperationOutcomes', async () => {
+  it('a missing token, an unknown id, a PUT and XML answer valid OperationOutcomes', async () => {
     const unauthenticated = assertAnswer(await fhir('/Observation'), 401, 'OperationOutcome of a missing token');
     assert.equal(unauthenticated.issue[0].code, 'login');
     const missing = assertAnswer(await fhir('/Observation/999999', { token }), 404, 'OperationOutcome of an unknown id');
     assert.equal(missing.issue[0].code, 'not-found');
+    const put = assertAnswer(await fhir('/Observation/1', { token, method: 'PUT', body: {} }), 405, 'OperationOutcome of a PUT');
+    assert.equal(put.issue[0].code, 'not-supported');
+    const xml = await fetch(`${base}/FHIR/R5/metadata?_format=xml`);
+    assert.equal(xml.status, 406);
+    assert.match(xml.headers.get('content-type') ?? '', /^application\/fhir\+json/);
+    assertValid(await xml.json(), 'OperationOutcome of _format=xml');
   });
 });
 
