@@ -106,7 +106,8 @@ var dateValue = regexp.MustCompile(`^([0-9]{4})(?:-([0-9]{2})(?:-([0-9]{2})(?:T(
 // precision; a time without an offset is UTC.
 func parseDate(param, v string) (DateRange, error) {
 	r := DateRange{Prefix: "eq"}
-	if len(v) >= 2 && v[0] >= 'a' && v[0] <= 'z' {
+	// A comparator is two letters before the date's first digit.
+	if len(v) >= 3 && v[0] >= 'a' && v[0] <= 'z' && v[2] >= '0' && v[2] <= '9' {
 		p := v[:2]
 		found := false
 		for _, known := range prefixes {
