@@ -320,6 +320,33 @@ func (s *Service) SearchPractitioners(ctx context.Context, actor *Actor, q Searc
 	return s.store.SearchUsers(ctx, plan)
 }
 
+// PractitionerProjection returns a practitioner as the Practitioner
+// projection shows them, to whom SearchPractitioners finds them: a
+// superuser, the practitioner themselves, and whoever reads one of their
+// organizations (a patient: belongs to it). The admin API's
+// PractitionerByID shows practitioners to colleagues only.
+func (s *Service) PractitionerProjection(ctx context.Context, actor *Actor, id int64) (*User, error) {
+	u, err := s.store.UserByID(ctx, id)
+	if err == nil && u.Type != UserPractitioner {
+		err = Errorf(CodeNotFound, "Practitioner/%d does not exist", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if actor.IsSuperuser() || actor.User.ID == id {
+		return u, nil
+	}
+	ms, err := s.store.MembershipsOfUser(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	readable := actor.readableOrganizationIDs()
+	if slices.ContainsFunc(ms, func(m Membership) bool { return slices.Contains(readable, m.OrganizationID) }) {
+		return u, nil
+	}
+	return nil, Errorf(CodeForbidden, "you may not read Practitioner/%d", id)
+}
+
 // SearchOrganizations runs a search of the Organization projection: the
 // study's organization, the patient's organizations, the organization
 // itself; within the organizations the actor may see.

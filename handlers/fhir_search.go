@@ -229,11 +229,11 @@ func (s *server) fhirRead(c *fiber.Ctx) error {
 		}
 		resource, lastUpdated = patientFHIR(p), p.LastUpdated
 	case "Practitioner":
-		p, err := s.service.PractitionerByID(ctx, a, id)
+		u, err := s.service.PractitionerProjection(ctx, a, id)
 		if err != nil {
 			return err
 		}
-		resource, lastUpdated = practitionerFHIR(&p.User), p.User.LastUpdated
+		resource, lastUpdated = practitionerFHIR(u), u.LastUpdated
 	case "Organization":
 		o, err := s.service.Organization(ctx, a, id)
 		if err != nil {
