@@ -70,7 +70,7 @@ func TestPipelines(t *testing.T) {
 		{"status of another system matches nothing", "Observation", "status=http://example.org|final", patients,
 			`{"$and":[{"status":{"$in":[]}}],"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
 		{"consent per patient", "Observation", "code=omh:heart-rate:2.0", domain.Scope{PatientIDs: []int64{1, 2, 3}, Codes: map[int64][]string{1: {"omh:heart-rate:2.0"}, 2: {}}},
-			`{"$and":[{"$or":[{"codeTokens":{"$in":["omh:heart-rate:2.0"]},"patientId":1},{"patientId":{"$in":[3]}}]},{"codeTokens":{"$in":["omh:heart-rate:2.0"]}}]}`, `{"_id":1}`},
+			`{"$and":[{"codeTokens":{"$in":["omh:heart-rate:2.0"]}}],"$or":[{"codeTokens":{"$in":["omh:heart-rate:2.0"]},"patientId":1},{"patientId":{"$in":[3]}}]}`, `{"_id":1}`},
 		{"ids, last updated", "Observation", "_id=5,abc&_lastUpdated=gt2025&_sort=_lastUpdated", patients,
 			`{"$and":[{"lastUpdated":{"$gte":{"$date":"2026-01-01T00:00:00Z"}}},{"_id":{"$in":[5]}}],"patientId":{"$in":[1,2]}}`, `{"lastUpdated":1,"_id":1}`},
 		{"patient names fold case and accents", "Patient", "name=ZOË&birthdate=sa1990", domain.Scope{IDs: []int64{7}},

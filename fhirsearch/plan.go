@@ -24,8 +24,9 @@ var hidden = map[string][]string{
 // Plan translates the query, narrowed to scope, into one pipeline:
 //
 //	$match  the index prefix first (the longest run of the collection's
-//	        leading equality fields the query has), everything else under
-//	        $and, with the keyset cursor of the page last
+//	        leading equality fields the query has, or for a study search
+//	        a $or of one branch per patient), everything else under $and,
+//	        with the keyset cursor of the page last
 //	$sort   the sort key, then _id, in the same direction
 //	$limit  the page size plus one, to know whether a next page exists
 //	$project  without what the FHIR form never shows
@@ -51,9 +52,14 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 		// store, which _source selects, is searched elsewhere.
 		and = append(and, matchNothing)
 	}
+	// A study search's per-patient branches are a top-level $or, so that
+	// each branch is planned on its own index (patientId, codeTokens).
+	var or bson.A
 	switch {
 	case scope.Codes != nil:
-		and = append(and, consentCondition(scope))
+		if or = consentBranches(scope); len(or) == 0 {
+			and = append(and, matchNothing)
+		}
 	case scope.PatientIDs != nil:
 		addSimple("patientId", bson.M{"$in": int64s(scope.PatientIDs)})
 	}
@@ -70,6 +76,9 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 	}
 	// The index prefix: the leading equality fields present, in index order.
 	top := bson.D{}
+	if len(or) > 0 {
+		top = append(top, bson.E{Key: "$or", Value: or})
+	}
 	for _, f := range r.IndexPrefix {
 		cond, ok := simple[f]
 		if !ok {
@@ -130,10 +139,11 @@ func int64s(ids []int64) bson.A {
 	return a
 }
 
-// consentCondition limits each patient of a study search to the native
+// consentBranches limit each patient of a study search to the native
 // codes they consented to share with the study: one branch per patient,
-// each starting with the index prefix (patientId, codeTokens).
-func consentCondition(scope domain.Scope) bson.M {
+// each starting with the index prefix (patientId, codeTokens), and one for
+// the patients without a limit. None: nothing matches.
+func consentBranches(scope domain.Scope) bson.A {
 	branches := bson.A{}
 	var unlimited []int64
 	for _, id := range scope.PatientIDs {
@@ -154,10 +164,7 @@ func consentCondition(scope domain.Scope) bson.M {
 	if len(unlimited) > 0 {
 		branches = append(branches, bson.D{{Key: "patientId", Value: bson.M{"$in": int64s(unlimited)}}})
 	}
-	if len(branches) == 0 {
-		return matchNothing
-	}
-	return bson.M{"$or": branches}
+	return branches
 }
 
 // clauseCondition translates one clause. A simple condition is on one

@@ -147,6 +147,8 @@ func TestFHIRObservationSearch(t *testing.T) {
 		{"doc", "patient._has:Group:member:_id={S1}&patient._has:Group:member:_id={S1},{S2}", "a1 a2 a3 a4 a5 a6 b1 b3 a7 a8"},
 		{"doc", "patient._has:Group:member:_id={S1}&code={OMH}|omh:blood-pressure:4.0", "a3 a6"},
 		{"doc", "patient._has:Group:member:_id={S1}&patient={bob}", "b1 b3"},
+		{"doc", "patient._has:Group:member:_id={S1}&patient={dave}", ""}, // dave answered nothing for S1
+		{"doc", "patient._has:Group:member:_id={S1}&code=omh:step-count:3.0&date=2024-02-10", "a4"},
 		{"alice", "patient._has:Group:member:_id={S1}", "a1 a2 a3 a4 a5 a6 a7 a8"},
 		{"outsider", "patient._has:Group:member:_id={S3}", "c1"},
 		{"doc", "patient._has:Group:member:_id=999999", ""},

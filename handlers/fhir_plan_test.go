@@ -1,0 +1,197 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+	"exchange/handlers/handlerstest"
+)
+
+// TestFHIRObservationPlansUseIndexes plans representative Observation
+// searches with the scopes the domain hands the store (a practitioner's
+// patients, a patient, a study search with per-patient consent) and checks
+// that each pipeline, first page and next page, starts with a $match whose
+// top-level fields (each branch's, under a top-level $or) are a prefix of
+// an index the repository created on observations, led by patientId when
+// the search is limited to patients, and that no pipeline skips.
+func TestFHIRObservationPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	env := handlerstest.Start(t)
+	indexes, err := env.DB.IndexKeys(context.Background(), "observations")
+	if err != nil || len(indexes) < 2 {
+		t.Fatalf("indexes of observations: %v %v", indexes, err)
+	}
+	tr := fhirsearch.NewTranslator([]byte("plan test key"), time.Now)
+	hr, bp := "omh:heart-rate:2.0", "omh:blood-pressure:4.0"
+	scopes := map[string]domain.Scope{
+		"practitioner": {PatientIDs: []int64{3, 5, 9}},
+		"patient":      {PatientIDs: []int64{5}},
+		// patient.organization, patient.identifier: the same shape.
+		"one patient of several": {PatientIDs: []int64{9}},
+		// patient._has:Group:member:_id: each enrolled patient with the
+		// codes they consented to share with the study; 9 consented to
+		// nothing.
+		"study":              {PatientIDs: []int64{3, 5, 9}, Codes: map[int64][]string{3: {hr, bp}, 5: {hr}, 9: {}}},
+		"study, one patient": {PatientIDs: []int64{5}, Codes: map[int64][]string{5: {hr}}},
+	}
+	queries := []string{
+		"",
+		"code=" + url.QueryEscape(domain.SystemOpenMHealth+"|"+hr),
+		"code=" + hr + "," + bp,
+		"date=ge2024-01-01&date=lt2024-02-01",
+		"code=" + hr + "&date=ge2024-01-01&date=lt2024-02-01",
+		"code=" + hr + "&date=2024-01&_sort=date",
+		"_sort=date",
+		"_sort=-date",
+		"_sort=-date&code=" + hr,
+		"_sort=_lastUpdated",
+		"_sort=-lastUpdated",
+		"_lastUpdated=gt2024-01-01T00:00:00Z",
+		"_lastUpdated=ge2024-01-01&_sort=-_lastUpdated",
+		"identifier=https://device.example.org/ids|reading-1",
+		"status=final",
+		"status=final,amended&code=" + hr,
+		"_id=12,13",
+		"_count=10&_elements=status",
+	}
+	positions := []fhirsearch.Position{
+		{ID: 41, Date: fxPtr(time.Date(2024, 1, 5, 10, 0, 0, 0, time.UTC)), LastUpdated: time.Date(2024, 2, 1, 0, 0, 0, 0, time.UTC)},
+		{ID: 42, LastUpdated: time.Date(2024, 2, 1, 0, 0, 0, 0, time.UTC)}, // no effective date
+	}
+	plans := 0
+	for scopeName, scope := range scopes {
+		for _, query := range queries {
+			values, err := url.ParseQuery(query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := tr.Parse("Observation", values, true)
+			if err != nil {
+				t.Fatalf("%s: %v", query, err)
+			}
+			check := func(what string, q *fhirsearch.Query) {
+				t.Helper()
+				plans++
+				plan, err := q.Plan(scope)
+				if err != nil {
+					t.Fatalf("%s %s?%s: %v", scopeName, what, query, err)
+				}
+				if plan.Collection != "observations" || len(plan.Pipeline) == 0 {
+					t.Fatalf("%s %s?%s: plan %+v", scopeName, what, query, plan)
+				}
+				for _, stage := range plan.Pipeline {
+					if d, ok := stage.(bson.D); !ok || len(d) != 1 || d[0].Key == "$skip" {
+						t.Errorf("%s %s?%s: stage %v", scopeName, what, query, stage)
+					}
+				}
+				first := plan.Pipeline[0].(bson.D)[0]
+				if first.Key != "$match" {
+					t.Fatalf("%s %s?%s: the first stage is %s", scopeName, what, query, first.Key)
+				}
+				for _, fields := range fxMatchPrefixes(t, first.Value) {
+					if !fxIsIndexPrefix(fields, indexes) {
+						t.Errorf("%s %s?%s: $match fields %v are a prefix of no index of %v\n$match %s", scopeName, what, query, fields, indexes, fxExtJSON(first.Value))
+					}
+					if !slices.Contains(fields, "patientId") {
+						t.Errorf("%s %s?%s: the $match does not start with patientId: %v\n$match %s", scopeName, what, query, fields, fxExtJSON(first.Value))
+					}
+				}
+			}
+			check("first page", q)
+			// The pages after a keyset cursor, from a dated and an undated
+			// record.
+			for _, pos := range positions {
+				next := url.Values{}
+				for k, v := range values {
+					next[k] = v
+				}
+				next.Set(fhirsearch.CursorParam, q.Next(pos))
+				nq, err := tr.Parse("Observation", next, true)
+				if err != nil {
+					t.Fatalf("%s next page: %v", query, err)
+				}
+				check(fmt.Sprintf("page after %d", pos.ID), nq)
+			}
+		}
+	}
+	t.Logf("%d plans checked against %d indexes", plans, len(indexes))
+}
+
+func fxPtr[T any](v T) *T { return &v }
+
+// fxMatchPrefixes returns the field names the top level of a $match
+// constrains, ignoring $and: one list, or one per branch of a top-level
+// $or (each with the top-level fields beside the $or).
+func fxMatchPrefixes(t *testing.T, match any) [][]string {
+	t.Helper()
+	keys := func(v any) (fields []string, or []any) {
+		switch d := v.(type) {
+		case bson.D:
+			for _, e := range d {
+				switch {
+				case e.Key == "$or":
+					or = e.Value.(bson.A)
+				case !strings.HasPrefix(e.Key, "$"):
+					fields = append(fields, e.Key)
+				}
+			}
+		case bson.M:
+			for k, v := range d {
+				switch {
+				case k == "$or":
+					or = v.(bson.A)
+				case !strings.HasPrefix(k, "$"):
+					fields = append(fields, k)
+				}
+			}
+		default:
+			t.Fatalf("a $match of %T", v)
+		}
+		return fields, or
+	}
+	top, or := keys(match)
+	if or == nil {
+		return [][]string{top}
+	}
+	var out [][]string
+	for _, branch := range or {
+		fields, nested := keys(branch)
+		if nested != nil {
+			t.Fatalf("a nested $or at the top of %v", match)
+		}
+		out = append(out, append(slices.Clone(top), fields...))
+	}
+	return out
+}
+
+// fxIsIndexPrefix reports whether the fields, in any order, are the first
+// fields of one of the indexes.
+func fxIsIndexPrefix(fields []string, indexes [][]string) bool {
+	want := slices.Sorted(slices.Values(fields))
+	for _, ix := range indexes {
+		if len(ix) < len(want) {
+			continue
+		}
+		if slices.Equal(slices.Sorted(slices.Values(ix[:len(want)])), want) {
+			return true
+		}
+	}
+	return false
+}
+
+func fxExtJSON(v any) string {
+	data, err := bson.MarshalExtJSON(bson.D{{Key: "$match", Value: v}}, false, false)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(data)
+}
