@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"exchange/repo/repotest"
 )
 
 // TestFHIREffectiveTimeFrames creates one observation per shape of
@@ -280,6 +282,27 @@ func TestFHIRBatchStatuses(t *testing.T) {
 	if status != http.StatusOK || count["total"] != float64(created) {
 		t.Errorf("after the batch: %d %v, want a total of %d", status, count["total"], created)
 	}
+	// A batch of failures changes nothing in the database (but the id
+	// counter, which the store advanced for the entries that reached it).
+	var failing []any
+	for _, c := range cases {
+		if c.status != "201 Created" && !c.raw {
+			failing = append(failing, c.entry)
+		}
+	}
+	mixed := hr("fresh-1")
+	mixed.identifiers = append(mixed.identifiers, "ok-1") // claims fresh-1, loses on ok-1
+	failing = append(failing, mixed.resource())
+	before := fxSnapshot(t, w)
+	for i, e := range w.batch(t, doc, failing...) {
+		if s := fxObj(e["response"])["status"]; s == "201 Created" {
+			t.Errorf("failing entry %d: %v", i, s)
+		}
+	}
+	if after := fxSnapshot(t, w); fxCompact(after) != fxCompact(before) {
+		t.Errorf("a batch of failures changed the database:\nbefore %v\nafter  %v", before, after)
+	}
+
 	// The identifiers of failed entries were released: they can be used now.
 	retry := hr("e-21")
 	retry.identifiers = []string{"e-15", "e-16", "e-21", "e-27"}
@@ -321,6 +344,15 @@ func TestFHIRBatchStatuses(t *testing.T) {
 		resp, out := w.env.Send(t, "POST", fxBase+"/", c.token, c.body)
 		if resp.StatusCode != c.status || out["resourceType"] != "OperationOutcome" {
 			t.Errorf("%s: %d %v, want %d and an OperationOutcome", c.name, resp.StatusCode, out, c.status)
+		}
+	}
+	// The base without its trailing slash takes batches too, and so does
+	// the alias.
+	for _, path := range []string{fxBase, "/fhir/r5", "/fhir/r5/"} {
+		own.identifiers = []string{"base-" + path}
+		resp, out := w.env.Send(t, "POST", path, doc, fxBatch(own.resource()))
+		if e := fxEntries(t, out); resp.StatusCode != http.StatusOK || len(e) != 1 || fxObj(e[0]["response"])["status"] != "201 Created" {
+			t.Errorf("POST %s: %d %v", path, resp.StatusCode, out)
 		}
 	}
 	// An empty batch answers an empty batch-response.
@@ -451,9 +483,25 @@ func TestFHIRSingleCreate(t *testing.T) {
 	// The alias creates too, and points at itself.
 	obs.identifiers = []string{"single-2"}
 	resp, body = fxDo(t, w.env, "POST", "/fhir/r5/Observation", map[string]string{"Authorization": "Bearer " + w.tok["alice"]}, fxCompact(obs.resource()))
-	if id2, _ := fxDecode(t, body)["id"].(string); resp.StatusCode != http.StatusCreated || resp.Header.Get("Location") != w.env.URL+"/fhir/r5/Observation/"+id2+"/_history/1" {
+	second := fxDecode(t, body)
+	if id2, _ := second["id"].(string); resp.StatusCode != http.StatusCreated || resp.Header.Get("Location") != w.env.URL+"/fhir/r5/Observation/"+id2+"/_history/1" {
 		t.Errorf("create on the alias: %d %s %s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
+	// meta.lastUpdated keeps microseconds: finer than a BSON date, and the
+	// same on every read (checked above). Each has a sub-millisecond part
+	// but once in a thousand: both lacking one means milliseconds.
+	last2, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(fxObj(second["meta"])["lastUpdated"]))
+	if last.Nanosecond()%1000 != 0 || last2.Nanosecond()%1000 != 0 || (last.Nanosecond()%1e6 == 0 && last2.Nanosecond()%1e6 == 0) {
+		t.Errorf("meta.lastUpdated %v and %v: not microseconds", last, last2)
+	}
+}
+
+// fxSnapshot is the database's documents but the id counters.
+func fxSnapshot(t *testing.T, w *fxWorld) map[string][]string {
+	t.Helper()
+	snap := repotest.Snapshot(t, w.env.DB)
+	delete(snap, "counters")
+	return snap
 }
 
 // read reads a resource ("Type/id") as the named actor; it must succeed.

@@ -294,7 +294,7 @@ func TestFHIRCORS(t *testing.T) {
 		}
 	}
 	// Preflights of the canonical base are answered without a token.
-	for _, path := range []string{"/", "/Observation", "/Observation/1", "/metadata"} {
+	for _, path := range []string{"", "/", "/Observation", "/Observation/1", "/metadata"} {
 		resp, _ := fxDo(t, env, "OPTIONS", fxBase+path, preflight, "")
 		if resp.StatusCode/100 != 2 || !cors(resp) || !strings.Contains(strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers")), "authorization") {
 			t.Errorf("preflight of %s: %d %v", path, resp.StatusCode, resp.Header)

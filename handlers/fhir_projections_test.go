@@ -24,16 +24,9 @@ func (w *fxWorld) fxRefs() map[string]string {
 // records it finds, sorted.
 func (w *fxWorld) projectionNames(t *testing.T, actor, resourceType, query string) []string {
 	t.Helper()
-	refs := w.fxRefs()
 	byID := map[string]string{}
-	for name, id := range refs {
-		kind := map[string]string{"alice": "Patient", "bob": "Patient", "carol": "Patient", "dave": "Patient",
-			"S1": "Group", "S2": "Group", "S3": "Group", "watch": "Device", "cuff": "Device", "scale": "Device",
-			"A": "Organization", "A1": "Organization", "B": "Organization"}[name]
-		if kind == "" {
-			kind = "Practitioner"
-		}
-		if kind == resourceType {
+	for name, id := range w.fxRefs() {
+		if fxKindOf(name) == resourceType {
 			byID[id] = name
 		}
 	}
@@ -47,6 +40,17 @@ func (w *fxWorld) projectionNames(t *testing.T, actor, resourceType, query strin
 	}
 	slices.Sort(names)
 	return names
+}
+
+// fxKindOf is the FHIR type of a record of the fixture, by name.
+func fxKindOf(name string) string {
+	kind := map[string]string{"alice": "Patient", "bob": "Patient", "carol": "Patient", "dave": "Patient",
+		"S1": "Group", "S2": "Group", "S3": "Group", "watch": "Device", "cuff": "Device", "scale": "Device",
+		"A": "Organization", "A1": "Organization", "B": "Organization"}[name]
+	if kind == "" {
+		return "Practitioner"
+	}
+	return kind
 }
 
 // fxSubstitute replaces {name} in a query with the record's id and {MRN}
@@ -169,6 +173,37 @@ func TestFHIRProjectionSearches(t *testing.T) {
 			t.Errorf("%s: %s?%s: %v, want %v", c.actor, c.rt, c.query, got, strings.Fields(c.want))
 		}
 	}
+	// Projections page through next links too, in either order.
+	for _, c := range []struct{ actor, query, want string }{
+		{"super", "Patient?_count=1", "alice bob dave carol"},
+		{"super", "Patient?_count=3&_sort=-_lastUpdated", "carol dave bob alice"},
+		{"super", "Practitioner?_count=2&_sort=lastUpdated", "super doc viewer nurse outsider"},
+		{"doc", "Group?_count=1&_sort=-_lastUpdated", "S2 S1"},
+		{"doc", "Device?_count=2", "watch cuff scale"},
+		{"alice", "Organization?_count=1", "A A1"},
+	} {
+		rt, _, _ := strings.Cut(c.query, "?")
+		var got []string
+		next := fxBase + "/" + c.query
+		for pages := 0; next != ""; pages++ {
+			resp, body := w.env.GetJSON(t, strings.TrimPrefix(next, w.env.URL), w.tok[c.actor])
+			if resp.StatusCode != http.StatusOK || pages > 5 {
+				t.Fatalf("%s page %d: %d %v", c.query, pages, resp.StatusCode, body)
+			}
+			for _, id := range fxIDsOf(fxMatches(t, body)) {
+				for name, ref := range w.fxRefs() {
+					if ref == id && fxKindOf(name) == rt {
+						got = append(got, name)
+					}
+				}
+			}
+			next = fxLink(body, "next")
+		}
+		if !slices.Equal(got, strings.Fields(c.want)) {
+			t.Errorf("%s: %s pages: %v, want %v", c.actor, c.query, got, strings.Fields(c.want))
+		}
+	}
+
 	// Unknown Patient parameters are reported; malformed ones refused.
 	status, body := w.search(t, w.tok["doc"], "/Patient?code=x")
 	if status != http.StatusOK || len(fxOutcomes(t, body)) != 1 {
