@@ -100,10 +100,18 @@ func (d *fxData) substitute(q string) string {
 	return r.Replace(q)
 }
 
-// TestFHIRObservationSearch checks every Observation search parameter, the
-// date prefixes, OR and AND, and what each caller may see.
+// TestFHIRObservationSearch runs the searches of native observations over
+// one fixture (fxData): the parameters, the sorts, and the controls.
 func TestFHIRObservationSearch(t *testing.T) {
 	d := fxNewData(t)
+	t.Run("parameters", func(t *testing.T) { fxSearchParameters(t, d) })
+	t.Run("sort", func(t *testing.T) { fxSearchSort(t, d) })
+	t.Run("controls", func(t *testing.T) { fxSearchControls(t, d) })
+}
+
+// fxSearchParameters checks every Observation search parameter, the date
+// prefixes, OR and AND, and what each caller may see.
+func fxSearchParameters(t *testing.T, d *fxData) {
 	all := "a1 a2 a3 a4 a5 a6 b1 b2 b3 d1 a7 a8"
 	hr := "a1 a2 b1 b3 d1 a7 a8"
 	cases := []struct {
@@ -278,11 +286,10 @@ func fxSortNames(d *fxData, names []string) []string {
 	return out
 }
 
-// TestFHIRObservationSort checks _sort on date and _lastUpdated, both ways:
-// ties broken by id in the sort's direction, resources without a date last
-// both ways; pages of two walk the same order through the next links.
-func TestFHIRObservationSort(t *testing.T) {
-	d := fxNewData(t)
+// fxSearchSort checks _sort on date and _lastUpdated, both ways: ties
+// broken by id in the sort's direction, resources without a date last both
+// ways; pages of two walk the same order through the next links.
+func fxSearchSort(t *testing.T, d *fxData) {
 	first := "a1 a2 a3 a4 a5 a6 b1 b2 b3 d1"
 	for _, c := range []struct{ query, want string }{
 		{"_sort=date", "a1 b3 d1 b1 a2 a3 a4 b2 a8 a7 a5 a6"},
@@ -326,10 +333,9 @@ func TestFHIRObservationSort(t *testing.T) {
 	}
 }
 
-// TestFHIRSearchControls checks _summary, _total, _count, _elements, unknown
-// and malformed parameters, links and content negotiation of searches.
-func TestFHIRSearchControls(t *testing.T) {
-	d := fxNewData(t)
+// fxSearchControls checks _summary, _total, _count, _elements, unknown and
+// malformed parameters, links and cursors of searches.
+func fxSearchControls(t *testing.T, d *fxData) {
 	doc := d.tok["doc"]
 
 	// _summary=count: the total, no entries; _total=accurate: both.
