@@ -347,6 +347,10 @@ func fxSearchControls(t *testing.T, d *fxData) {
 	if status != http.StatusOK || body["total"] != float64(7) || len(fxMatches(t, body)) != 3 || fxLink(body, "next") == "" {
 		t.Errorf("_total=accurate: %d %v", status, body)
 	}
+	status, body = d.search(t, doc, d.substitute("/Observation?_summary=count&patient._has:Group:member:_id={S1}"))
+	if status != http.StatusOK || body["total"] != float64(10) {
+		t.Errorf("_summary=count of a study search: %d %v", status, body)
+	}
 	status, body = d.search(t, d.tok["alice"], "/Observation?_summary=count")
 	if status != http.StatusOK || body["total"] != float64(8) {
 		t.Errorf("_summary=count as alice: %d %v", status, body)
