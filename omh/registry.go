@@ -1,7 +1,6 @@
 package omh
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,25 +123,14 @@ func (r *Registry) validate(file string, doc any) error {
 	if err != nil {
 		return err
 	}
-	// The validator wants JSON values as its own decoder makes them.
-	inst, err := roundTrip(doc)
-	if err != nil {
-		return err
-	}
-	err = sch.Validate(inst)
+	// Parse decoded the data point as the validator's own decoder does
+	// (objects, arrays, json.Number), so it is validated as it is.
+	err = sch.Validate(doc)
 	var ve *jsonschema.ValidationError
 	if errors.As(err, &ve) {
 		return &ValidationError{Schema: strings.TrimSuffix(file, ".json"), Problems: leafErrors(ve)}
 	}
 	return err
-}
-
-func roundTrip(doc any) (any, error) {
-	data, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	return jsonschema.UnmarshalJSON(bytes.NewReader(data))
 }
 
 var english = message.NewPrinter(language.English)
