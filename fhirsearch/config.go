@@ -170,13 +170,24 @@ func (r *Resource) AllParams() []Param {
 	return append(slices.Clone(r.Params), commonParams...)
 }
 
-func (r *Resource) param(name string) (*Param, bool) {
-	all := r.AllParams()
-	i := slices.IndexFunc(all, func(p Param) bool { return p.Name == name })
-	if i < 0 {
-		return nil, false
+// paramIndex maps each type to its parameters by name, built once: the
+// parser looks parameters up for every key of every query.
+var paramIndex = func() map[string]map[string]*Param {
+	index := map[string]map[string]*Param{}
+	for i := range Resources {
+		r := &Resources[i]
+		byName := map[string]*Param{}
+		for _, p := range r.AllParams() {
+			byName[p.Name] = &p
+		}
+		index[r.Type] = byName
 	}
-	return &all[i], true
+	return index
+}()
+
+func (r *Resource) param(name string) (*Param, bool) {
+	p, ok := paramIndex[r.Type][name]
+	return p, ok
 }
 
 func (r *Resource) sortKey(name string) (*SortKey, bool) {

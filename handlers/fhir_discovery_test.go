@@ -416,3 +416,19 @@ func TestOMHSchemas(t *testing.T) {
 		}
 	}
 }
+
+// The Location of a create is a version read of the one version a native
+// record has.
+func TestFHIRVersionRead(t *testing.T) {
+	w := fxNewWorld(t)
+	ids := w.create(t, w.tok["doc"], fxObs{patient: w.alice.ID, device: w.watch, code: fxHR,
+		payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00+01:00")))})
+	path := fxBase + "/Observation/" + ids[0] + "/_history/1"
+	resp, body := w.env.GetJSON(t, path, w.tok["doc"])
+	if resp.StatusCode != http.StatusOK || body["id"] != ids[0] {
+		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, body)
+	}
+	if resp, _ := w.env.GetJSON(t, strings.TrimSuffix(path, "1")+"2", w.tok["doc"]); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("version 2: %d", resp.StatusCode)
+	}
+}

@@ -151,8 +151,8 @@ var nanoseconds = map[string]float64{
 }
 
 // addDuration moves t by sign times an OMH duration {value, unit}. Months
-// and years are calendar arithmetic: whole ones with the calendar, a
-// fraction as that share of the following month or year.
+// and years are calendar arithmetic: whole ones with the calendar (see
+// addMonths), a fraction as that share of the following month or year.
 func addDuration(t time.Time, v any, sign int) (time.Time, error) {
 	d, ok := v.(map[string]any)
 	if !ok {
@@ -183,12 +183,22 @@ func addDuration(t time.Time, v any, sign int) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("duration is too long")
 	}
 	whole, frac := math.Modf(value)
-	moved := t.AddDate(0, sign*months*int(whole), 0)
+	moved := addMonths(t, sign*months*int(whole))
 	if frac > 0 {
-		next := moved.AddDate(0, sign*months, 0)
+		next := addMonths(moved, sign*months)
 		moved = moved.Add(time.Duration(frac * float64(next.Sub(moved))))
 	}
 	return moved, nil
+}
+
+// addMonths moves t by calendar months, keeping the day of the month but
+// holding it to the last day of a shorter month: 31 January and one month
+// is 29 February (2024), not 2 March as time.AddDate would have it.
+func addMonths(t time.Time, months int) time.Time {
+	y, m, d := t.Date()
+	first := time.Date(y, m+time.Month(months), 1, t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
+	last := first.AddDate(0, 1, -1).Day()
+	return first.AddDate(0, 0, min(d, last)-1)
 }
 
 // number reads a JSON number decoded as json.Number or float64.
