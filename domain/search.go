@@ -61,6 +61,10 @@ type Scope struct {
 	// IDs limits a projection (Patient, Practitioner, ...) to these ids;
 	// nil: any.
 	IDs []int64
+	// SourceIDs limits an imported-store search to these FHIR sources (what
+	// the caller may read); PatientIDs then selects resources of those
+	// patients' sources or referring to them.
+	SourceIDs []int64
 }
 
 // Search is a parsed FHIR search over the native store; package fhirsearch
@@ -68,6 +72,8 @@ type Scope struct {
 // hands the plan it gets back to the store without reading it.
 type Search interface {
 	ResourceType() string
+	// Store says which store the search reads.
+	Store() StoreSelection
 	Joins() []Join
 	// Plan translates the search, narrowed to scope, into what the store
 	// runs.
@@ -101,3 +107,36 @@ var (
 	SortLastAscending  = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
 	SortLastDescending = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 )
+
+// ResourceIndex is the search index of an imported resource, extracted
+// when it is written (package fhirsearch knows how).
+type ResourceIndex struct {
+	// Keys are "param|key" strings: tokens, folded strings, references.
+	Keys []string
+	// Dates are the spans of the date parameters.
+	Dates map[string]Span
+	// SortDate is where the resource sorts by date; nil: no date.
+	SortDate *time.Time
+}
+
+// Span is a closed range of time.
+type Span struct {
+	Start, End time.Time
+}
+
+// StoreKind says which store a search reads.
+type StoreKind int
+
+// The stores a search can select with _source.
+const (
+	StoreNative   StoreKind = iota // _source omitted
+	StoreImported                  // a FHIR source, or all the caller may read
+	StoreNone                      // a _source that names no store: an empty result
+)
+
+// StoreSelection is the store a search reads: for the imported store, one
+// FHIR source (SourceID) or every source the caller may read (0).
+type StoreSelection struct {
+	Kind     StoreKind
+	SourceID int64
+}

@@ -62,8 +62,9 @@ func (sd *StructureDefinition) Children(path string) []*Element { return sd.chil
 type Package struct {
 	dir string
 
-	mu   sync.Mutex
-	defs map[string]*StructureDefinition // by type; nil entries: no such type
+	mu           sync.Mutex
+	defs         map[string]*StructureDefinition // by type; nil entries: no such type
+	searchParams map[string]*SearchParam         // by Type.code; nil until first use
 }
 
 // OpenPackage opens a package directory (the one holding package.json and

@@ -21,31 +21,51 @@ const (
 	TypeSpecial   ParamType = "special"
 )
 
-// Param is one search parameter of a resource type.
+// Param is one search parameter of a resource type. A parameter applies to
+// the native store when it has a Field or a Join, to the imported store
+// when Imported is set; the common parameters apply to both.
 type Param struct {
 	Name string
 	Type ParamType
 	Doc  string
 	// Join is set for parameters the domain resolves into ids.
 	Join domain.JoinKind
-	// ImportedOnly marks parameters that apply only when the search selects
-	// the imported store (_source).
-	ImportedOnly bool
-	// Field is the document field a token, string or reference parameter
-	// matches; for a date, the field of the start of the range.
+	// Field is the native document field a token, string or reference
+	// parameter matches; for a date, the field of the start of the range.
 	Field string
-	// EndField is the field of the end of a date range.
+	// EndField is the native field of the end of a date range.
 	EndField string
-	// CodeSystem is the one system of a token parameter whose field holds
-	// plain codes (status); a token naming another system matches nothing.
+	// CodeSystem is the one system of a token parameter whose native field
+	// holds plain codes (status); a token naming another system matches
+	// nothing.
 	CodeSystem string
-	// control parameters shape the result rather than filter it.
-	control bool
+	// Imported marks a parameter of the imported store, indexed from the
+	// R5 SearchParameter definition of the same name, or from Expression
+	// where R5 defines none (the US Core parameters R5 lacks).
+	Imported   bool
+	Expression string
+	// common parameters apply to every type and both stores; control
+	// ones shape the result rather than filter it.
+	common, control bool
+}
+
+// Native reports whether the parameter applies to the native store.
+func (p *Param) Native() bool { return p.common || p.Field != "" || p.Join != "" }
+
+// ImportedOnly reports whether the parameter applies only when _source
+// selects the imported store.
+func (p *Param) ImportedOnly() bool { return p.Imported && !p.Native() }
+
+func (p *Param) appliesTo(store domain.StoreKind) bool {
+	if store == domain.StoreImported {
+		return p.common || p.Imported
+	}
+	return p.Native()
 }
 
 // SortKey is a value _sort accepts for a type.
 type SortKey struct {
-	Name string // date, _lastUpdated, lastUpdated
+	Name string // date, _lastUpdated
 	// Asc and Desc are the fields sorted on in each direction. They differ
 	// where resources without a value must come last both ways: those get
 	// the largest value in Asc and the smallest in Desc.
@@ -56,103 +76,171 @@ type SortKey struct {
 type Resource struct {
 	Type string
 	// Collection holds the native records (projections read the admin
-	// collections); empty for a type with no native store.
+	// collections); empty for a type only the imported store keeps.
 	Collection string
-	// BaseFilter selects the collection's records of the type.
+	// BaseFilter selects the native collection's records of the type.
 	BaseFilter map[string]any
 	// Interactions are the FHIR interactions on the type.
 	Interactions []string
 	Params       []Param
-	Sorts        []SortKey
-	// IndexPrefix lists, in index order, the equality fields the
-	// collection's compound indexes start with: the planner puts the longest
-	// run of them it has at the top of the $match.
+	// Sorts are the native sort keys; the imported store sorts every type
+	// by date and _lastUpdated.
+	Sorts []SortKey
+	// IndexPrefix lists, in index order, the equality fields the native
+	// collection's compound indexes start with: the planner puts the
+	// longest run of them it has at the top of the $match.
 	IndexPrefix []string
+	// Imported says the imported store keeps resources of the type.
+	Imported bool
 	// Doc is shown in the CapabilityStatement.
 	Doc string
 }
 
-// The common parameters every type has. _id and _lastUpdated get their
-// fields per collection (all use _id and lastUpdated).
+// The imported store's collection and its planning.
+const importedCollection = "resources"
+
+var (
+	importedIndexPrefix = []string{"resourceType", "sourceId"}
+	importedSorts       = []SortKey{{Name: "date", Asc: "sortAsc", Desc: "sortDesc"}, lastUpdatedSort}
+)
+
+// The common parameters of every type. _id and _lastUpdated use the same
+// fields in every collection.
 var commonParams = []Param{
-	{Name: "_id", Type: TypeToken, Doc: "Logical id: an integer for native records", Field: "_id"},
-	{Name: "_lastUpdated", Type: TypeDate, Doc: "When the record last changed; prefixes eq, ne, lt, le, gt, ge, sa, eb, ap", Field: "lastUpdated", EndField: "lastUpdated"},
-	{Name: "_source", Type: TypeURI, Doc: "Selects the store: omitted, the native store"},
-	{Name: "_sort", Type: TypeString, Doc: "One sort key, descending with a leading '-'; ties broken by id", control: true},
-	{Name: "_count", Type: TypeNumber, Doc: "Page size: default 50, at most 1000", control: true},
-	{Name: "_summary", Type: TypeToken, Doc: "count: the total only", control: true},
-	{Name: "_total", Type: TypeToken, Doc: "accurate: count the whole result", control: true},
-	{Name: "_elements", Type: TypeString, Doc: "Comma-separated top-level elements to return", control: true},
+	{Name: "_id", Type: TypeToken, Doc: "Logical id: an integer for native records, a UUID for imported ones", Field: "_id", common: true},
+	{Name: "_lastUpdated", Type: TypeDate, Doc: "When the record last changed; prefixes eq, ne, lt, le, gt, ge, sa, eb, ap", Field: "lastUpdated", EndField: "lastUpdated", common: true},
+	{Name: "_source", Type: TypeURI, Doc: "Selects the store: omitted, the native store; {FHIR_SOURCE_BASE}/<id>, that FHIR source; :below={FHIR_SOURCE_BASE}/, every FHIR source the caller may read", common: true},
+	{Name: "_sort", Type: TypeString, Doc: "One sort key (date, _lastUpdated), descending with a leading '-'; ties broken by id", common: true, control: true},
+	{Name: "_count", Type: TypeNumber, Doc: "Page size: default 50, at most 1000", common: true, control: true},
+	{Name: "_summary", Type: TypeToken, Doc: "count: the total only", common: true, control: true},
+	{Name: "_total", Type: TypeToken, Doc: "accurate: count the whole result", common: true, control: true},
+	{Name: "_elements", Type: TypeString, Doc: "Comma-separated top-level elements to return", common: true, control: true},
 }
 
-// The joins every native type answers, with the meaning per type told in
-// each Resource's Doc.
-func joins(patientDoc string) []Param {
+// joins are the parameters every native projection answers; patientDoc
+// says what patient means for the type, importedPatient whether the
+// imported store answers it too.
+func joins(patientDoc string, importedPatient bool) []Param {
 	return []Param{
 		{Name: "_has:Group:member:_id", Type: TypeSpecial, Join: domain.JoinStudy, Doc: "Related to the study (Group) with this id"},
-		{Name: "patient", Type: TypeReference, Join: domain.JoinPatient, Doc: patientDoc},
+		{Name: "patient", Type: TypeReference, Join: domain.JoinPatient, Imported: importedPatient, Doc: patientDoc},
 		{Name: "patient.organization", Type: TypeReference, Join: domain.JoinPatientOrganization, Doc: "Related to the patients of this organization"},
 		{Name: "patient._has:Group:member:_id", Type: TypeSpecial, Join: domain.JoinPatientStudy, Doc: "Related to the patients enrolled in this study"},
 		{Name: "patient.identifier", Type: TypeToken, Join: domain.JoinPatientIdentifier, Doc: "Related to the patient with this identifier (system|value)"},
 	}
 }
 
+// Constructors of imported-store parameters, indexed from R5.
+func token(name string) Param     { return Param{Name: name, Type: TypeToken, Imported: true} }
+func date(name string) Param      { return Param{Name: name, Type: TypeDate, Imported: true} }
+func str(name string) Param       { return Param{Name: name, Type: TypeString, Imported: true} }
+func reference(name string) Param { return Param{Name: name, Type: TypeReference, Imported: true} }
+
+// withExpression gives a parameter R5 does not define its expression.
+func withExpression(p Param, expr string) Param { p.Expression = expr; return p }
+
+// patient is the imported store's patient parameter: resources of the
+// patient's FHIR sources, or referring to the patient.
+var patient = Param{Name: "patient", Type: TypeReference, Join: domain.JoinPatient, Imported: true,
+	Doc: "The patient: resources of the patient's FHIR sources or referring to Patient/<id>"}
+
 // lastUpdatedSort is the _lastUpdated sort of every type.
 var lastUpdatedSort = SortKey{Name: "_lastUpdated", Asc: "lastUpdated", Desc: "lastUpdated"}
 
-var readSearch = []string{"read", "search-type"}
+var (
+	readSearch = []string{"read", "vread", "search-type"}
+	importedRW = []string{"read", "vread", "search-type", "create", "update", "patch", "delete"}
+)
 
-// Resources is the configuration table of the FHIR interface.
+// imported is a type only the imported store keeps.
+func imported(resourceType string, params ...Param) Resource {
+	return Resource{Type: resourceType, Imported: true, Interactions: importedRW, Params: params,
+		Doc: "Imported store: resources sent by FHIR sources, kept as sent; searched with _source."}
+}
+
+// Resources is the configuration table of the FHIR interface: the native
+// types (Observation and the read-only projections) and the 28 types of
+// the imported store with their US Core search parameters.
 var Resources = []Resource{
 	{
-		Type: "Observation", Collection: "observations", Interactions: []string{"read", "search-type", "create"},
-		Doc: "Native store: Open mHealth (https://w3id.org/openmhealth) and IEEE 1752 (https://w3id.org/ieee1752) observations, created one at a time or in a batch Bundle.",
+		Type: "Observation", Collection: "observations", Imported: true, Interactions: importedRW,
+		Doc: "Native store: Open mHealth (https://w3id.org/openmhealth) and IEEE 1752 (https://w3id.org/ieee1752) observations, created one at a time or in a batch Bundle. Other Observations are imported, with a FHIR source.",
 		Params: []Param{
-			{Name: "patient", Type: TypeReference, Join: domain.JoinPatient, Doc: "The subject: Patient/<id> or <id>"},
+			{Name: "patient", Type: TypeReference, Join: domain.JoinPatient, Imported: true, Doc: "The subject: Patient/<id> or <id>"},
 			{Name: "patient.organization", Type: TypeReference, Join: domain.JoinPatientOrganization, Doc: "Observations of the patients of this organization"},
 			{Name: "patient.identifier", Type: TypeToken, Join: domain.JoinPatientIdentifier, Doc: "Observations of the patient with this identifier (system|value)"},
 			{Name: "patient._has:Group:member:_id", Type: TypeSpecial, Join: domain.JoinPatientStudy,
 				Doc: "Observations of the patients enrolled in this study, limited per patient to the scopes consented to for it"},
-			{Name: "code", Type: TypeToken, Field: "codeTokens", Doc: "system|code, |code or code; Open mHealth and IEEE 1752 systems are interchangeable"},
-			{Name: "date", Type: TypeDate, Field: "effectiveStart", EndField: "effectiveEnd", Doc: "effective[x], with FHIR range semantics"},
+			{Name: "code", Type: TypeToken, Field: "codeTokens", Imported: true, Doc: "system|code, |code or code; Open mHealth and IEEE 1752 systems are interchangeable"},
+			{Name: "date", Type: TypeDate, Field: "effectiveStart", EndField: "effectiveEnd", Imported: true, Doc: "effective[x], with FHIR range semantics"},
 			{Name: "identifier", Type: TypeToken, Field: "identifierTokens", Doc: "system|value"},
-			{Name: "status", Type: TypeToken, Field: "status", CodeSystem: "http://hl7.org/fhir/observation-status", Doc: "The status given by the uploader"},
+			{Name: "status", Type: TypeToken, Field: "status", CodeSystem: "http://hl7.org/fhir/observation-status", Imported: true, Doc: "The status given by the uploader"},
+			{Name: "category", Type: TypeToken, Imported: true, Doc: "The category"},
 		},
 		Sorts:       []SortKey{{Name: "date", Asc: "sortAsc", Desc: "sortDesc"}, lastUpdatedSort},
 		IndexPrefix: []string{"patientId", "codeTokens"},
 	},
 	{
-		Type: "Patient", Collection: "patients", Interactions: readSearch,
-		Doc: "Read-only projection of the exchange's patients.",
+		Type: "Patient", Collection: "patients", Imported: true, Interactions: importedRW,
+		Doc: "Native: read-only projection of the exchange's patients. Imported: patients sent by FHIR sources.",
 		Params: append([]Param{
-			{Name: "identifier", Type: TypeToken, Field: "identifierTokens", Doc: "system|value, |value or value"},
-			{Name: "family", Type: TypeString, Field: "familyKey", Doc: "Starts with, ignoring case and accents"},
-			{Name: "given", Type: TypeString, Field: "givenKeys", Doc: "Starts with, ignoring case and accents"},
-			{Name: "name", Type: TypeString, Field: "nameKeys", Doc: "A family or given name starts with, ignoring case and accents"},
-			{Name: "birthdate", Type: TypeDate, Field: "birthDateStart", EndField: "birthDateEnd", Doc: "Prefixes eq, ne, lt, le, gt, ge, sa, eb, ap"},
-		}, joins("This patient")...),
+			{Name: "identifier", Type: TypeToken, Field: "identifierTokens", Imported: true, Doc: "system|value, |value or value"},
+			{Name: "family", Type: TypeString, Field: "familyKey", Imported: true, Doc: "Starts with, ignoring case and accents"},
+			{Name: "given", Type: TypeString, Field: "givenKeys", Imported: true, Doc: "Starts with, ignoring case and accents"},
+			{Name: "name", Type: TypeString, Field: "nameKeys", Imported: true, Doc: "A family or given name starts with, ignoring case and accents"},
+			{Name: "birthdate", Type: TypeDate, Field: "birthDateStart", EndField: "birthDateEnd", Imported: true, Doc: "Prefixes eq, ne, lt, le, gt, ge, sa, eb, ap"},
+			{Name: "death-date", Type: TypeDate, Imported: true, Doc: "deceasedDateTime"},
+			{Name: "gender", Type: TypeToken, Imported: true, Doc: "male | female | other | unknown"},
+		}, joins("This patient", false)...),
 		Sorts: []SortKey{lastUpdatedSort},
 	},
 	{
-		Type: "Practitioner", Collection: "users", BaseFilter: map[string]any{"userType": "practitioner"}, Interactions: readSearch,
-		Doc:    "Read-only projection of practitioners: those of the study's organization, of the patient's organizations, of the organization.",
-		Params: joins("Practitioners of the patient's organizations"), Sorts: []SortKey{lastUpdatedSort},
+		Type: "Practitioner", Collection: "users", BaseFilter: map[string]any{"userType": "practitioner"}, Imported: true, Interactions: importedRW,
+		Doc:    "Native: read-only projection of practitioners: those of the study's organization, of the patient's organizations, of the organization. Imported: practitioners sent by FHIR sources.",
+		Params: append([]Param{token("identifier"), str("name")}, joins("Practitioners of the patient's organizations", false)...), Sorts: []SortKey{lastUpdatedSort},
 	},
 	{
-		Type: "Organization", Collection: "organizations", Interactions: readSearch,
-		Doc:    "Read-only projection of organizations: the study's organization, the patient's organizations, the organization itself.",
-		Params: joins("The patient's organizations"), Sorts: []SortKey{lastUpdatedSort},
+		Type: "Organization", Collection: "organizations", Imported: true, Interactions: importedRW,
+		Doc:    "Native: read-only projection of organizations: the study's organization, the patient's organizations, the organization itself. Imported: organizations sent by FHIR sources.",
+		Params: append([]Param{str("address"), str("name")}, joins("The patient's organizations", false)...), Sorts: []SortKey{lastUpdatedSort},
 	},
 	{
-		Type: "Group", Collection: "studies", Interactions: readSearch,
-		Doc:    "Read-only projection of studies: the study, the patient's studies, the organization's studies.",
-		Params: joins("The patient's studies"), Sorts: []SortKey{lastUpdatedSort},
+		Type: "Group", Collection: "studies", Imported: true, Interactions: importedRW,
+		Doc:    "Native: read-only projection of studies: the study, the patient's studies, the organization's studies. Imported: groups sent by FHIR sources.",
+		Params: joins("The patient's studies", false), Sorts: []SortKey{lastUpdatedSort},
 	},
 	{
-		Type: "Device", Collection: "data_sources", Interactions: readSearch,
-		Doc:    "Read-only projection of data sources: the study's, those of the patient's studies, those of the organization's studies.",
-		Params: joins("Data sources of the patient's studies"), Sorts: []SortKey{lastUpdatedSort},
+		Type: "Device", Collection: "data_sources", Imported: true, Interactions: importedRW,
+		Doc: "Native: read-only projection of data sources: the study's, those of the patient's studies, those of the organization's studies. Imported: devices sent by FHIR sources.",
+		Params: append([]Param{token("status"), token("type")},
+			joins("Data sources of the patient's studies; imported: devices of the patient's FHIR sources", true)...),
+		Sorts: []SortKey{lastUpdatedSort},
 	},
+	imported("AllergyIntolerance", token("clinical-status"), patient),
+	imported("CarePlan", token("category"), date("date"), token("status"), patient),
+	imported("CareTeam", withExpression(token("role"), "CareTeam.participant.role"), token("status"), patient),
+	imported("Condition", date("abatement-date"),
+		withExpression(date("asserted-date"), "Condition.extension.where(url = 'http://hl7.org/fhir/StructureDefinition/condition-assertedDate').value"),
+		token("category"), token("clinical-status"), token("code"), reference("encounter"), date("onset-date"), date("recorded-date"), patient),
+	imported("Coverage"),
+	imported("DiagnosticReport", token("category"), token("code"), date("date"), token("status"), patient),
+	imported("DocumentReference", token("category"), date("date"), date("period"), token("status"), token("type"), patient),
+	imported("Encounter", token("class"), date("date"), withExpression(token("discharge-disposition"), "Encounter.admission.dischargeDisposition"),
+		token("identifier"), reference("location"), token("status"), token("type"), patient),
+	imported("FamilyMemberHistory", token("code"), patient),
+	imported("Goal", token("description"), token("lifecycle-status"), date("target-date"), patient),
+	imported("Immunization", date("date"), token("status"), patient),
+	imported("Location", str("address"), str("address-city"), str("address-postalcode"), str("address-state"), str("name")),
+	imported("Medication"),
+	imported("MedicationDispense", token("status"), token("type"), patient),
+	imported("MedicationRequest", date("authoredon"), reference("encounter"), token("intent"), token("status"), patient),
+	imported("PractitionerRole", reference("practitioner"), token("specialty")),
+	imported("Procedure", token("code"), date("date"), token("status"), patient),
+	imported("Provenance"),
+	imported("QuestionnaireResponse", date("authored"), reference("questionnaire"), token("status"), patient),
+	imported("RelatedPerson", str("name"), patient),
+	imported("ServiceRequest", date("authored"), token("category"), withExpression(token("code"), "ServiceRequest.code.concept"), token("status"), patient),
+	imported("Specimen"),
 }
 
 // Lookup returns the configuration of a resource type.
@@ -163,6 +251,9 @@ func Lookup(resourceType string) (*Resource, bool) {
 	}
 	return &Resources[i], true
 }
+
+// Native reports whether the type has a native store.
+func (r *Resource) Native() bool { return r.Collection != "" }
 
 // AllParams returns the type's parameters followed by the common ones:
 // every parameter the type honours, as the CapabilityStatement lists them.
@@ -190,13 +281,17 @@ func (r *Resource) param(name string) (*Param, bool) {
 	return p, ok
 }
 
-func (r *Resource) sortKey(name string) (*SortKey, bool) {
+func (r *Resource) sortKey(name string, store domain.StoreKind) (*SortKey, bool) {
 	if name == "lastUpdated" { // the spelling without underscore, as in _sort=lastUpdated
 		name = "_lastUpdated"
 	}
-	i := slices.IndexFunc(r.Sorts, func(s SortKey) bool { return s.Name == name })
+	sorts := r.Sorts
+	if store == domain.StoreImported || !r.Native() {
+		sorts = importedSorts
+	}
+	i := slices.IndexFunc(sorts, func(s SortKey) bool { return s.Name == name })
 	if i < 0 {
 		return nil, false
 	}
-	return &r.Sorts[i], true
+	return &sorts[i], true
 }

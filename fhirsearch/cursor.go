@@ -16,13 +16,15 @@ import (
 type cursor struct {
 	Query string     `json:"q"` // hash of the canonical query
 	Value *time.Time `json:"v,omitempty"`
-	ID    int64      `json:"id"`
+	ID    int64      `json:"id,omitempty"`
+	UUID  string     `json:"uuid,omitempty"` // the id of an imported resource
 }
 
 // Position is what the next page continues after: the last record of a
 // page, as the planner sorted it.
 type Position struct {
 	ID          int64
+	UUID        string     // the id of an imported resource (ID is 0)
 	Date        *time.Time // the sort date (effective start); nil when none
 	LastUpdated time.Time
 }
@@ -40,7 +42,7 @@ func queryHash(canonical string) string {
 
 // Next returns the opaque, signed cursor of the page after last.
 func (q *Query) Next(last Position) string {
-	c := cursor{Query: queryHash(q.canonical), ID: last.ID}
+	c := cursor{Query: queryHash(q.canonical), ID: last.ID, UUID: last.UUID}
 	if q.sort != nil {
 		v := q.sortValue(last)
 		c.Value = &v

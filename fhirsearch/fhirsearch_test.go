@@ -15,8 +15,10 @@ import (
 
 var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
+const sourceBase = "https://exchange.example.org/fhir-source"
+
 func translator() *fhirsearch.Translator {
-	return fhirsearch.NewTranslator([]byte("test key"), func() time.Time { return now })
+	return fhirsearch.NewTranslator([]byte("test key"), sourceBase, func() time.Time { return now })
 }
 
 func parse(t *testing.T, resourceType, query string) *fhirsearch.Query {
@@ -79,8 +81,21 @@ func TestPipelines(t *testing.T) {
 			`{"$and":[{"familyKey":{"$regex":"^\\.\\*"}},{"$or":[{"givenKeys":{"$regex":"^a"}},{"givenKeys":{"$regex":"^b"}}]}]}`, `{"_id":1}`},
 		{"practitioners are users", "Practitioner", "_sort=-lastUpdated", domain.Scope{IDs: []int64{3}},
 			`{"$and":[{"userType":"practitioner"},{"_id":{"$in":[3]}}]}`, `{"lastUpdated":-1,"_id":-1}`},
-		{"a _source search finds nothing native", "Observation", "_source=http://example.org/fhir-source/1", patients,
-			`{"$and":[{"_id":{"$in":[]}}],"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
+		{"a _source of another base names no store", "Observation", "_source=http://example.org/fhir-source/1", patients,
+			`{"$and":[{"_id":{"$in":[]}}]}`, `{"_id":1}`},
+		{"a type without a native store finds nothing natively", "Condition", "", patients,
+			`{"$and":[{"_id":{"$in":[]}}]}`, `{"_id":1}`},
+		{"an imported search runs on the search index", "Condition",
+			"_source:below=" + sourceBase + "/&code=http://snomed.info/sct|44054006&onset-date=ge2024&_sort=date", domain.Scope{SourceIDs: []int64{3, 4}},
+			`{"$and":[{"dates.onset-date.end":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"search":{"$in":["code|http://snomed.info/sct|44054006"]}}],"resourceType":"Condition","sourceId":{"$in":[3,4]}}`,
+			`{"sortAsc":1,"_id":1}`},
+		{"imported strings, references and ids", "Encounter",
+			"_source=" + sourceBase + "/3&location=Location/9&_id=0b6a4f8e-5b4e-4c1a-9d2b-3a1e0f6b7c8d", domain.Scope{SourceIDs: []int64{3}},
+			`{"$and":[{"_id":{"$in":["0b6a4f8e-5b4e-4c1a-9d2b-3a1e0f6b7c8d"]}},{"search":{"$in":["location|Location/9"]}}],"resourceType":"Encounter","sourceId":{"$in":[3]}}`, `{"_id":1}`},
+		{"the imported patient: its sources or a reference to it", "Location", "_source:below=" + sourceBase + "&name=Saint&_lastUpdated=lt2025",
+			domain.Scope{SourceIDs: []int64{3}, PatientIDs: []int64{7}},
+			`{"$and":[{"$or":[{"sourcePatientId":{"$in":[7]}},{"search":{"$in":["patient|Patient/7"]}}]},{"lastUpdated":{"$lt":{"$date":"2025-01-01T00:00:00Z"}}},{"search":{"$regex":"^name\\|saint"}}],"resourceType":"Location","sourceId":{"$in":[3]}}`,
+			`{"_id":1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan, err := parse(t, tc.resourceType, tc.query).Plan(tc.scope)
@@ -287,4 +302,68 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%s?%s: plan: %v", resourceType, query, err)
 		}
 	})
+}
+
+func TestSourceSelectsTheStore(t *testing.T) {
+	native := domain.StoreSelection{Kind: domain.StoreNative}
+	none := domain.StoreSelection{Kind: domain.StoreNone}
+	all := domain.StoreSelection{Kind: domain.StoreImported}
+	for query, want := range map[string]domain.StoreSelection{
+		"":                                                          native,
+		"_source=" + sourceBase + "/12":                             {Kind: domain.StoreImported, SourceID: 12},
+		"_source:below=" + sourceBase + "/":                         all,
+		"_source:below=" + sourceBase:                               all,
+		"_source=" + sourceBase + "/012":                            none, // not how the source is named
+		"_source=" + sourceBase + "/0":                              none,
+		"_source=" + sourceBase + "/12/x":                           none,
+		"_source=" + sourceBase:                                     none,
+		"_source=http://elsewhere.example.org/fhir-source/12":       none,
+		"_source:below=" + sourceBase + "/12":                       none,
+		"_source=" + sourceBase + "/1&_source=" + sourceBase + "/2": none,
+	} {
+		v, _ := url.ParseQuery(query)
+		q, err := translator().Parse("Observation", v, true)
+		if err != nil {
+			t.Errorf("%s: %v", query, err)
+			continue
+		}
+		if q.Store() != want {
+			t.Errorf("%s: store %+v, want %+v", query, q.Store(), want)
+		}
+	}
+	// Without _source, a type that has no native store finds nothing.
+	if q := parse(t, "Condition", ""); q.Store() != none {
+		t.Errorf("Condition: %+v", q.Store())
+	}
+}
+
+func TestParametersApplyToTheirStore(t *testing.T) {
+	imported := "&_source:below=" + sourceBase
+	for _, tc := range []struct {
+		resourceType, query string
+		ok                  bool
+	}{
+		{"Observation", "category=vital-signs", false},           // imported only
+		{"Observation", "category=vital-signs" + imported, true}, // applies there
+		{"Observation", "identifier=x", true},                    // native only
+		{"Observation", "identifier=x" + imported, false},
+		{"Observation", "patient.organization=1" + imported, false},
+		{"Patient", "gender=male", false},
+		{"Patient", "gender=male" + imported, true},
+		{"Patient", "_has:Group:member:_id=1", true},
+		{"Condition", "code=x" + imported, true},
+		{"Condition", "patient=1" + imported, true},
+		{"Condition", "_lastUpdated=gt2020&_sort=-date" + imported, true},
+		{"Condition", "onset-date=ge2020&_sort=date", true}, // no native store: empty, but checked as imported
+		{"Location", "patient=1" + imported, false},
+	} {
+		v, _ := url.ParseQuery(tc.query)
+		_, err := translator().Parse(tc.resourceType, v, true)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s?%s: %v", tc.resourceType, tc.query, err)
+		}
+		if err != nil && !domain.IsCode(err, domain.CodeInvalid) {
+			t.Errorf("%s?%s: %v is not invalid", tc.resourceType, tc.query, err)
+		}
+	}
 }

@@ -23,17 +23,20 @@ const CursorParam = "_cursor"
 
 // Translator parses searches and signs the cursors of their pages.
 type Translator struct {
-	key []byte
-	now func() time.Time
+	key        []byte
+	sourceBase string
+	now        func() time.Time
 }
 
-// NewTranslator returns a Translator that signs cursors with key. now is the
-// clock of the "ap" (approximately) comparator; nil means time.Now.
-func NewTranslator(key []byte, now func() time.Time) *Translator {
+// NewTranslator returns a Translator that signs cursors with key and reads
+// _source values under sourceBase (FHIR_SOURCE_BASE: a FHIR source is
+// {sourceBase}/<id>). now is the clock of the "ap" (approximately)
+// comparator; nil means time.Now.
+func NewTranslator(key []byte, sourceBase string, now func() time.Time) *Translator {
 	if now == nil {
 		now = time.Now
 	}
-	return &Translator{key: key, now: now}
+	return &Translator{key: key, sourceBase: strings.TrimRight(sourceBase, "/"), now: now}
 }
 
 // Clause is one search parameter of a query with its values, which are
@@ -44,15 +47,13 @@ type Clause struct {
 	Dates  []DateRange
 	// Strings are folded values (domain.SearchKey) of a string parameter.
 	Strings []string
-	// IDs of _id; an _id that cannot be native leaves the list short, and
-	// an empty list matches nothing.
+	// IDs of _id in the native store; an _id that cannot be native leaves
+	// the list short, and an empty list matches nothing.
 	IDs []int64
-}
-
-// Source is the _source parameter, which selects a store.
-type Source struct {
-	Value string
-	Below bool // _source:below
+	// References of a reference parameter, as Type/id or id.
+	References []string
+	// UUIDs are the _id values of an imported-store search.
+	UUIDs []string
 }
 
 // Query is a parsed search on one resource type.
@@ -68,7 +69,7 @@ type Query struct {
 	summaryCount bool
 	total        bool
 	elements     []string
-	source       *Source
+	store        domain.StoreSelection
 	after        *cursor
 	unknown      []string
 	// canonical is the query without paging parameters, which a cursor is
@@ -87,9 +88,14 @@ var elementName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9]*(\[x\])?$`)
 func (t *Translator) Parse(resourceType string, query url.Values, strict bool) (*Query, error) {
 	r, ok := Lookup(resourceType)
 	if !ok {
-		return nil, domain.Errorf(domain.CodeNotSupported, "%s is not a resource type the native store serves", resourceType)
+		return nil, domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server serves", resourceType)
 	}
-	q := &Query{t: t, resource: r, count: DefaultCount}
+	q := &Query{t: t, resource: r, count: DefaultCount, store: t.selectStore(query)}
+	if q.store.Kind == domain.StoreNative && !r.Native() {
+		// Nothing to find, but the parameters are checked as the
+		// imported store's: _source is what the caller forgot.
+		q.store.Kind = domain.StoreNone
+	}
 	keys := make([]string, 0, len(query))
 	for k := range query {
 		keys = append(keys, k)
@@ -114,6 +120,16 @@ func (t *Translator) Parse(resourceType string, query url.Values, strict bool) (
 		if modifier != "" && !(name == "_source" && modifier == "below") {
 			return nil, domain.Errorf(domain.CodeInvalid, "%s: the modifier :%s is not supported", key, modifier)
 		}
+		if name == "_source" {
+			continue // read by selectStore
+		}
+		if !p.appliesTo(q.store.Kind) && q.store.Kind != domain.StoreNone {
+			if strict {
+				return nil, domain.Errorf(domain.CodeInvalid, "%s: this parameter does not apply to the %s store", key, storeName(q.store.Kind))
+			}
+			q.unknown = append(q.unknown, key)
+			continue
+		}
 		for _, v := range query[key] {
 			if err := q.add(p, modifier, v); err != nil {
 				return nil, err
@@ -137,26 +153,62 @@ func (t *Translator) Parse(resourceType string, query url.Values, strict bool) (
 	return q, nil
 }
 
+// selectStore reads _source: omitted, the native store; exactly
+// {base}/<id>, that FHIR source; :below {base}/, every FHIR source the
+// caller may read; anything else names no store.
+func (t *Translator) selectStore(query url.Values) domain.StoreSelection {
+	exact, below := query["_source"], query["_source:below"]
+	if len(exact) == 0 && len(below) == 0 {
+		return domain.StoreSelection{Kind: domain.StoreNative}
+	}
+	if len(exact)+len(below) == 1 {
+		if len(exact) == 1 {
+			if rest, ok := strings.CutPrefix(exact[0], t.sourceBase+"/"); ok {
+				if id, err := strconv.ParseInt(rest, 10, 64); err == nil && id > 0 && strconv.FormatInt(id, 10) == rest {
+					return domain.StoreSelection{Kind: domain.StoreImported, SourceID: id}
+				}
+			}
+		} else if below[0] == t.sourceBase || below[0] == t.sourceBase+"/" {
+			return domain.StoreSelection{Kind: domain.StoreImported}
+		}
+	}
+	return domain.StoreSelection{Kind: domain.StoreNone}
+}
+
+func storeName(k domain.StoreKind) string {
+	if k == domain.StoreImported {
+		return "imported"
+	}
+	return "native"
+}
+
 // add adds one occurrence of a parameter (its values OR'ed).
 func (q *Query) add(p *Param, modifier, v string) error {
 	if p.control {
 		return q.control(p.Name, v)
 	}
-	if p.Name == "_source" {
-		q.source = &Source{Value: v, Below: modifier == "below"}
-		return nil
-	}
 	values := splitOR(v)
-	if p.Join != "" {
+	if p.Join != "" && !(q.store.Kind == domain.StoreImported && p.Join != domain.JoinPatient) {
 		return q.addJoin(p, values)
 	}
 	c := Clause{Param: p}
 	for _, value := range values {
 		switch {
+		case p.Name == "_id" && q.store.Kind == domain.StoreImported:
+			c.UUIDs = append(c.UUIDs, unescapePipes(value))
 		case p.Name == "_id":
 			if id, ok := parseID(unescapePipes(value), ""); ok {
 				c.IDs = append(c.IDs, id)
 			}
+		case p.Type == TypeReference:
+			ref := unescapePipes(value)
+			if ref == "" {
+				return domain.Errorf(domain.CodeInvalid, "%s: an empty value", p.Name)
+			}
+			if typ, id, ok := typeAndID(ref); ok {
+				ref = typ + "/" + id
+			}
+			c.References = append(c.References, ref)
 		case p.Type == TypeToken:
 			tok, err := parseToken(p.Name, value)
 			if err != nil {
@@ -177,8 +229,8 @@ func (q *Query) add(p *Param, modifier, v string) error {
 			c.Strings = append(c.Strings, key)
 		}
 	}
-	if p.Name == "_id" && c.IDs == nil {
-		c.IDs = []int64{}
+	if p.Name == "_id" && c.IDs == nil && c.UUIDs == nil {
+		c.IDs, c.UUIDs = []int64{}, []string{}
 	}
 	q.clauses = append(q.clauses, c)
 	return nil
@@ -249,7 +301,7 @@ func (q *Query) control(name, v string) error {
 			return domain.Errorf(domain.CodeInvalid, "_sort: one sort key is supported (ties are broken by id)")
 		}
 		key, desc := strings.CutPrefix(v, "-")
-		s, ok := q.resource.sortKey(key)
+		s, ok := q.resource.sortKey(key, q.store.Kind)
 		if !ok {
 			return domain.Errorf(domain.CodeInvalid, "_sort: %s cannot be sorted by %q", q.resource.Type, key)
 		}
@@ -273,8 +325,8 @@ func (q *Query) SummaryCount() bool { return q.summaryCount }
 // Elements returns the elements asked for with _elements (none: all).
 func (q *Query) Elements() []string { return q.elements }
 
-// Source returns the _source parameter, if given.
-func (q *Query) Source() *Source { return q.source }
+// Store returns the store the search reads.
+func (q *Query) Store() domain.StoreSelection { return q.store }
 
 // Count returns the page size.
 func (q *Query) Count() int { return q.count }

@@ -1,6 +1,7 @@
 package fhirsearch
 
 import (
+	"fmt"
 	"math"
 	"regexp"
 	"slices"
@@ -14,11 +15,12 @@ import (
 // matchNothing is a condition no document meets.
 var matchNothing = bson.M{"_id": bson.M{"$in": bson.A{}}}
 
-// hidden are the fields a type's documents hold that its FHIR form never
-// shows: never fetched.
+// hidden are the fields a collection's documents hold that the FHIR form
+// never shows: never fetched.
 var hidden = map[string][]string{
-	"Observation":  {"omh"},
-	"Practitioner": {"passwordHash"},
+	"observations":     {"omh"},
+	"users":            {"passwordHash"},
+	importedCollection: {"resource"}, // the parsed form kept for analysts; the JSON is served
 }
 
 // Plan translates the query, narrowed to scope, into one pipeline:
@@ -32,67 +34,59 @@ var hidden = map[string][]string{
 //	$project  without what the FHIR form never shows
 //
 // It fetches no entries for _summary=count or _count=0, and gives the
-// condition to count by for _summary=count and _total=accurate.
+// condition to count by for _summary=count and _total=accurate. A search of
+// the imported store runs on its collection, whatever the type.
 func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 	r := q.resource
-	simple := map[string]any{} // single-field conditions the index prefix may take
-	var and bson.A
-	addSimple := func(field string, cond any) {
-		if _, taken := simple[field]; taken {
-			and = append(and, bson.M{field: cond})
-			return
-		}
-		simple[field] = cond
-	}
-	for k, v := range r.BaseFilter {
-		and = append(and, bson.M{k: v})
-	}
-	if q.source != nil {
-		// The native store answers searches without _source; the imported
-		// store, which _source selects, is searched elsewhere.
-		and = append(and, matchNothing)
-	}
-	// A study search's per-patient branches are a top-level $or, so that
-	// each branch is planned on its own index (patientId, codeTokens).
-	var or bson.A
+	b := &matchBuilder{simple: map[string]any{}}
+	collection, prefix := r.Collection, r.IndexPrefix
 	switch {
-	case scope.Codes != nil:
-		if or = consentBranches(scope); len(or) == 0 {
-			and = append(and, matchNothing)
+	case q.store.Kind == domain.StoreImported:
+		collection, prefix = importedCollection, importedIndexPrefix
+		b.addSimple("resourceType", r.Type)
+		if scope.SourceIDs != nil {
+			b.addSimple("sourceId", bson.M{"$in": int64s(scope.SourceIDs)})
 		}
-	case scope.PatientIDs != nil:
-		addSimple("patientId", bson.M{"$in": int64s(scope.PatientIDs)})
-	}
-	if scope.IDs != nil {
-		and = append(and, bson.M{"_id": bson.M{"$in": int64s(scope.IDs)}})
-	}
-	for _, c := range q.clauses {
-		field, cond, isSimple := clauseCondition(c, q.t.now())
-		if isSimple {
-			addSimple(field, cond)
-		} else {
-			and = append(and, cond)
+		if scope.PatientIDs != nil {
+			b.and = append(b.and, importedPatientCondition(scope.PatientIDs))
+		}
+		for _, c := range q.clauses {
+			field, cond, simple := importedCondition(c, q.t.now())
+			b.add(field, cond, simple)
+		}
+	case q.store.Kind == domain.StoreNone || !r.Native():
+		// _source named no store, or the type has no native store.
+		if collection == "" {
+			collection = importedCollection
+		}
+		b.and = append(b.and, matchNothing)
+	default:
+		for k, v := range r.BaseFilter {
+			b.and = append(b.and, bson.M{k: v})
+		}
+		switch {
+		case scope.Codes != nil:
+			// A study search's per-patient branches are a top-level $or, so
+			// that each branch is planned on its own index (patientId,
+			// codeTokens).
+			if b.or = consentBranches(scope); len(b.or) == 0 {
+				b.and = append(b.and, matchNothing)
+			}
+		case scope.PatientIDs != nil:
+			b.addSimple("patientId", bson.M{"$in": int64s(scope.PatientIDs)})
+		}
+		if scope.IDs != nil {
+			b.and = append(b.and, bson.M{"_id": bson.M{"$in": int64s(scope.IDs)}})
+		}
+		for _, c := range q.clauses {
+			field, cond, simple := clauseCondition(c, q.t.now())
+			b.add(field, cond, simple)
 		}
 	}
-	// The index prefix: the leading equality fields present, in index order.
-	top := bson.D{}
-	if len(or) > 0 {
-		top = append(top, bson.E{Key: "$or", Value: or})
-	}
-	for _, f := range r.IndexPrefix {
-		cond, ok := simple[f]
-		if !ok {
-			break
-		}
-		top = append(top, bson.E{Key: f, Value: cond})
-		delete(simple, f)
-	}
-	for _, f := range sortedKeys(simple) {
-		and = append(and, bson.M{f: simple[f]})
-	}
+	top, and := b.finish(prefix)
 	filter := withAnd(top, and)
 
-	plan := &domain.SearchPlan{Collection: r.Collection, PageSize: q.count}
+	plan := &domain.SearchPlan{Collection: collection, PageSize: q.count}
 	if q.summaryCount || q.total {
 		plan.Filter = filter
 	}
@@ -112,6 +106,112 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 		plan.Pipeline = append(plan.Pipeline, bson.D{{Key: "$project", Value: proj}})
 	}
 	return plan, nil
+}
+
+// matchBuilder gathers the conditions of a $match: simple ones (one field,
+// an equality or $in) that the index prefix may take, the rest for $and,
+// and top-level $or branches.
+type matchBuilder struct {
+	simple map[string]any
+	and    bson.A
+	or     bson.A
+}
+
+func (b *matchBuilder) addSimple(field string, cond any) {
+	if _, taken := b.simple[field]; taken {
+		b.and = append(b.and, bson.M{field: cond})
+		return
+	}
+	b.simple[field] = cond
+}
+
+func (b *matchBuilder) add(field string, cond any, simple bool) {
+	if simple {
+		b.addSimple(field, cond)
+	} else {
+		b.and = append(b.and, cond)
+	}
+}
+
+// finish places the index prefix at the top: the leading equality fields
+// present, in index order; every other condition goes under $and.
+func (b *matchBuilder) finish(prefix []string) (bson.D, bson.A) {
+	top := bson.D{}
+	if len(b.or) > 0 {
+		top = append(top, bson.E{Key: "$or", Value: b.or})
+	}
+	for _, f := range prefix {
+		cond, ok := b.simple[f]
+		if !ok {
+			break
+		}
+		top = append(top, bson.E{Key: f, Value: cond})
+		delete(b.simple, f)
+	}
+	and := b.and
+	for _, f := range sortedKeys(b.simple) {
+		and = append(and, bson.M{f: b.simple[f]})
+	}
+	return top, and
+}
+
+// importedCondition translates one clause onto the search index of the
+// imported store (see Indexer).
+func importedCondition(c Clause, now time.Time) (field string, cond any, simple bool) {
+	p := c.Param
+	keys := func(values []string) bson.A {
+		a := bson.A{}
+		for _, v := range values {
+			a = append(a, p.Name+"|"+v)
+		}
+		return a
+	}
+	switch {
+	case p.Name == "_id":
+		ids := bson.A{}
+		for _, id := range c.UUIDs {
+			ids = append(ids, id)
+		}
+		return "_id", bson.M{"$in": ids}, true
+	case p.Type == TypeToken:
+		var ks []string
+		for _, t := range c.Tokens {
+			ks = append(ks, t.Key())
+		}
+		return "search", bson.M{"$in": keys(ks)}, true
+	case p.Type == TypeReference:
+		return "search", bson.M{"$in": keys(c.References)}, true
+	case p.Type == TypeString:
+		var alts bson.A
+		for _, s := range c.Strings {
+			alts = append(alts, bson.M{"search": bson.M{"$regex": "^" + regexp.QuoteMeta(p.Name+"|"+s)}})
+		}
+		return "", orOf(alts), false
+	case p.Type == TypeDate:
+		start, end := "dates."+p.Name+".start", "dates."+p.Name+".end"
+		if p.common {
+			start, end = p.Field, p.EndField
+		}
+		var alts bson.A
+		for _, d := range c.Dates {
+			alts = append(alts, dateCondition(start, end, d, now))
+		}
+		return "", orOf(alts), false
+	}
+	return "", matchNothing, false
+}
+
+// importedPatientCondition selects the resources of the patients' FHIR
+// sources, and those that refer to the patients.
+func importedPatientCondition(ids []int64) bson.M {
+	refs := bson.A{}
+	for _, id := range ids {
+		refs = append(refs, fmt.Sprintf("patient|Patient/%d", id))
+	}
+	return bson.M{"$or": bson.A{
+		bson.M{"sourcePatientId": bson.M{"$in": int64s(ids)}},
+		bson.M{"search": bson.M{"$in": refs}},
+	}}
 }
 
 func withAnd(top bson.D, and bson.A) bson.D {
@@ -276,8 +376,12 @@ func (q *Query) sortSpec() bson.D {
 // continuation is the keyset condition of the page after the cursor.
 func (q *Query) continuation() bson.M {
 	c := q.after
+	var id any = c.ID
+	if c.UUID != "" {
+		id = c.UUID
+	}
 	if q.sort == nil {
-		return bson.M{"_id": bson.M{"$gt": c.ID}}
+		return bson.M{"_id": bson.M{"$gt": id}}
 	}
 	field, op := q.sort.Asc, "$gt"
 	if q.desc {
@@ -286,18 +390,22 @@ func (q *Query) continuation() bson.M {
 	v := c.Value.UTC()
 	return bson.M{"$or": bson.A{
 		bson.M{field: bson.M{op: v}},
-		bson.D{{Key: field, Value: v}, {Key: "_id", Value: bson.M{op: c.ID}}},
+		bson.D{{Key: field, Value: v}, {Key: "_id", Value: bson.M{op: id}}},
 	}}
 }
 
 // projection leaves out what the FHIR form never shows, and the payload of
 // an Observation when _elements does not ask for its value.
 func (q *Query) projection() bson.D {
+	collection := q.resource.Collection
+	if q.store.Kind != domain.StoreNative {
+		collection = importedCollection
+	}
 	var proj bson.D
-	for _, f := range hidden[q.resource.Type] {
+	for _, f := range hidden[collection] {
 		proj = append(proj, bson.E{Key: f, Value: 0})
 	}
-	if q.resource.Type == "Observation" && len(q.elements) > 0 &&
+	if collection == "observations" && len(q.elements) > 0 &&
 		!slices.Contains(q.elements, "valueAttachment") && !slices.Contains(q.elements, "value[x]") {
 		proj = append(proj, bson.E{Key: "payload", Value: 0})
 	}

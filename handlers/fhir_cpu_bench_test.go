@@ -323,7 +323,7 @@ func (s *benchStore) SearchObservations(context.Context, *domain.SearchPlan) (do
 // actor's loading are database work, left out).
 func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server) {
 	svc := domain.NewService(store, benchSchemas(b), nil)
-	s := &server{service: svc, search: fhirsearch.NewTranslator([]byte("bench cursor key"), nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &server{service: svc, search: fhirsearch.NewTranslator([]byte("bench cursor key"), "https://exchange.example.org/fhir-source", nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	a, err := svc.Actor(context.Background(), store.manager.ID)
 	if err != nil {
 		b.Fatal(err)

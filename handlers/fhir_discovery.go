@@ -39,7 +39,7 @@ func (s *server) capabilityStatement(c *fiber.Ctx) error {
 		var params []fiber.Map
 		for _, p := range r.AllParams() {
 			param := fiber.Map{"name": p.Name, "type": string(p.Type), "documentation": p.Doc}
-			if p.ImportedOnly {
+			if p.ImportedOnly() {
 				param["documentation"] = "Imported store only (_source). " + p.Doc
 				param["extension"] = []fiber.Map{{"url": importedOnlyExtension, "valueBoolean": true}}
 			}

@@ -80,7 +80,7 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
-	a.search = fhirsearch.NewTranslator(cursorKey, nil)
+	a.search = fhirsearch.NewTranslator(cursorKey, s.FHIRSourceBase, nil)
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
 		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log,

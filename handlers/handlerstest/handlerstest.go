@@ -57,6 +57,9 @@ const (
 // PatientCodeTTL is the lifetime of patient authorization codes in tests.
 const PatientCodeTTL = 7 * 24 * time.Hour
 
+// SourceBase is FHIR_SOURCE_BASE in tests: FHIR source n is SourceBase/n.
+const SourceBase = "https://exchange.example.org/fhir-source"
+
 // Env is a running exchange.
 type Env struct {
 	URL     string // http://127.0.0.1:port
@@ -138,7 +141,7 @@ func Start(t testing.TB) *Env {
 		t.Fatal(err)
 	}
 	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t),
-		Search: fhirsearch.NewTranslator([]byte("test cursor key"), clock.Now)})
+		Search: fhirsearch.NewTranslator([]byte("test cursor key"), SourceBase, clock.Now)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,119 @@
+package fhirdefs
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// SearchParam is a search parameter of one resource type, as the package
+// defines it: its type and the part of its FHIRPath expression that
+// applies to that type.
+type SearchParam struct {
+	Code       string
+	Type       string // token, string, date, reference, ...
+	Expression string
+}
+
+type searchParamFile struct {
+	ResourceType string   `json:"resourceType"`
+	Code         string   `json:"code"`
+	Base         []string `json:"base"`
+	Type         string   `json:"type"`
+	Expression   string   `json:"expression"`
+}
+
+// SearchParameter returns the package's definition of a search parameter
+// of a resource type. The package's SearchParameter resources are read
+// once, on first use. Returns ErrUnknownType when there is none.
+func (p *Package) SearchParameter(resourceType, code string) (*SearchParam, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.searchParams == nil {
+		if err := p.loadSearchParams(); err != nil {
+			return nil, err
+		}
+	}
+	sp, ok := p.searchParams[resourceType+"."+code]
+	if !ok {
+		return nil, fmt.Errorf("%w: no search parameter %s of %s", ErrUnknownType, code, resourceType)
+	}
+	return sp, nil
+}
+
+func (p *Package) loadSearchParams() error {
+	files, err := filepath.Glob(filepath.Join(p.dir, "SearchParameter-*.json"))
+	if err != nil {
+		return err
+	}
+	p.searchParams = map[string]*SearchParam{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var sp searchParamFile
+		if err := json.Unmarshal(data, &sp); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(f), err)
+		}
+		if sp.ResourceType != "SearchParameter" || sp.Expression == "" {
+			continue
+		}
+		for _, base := range sp.Base {
+			if expr := partsFor(sp.Expression, base); expr != "" {
+				p.searchParams[base+"."+sp.Code] = &SearchParam{Code: sp.Code, Type: sp.Type, Expression: expr}
+			}
+		}
+	}
+	return nil
+}
+
+// partsFor keeps, of a union expression shared by several types, the
+// alternatives rooted at one type: "Condition.code | Observation.code"
+// gives "Observation.code" for Observation.
+func partsFor(expr, resourceType string) string {
+	var keep []string
+	for _, part := range SplitUnion(expr) {
+		root := strings.TrimLeft(strings.TrimSpace(part), "(")
+		if strings.HasPrefix(root, resourceType+".") || root == resourceType {
+			keep = append(keep, strings.TrimSpace(part))
+		}
+	}
+	return strings.Join(keep, " | ")
+}
+
+// SplitUnion splits a FHIRPath expression at its top-level '|' operators
+// (not inside parentheses or string literals).
+func SplitUnion(expr string) []string {
+	var parts []string
+	depth, start := 0, 0
+	inString := false
+	for i := 0; i < len(expr); i++ {
+		switch c := expr[i]; {
+		case c == '\'' && (i == 0 || expr[i-1] != '\\'):
+			inString = !inString
+		case inString:
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case c == '|' && depth == 0:
+			parts = append(parts, expr[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, expr[start:])
+}
+
+// HasElement reports whether a type defines an element (a direct child,
+// such as identifier).
+func (p *Package) HasElement(resourceType, element string) bool {
+	sd, err := p.Type(resourceType)
+	if err != nil {
+		return false
+	}
+	_, ok := sd.Element(resourceType + "." + element)
+	return ok
+}

@@ -1,0 +1,159 @@
+package fhirsearch_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"exchange/domain"
+	"exchange/fhirdefs"
+	"exchange/fhirsearch"
+)
+
+// packagesDir is where scripts/setup put the FHIR packages.
+func packagesDir() string {
+	if d := os.Getenv("FHIR_PACKAGES_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join("..", "standards", "fhir-packages")
+}
+
+var indexer = sync.OnceValues(func() (*fhirsearch.Indexer, error) {
+	defs, err := fhirdefs.OpenPackage(filepath.Join(packagesDir(), "hl7.fhir.r5.core", "package"))
+	if err != nil {
+		return nil, err
+	}
+	return fhirsearch.NewIndexer(defs)
+})
+
+func index(t *testing.T, resource string) domain.ResourceIndex {
+	t.Helper()
+	ix, err := indexer()
+	if err != nil {
+		t.Fatalf("%v (run scripts/setup first)", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(resource), &m); err != nil {
+		t.Fatal(err)
+	}
+	return ix.Index(m["resourceType"].(string), m)
+}
+
+func example(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(packagesDir(), "hl7.fhir.r5.examples", "package", name))
+	if err != nil {
+		t.Fatalf("%v (run scripts/setup first)", err)
+	}
+	return string(data)
+}
+
+func day(s string) domain.Span {
+	start, _ := time.Parse(time.DateOnly, s)
+	return domain.Span{Start: start, End: start.Add(24*time.Hour - time.Millisecond)}
+}
+
+func TestIndexOfficialExamples(t *testing.T) {
+	for _, tc := range []struct {
+		file  string
+		keys  []string
+		dates map[string]domain.Span
+	}{
+		{"Condition-example.json", []string{
+			"code|http://snomed.info/sct|39065001", "code|39065001", "code|http://snomed.info/sct|",
+			"clinical-status|active", "category|encounter-diagnosis", "patient|Patient/example", "patient|example"},
+			map[string]domain.Span{"onset-date": day("2012-05-24")}},
+		{"Patient-example.json", []string{
+			"identifier|urn:oid:1.2.36.146.595.217.0.1|12345", "family|chalmers", "given|jim", "name|windsor", "gender|male"},
+			map[string]domain.Span{"birthdate": day("1974-12-25")}},
+		{"Location-1.json", []string{"address|den burg", "address-city|den burg", "address-postalcode|9105 pz",
+			"name|burgers university medical center, south wing, second floor"}, nil},
+		{"ServiceRequest-example.json", []string{"code|303653007", "category|103693007", "status|completed"}, nil},
+		{"Encounter-example.json", []string{"class|http://terminology.hl7.org/CodeSystem/v3-ActCode|IMP", "status|in-progress"}, nil},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			idx := index(t, example(t, tc.file))
+			for _, k := range tc.keys {
+				if !slices.Contains(idx.Keys, k) {
+					t.Errorf("no key %q in %q", k, idx.Keys)
+				}
+			}
+			for param, want := range tc.dates {
+				if got := idx.Dates[param]; !got.Start.Equal(want.Start) || !got.End.Equal(want.End) {
+					t.Errorf("%s spans %v, want %v", param, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestIndexSpansChoicesAndExtensions(t *testing.T) {
+	idx := index(t, `{"resourceType": "Condition",
+		"extension": [{"url": "http://hl7.org/fhir/StructureDefinition/condition-assertedDate", "valueDateTime": "2020-02"},
+			{"url": "http://example.org/other", "valueDateTime": "1999"}],
+		"subject": {"reference": "https://ehr.example.org/fhir/Patient/p1"},
+		"encounter": {"reference": "Encounter/e1"},
+		"onsetPeriod": {"start": "2019-01-01T10:00:00+02:00"},
+		"abatementString": "in remission",
+		"recordedDate": "2020-03-01"}`)
+	month := time.Date(2020, 2, 1, 0, 0, 0, 0, time.UTC)
+	for param, want := range map[string]domain.Span{
+		// An extension's value, selected by its url.
+		"asserted-date": {Start: month, End: month.AddDate(0, 1, 0).Add(-time.Millisecond)},
+		// A period open at its end reaches as far as dates go.
+		"onset-date":    {Start: time.Date(2019, 1, 1, 8, 0, 0, 0, time.UTC), End: domain.SortLastAscending},
+		"recorded-date": day("2020-03-01"),
+	} {
+		if got := idx.Dates[param]; !got.Start.Equal(want.Start) || !got.End.Equal(want.End) {
+			t.Errorf("%s spans %v, want %v", param, got, want)
+		}
+	}
+	// abatement-date is dateTime or Period only: a string is not a date.
+	if _, ok := idx.Dates["abatement-date"]; ok {
+		t.Errorf("abatementString indexed as a date: %v", idx.Dates)
+	}
+	for _, k := range []string{"patient|Patient/p1", "patient|p1", "patient|https://ehr.example.org/fhir/Patient/p1", "encounter|Encounter/e1", "encounter|e1"} {
+		if !slices.Contains(idx.Keys, k) {
+			t.Errorf("no key %q in %q", k, idx.Keys)
+		}
+	}
+}
+
+func TestIndexUnionsSeveralDatesAndSortsByDate(t *testing.T) {
+	idx := index(t, `{"resourceType": "Immunization", "status": "completed",
+		"patient": {"reference": "Patient/p1"}, "occurrenceDateTime": "2021-05-03T09:00:00Z"}`)
+	if idx.SortDate == nil || !idx.SortDate.Equal(time.Date(2021, 5, 3, 9, 0, 0, 0, time.UTC)) {
+		t.Errorf("sort date %v", idx.SortDate)
+	}
+	idx = index(t, `{"resourceType": "CarePlan", "status": "active", "intent": "plan",
+		"subject": {"reference": "Group/g1"}, "period": {"start": "2020-01-01", "end": "2020-06-30"}}`)
+	if got := idx.Dates["date"]; !got.Start.Equal(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)) || !got.End.Equal(day("2020-06-30").End) {
+		t.Errorf("CarePlan period %v", got)
+	}
+	// The subject is a Group: not the patient parameter.
+	if slices.ContainsFunc(idx.Keys, func(k string) bool { return len(k) > 8 && k[:8] == "patient|" }) {
+		t.Errorf("a Group subject indexed as patient: %q", idx.Keys)
+	}
+}
+
+func TestIndexerKnowsEveryConfiguredParameter(t *testing.T) {
+	if _, err := indexer(); err != nil {
+		t.Fatal(err)
+	}
+	// A package without the definitions stops start-up, not a write.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name": "empty"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defs, err := fhirdefs.OpenPackage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fhirsearch.NewIndexer(defs); err == nil {
+		t.Error("an empty package gave an indexer")
+	}
+}
