@@ -21,7 +21,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	f := &fixture{db: repotest.NewDB(t), now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
-	f.svc = domain.NewService(f.db, nil, func() time.Time { return f.now })
+	f.svc = domain.NewService(domain.Config{Store: f.db, SourceBase: "https://exchange.example.org/fhir-source", Now: func() time.Time { return f.now }})
 	return f
 }
 

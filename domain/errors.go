@@ -7,29 +7,41 @@ import (
 
 // Code classifies an error. The values are FHIR issue-type codes
 // (http://hl7.org/fhir/issue-type) so the FHIR layer can put them into an
-// OperationOutcome unchanged; the admin API maps them to HTTP statuses.
+// OperationOutcome unchanged, except version-mismatch, which FHIR reports
+// as a conflict; the transport layers map them to HTTP statuses.
 type Code string
 
 // The closed set of error codes.
 const (
-	CodeInvalid       Code = "invalid"       // the input is malformed or breaks a rule: 400
-	CodeNotFound      Code = "not-found"     // the addressed thing does not exist (or may not be seen): 404
-	CodeConflict      Code = "conflict"      // the change clashes with the stored state: 409
-	CodeDuplicate     Code = "duplicate"     // a unique key is already taken: 409
-	CodeForbidden     Code = "forbidden"     // the actor may not do this: 403
-	CodeLogin         Code = "login"         // no, or no valid, credentials: 401
-	CodeThrottled     Code = "throttled"     // too many attempts: 429
-	CodeNotSupported  Code = "not-supported" // a valid request the service does not do: 400
-	CodeUnprocessable Code = "processing"    // well-formed, but the content breaks its rules (an OMH schema): 422
-	CodeInternal      Code = "exception"     // a fault of ours: 500, logged in full
+	CodeInvalid         Code = "invalid"          // the input is malformed or breaks a rule: 400
+	CodeNotFound        Code = "not-found"        // the addressed thing does not exist (or may not be seen): 404
+	CodeConflict        Code = "conflict"         // the change clashes with the stored state: 409
+	CodeDuplicate       Code = "duplicate"        // a unique key is already taken: 409
+	CodeForbidden       Code = "forbidden"        // the actor may not do this: 403
+	CodeLogin           Code = "login"            // no, or no valid, credentials: 401
+	CodeThrottled       Code = "throttled"        // too many attempts: 429
+	CodeNotSupported    Code = "not-supported"    // a valid request the service does not do: 400
+	CodeUnprocessable   Code = "processing"       // well-formed, but the content breaks its rules (an OMH schema): 422
+	CodeVersionMismatch Code = "version-mismatch" // the expected version (If-Match) is not the current one: 412
+	CodeInternal        Code = "exception"        // a fault of ours: 500, logged in full
 )
 
 // Error is the error type of the domain. Field names the input at fault
 // (a JSON field of the admin API or a FHIRPath expression) when there is one.
+// Details lists the problems one by one when there are several (an invalid
+// FHIR resource), each with the element at fault.
 type Error struct {
 	Code    Code
 	Message string
 	Field   string
+	Details []Detail
+}
+
+// Detail is one problem of an input: the element at fault and what is
+// wrong with it.
+type Detail struct {
+	Field   string
+	Message string
 }
 
 func (e *Error) Error() string { return e.Message }

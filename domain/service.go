@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"strings"
 	"time"
 
 	"exchange/omh"
@@ -26,21 +27,43 @@ type Service struct {
 	store        Store
 	observations ObservationStore
 	schemas      SchemaValidator
+	sourceBase   string
+	validator    ResourceValidator
+	indexer      ResourceIndexer
 	now          func() time.Time
 }
 
-// NewService returns a Service over the store. schemas validates Open
-// mHealth payloads (nil: structure only). now is the clock; nil means
-// time.Now. Tests inject a clock to step over expiry without sleeping.
-func NewService(store Store, schemas SchemaValidator, now func() time.Time) *Service {
-	if now == nil {
-		now = time.Now
+// Config is what a Service is made of.
+type Config struct {
+	Store Store
+	// Schemas validates Open mHealth payloads; nil: structure only.
+	Schemas SchemaValidator
+	// SourceBase is FHIR_SOURCE_BASE: FHIR source n is SourceBase/n.
+	SourceBase string
+	// Validator and Indexer check and index imported resources; without
+	// them (the FHIR packages are not installed) the imported store is
+	// read-only.
+	Validator ResourceValidator
+	Indexer   ResourceIndexer
+	// Now is the clock; nil means time.Now. Tests inject a clock to step
+	// over expiry without sleeping.
+	Now func() time.Time
+}
+
+// NewService returns a Service as configured.
+func NewService(c Config) *Service {
+	if c.Now == nil {
+		c.Now = time.Now
 	}
-	if schemas == nil {
-		schemas = StructureOnly{}
+	if c.Schemas == nil {
+		c.Schemas = StructureOnly{}
 	}
-	return &Service{store: store, observations: store, schemas: schemas, now: now}
+	return &Service{store: c.Store, observations: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
+		validator: c.Validator, indexer: c.Indexer, now: c.Now}
 }
 
 // Now returns the service clock's time in UTC.
 func (s *Service) Now() time.Time { return s.now().UTC() }
+
+// SourceBase returns FHIR_SOURCE_BASE, under which FHIR sources are named.
+func (s *Service) SourceBase() string { return s.sourceBase }

@@ -288,5 +288,12 @@ func (s *Service) DeleteFHIRSource(ctx context.Context, actor *Actor, id int64) 
 	if !actor.CanWritePatientData(p) {
 		return Errorf(CodeForbidden, "you may not delete FHIR source %d", id)
 	}
+	holds, err := s.store.SourceHoldsResources(ctx, id)
+	if err != nil {
+		return err
+	}
+	if holds {
+		return Errorf(CodeConflict, "FHIR source %d holds imported resources: delete them first", id)
+	}
 	return s.store.DeleteFHIRSource(ctx, id)
 }

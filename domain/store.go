@@ -21,6 +21,7 @@ type Store interface {
 	FHIRSourceStore
 	ObservationStore
 	ProjectionStore
+	ResourceStore
 	LoginThrottle
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,11 @@ func (w *walk) add(path, format string, args ...any) {
 	if len(w.issues) < maxIssues {
 		w.issues = append(w.issues, Issue{Expression: path, Message: fmt.Sprintf(format, args...)})
 	}
+}
+
+// HasElement reports whether a resource type defines a top-level element.
+func (v *Validator) HasElement(resourceType, element string) bool {
+	return v.defs.HasElement(resourceType, element)
 }
 
 // Validate checks the JSON of one resource. It returns no issues for a
@@ -500,4 +506,19 @@ func (w *walk) binding(path, valueSet, typ string, value any) {
 		}
 		w.add(path, "no coding is in the required value set %s", valueSet)
 	}
+}
+
+// OpenR5 opens the R5 definitions and expansions where scripts/setup put
+// the FHIR packages (FHIR_PACKAGES_DIR) and returns the R5 package and a
+// validator over both.
+func OpenR5(packagesDir string) (*Package, *Validator, error) {
+	defs, err := OpenPackage(filepath.Join(packagesDir, "hl7.fhir.r5.core", "package"))
+	if err != nil {
+		return nil, nil, err
+	}
+	terms, err := OpenTerminology(filepath.Join(packagesDir, "hl7.fhir.r5.expansions", "package"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("FHIR expansions package: %w (run scripts/setup)", err)
+	}
+	return defs, NewValidator(defs, terms), nil
 }

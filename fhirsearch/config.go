@@ -83,8 +83,8 @@ type Resource struct {
 	// Interactions are the FHIR interactions on the type.
 	Interactions []string
 	Params       []Param
-	// Sorts are the native sort keys; the imported store sorts every type
-	// by date and _lastUpdated.
+	// Sorts are the native sort keys; the imported store sorts by the
+	// type's SortParam and _lastUpdated.
 	Sorts []SortKey
 	// IndexPrefix lists, in index order, the equality fields the native
 	// collection's compound indexes start with: the planner puts the
@@ -92,6 +92,9 @@ type Resource struct {
 	IndexPrefix []string
 	// Imported says the imported store keeps resources of the type.
 	Imported bool
+	// SortParam is the date parameter imported resources of the type sort
+	// by (_sort=<it>); empty: date, when the type has it.
+	SortParam string
 	// Doc is shown in the CapabilityStatement.
 	Doc string
 }
@@ -99,10 +102,28 @@ type Resource struct {
 // The imported store's collection and its planning.
 const importedCollection = "resources"
 
-var (
-	importedIndexPrefix = []string{"resourceType", "sourceId"}
-	importedSorts       = []SortKey{{Name: "date", Asc: "sortAsc", Desc: "sortDesc"}, lastUpdatedSort}
-)
+var importedIndexPrefix = []string{"resourceType", "sourceId"}
+
+// sortParam is the date parameter the imported resources of the type sort
+// by: its start is stored as their sort date. Empty: they sort by
+// _lastUpdated only.
+func (r *Resource) sortParam() string {
+	if r.SortParam != "" {
+		return r.SortParam
+	}
+	if p, ok := r.param("date"); ok && p.Imported {
+		return "date"
+	}
+	return ""
+}
+
+// importedSorts are the sort keys of the imported store for the type.
+func (r *Resource) importedSorts() []SortKey {
+	if name := r.sortParam(); name != "" {
+		return []SortKey{{Name: name, Asc: "sortAsc", Desc: "sortDesc"}, lastUpdatedSort}
+	}
+	return []SortKey{lastUpdatedSort}
+}
 
 // The common parameters of every type. _id and _lastUpdated use the same
 // fields in every collection.
@@ -110,7 +131,7 @@ var commonParams = []Param{
 	{Name: "_id", Type: TypeToken, Doc: "Logical id: an integer for native records, a UUID for imported ones", Field: "_id", common: true},
 	{Name: "_lastUpdated", Type: TypeDate, Doc: "When the record last changed; prefixes eq, ne, lt, le, gt, ge, sa, eb, ap", Field: "lastUpdated", EndField: "lastUpdated", common: true},
 	{Name: "_source", Type: TypeURI, Doc: "Selects the store: omitted, the native store; {FHIR_SOURCE_BASE}/<id>, that FHIR source; :below={FHIR_SOURCE_BASE}/, every FHIR source the caller may read", common: true},
-	{Name: "_sort", Type: TypeString, Doc: "One sort key (date, _lastUpdated), descending with a leading '-'; ties broken by id", common: true, control: true},
+	{Name: "_sort", Type: TypeString, Doc: "One sort key, descending with a leading '-': _lastUpdated, date for native Observations, the type's main date parameter in the imported store (date, onset-date, birthdate, ...); ties broken by id", common: true, control: true},
 	{Name: "_count", Type: TypeNumber, Doc: "Page size: default 50, at most 1000", common: true, control: true},
 	{Name: "_summary", Type: TypeToken, Doc: "count: the total only", common: true, control: true},
 	{Name: "_total", Type: TypeToken, Doc: "accurate: count the whole result", common: true, control: true},
@@ -147,16 +168,18 @@ var patient = Param{Name: "patient", Type: TypeReference, Join: domain.JoinPatie
 // lastUpdatedSort is the _lastUpdated sort of every type.
 var lastUpdatedSort = SortKey{Name: "_lastUpdated", Asc: "lastUpdated", Desc: "lastUpdated"}
 
-var (
-	readSearch = []string{"read", "vread", "search-type"}
-	importedRW = []string{"read", "vread", "search-type", "create", "update", "patch", "delete"}
-)
+// importedRW are the interactions of every type: the imported store's;
+// native records and projections take the reads only.
+var importedRW = []string{"read", "vread", "search-type", "create", "update", "patch", "delete"}
 
 // imported is a type only the imported store keeps.
 func imported(resourceType string, params ...Param) Resource {
 	return Resource{Type: resourceType, Imported: true, Interactions: importedRW, Params: params,
 		Doc: "Imported store: resources sent by FHIR sources, kept as sent; searched with _source."}
 }
+
+// sortedBy names the date parameter imported resources of a type sort by.
+func sortedBy(param string, r Resource) Resource { r.SortParam = param; return r }
 
 // Resources is the configuration table of the FHIR interface: the native
 // types (Observation and the read-only projections) and the 28 types of
@@ -192,7 +215,7 @@ var Resources = []Resource{
 			{Name: "death-date", Type: TypeDate, Imported: true, Doc: "deceasedDateTime"},
 			{Name: "gender", Type: TypeToken, Imported: true, Doc: "male | female | other | unknown"},
 		}, joins("This patient", false)...),
-		Sorts: []SortKey{lastUpdatedSort},
+		Sorts: []SortKey{lastUpdatedSort}, SortParam: "birthdate",
 	},
 	{
 		Type: "Practitioner", Collection: "users", BaseFilter: map[string]any{"userType": "practitioner"}, Imported: true, Interactions: importedRW,
@@ -219,27 +242,27 @@ var Resources = []Resource{
 	imported("AllergyIntolerance", token("clinical-status"), patient),
 	imported("CarePlan", token("category"), date("date"), token("status"), patient),
 	imported("CareTeam", withExpression(token("role"), "CareTeam.participant.role"), token("status"), patient),
-	imported("Condition", date("abatement-date"),
+	sortedBy("onset-date", imported("Condition", date("abatement-date"),
 		withExpression(date("asserted-date"), "Condition.extension.where(url = 'http://hl7.org/fhir/StructureDefinition/condition-assertedDate').value"),
-		token("category"), token("clinical-status"), token("code"), reference("encounter"), date("onset-date"), date("recorded-date"), patient),
+		token("category"), token("clinical-status"), token("code"), reference("encounter"), date("onset-date"), date("recorded-date"), patient)),
 	imported("Coverage"),
 	imported("DiagnosticReport", token("category"), token("code"), date("date"), token("status"), patient),
 	imported("DocumentReference", token("category"), date("date"), date("period"), token("status"), token("type"), patient),
 	imported("Encounter", token("class"), date("date"), withExpression(token("discharge-disposition"), "Encounter.admission.dischargeDisposition"),
 		token("identifier"), reference("location"), token("status"), token("type"), patient),
 	imported("FamilyMemberHistory", token("code"), patient),
-	imported("Goal", token("description"), token("lifecycle-status"), date("target-date"), patient),
+	sortedBy("target-date", imported("Goal", token("description"), token("lifecycle-status"), date("target-date"), patient)),
 	imported("Immunization", date("date"), token("status"), patient),
 	imported("Location", str("address"), str("address-city"), str("address-postalcode"), str("address-state"), str("name")),
 	imported("Medication"),
 	imported("MedicationDispense", token("status"), token("type"), patient),
-	imported("MedicationRequest", date("authoredon"), reference("encounter"), token("intent"), token("status"), patient),
+	sortedBy("authoredon", imported("MedicationRequest", date("authoredon"), reference("encounter"), token("intent"), token("status"), patient)),
 	imported("PractitionerRole", reference("practitioner"), token("specialty")),
 	imported("Procedure", token("code"), date("date"), token("status"), patient),
 	imported("Provenance"),
-	imported("QuestionnaireResponse", date("authored"), reference("questionnaire"), token("status"), patient),
+	sortedBy("authored", imported("QuestionnaireResponse", date("authored"), reference("questionnaire"), token("status"), patient)),
 	imported("RelatedPerson", str("name"), patient),
-	imported("ServiceRequest", date("authored"), token("category"), withExpression(token("code"), "ServiceRequest.code.concept"), token("status"), patient),
+	sortedBy("authored", imported("ServiceRequest", date("authored"), token("category"), withExpression(token("code"), "ServiceRequest.code.concept"), token("status"), patient)),
 	imported("Specimen"),
 }
 
@@ -287,7 +310,7 @@ func (r *Resource) sortKey(name string, store domain.StoreKind) (*SortKey, bool)
 	}
 	sorts := r.Sorts
 	if store == domain.StoreImported || !r.Native() {
-		sorts = importedSorts
+		sorts = r.importedSorts()
 	}
 	i := slices.IndexFunc(sorts, func(s SortKey) bool { return s.Name == name })
 	if i < 0 {

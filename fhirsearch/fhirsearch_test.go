@@ -86,7 +86,7 @@ func TestPipelines(t *testing.T) {
 		{"a type without a native store finds nothing natively", "Condition", "", patients,
 			`{"$and":[{"_id":{"$in":[]}}]}`, `{"_id":1}`},
 		{"an imported search runs on the search index", "Condition",
-			"_source:below=" + sourceBase + "/&code=http://snomed.info/sct|44054006&onset-date=ge2024&_sort=date", domain.Scope{SourceIDs: []int64{3, 4}},
+			"_source:below=" + sourceBase + "/&code=http://snomed.info/sct|44054006&onset-date=ge2024&_sort=onset-date", domain.Scope{SourceIDs: []int64{3, 4}},
 			`{"$and":[{"dates.onset-date.end":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"search":{"$in":["code|http://snomed.info/sct|44054006"]}}],"resourceType":"Condition","sourceId":{"$in":[3,4]}}`,
 			`{"sortAsc":1,"_id":1}`},
 		{"imported strings, references and ids", "Encounter",
@@ -353,8 +353,9 @@ func TestParametersApplyToTheirStore(t *testing.T) {
 		{"Patient", "_has:Group:member:_id=1", true},
 		{"Condition", "code=x" + imported, true},
 		{"Condition", "patient=1" + imported, true},
-		{"Condition", "_lastUpdated=gt2020&_sort=-date" + imported, true},
-		{"Condition", "onset-date=ge2020&_sort=date", true}, // no native store: empty, but checked as imported
+		{"Condition", "_lastUpdated=gt2020&_sort=-onset-date" + imported, true},
+		{"Condition", "_sort=date" + imported, false},             // Condition sorts by its onset
+		{"Condition", "onset-date=ge2020&_sort=onset-date", true}, // no native store: empty, but checked as imported
 		{"Location", "patient=1" + imported, false},
 	} {
 		v, _ := url.ParseQuery(tc.query)

@@ -26,7 +26,8 @@ import (
 // Indexer extracts search indexes, with every configured parameter's
 // expression compiled once.
 type Indexer struct {
-	params map[string][]indexedParam // by resource type
+	params     map[string][]indexedParam // by resource type
+	sortParams map[string]string         // the date parameter each type sorts by
 }
 
 type indexedParam struct {
@@ -40,8 +41,13 @@ type indexedParam struct {
 // package, or the table's own where R5 defines none. A missing or
 // unsupported expression is an error, at start-up rather than at write.
 func NewIndexer(defs *fhirdefs.Package) (*Indexer, error) {
-	ix := &Indexer{params: map[string][]indexedParam{}}
+	ix := &Indexer{params: map[string][]indexedParam{}, sortParams: map[string]string{}}
 	for _, r := range Resources {
+		if !r.Imported {
+			continue
+		}
+		ix.params[r.Type] = []indexedParam{}
+		ix.sortParams[r.Type] = r.sortParam()
 		for _, p := range r.Params {
 			if !p.Imported {
 				continue
@@ -65,6 +71,13 @@ func NewIndexer(defs *fhirdefs.Package) (*Indexer, error) {
 		}
 	}
 	return ix, nil
+}
+
+// Keeps reports whether the imported store keeps a type: one of the
+// configuration table.
+func (ix *Indexer) Keeps(resourceType string) bool {
+	_, ok := ix.params[resourceType]
+	return ok
 }
 
 // Index extracts the search index of a resource of a configured type.
@@ -100,7 +113,7 @@ func (ix *Indexer) Index(resourceType string, resource map[string]any) domain.Re
 			}
 		}
 	}
-	if span, ok := idx.Dates["date"]; ok {
+	if span, ok := idx.Dates[ix.sortParams[resourceType]]; ok {
 		start := span.Start
 		idx.SortDate = &start
 	}

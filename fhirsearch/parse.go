@@ -163,10 +163,8 @@ func (t *Translator) selectStore(query url.Values) domain.StoreSelection {
 	}
 	if len(exact)+len(below) == 1 {
 		if len(exact) == 1 {
-			if rest, ok := strings.CutPrefix(exact[0], t.sourceBase+"/"); ok {
-				if id, err := strconv.ParseInt(rest, 10, 64); err == nil && id > 0 && strconv.FormatInt(id, 10) == rest {
-					return domain.StoreSelection{Kind: domain.StoreImported, SourceID: id}
-				}
+			if id, ok := domain.ParseSourceURI(t.sourceBase, exact[0]); ok {
+				return domain.StoreSelection{Kind: domain.StoreImported, SourceID: id}
 			}
 		} else if below[0] == t.sourceBase || below[0] == t.sourceBase+"/" {
 			return domain.StoreSelection{Kind: domain.StoreImported}

@@ -11,16 +11,63 @@ import (
 
 // statusOf maps a domain error code to its HTTP status.
 var statusOf = map[domain.Code]int{
-	domain.CodeInvalid:       fiber.StatusBadRequest,
-	domain.CodeNotFound:      fiber.StatusNotFound,
-	domain.CodeConflict:      fiber.StatusConflict,
-	domain.CodeDuplicate:     fiber.StatusConflict,
-	domain.CodeForbidden:     fiber.StatusForbidden,
-	domain.CodeLogin:         fiber.StatusUnauthorized,
-	domain.CodeThrottled:     fiber.StatusTooManyRequests,
-	domain.CodeNotSupported:  fiber.StatusBadRequest,
-	domain.CodeUnprocessable: fiber.StatusUnprocessableEntity,
-	domain.CodeInternal:      fiber.StatusInternalServerError,
+	domain.CodeInvalid:         fiber.StatusBadRequest,
+	domain.CodeNotFound:        fiber.StatusNotFound,
+	domain.CodeConflict:        fiber.StatusConflict,
+	domain.CodeDuplicate:       fiber.StatusConflict,
+	domain.CodeForbidden:       fiber.StatusForbidden,
+	domain.CodeLogin:           fiber.StatusUnauthorized,
+	domain.CodeThrottled:       fiber.StatusTooManyRequests,
+	domain.CodeNotSupported:    fiber.StatusBadRequest,
+	domain.CodeUnprocessable:   fiber.StatusUnprocessableEntity,
+	domain.CodeVersionMismatch: fiber.StatusPreconditionFailed,
+	domain.CodeInternal:        fiber.StatusInternalServerError,
+}
+
+// statusOfError is the HTTP status of a domain error.
+func statusOfError(err error) int {
+	if st, ok := statusOf[domain.ErrorCode(err)]; ok {
+		return st
+	}
+	return fiber.StatusInternalServerError
+}
+
+// issueType is the FHIR issue type of a domain error code.
+func issueType(code domain.Code) string {
+	if code == domain.CodeVersionMismatch {
+		return "conflict"
+	}
+	return string(code)
+}
+
+// outcome renders an error as an OperationOutcome: one issue per detail
+// when the error lists its problems, else one issue.
+func outcome(err error) fiber.Map {
+	code, message := issueType(domain.ErrorCode(err)), domain.ErrorMessage(err)
+	var de *domain.Error
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &de) && len(de.Details) > 0:
+		issues := make([]fiber.Map, len(de.Details))
+		for i, d := range de.Details {
+			issues[i] = fhirIssue(code, d.Message, d.Field)
+		}
+		return fiber.Map{"resourceType": "OperationOutcome", "issue": issues}
+	case errors.As(err, &de):
+		return fiber.Map{"resourceType": "OperationOutcome", "issue": []fiber.Map{fhirIssue(code, message, de.Field)}}
+	case errors.As(err, &fe):
+		code, message = issueType(codeOfStatus(fe.Code)), fe.Message
+	}
+	return fiber.Map{"resourceType": "OperationOutcome", "issue": []fiber.Map{fhirIssue(code, message, "")}}
+}
+
+// fhirIssue is one issue of an OperationOutcome of an error.
+func fhirIssue(code, diagnostics, expression string) fiber.Map {
+	issue := fiber.Map{"severity": "error", "code": code, "diagnostics": diagnostics}
+	if expression != "" {
+		issue["expression"] = []string{expression}
+	}
+	return issue
 }
 
 // codeOfStatus classifies Fiber's own errors (unknown route, wrong method,
@@ -55,35 +102,25 @@ func isFHIRPath(path string) bool {
 
 // handleError is the one place that turns an error into a response.
 func (s *server) handleError(c *fiber.Ctx, err error) error {
-	code := domain.ErrorCode(err)
-	status := statusOf[code]
-	message := domain.ErrorMessage(err)
-	var field string
-	var de *domain.Error
+	status := statusOfError(err)
 	var fe *fiber.Error
-	switch {
-	case errors.As(err, &de):
-		field = de.Field
-	case errors.As(err, &fe):
-		status, code, message = fe.Code, codeOfStatus(fe.Code), fe.Message
+	if errors.As(err, &fe) && !errors.As(err, new(*domain.Error)) {
+		status = fe.Code
 	}
-	if status == 0 {
-		status = fiber.StatusInternalServerError
+	message := domain.ErrorMessage(err)
+	if fe != nil {
+		message = fe.Message
 	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "error", err)
-		message = "internal error"
+		err, message = domain.Errorf(domain.CodeInternal, "internal error"), "internal error"
 	}
 	if status == fiber.StatusUnauthorized && len(c.Response().Header.Peek(fiber.HeaderWWWAuthenticate)) == 0 {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="exchange"`)
 	}
 	if isFHIRPath(c.Path()) {
-		issue := fiber.Map{"severity": "error", "code": string(code), "diagnostics": message}
-		if field != "" {
-			issue["expression"] = []string{field}
-		}
-		c.Set(fiber.HeaderContentType, "application/fhir+json")
-		return c.Status(status).JSON(fiber.Map{"resourceType": "OperationOutcome", "issue": []fiber.Map{issue}}, "application/fhir+json")
+		c.Set(fiber.HeaderContentType, mediaFHIRJSON)
+		return c.Status(status).JSON(outcome(err), mediaFHIRJSON)
 	}
 	return c.Status(status).JSON(fiber.Map{"detail": message})
 }

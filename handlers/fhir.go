@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
-
-	"exchange/domain"
 )
 
 // The FHIR interface lives at /FHIR/R5 (canonical, with permissive CORS)
@@ -41,8 +39,11 @@ func (s *server) registerFHIR(app *fiber.App, prefix string) {
 	api.Get("/:type", s.fhirSearch)
 	api.Post("/:type", s.fhirCreate)
 	api.Get("/:type/:id", s.fhirRead)
-	api.Get("/:type/:id/_history/:vid", s.fhirVRead)
-	api.All("/:type/:id", s.fhirWriteNotAllowed)
+	api.Get("/:type/:id/_history/:vid", s.fhirRead)
+	api.Put("/:type/:id", s.importedOnly(s.fhirUpdate))
+	api.Patch("/:type/:id", s.importedOnly(s.fhirPatch))
+	api.Delete("/:type/:id", s.importedOnly(s.fhirDelete))
+	api.All("/:type/:id", methodNotAllowed("GET, HEAD, PUT, PATCH, DELETE"))
 }
 
 // methodNotAllowed answers 405 with the methods a route has.
@@ -62,7 +63,7 @@ func (s *server) fhirCORS(c *fiber.Ctx) error {
 	}
 	h := &c.Response().Header
 	h.Set(fiber.HeaderAccessControlAllowOrigin, "*")
-	h.Set(fiber.HeaderAccessControlAllowMethods, "GET, POST, PATCH, DELETE")
+	h.Set(fiber.HeaderAccessControlAllowMethods, "GET, POST, PUT, PATCH, DELETE")
 	h.Set(fiber.HeaderAccessControlAllowHeaders, "Authorization, Content-Type, Accept, Prefer, If-Match, X-SERVICE-FHIR-Source-ID")
 	h.Set(fiber.HeaderAccessControlExposeHeaders, "Location, ETag, Last-Modified")
 	if c.Method() == fiber.MethodOptions {
@@ -128,20 +129,4 @@ func fhirContentType(c *fiber.Ctx) string {
 func writeFHIR(c *fiber.Ctx, status int, v any) error {
 	ct := fhirContentType(c)
 	return c.Status(status).JSON(v, ct)
-}
-
-// fhirWriteNotAllowed answers writes to records: native records and
-// projections are read-only over FHIR.
-func (s *server) fhirWriteNotAllowed(c *fiber.Ctx) error {
-	c.Set(fiber.HeaderAllow, "GET")
-	return fiber.NewError(fiber.StatusMethodNotAllowed, c.Method()+" is not allowed on "+c.Params("type")+"/"+c.Params("id")+": native records and projections are read-only")
-}
-
-// fhirVRead answers GET [base]/<type>/<id>/_history/<version>, the
-// Location of a create. Native records and projections have one version.
-func (s *server) fhirVRead(c *fiber.Ctx) error {
-	if c.Params("vid") != "1" {
-		return domain.Errorf(domain.CodeNotFound, "%s/%s has no version %s", c.Params("type"), c.Params("id"), c.Params("vid"))
-	}
-	return s.fhirRead(c)
 }

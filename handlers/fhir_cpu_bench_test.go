@@ -322,7 +322,7 @@ func (s *benchStore) SearchObservations(context.Context, *domain.SearchPlan) (do
 // with the actor set as authenticate would (the bearer token lookup and the
 // actor's loading are database work, left out).
 func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server) {
-	svc := domain.NewService(store, benchSchemas(b), nil)
+	svc := domain.NewService(domain.Config{Store: store, Schemas: benchSchemas(b)})
 	s := &server{service: svc, search: fhirsearch.NewTranslator([]byte("bench cursor key"), "https://exchange.example.org/fhir-source", nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	a, err := svc.Actor(context.Background(), store.manager.ID)
 	if err != nil {
@@ -371,7 +371,7 @@ func BenchmarkObservationCPU(b *testing.B) {
 	b.Run("decode", func(b *testing.B) { // FHIR Observation JSON and the Base64 attachment
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := decodeObservation(raw); err != nil {
+			if _, err := decodeObservation(raw); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -515,7 +515,7 @@ func BenchmarkSearchPageCPU(b *testing.B) {
 			bd := bundle{ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()),
 				Link: []bundleLink{{Relation: "self", URL: base + "/Observation?" + BenchSearchQuery}}, Entry: []bundleEntry{}}
 			for _, h := range page {
-				bd.Entry = append(bd.Entry, bundleEntry{FullURL: base + "/Observation/" + strconv.FormatInt(h.id, 10),
+				bd.Entry = append(bd.Entry, bundleEntry{FullURL: base + "/Observation/" + h.id(),
 					Resource: withElements(h.resource, q.Elements()), Search: &bundleSearch{Mode: "match"}})
 			}
 			next := url.Values{}

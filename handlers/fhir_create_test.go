@@ -206,9 +206,11 @@ func TestFHIRBatchStatuses(t *testing.T) {
 		{"two native codings", edit(hr("e-11"), func(r map[string]any) {
 			r["code"] = map[string]any{"coding": []any{map[string]any{"system": fxOMH, "code": fxHR}, map[string]any{"system": fxIEEE, "code": fxHR}}}
 		}), false, "400 Bad Request", "invalid", "coding"},
+		// Without a native coding, an Observation is imported: it needs a
+		// FHIR source.
 		{"no native coding", edit(hr("e-12"), func(r map[string]any) {
 			r["code"] = map[string]any{"coding": []any{map[string]any{"system": "http://loinc.org", "code": "8867-4"}}}
-		}), false, "400 Bad Request", "invalid", "coding"},
+		}), false, "400 Bad Request", "invalid", "meta.source"},
 		{"a native code that is no schema id", edit(hr("e-13"), func(r map[string]any) {
 			r["code"] = map[string]any{"coding": []any{map[string]any{"system": fxOMH, "code": "heart rate"}}}
 		}), false, "400 Bad Request", "invalid", "coding"},

@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"slices"
+
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/fhirsearch"
@@ -12,7 +14,7 @@ import (
 const capabilityDate = "2026-11-22"
 
 // softwareVersion names this build in the CapabilityStatement.
-const softwareVersion = "0.4.0"
+const softwareVersion = "0.5.0"
 
 // importedOnlyExtension marks a search parameter that applies only when
 // _source selects the imported store.
@@ -45,7 +47,12 @@ func (s *server) capabilityStatement(c *fiber.Ctx) error {
 			}
 			params = append(params, param)
 		}
-		resources = append(resources, fiber.Map{"type": r.Type, "documentation": r.Doc, "interaction": interactions, "searchParam": params})
+		entry := fiber.Map{"type": r.Type, "documentation": r.Doc, "interaction": interactions, "searchParam": params}
+		if slices.Contains(r.Interactions, "update") {
+			// If-Match is honoured; a PUT never creates (ids are assigned).
+			entry["versioning"], entry["updateCreate"] = "versioned-update", false
+		}
+		resources = append(resources, entry)
 	}
 	discoveryHeaders(c)
 	return writeFHIR(c, fiber.StatusOK, fiber.Map{
@@ -63,6 +70,7 @@ func (s *server) capabilityStatement(c *fiber.Ctx) error {
 		"implementation": fiber.Map{"description": "Clinical data exchange", "url": base + fhirCanonical},
 		"fhirVersion":    "5.0.0",
 		"format":         []string{"json"},
+		"patchFormat":    []string{"application/json-patch+json", "application/merge-patch+json"},
 		"rest": []fiber.Map{{
 			"mode": "server",
 			"security": fiber.Map{

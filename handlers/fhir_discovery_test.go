@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -78,19 +79,20 @@ func TestFHIRCapabilityStatement(t *testing.T) {
 		"_summary": "", "_total": "", "_elements": ""}
 	joins := map[string]string{"patient": "reference", "patient.organization": "reference", "patient.identifier": "token",
 		"patient._has:Group:member:_id": "", "_has:Group:member:_id": ""}
+	rw := []string{"create", "delete", "patch", "read", "search-type", "update", "vread"} // the imported store's, on every type
 	paramTypes := []string{"number", "date", "string", "token", "reference", "composite", "quantity", "uri", "special", "resource"}
 	for _, c := range []struct {
 		rt           string
 		interactions []string
 		params       map[string]string
 	}{
-		{"Observation", []string{"create", "read", "search-type"}, map[string]string{"patient": "reference", "patient.organization": "reference",
+		{"Observation", rw, map[string]string{"patient": "reference", "patient.organization": "reference",
 			"patient.identifier": "token", "patient._has:Group:member:_id": "", "code": "token", "date": "date", "identifier": "token", "status": "token"}},
-		{"Patient", []string{"read", "search-type"}, map[string]string{"identifier": "token", "family": "string", "given": "string", "name": "string", "birthdate": "date"}},
-		{"Practitioner", []string{"read", "search-type"}, nil},
-		{"Organization", []string{"read", "search-type"}, nil},
-		{"Group", []string{"read", "search-type"}, nil},
-		{"Device", []string{"read", "search-type"}, nil},
+		{"Patient", rw, map[string]string{"identifier": "token", "family": "string", "given": "string", "name": "string", "birthdate": "date"}},
+		{"Practitioner", rw, nil},
+		{"Organization", rw, nil},
+		{"Group", rw, nil},
+		{"Device", rw, nil},
 	} {
 		r := types[c.rt]
 		if r == nil {
@@ -135,8 +137,30 @@ func TestFHIRCapabilityStatement(t *testing.T) {
 			}
 		}
 	}
-	if len(types) != 6 {
+	if len(types) != 28 {
 		t.Errorf("types %v", len(types))
+	}
+	// Parameters of the imported store only are marked so.
+	marked := func(rt, name string) bool {
+		for _, p := range fxArr(types[rt]["searchParam"]) {
+			if fxObj(p)["name"] == name {
+				return len(fxArr(fxObj(p)["extension"])) == 1
+			}
+		}
+		t.Errorf("%s has no parameter %s", rt, name)
+		return false
+	}
+	for _, c := range []struct {
+		rt, name     string
+		importedOnly bool
+	}{{"Observation", "category", true}, {"Observation", "code", false}, {"Patient", "gender", true}, {"Patient", "family", false},
+		{"Condition", "onset-date", true}, {"Condition", "_source", false}} {
+		if marked(c.rt, c.name) != c.importedOnly {
+			t.Errorf("%s %s: marked imported-only %v", c.rt, c.name, !c.importedOnly)
+		}
+	}
+	if got := fmt.Sprint(cs["patchFormat"]); got != "[application/json-patch+json application/merge-patch+json]" {
+		t.Errorf("patchFormat %s", got)
 	}
 
 	// Stable between requests; the same with an invalid token; the same
@@ -256,7 +280,7 @@ func TestFHIRCORS(t *testing.T) {
 	}
 	cors := func(resp *http.Response) bool {
 		return resp.Header.Get("Access-Control-Allow-Origin") == "*" &&
-			resp.Header.Get("Access-Control-Allow-Methods") == "GET, POST, PATCH, DELETE"
+			resp.Header.Get("Access-Control-Allow-Methods") == "GET, POST, PUT, PATCH, DELETE"
 	}
 	none := func(resp *http.Response) bool {
 		for k := range resp.Header {

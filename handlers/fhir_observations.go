@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
+	"exchange/fhirsearch"
 )
 
 // observationIn is the part of a FHIR Observation the native store reads.
@@ -46,14 +47,14 @@ type observationIn struct {
 
 // decodeObservation reads one FHIR Observation into the input of the
 // native create; a JSON error names the element at fault.
-func decodeObservation(raw json.RawMessage) (*domain.NewObservation, []domain.Coding, error) {
+func decodeObservation(raw json.RawMessage) (*domain.NewObservation, error) {
 	var in observationIn
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&in); err != nil {
-		return nil, nil, fhirJSONError("Observation", err)
+		return nil, fhirJSONError("Observation", err)
 	}
 	if in.ResourceType != "Observation" {
-		return nil, nil, domain.FieldErrorf("resourceType", "must be Observation, not %q", in.ResourceType)
+		return nil, domain.FieldErrorf("resourceType", "must be Observation, not %q", in.ResourceType)
 	}
 	n := &domain.NewObservation{Status: in.Status}
 	if in.Subject != nil {
@@ -74,11 +75,11 @@ func decodeObservation(raw json.RawMessage) (*domain.NewObservation, []domain.Co
 		n.ContentType = v.ContentType
 		data, err := base64.StdEncoding.DecodeString(v.Data)
 		if err != nil {
-			return nil, nil, domain.FieldErrorf("Observation.valueAttachment.data", "is not Base64")
+			return nil, domain.FieldErrorf("Observation.valueAttachment.data", "is not Base64")
 		}
 		n.Data = data
 	}
-	return n, n.Codings, nil
+	return n, nil
 }
 
 // fhirJSONError names the element a JSON decoding error is about.
@@ -93,27 +94,12 @@ func fhirJSONError(resourceType string, err error) error {
 // statusLine is the status of a batch entry, as FHIR writes it.
 func statusLine(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) }
 
-// statusOfError is the HTTP status of a domain error.
-func statusOfError(err error) int {
-	if st, ok := statusOf[domain.ErrorCode(err)]; ok {
-		return st
-	}
-	return fiber.StatusInternalServerError
-}
-
-// fhirCreate answers POST [base]/<type>. An Observation coded to Open mHealth
-// or IEEE 1752 takes the native path, as a batch entry would.
-func (s *server) fhirCreate(c *fiber.Ctx) error {
-	resourceType := c.Params("type")
-	if resourceType != "Observation" {
-		return domain.Errorf(domain.CodeNotSupported, "creating %s is not supported: only native Observations are", resourceType)
-	}
-	n, codings, err := decodeObservation(c.Body())
+// createNativeObservation creates an Observation coded to Open mHealth or
+// IEEE 1752 in the native store, as a batch entry would.
+func (s *server) createNativeObservation(c *fiber.Ctx) error {
+	n, err := decodeObservation(c.Body())
 	if err != nil {
 		return err
-	}
-	if !domain.IsNativeObservation(codings) {
-		return domain.FieldErrorf("Observation.code.coding", "only Observations coded to %s or %s are stored", domain.SystemOpenMHealth, domain.SystemIEEE1752)
 	}
 	res := s.service.CreateObservations(c.UserContext(), actor(c), []domain.NewObservation{*n})[0]
 	if res.Err != nil {
@@ -139,9 +125,11 @@ type batchIn struct {
 	} `json:"entry"`
 }
 
-// fhirBatch answers POST [base]/ with a batch Bundle of Observation
-// creates: a batch-response Bundle with one entry per request entry, in
-// order, each created or refused on its own.
+// fhirBatch answers POST [base]/ with a batch Bundle of creates: a
+// batch-response Bundle with one entry per request entry, in order, each
+// created or refused on its own. Native Observations are created together;
+// other resources go to the imported store under the FHIR source the
+// request's header or each resource's meta.source names.
 func (s *server) fhirBatch(c *fiber.Ctx) error {
 	var in batchIn
 	if err := json.Unmarshal(c.Body(), &in); err != nil {
@@ -153,25 +141,48 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 	if in.Type != "batch" {
 		return domain.FieldErrorf("Bundle.type", "must be batch, not %q (transactions are not supported)", in.Type)
 	}
+	ctx, a := c.UserContext(), actor(c)
 	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(in.Entry))}
+	failed := func(i int, err error) {
+		if domain.ErrorCode(err) == domain.CodeInternal {
+			s.log.Error("batch entry failed", "entry", i, "error", err)
+		}
+		out.Entry[i] = errorEntry(err)
+	}
 	var creates []domain.NewObservation
 	var where []int
 	for i, e := range in.Entry {
-		n, err := batchEntry(i, e.Request, e.Resource)
+		resourceType, err := batchEntry(i, e.Request, e.Resource)
 		if err != nil {
-			out.Entry[i] = errorEntry(err)
+			failed(i, err)
 			continue
 		}
-		creates = append(creates, *n)
-		where = append(where, i)
+		if resourceType == "Observation" && isNativeObservationBody(e.Resource) {
+			n, err := decodeObservation(e.Resource)
+			if err != nil {
+				failed(i, err)
+				continue
+			}
+			creates = append(creates, *n)
+			where = append(where, i)
+			continue
+		}
+		r, err := s.service.CreateResource(ctx, a, domain.ResourceWrite{Type: resourceType, Body: e.Resource, Source: c.Get(domain.SourceHeader)})
+		if err != nil {
+			failed(i, err)
+			continue
+		}
+		out.Entry[i] = bundleEntry{
+			FullURL:  fhirBase(c) + "/" + r.Type + "/" + r.ID,
+			Resource: json.RawMessage(r.JSON),
+			Response: &bundleResponse{Status: statusLine(fiber.StatusCreated), Location: r.Type + "/" + r.ID + "/_history/1",
+				Etag: etag(r.VersionID), LastModified: instant(r.LastUpdated)},
+		}
 	}
-	for k, res := range s.service.CreateObservations(c.UserContext(), actor(c), creates) {
+	for k, res := range s.service.CreateObservations(ctx, a, creates) {
 		i := where[k]
 		if res.Err != nil {
-			if domain.ErrorCode(res.Err) == domain.CodeInternal {
-				s.log.Error("batch entry failed", "entry", i, "error", res.Err)
-			}
-			out.Entry[i] = errorEntry(res.Err)
+			failed(i, res.Err)
 			continue
 		}
 		o := res.Observation
@@ -185,29 +196,27 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 	return writeFHIR(c, fiber.StatusOK, out)
 }
 
-// batchEntry checks one entry of a batch: a POST of a native Observation.
+// batchEntry checks one entry of a batch, a POST of a resource, and
+// returns the type it creates.
 func batchEntry(i int, req *struct {
 	Method string `json:"method"`
 	URL    string `json:"url"`
-}, resource json.RawMessage) (*domain.NewObservation, error) {
+}, resource json.RawMessage) (string, error) {
 	at := fmt.Sprintf("Bundle.entry[%d]", i)
-	if req == nil || !strings.EqualFold(req.Method, "POST") || strings.TrimSuffix(req.URL, "/") != "Observation" {
-		return nil, domain.FieldErrorf(at+".request", "each entry must be {method: POST, url: Observation}")
+	if req == nil || !strings.EqualFold(req.Method, "POST") {
+		return "", domain.FieldErrorf(at+".request", "each entry must be {method: POST, url: <type>}")
+	}
+	resourceType := strings.TrimSuffix(req.URL, "/")
+	if _, ok := fhirsearch.Lookup(resourceType); !ok {
+		return "", domain.FieldErrorf(at+".request.url", "%q is not a resource type this server keeps", req.URL)
 	}
 	if len(resource) == 0 {
-		return nil, domain.FieldErrorf(at+".resource", "is required")
+		return "", domain.FieldErrorf(at+".resource", "is required")
 	}
-	n, codings, err := decodeObservation(resource)
-	if err != nil {
-		return nil, err
-	}
-	if !domain.IsNativeObservation(codings) {
-		return nil, domain.FieldErrorf("Observation.code.coding", "a batch creates Observations coded to %s or %s", domain.SystemOpenMHealth, domain.SystemIEEE1752)
-	}
-	return n, nil
+	return resourceType, nil
 }
 
 // errorEntry is the batch-response entry of a refused request entry.
 func errorEntry(err error) bundleEntry {
-	return bundleEntry{Response: &bundleResponse{Status: statusLine(statusOfError(err)), Outcome: outcomeOf(err)}}
+	return bundleEntry{Response: &bundleResponse{Status: statusLine(statusOfError(err)), Outcome: outcome(err)}}
 }

@@ -240,7 +240,7 @@ func withElements(resource any, elements []string) any {
 	}
 	data, _ := json.Marshal(resource)
 	var m map[string]any
-	_ = json.Unmarshal(data, &m)
+	_ = decodeExact(data, &m) // imported resources keep their decimals
 	rt, _ := m["resourceType"].(string)
 	keep := append([]string{"resourceType", "id", "meta"}, mandatory[rt]...)
 	out := map[string]any{}

@@ -47,22 +47,10 @@ type bundle struct {
 	Entry        []bundleEntry `json:"entry,omitempty"` // FHIR JSON has no empty arrays
 }
 
-// operationOutcome is a FHIR OperationOutcome with one issue per problem.
-func operationOutcome(severity, code, diagnostics string, expression ...string) fiber.Map {
+// operationOutcome is a FHIR OperationOutcome of one issue.
+func operationOutcome(severity, code, diagnostics string) fiber.Map {
 	issue := fiber.Map{"severity": severity, "code": code, "diagnostics": diagnostics}
-	if len(expression) > 0 {
-		issue["expression"] = expression
-	}
 	return fiber.Map{"resourceType": "OperationOutcome", "issue": []fiber.Map{issue}}
-}
-
-// outcomeOf renders an error as the OperationOutcome of a batch entry.
-func outcomeOf(err error) fiber.Map {
-	var field []string
-	if de, ok := err.(*domain.Error); ok && de.Field != "" {
-		field = []string{de.Field}
-	}
-	return operationOutcome("error", string(domain.ErrorCode(err)), domain.ErrorMessage(err), field...)
 }
 
 // fhirBase is the absolute URL of the FHIR interface the client used.
@@ -81,8 +69,15 @@ type searchFunc func(ctx context.Context, a *domain.Actor, q *fhirsearch.Query) 
 // searchHit is one resource of a page and where the next page continues.
 type searchHit struct {
 	resource any
-	id       int64
 	position fhirsearch.Position
+}
+
+// id is the logical id of the hit's resource.
+func (h searchHit) id() string {
+	if h.position.UUID != "" {
+		return h.position.UUID
+	}
+	return strconv.FormatInt(h.position.ID, 10)
 }
 
 // hits renders a page of domain values.
@@ -90,7 +85,7 @@ func hits[T any](items []T, render func(*T) (any, fhirsearch.Position)) []search
 	out := make([]searchHit, len(items))
 	for i := range items {
 		r, pos := render(&items[i])
-		out[i] = searchHit{resource: r, id: pos.ID, position: pos}
+		out[i] = searchHit{resource: r, position: pos}
 	}
 	return out
 }
@@ -157,10 +152,6 @@ func queryValues(c *fiber.Ctx) (url.Values, error) {
 // fhirSearch answers GET [base]/<type>?params with a searchset Bundle.
 func (s *server) fhirSearch(c *fiber.Ctx) error {
 	resourceType := c.Params("type")
-	run, ok := s.searches()[resourceType]
-	if !ok {
-		return domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server searches", resourceType)
-	}
 	values, err := queryValues(c)
 	if err != nil {
 		return err
@@ -168,6 +159,10 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 	q, err := s.search.Parse(resourceType, values, strictHandling(c))
 	if err != nil {
 		return err
+	}
+	run := s.searchImported // which answers nothing when _source names no store
+	if q.Store().Kind == domain.StoreNative {
+		run = s.searches()[resourceType]
 	}
 	page, more, total, err := run(c.UserContext(), actor(c), q)
 	if err != nil {
@@ -184,7 +179,7 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 		return writeFHIR(c, fiber.StatusOK, b)
 	}
 	for _, h := range page {
-		b.Entry = append(b.Entry, bundleEntry{FullURL: base + "/" + resourceType + "/" + strconv.FormatInt(h.id, 10),
+		b.Entry = append(b.Entry, bundleEntry{FullURL: base + "/" + resourceType + "/" + h.id(),
 			Resource: withElements(h.resource, q.Elements()), Search: &bundleSearch{Mode: "match"}})
 	}
 	if more && len(page) > 0 {
@@ -202,16 +197,25 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 	return writeFHIR(c, fiber.StatusOK, b)
 }
 
-// fhirRead answers GET [base]/<type>/<id> with the resource.
+// fhirRead answers GET [base]/<type>/<id> with the resource, and its
+// vread, GET [base]/<type>/<id>/_history/<version>: native records and
+// projections have one version.
 func (s *server) fhirRead(c *fiber.Ctx) error {
-	resourceType, rawID := c.Params("type"), c.Params("id")
-	if _, ok := s.searches()[resourceType]; !ok {
-		return domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server reads", resourceType)
+	imported, err := recordID(c)
+	if err != nil {
+		return err
 	}
-	id, err := strconv.ParseInt(rawID, 10, 64)
-	if err != nil || id < 1 {
+	if imported {
+		return s.fhirReadImported(c)
+	}
+	resourceType, rawID := c.Params("type"), c.Params("id")
+	if _, native := s.searches()[resourceType]; !native {
 		return domain.Errorf(domain.CodeNotFound, "%s/%s does not exist", resourceType, rawID)
 	}
+	if vid := c.Params("vid"); vid != "" && vid != "1" {
+		return domain.Errorf(domain.CodeNotFound, "%s/%s has no version %s", resourceType, rawID, vid)
+	}
+	id, _ := strconv.ParseInt(rawID, 10, 64) // recordID checked it
 	ctx, a := c.UserContext(), actor(c)
 	var resource any
 	var lastUpdated time.Time

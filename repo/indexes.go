@@ -60,6 +60,19 @@ var indexes = []index{
 	{colObservations, "patient_id", bson.D{{Key: "patientId", Value: 1}, {Key: "_id", Value: 1}}, false},
 	{colObservationIdentifier, "system_value_unique", bson.D{{Key: "system", Value: 1}, {Key: "value", Value: 1}}, true},
 	{colObservationIdentifier, "observation", bson.D{{Key: "observationId", Value: 1}}, false},
+	// The imported store: the type and source first (every search has the
+	// type, and all but a superuser's the readable sources), then the sort
+	// field and _id. Token, string and reference parameters share the one
+	// multikey search index; date parameters filter within the others
+	// (one index each would spend MongoDB's 64 on one collection).
+	{colResources, "uniqueKey_unique", bson.D{{Key: "uniqueKey", Value: 1}}, true},
+	{colResources, "type_source_id", bson.D{{Key: "resourceType", Value: 1}, {Key: "sourceId", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colResources, "type_source_lastUpdated", bson.D{{Key: "resourceType", Value: 1}, {Key: "sourceId", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colResources, "type_source_date_asc", bson.D{{Key: "resourceType", Value: 1}, {Key: "sourceId", Value: 1}, {Key: "sortAsc", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colResources, "type_source_date_desc", bson.D{{Key: "resourceType", Value: 1}, {Key: "sourceId", Value: 1}, {Key: "sortDesc", Value: -1}, {Key: "_id", Value: -1}}, false},
+	{colResources, "type_search_id", bson.D{{Key: "resourceType", Value: 1}, {Key: "search", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colResources, "type_sourcePatient_id", bson.D{{Key: "resourceType", Value: 1}, {Key: "sourcePatientId", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colResources, "source", bson.D{{Key: "sourceId", Value: 1}}, false},
 	{colUsers, "userType_lastUpdated", bson.D{{Key: "userType", Value: 1}, {Key: "lastUpdated", Value: 1}}, false},
 	{colOAuthTokens, "request_kind", bson.D{{Key: "requestId", Value: 1}, {Key: "kind", Value: 1}}, false},
 	{colOAuthTokens, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},

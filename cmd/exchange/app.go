@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"exchange/domain"
+	"exchange/fhirdefs"
 	"exchange/fhirsearch"
 	"exchange/oauth"
 	"exchange/omh"
@@ -74,7 +75,16 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 	} else {
 		schemas = a.schemas
 	}
-	a.service = domain.NewService(a.db, schemas, nil)
+	config := domain.Config{Store: a.db, Schemas: schemas, SourceBase: s.FHIRSourceBase}
+	if defs, validator, err := fhirdefs.OpenR5(s.FHIRPackagesDir); err != nil {
+		log.Warn("FHIR R5 packages are not installed: the imported store is read-only; run scripts/setup", "error", err)
+	} else if indexer, err := fhirsearch.NewIndexer(defs); err != nil {
+		a.Close()
+		return nil, err
+	} else {
+		config.Validator, config.Indexer = validator, indexer
+	}
+	a.service = domain.NewService(config)
 	cursorKey, err := hkdf.Key(sha256.New, secret, nil, "exchange search cursor", 32)
 	if err != nil {
 		a.Close()

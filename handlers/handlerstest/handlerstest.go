@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"exchange/domain"
+	"exchange/fhirdefs"
 	"exchange/fhirsearch"
 	"exchange/handlers"
 	"exchange/oauth"
@@ -95,6 +96,39 @@ func Schemas(t testing.TB) *omh.Registry {
 	return schemas
 }
 
+// r5 is the R5 validator and indexer, opened once per test binary.
+var r5 = sync.OnceValues(func() (*r5Model, error) {
+	dir := os.Getenv("FHIR_PACKAGES_DIR")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(), "standards", "fhir-packages")
+	}
+	defs, validator, err := fhirdefs.OpenR5(dir)
+	if err != nil {
+		return nil, err
+	}
+	indexer, err := fhirsearch.NewIndexer(defs)
+	if err != nil {
+		return nil, err
+	}
+	return &r5Model{validator, indexer}, nil
+})
+
+type r5Model struct {
+	validator *fhirdefs.Validator
+	indexer   *fhirsearch.Indexer
+}
+
+// R5 returns the FHIR R5 validator and search indexer of the imported
+// store: FHIR_PACKAGES_DIR, or standards/fhir-packages of the repository.
+func R5(t testing.TB) (*fhirdefs.Validator, *fhirsearch.Indexer) {
+	t.Helper()
+	m, err := r5()
+	if err != nil {
+		t.Fatalf("%v: run scripts/setup first", err)
+	}
+	return m.validator, m.indexer
+}
+
 // RepoRoot returns the directory of go.mod above the working directory.
 func RepoRoot() string {
 	dir, _ := os.Getwd()
@@ -132,7 +166,9 @@ func Start(t testing.TB) *Env {
 	t.Helper()
 	db := repotest.NewDB(t)
 	clock := &Clock{}
-	svc := domain.NewService(db, Schemas(t), clock.Now)
+	validator, indexer := R5(t)
+	svc := domain.NewService(domain.Config{Store: db, Schemas: Schemas(t), SourceBase: SourceBase,
+		Validator: validator, Indexer: indexer, Now: clock.Now})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,

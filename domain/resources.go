@@ -1,0 +1,531 @@
+package domain
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/uuid"
+
+	"exchange/fhirdefs"
+)
+
+// The imported store keeps FHIR resources other than native Observations,
+// each tied to the FHIR source (an upstream system of one patient) that
+// sent it. A resource is kept as sent, with provenance stamped on it:
+//
+//   - id: a UUID the service assigns; the source's own id moves into an
+//     identifier with the system {FHIR_SOURCE_BASE}/<source id>/id (types
+//     without identifier keep it beside the resource only), so that ids
+//     of any length import;
+//   - meta.versionId, meta.lastUpdated, and meta.source = the FHIR
+//     source's canonical URI {FHIR_SOURCE_BASE}/<source id>.
+//
+// A source sends one resource of a type under one upstream id: a second
+// create is CodeDuplicate, never a refresh. Every write is validated
+// against FHIR R5 and re-indexed for search before anything is stored.
+
+// SourceHeader is the request header that names the FHIR source of a
+// write; it wins over meta.source.
+const SourceHeader = "X-SERVICE-FHIR-Source-ID"
+
+// ResourceValidator checks resources against FHIR R5; *fhirdefs.Validator
+// is one.
+type ResourceValidator interface {
+	// ValidateObject checks a resource decoded with
+	// json.Decoder.UseNumber: no issues when it is valid. An error is a
+	// fault of the definitions, not of the resource.
+	ValidateObject(resource map[string]any) ([]fhirdefs.Issue, error)
+	// HasElement reports whether a resource type defines a top-level
+	// element.
+	HasElement(resourceType, element string) bool
+}
+
+// ResourceIndexer extracts the search index of a resource;
+// *fhirsearch.Indexer is one.
+type ResourceIndexer interface {
+	// Keeps reports whether the imported store keeps the type.
+	Keeps(resourceType string) bool
+	Index(resourceType string, resource map[string]any) ResourceIndex
+}
+
+// Resource is a resource of the imported store.
+type Resource struct {
+	ID       string // a UUID
+	Type     string
+	SourceID int64
+	// SourcePatientID is the patient of the FHIR source: whose data the
+	// resource is, for permissions and the patient search parameter.
+	SourcePatientID int64
+	// UpstreamID is the id the source gave the resource; "" when none.
+	UpstreamID string
+	// UniqueKey is what no two resources share: source, type and upstream
+	// id, or the resource's own id when it came without one.
+	UniqueKey   string
+	VersionID   int64
+	LastUpdated time.Time // milliseconds, as meta.lastUpdated shows it
+	// JSON is the resource as stored and served, byte for byte.
+	JSON []byte
+	// Object is JSON decoded (numbers as json.Number), for the store's
+	// parsed copy; set on writes only.
+	Object map[string]any
+	Index  ResourceIndex
+}
+
+// ResourceStore keeps the imported store.
+type ResourceStore interface {
+	// CreateResource stores a new resource; CodeDuplicate when its unique
+	// key is taken.
+	CreateResource(ctx context.Context, r *Resource) error
+	// ResourceByID returns a resource of a type; CodeNotFound when none.
+	ResourceByID(ctx context.Context, resourceType, id string) (*Resource, error)
+	// ReplaceResource stores r in place of the version before it
+	// (r.VersionID-1): CodeVersionMismatch when another change came
+	// first, CodeNotFound when the resource is gone.
+	ReplaceResource(ctx context.Context, r *Resource) error
+	// DeleteResource removes a version of a resource, with the errors of
+	// ReplaceResource.
+	DeleteResource(ctx context.Context, resourceType, id string, version int64) error
+	SearchResources(ctx context.Context, plan *SearchPlan) (SearchResult[Resource], error)
+	// SourceHoldsResources reports whether any resource is tied to the
+	// FHIR source.
+	SourceHoldsResources(ctx context.Context, sourceID int64) (bool, error)
+}
+
+// ResourceWrite is a create or replacement of an imported resource, as the
+// FHIR layer received it.
+type ResourceWrite struct {
+	Type string // the type the URL names
+	Body []byte
+	// Source is the SourceHeader header; "" when absent.
+	Source string
+	// IfMatch is the version an update expects; 0: any.
+	IfMatch int64
+}
+
+// PatchFormat is the media type of a patch.
+type PatchFormat int
+
+// The patch formats.
+const (
+	JSONPatch  PatchFormat = iota // RFC 6902, application/json-patch+json
+	MergePatch                    // RFC 7396, application/merge-patch+json
+)
+
+var resourceID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// IsResourceID reports whether an id is one the imported store assigns.
+func IsResourceID(id string) bool { return resourceID.MatchString(id) }
+
+// SourceURI is the canonical URI of a FHIR source under base
+// (FHIR_SOURCE_BASE).
+func SourceURI(base string, id int64) string { return base + "/" + strconv.FormatInt(id, 10) }
+
+// ParseSourceURI reads a FHIR source's canonical URI: exactly
+// {base}/<id>, the id written as SourceURI writes it.
+func ParseSourceURI(base, uri string) (int64, bool) {
+	rest, ok := strings.CutPrefix(uri, base+"/")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || id < 1 || strconv.FormatInt(id, 10) != rest {
+		return 0, false
+	}
+	return id, true
+}
+
+// upstreamIDSystem is the identifier system of the ids a source gave.
+func (s *Service) upstreamIDSystem(sourceID int64) string {
+	return SourceURI(s.sourceBase, sourceID) + "/id"
+}
+
+// importedWrites says why the imported store takes no writes, if it
+// does not.
+func (s *Service) importedWrites() error {
+	if s.validator == nil || s.indexer == nil {
+		return Errorf(CodeNotSupported, "the imported store takes no writes: the FHIR R5 packages are not installed (run scripts/setup)")
+	}
+	return nil
+}
+
+// CreateResource stores a new resource in the imported store, under the
+// FHIR source the write names (the header, else meta.source), which the
+// actor must be able to write to.
+func (s *Service) CreateResource(ctx context.Context, actor *Actor, w ResourceWrite) (*Resource, error) {
+	if err := s.importedWrites(); err != nil {
+		return nil, err
+	}
+	o, err := s.parseResource(w)
+	if err != nil {
+		return nil, err
+	}
+	sourceID, err := s.namedSource(w.Source, o, w.Type)
+	if err != nil {
+		return nil, err
+	}
+	src, err := s.writableSource(ctx, actor, sourceID)
+	if err != nil {
+		return nil, err
+	}
+	r := &Resource{ID: uuid.NewString(), Type: w.Type, SourceID: src.ID, SourcePatientID: src.PatientID, VersionID: 1}
+	if raw, ok := o.get("id"); ok {
+		if err := json.Unmarshal(raw, &r.UpstreamID); err != nil {
+			return nil, FieldErrorf(w.Type+".id", "is a string")
+		}
+	}
+	r.UniqueKey = r.ID
+	if r.UpstreamID != "" {
+		r.UniqueKey = fmt.Sprintf("%d|%s|%s", src.ID, r.Type, r.UpstreamID)
+	}
+	if err := s.stamp(r, o); err != nil {
+		return nil, err
+	}
+	if err := s.store.CreateResource(ctx, r); err != nil {
+		if IsCode(err, CodeDuplicate) {
+			return nil, Errorf(CodeDuplicate, "FHIR source %d already sent %s/%s: it is stored; update it with PUT", src.ID, r.Type, r.UpstreamID)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+// parseResource reads a written body: a JSON object of the type the URL
+// names, of a type the imported store keeps.
+func (s *Service) parseResource(w ResourceWrite) (jsonObject, error) {
+	if !s.indexer.Keeps(w.Type) {
+		return nil, Errorf(CodeNotSupported, "%s is not a resource type the imported store keeps", w.Type)
+	}
+	o, err := parseJSONObject(w.Body)
+	if err != nil {
+		return nil, Errorf(CodeInvalid, "the body is not a FHIR resource: %v", err)
+	}
+	var rt string
+	if raw, ok := o.get("resourceType"); !ok || json.Unmarshal(raw, &rt) != nil || rt != w.Type {
+		return nil, FieldErrorf("resourceType", "the body is a %s, not a %s as the URL says", strings.Trim(string(raw), `"`), w.Type)
+	}
+	return o, nil
+}
+
+// namedSource reads the FHIR source a write names: the header wins over
+// meta.source.
+func (s *Service) namedSource(header string, o jsonObject, resourceType string) (int64, error) {
+	if h := strings.TrimSpace(header); h != "" {
+		id, err := strconv.ParseInt(h, 10, 64)
+		if err != nil || id < 1 {
+			return 0, Errorf(CodeInvalid, "%s: %q is not a FHIR source id", SourceHeader, h)
+		}
+		return id, nil
+	}
+	if id, ok := s.sourceInMeta(o); ok {
+		return id, nil
+	}
+	return 0, &Error{Code: CodeInvalid, Field: resourceType + ".meta.source",
+		Message: fmt.Sprintf("name the FHIR source of the resource: the %s header, or meta.source = %s/<id>", SourceHeader, s.sourceBase)}
+}
+
+// sourceInMeta reads a FHIR source's URI in meta.source.
+func (s *Service) sourceInMeta(o jsonObject) (int64, bool) {
+	raw, ok := o.get("meta")
+	if !ok {
+		return 0, false
+	}
+	var meta struct {
+		Source string `json:"source"`
+	}
+	if json.Unmarshal(raw, &meta) != nil {
+		return 0, false
+	}
+	return ParseSourceURI(s.sourceBase, meta.Source)
+}
+
+// writableSource returns a FHIR source the actor may write to. A source
+// that does not exist is bad input, not a missing page.
+func (s *Service) writableSource(ctx context.Context, actor *Actor, id int64) (*FHIRSource, error) {
+	src, err := s.store.FHIRSourceByID(ctx, id)
+	if IsCode(err, CodeNotFound) {
+		return nil, Errorf(CodeInvalid, "FHIR source %d does not exist", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.store.PatientByID(ctx, src.PatientID)
+	if err != nil {
+		return nil, err
+	}
+	if !actor.CanWritePatientData(p) {
+		return nil, Errorf(CodeForbidden, "you may not write to FHIR source %d", id)
+	}
+	return src, nil
+}
+
+// stamp completes r from the sent resource: id, meta and the upstream
+// identifier written in; then validated against R5 and indexed. Nothing
+// is stored when the stamped resource is not valid.
+func (s *Service) stamp(r *Resource, o jsonObject) error {
+	r.LastUpdated = s.Now().Truncate(time.Millisecond)
+	o.set("id", mustJSON(r.ID))
+	meta := jsonObject{}
+	if raw, ok := o.get("meta"); ok {
+		var err error
+		if meta, err = parseJSONObject(raw); err != nil {
+			return FieldErrorf(r.Type+".meta", "is an object")
+		}
+	}
+	meta.set("versionId", mustJSON(strconv.FormatInt(r.VersionID, 10)))
+	meta.set("lastUpdated", mustJSON(r.LastUpdated.Format("2006-01-02T15:04:05.000Z07:00")))
+	meta.set("source", mustJSON(SourceURI(s.sourceBase, r.SourceID)))
+	o.set("meta", meta.marshal("versionId", "lastUpdated", "source"))
+	if r.UpstreamID != "" && s.validator.HasElement(r.Type, "identifier") {
+		s.stampUpstreamID(r, &o)
+	}
+	r.JSON = o.marshal("resourceType", "id", "meta")
+
+	dec := json.NewDecoder(bytes.NewReader(r.JSON))
+	dec.UseNumber()
+	if err := dec.Decode(&r.Object); err != nil {
+		return err // we wrote r.JSON ourselves
+	}
+	issues, err := s.validator.ValidateObject(r.Object)
+	if err != nil {
+		return err
+	}
+	if len(issues) > 0 {
+		return invalidResource(r.Type, issues)
+	}
+	r.Index = s.indexer.Index(r.Type, r.Object)
+	return nil
+}
+
+// stampUpstreamID writes the upstream id as the resource's identifier of
+// the source's id system, in place of any identifier of that system. An
+// identifier that is not an array is left for validation to refuse.
+func (s *Service) stampUpstreamID(r *Resource, o *jsonObject) {
+	system := s.upstreamIDSystem(r.SourceID)
+	var ids []json.RawMessage
+	if raw, ok := o.get("identifier"); ok && json.Unmarshal(raw, &ids) != nil {
+		return
+	}
+	kept := ids[:0]
+	for _, id := range ids {
+		var ident struct {
+			System string `json:"system"`
+		}
+		if json.Unmarshal(id, &ident) == nil && ident.System == system {
+			continue
+		}
+		kept = append(kept, id)
+	}
+	kept = append(kept, mustJSON(map[string]string{"system": system, "value": r.UpstreamID}))
+	o.set("identifier", mustJSON(kept))
+}
+
+// invalidResource is the error of a resource that breaks R5: one detail
+// per problem.
+func invalidResource(resourceType string, issues []fhirdefs.Issue) *Error {
+	e := &Error{Code: CodeInvalid, Field: issues[0].Expression,
+		Message: fmt.Sprintf("the %s is not valid FHIR R5: %s", resourceType, issues[0])}
+	if len(issues) > 1 {
+		e.Message += fmt.Sprintf(" (and %d more problems)", len(issues)-1)
+	}
+	for _, is := range issues {
+		e.Details = append(e.Details, Detail{Field: is.Expression, Message: is.Message})
+	}
+	return e
+}
+
+// ResourceByID returns an imported resource the actor may read: one of a
+// FHIR source of a patient the actor may read. Others are CodeNotFound,
+// as if they did not exist.
+func (s *Service) ResourceByID(ctx context.Context, actor *Actor, resourceType, id string) (*Resource, error) {
+	missing := Errorf(CodeNotFound, "%s/%s does not exist", resourceType, id)
+	if !IsResourceID(id) {
+		return nil, missing
+	}
+	r, err := s.store.ResourceByID(ctx, resourceType, id)
+	if err != nil {
+		return nil, err
+	}
+	if actor.IsSuperuser() {
+		return r, nil
+	}
+	p, err := s.store.PatientByID(ctx, r.SourcePatientID)
+	if IsCode(err, CodeNotFound) || (err == nil && !actor.CanReadPatient(p)) {
+		return nil, missing
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// writableResource returns a resource the actor may change, at the
+// version the change expects (0: any).
+func (s *Service) writableResource(ctx context.Context, actor *Actor, resourceType, id string, ifMatch int64) (*Resource, error) {
+	r, err := s.ResourceByID(ctx, actor, resourceType, id)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.writableSource(ctx, actor, r.SourceID); err != nil {
+		return nil, err
+	}
+	if ifMatch != 0 && ifMatch != r.VersionID {
+		return nil, Errorf(CodeVersionMismatch, "%s/%s is at version %d, not %d", resourceType, id, r.VersionID, ifMatch)
+	}
+	return r, nil
+}
+
+// UpdateResource replaces an imported resource (PUT). The body carries
+// the resource's id; it stays with its FHIR source and upstream id.
+func (s *Service) UpdateResource(ctx context.Context, actor *Actor, id string, w ResourceWrite) (*Resource, error) {
+	if err := s.importedWrites(); err != nil {
+		return nil, err
+	}
+	o, err := s.parseResource(w)
+	if err != nil {
+		return nil, err
+	}
+	current, err := s.writableResource(ctx, actor, w.Type, id, w.IfMatch)
+	if err != nil {
+		return nil, err
+	}
+	return s.replace(ctx, current, o, w)
+}
+
+// replace stores o as the next version of current.
+func (s *Service) replace(ctx context.Context, current *Resource, o jsonObject, w ResourceWrite) (*Resource, error) {
+	var bodyID string
+	if raw, ok := o.get("id"); !ok || json.Unmarshal(raw, &bodyID) != nil || bodyID != current.ID {
+		return nil, FieldErrorf(w.Type+".id", "must be %s, the id of the resource replaced", current.ID)
+	}
+	named := current.SourceID
+	if w.Source != "" {
+		var err error
+		if named, err = s.namedSource(w.Source, o, w.Type); err != nil {
+			return nil, err
+		}
+	} else if id, ok := s.sourceInMeta(o); ok {
+		named = id
+	}
+	if named != current.SourceID {
+		return nil, Errorf(CodeInvalid, "%s/%s stays with FHIR source %d: it cannot move to FHIR source %d", w.Type, current.ID, current.SourceID, named)
+	}
+	next := *current
+	next.VersionID++
+	if err := s.stamp(&next, o); err != nil {
+		return nil, err
+	}
+	if err := s.store.ReplaceResource(ctx, &next); err != nil {
+		return nil, err
+	}
+	return &next, nil
+}
+
+// PatchResource changes an imported resource with a JSON Patch or a JSON
+// merge patch; the result is validated like a replacement.
+func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType, id string, format PatchFormat, patch []byte, ifMatch int64) (*Resource, error) {
+	if err := s.importedWrites(); err != nil {
+		return nil, err
+	}
+	current, err := s.writableResource(ctx, actor, resourceType, id, ifMatch)
+	if err != nil {
+		return nil, err
+	}
+	var patched []byte
+	switch format {
+	case MergePatch:
+		if !json.Valid(patch) {
+			return nil, Errorf(CodeInvalid, "the merge patch is not JSON")
+		}
+		if patched, err = jsonpatch.MergePatch(current.JSON, patch); err != nil {
+			return nil, Errorf(CodeInvalid, "the merge patch does not apply: %v", err)
+		}
+	default:
+		ops, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			return nil, Errorf(CodeInvalid, "the JSON Patch is malformed: %v", err)
+		}
+		if patched, err = ops.Apply(current.JSON); err != nil {
+			return nil, Errorf(CodeUnprocessable, "the JSON Patch does not apply to %s/%s: %v", resourceType, id, err)
+		}
+	}
+	w := ResourceWrite{Type: resourceType, Body: patched}
+	o, err := s.parseResource(w)
+	if err != nil {
+		return nil, err
+	}
+	return s.replace(ctx, current, o, w)
+}
+
+// DeleteResource removes an imported resource.
+func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType, id string, ifMatch int64) error {
+	r, err := s.writableResource(ctx, actor, resourceType, id, ifMatch)
+	if err != nil {
+		return err
+	}
+	return s.store.DeleteResource(ctx, resourceType, id, r.VersionID)
+}
+
+// SearchResources runs a search of the imported store, within the FHIR
+// sources the actor may read: all of them, or the one _source names
+// (CodeForbidden when the actor may not read it). patient= selects the
+// resources of the patient's sources and those referring to the patient.
+func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (SearchResult[Resource], error) {
+	sel := q.Store()
+	scope := Scope{}
+	switch {
+	case sel.Kind != StoreImported:
+		return s.emptySearch(q)
+	case sel.SourceID != 0:
+		_, err := s.FHIRSourceByID(ctx, actor, sel.SourceID)
+		if IsCode(err, CodeNotFound) {
+			return s.emptySearch(q)
+		}
+		if err != nil {
+			return SearchResult[Resource]{}, err
+		}
+		scope.SourceIDs = []int64{sel.SourceID}
+	case !actor.IsSuperuser():
+		sources, err := s.ListFHIRSources(ctx, actor, everything)
+		if err != nil {
+			return SearchResult[Resource]{}, err
+		}
+		scope.SourceIDs = []int64{}
+		for _, src := range sources.Items {
+			scope.SourceIDs = append(scope.SourceIDs, src.ID)
+		}
+	}
+	for _, j := range q.Joins() {
+		t, err := s.resolveJoin(ctx, actor, j)
+		if err != nil {
+			return SearchResult[Resource]{}, err
+		}
+		scope.PatientIDs = intersect(scope.PatientIDs, t.patients)
+	}
+	plan, err := q.Plan(scope)
+	if err != nil {
+		return SearchResult[Resource]{}, err
+	}
+	return s.store.SearchResources(ctx, plan)
+}
+
+// emptySearch answers a search that can find nothing without asking the
+// store: a total of 0 when one is wanted.
+func (s *Service) emptySearch(q Search) (SearchResult[Resource], error) {
+	plan, err := q.Plan(Scope{})
+	if err != nil {
+		return SearchResult[Resource]{}, err
+	}
+	var res SearchResult[Resource]
+	if plan.Filter != nil {
+		var zero int64
+		res.Total = &zero
+	}
+	return res, nil
+}

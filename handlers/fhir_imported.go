@@ -1,0 +1,222 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+)
+
+// The imported store over FHIR: creates of anything but a native
+// Observation, reads, updates, patches and deletes of records with UUID
+// ids. The stored JSON is sent as it is kept, byte for byte.
+
+// writeResource answers an imported resource with its version headers.
+func writeResource(c *fiber.Ctx, status int, r *domain.Resource) error {
+	c.Set(fiber.HeaderETag, etag(r.VersionID))
+	c.Set(fiber.HeaderLastModified, r.LastUpdated.UTC().Format(http.TimeFormat))
+	if status == fiber.StatusCreated || status == fiber.StatusOK && c.Method() == fiber.MethodPut {
+		c.Set(fiber.HeaderLocation, fhirBase(c)+"/"+r.Type+"/"+r.ID+"/_history/"+strconv.FormatInt(r.VersionID, 10))
+	}
+	if c.Method() != fiber.MethodGet && preferMinimal(c) {
+		return c.SendStatus(status)
+	}
+	c.Set(fiber.HeaderContentType, fhirContentType(c))
+	return c.Status(status).Send(r.JSON)
+}
+
+func etag(version int64) string { return `W/"` + strconv.FormatInt(version, 10) + `"` }
+
+// preferMinimal reports Prefer: return=minimal, which asks a write for no
+// body.
+func preferMinimal(c *fiber.Ctx) bool {
+	for _, p := range strings.Split(c.Get("Prefer"), ",") {
+		if strings.EqualFold(strings.ReplaceAll(strings.TrimSpace(p), " ", ""), "return=minimal") {
+			return true
+		}
+	}
+	return false
+}
+
+// ifMatch reads If-Match: W/"<version>" (or "<version>"); 0 when absent.
+func ifMatch(c *fiber.Ctx) (int64, error) {
+	h := strings.TrimSpace(c.Get(fiber.HeaderIfMatch))
+	if h == "" {
+		return 0, nil
+	}
+	v := strings.Trim(strings.TrimPrefix(h, "W/"), `"`)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: %q is not a version tag such as W/\"1\"", h)
+	}
+	return n, nil
+}
+
+// isNativeObservationBody reports whether a posted Observation is coded
+// to Open mHealth or IEEE 1752, and so belongs to the native store; it
+// reads only code.coding, so that a malformed body still routes where its
+// code says and gets that store's errors.
+func isNativeObservationBody(body []byte) bool {
+	var probe struct {
+		Code struct {
+			Coding []json.RawMessage `json:"coding"`
+		} `json:"code"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return false
+	}
+	for _, raw := range probe.Code.Coding {
+		var coding struct {
+			System string `json:"system"`
+		}
+		if json.Unmarshal(raw, &coding) == nil && domain.IsNativeSystem(coding.System) {
+			return true
+		}
+	}
+	return false
+}
+
+// fhirCreate answers POST [base]/<type>. An Observation coded to Open
+// mHealth or IEEE 1752 takes the native path; everything else is imported,
+// under the FHIR source the request names.
+func (s *server) fhirCreate(c *fiber.Ctx) error {
+	resourceType := c.Params("type")
+	if _, ok := fhirsearch.Lookup(resourceType); !ok {
+		return domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server keeps", resourceType)
+	}
+	if resourceType == "Observation" && isNativeObservationBody(c.Body()) {
+		return s.createNativeObservation(c)
+	}
+	r, err := s.service.CreateResource(c.UserContext(), actor(c), domain.ResourceWrite{
+		Type: resourceType, Body: c.Body(), Source: c.Get(domain.SourceHeader)})
+	if err != nil {
+		return err
+	}
+	return writeResource(c, fiber.StatusCreated, r)
+}
+
+// recordID tells what an id addresses: an imported resource (a UUID), a
+// native record or projection (an integer), or nothing.
+func recordID(c *fiber.Ctx) (imported bool, err error) {
+	resourceType, id := c.Params("type"), c.Params("id")
+	if _, ok := fhirsearch.Lookup(resourceType); !ok {
+		return false, domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server keeps", resourceType)
+	}
+	if domain.IsResourceID(id) {
+		return true, nil
+	}
+	if n, err := strconv.ParseInt(id, 10, 64); err == nil && n > 0 {
+		return false, nil
+	}
+	return false, domain.Errorf(domain.CodeNotFound, "%s/%s does not exist", resourceType, id)
+}
+
+// importedOnly runs a write on an imported resource; on a native record
+// or projection it is 405.
+func (s *server) importedOnly(write func(*fiber.Ctx) error) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		imported, err := recordID(c)
+		if err != nil {
+			return err
+		}
+		if !imported {
+			c.Set(fiber.HeaderAllow, "GET")
+			return fiber.NewError(fiber.StatusMethodNotAllowed, c.Method()+" is not allowed on "+c.Params("type")+"/"+c.Params("id")+
+				": native records and projections are read-only over FHIR")
+		}
+		return write(c)
+	}
+}
+
+// fhirUpdate answers PUT [base]/<type>/<uuid>.
+func (s *server) fhirUpdate(c *fiber.Ctx) error {
+	version, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	r, err := s.service.UpdateResource(c.UserContext(), actor(c), c.Params("id"), domain.ResourceWrite{
+		Type: c.Params("type"), Body: c.Body(), Source: c.Get(domain.SourceHeader), IfMatch: version})
+	if err != nil {
+		return err
+	}
+	return writeResource(c, fiber.StatusOK, r)
+}
+
+// patchFormats are the media types of PATCH bodies.
+var patchFormats = map[string]domain.PatchFormat{
+	"application/json-patch+json":  domain.JSONPatch,
+	"application/merge-patch+json": domain.MergePatch,
+}
+
+// fhirPatch answers PATCH [base]/<type>/<uuid> with a JSON Patch or a
+// JSON merge patch.
+func (s *server) fhirPatch(c *fiber.Ctx) error {
+	mt, _, _ := mime.ParseMediaType(c.Get(fiber.HeaderContentType))
+	format, ok := patchFormats[mt]
+	if !ok {
+		return fiber.NewError(fiber.StatusUnsupportedMediaType,
+			"PATCH takes application/json-patch+json (JSON Patch) or application/merge-patch+json (JSON merge patch)")
+	}
+	version, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	r, err := s.service.PatchResource(c.UserContext(), actor(c), c.Params("type"), c.Params("id"), format, c.Body(), version)
+	if err != nil {
+		return err
+	}
+	return writeResource(c, fiber.StatusOK, r)
+}
+
+// fhirDelete answers DELETE [base]/<type>/<uuid>.
+func (s *server) fhirDelete(c *fiber.Ctx) error {
+	version, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	if err := s.service.DeleteResource(c.UserContext(), actor(c), c.Params("type"), c.Params("id"), version); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+// fhirReadImported answers GET [base]/<type>/<uuid>, and its vread: only
+// the current version is kept.
+func (s *server) fhirReadImported(c *fiber.Ctx) error {
+	r, err := s.service.ResourceByID(c.UserContext(), actor(c), c.Params("type"), c.Params("id"))
+	if err != nil {
+		return err
+	}
+	if vid := c.Params("vid"); vid != "" && vid != strconv.FormatInt(r.VersionID, 10) {
+		return domain.Errorf(domain.CodeNotFound, "%s/%s has no version %s: only the current version, %d, is kept", r.Type, r.ID, vid, r.VersionID)
+	}
+	return writeResource(c, fiber.StatusOK, r)
+}
+
+// searchImported runs a search of the imported store; the resources go
+// into the Bundle as stored.
+func (s *server) searchImported(ctx context.Context, a *domain.Actor, q *fhirsearch.Query) ([]searchHit, bool, *int64, error) {
+	res, err := s.service.SearchResources(ctx, a, q)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	return hits(res.Items, func(r *domain.Resource) (any, fhirsearch.Position) {
+		return json.RawMessage(r.JSON), fhirsearch.Position{UUID: r.ID, Date: r.Index.SortDate, LastUpdated: r.LastUpdated}
+	}), res.More, res.Total, nil
+}
+
+// decodeExact decodes JSON keeping numbers as written (json.Number), so
+// that re-encoding it does not round decimals.
+func decodeExact(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	return dec.Decode(v)
+}

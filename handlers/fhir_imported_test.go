@@ -1,0 +1,608 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"exchange/domain"
+	"exchange/handlers/handlerstest"
+	"exchange/repo/repotest"
+)
+
+// The imported store over FHIR: creates naming their FHIR source,
+// provenance, versions, the R5 gate, and search on the 28 types.
+
+var fxUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// fxImported is the FHIR fixture with a FHIR source for alice and one for
+// carol.
+type fxImported struct {
+	*fxWorld
+	aliceSrc, carolSrc *domain.FHIRSource
+	// resources is the imported store's collection, read directly as an
+	// analyst would.
+	resources *mongo.Collection
+}
+
+func fxNewImported(t *testing.T) *fxImported {
+	w := &fxImported{fxWorld: fxNewWorld(t)}
+	w.aliceSrc = fxMust(w.env.Service.CreateFHIRSource(w.ctx, fxSys, w.alice.ID, 0, "Hospital EHR"))
+	w.carolSrc = fxMust(w.env.Service.CreateFHIRSource(w.ctx, fxSys, w.carol.ID, 0, "Clinic EHR"))
+	client := fxMust(mongo.Connect(options.Client().ApplyURI(repotest.URI())))
+	t.Cleanup(func() { _ = client.Disconnect(w.ctx) })
+	w.resources = client.Database(w.env.DB.Name()).Collection("resources")
+	return w
+}
+
+func fxSourceURI(src *domain.FHIRSource) string {
+	return domain.SourceURI(handlerstest.SourceBase, src.ID)
+}
+
+func fxSourceHeader(src *domain.FHIRSource) map[string]string {
+	return map[string]string{domain.SourceHeader: fmt.Sprint(src.ID)}
+}
+
+// do sends a FHIR request as a user, with more headers.
+func (w *fxImported) do(t *testing.T, who, method, path string, header map[string]string, body string) (*http.Response, []byte) {
+	t.Helper()
+	h := map[string]string{"Authorization": "Bearer " + w.tok[who]}
+	for k, v := range header {
+		h[k] = v
+	}
+	return fxDo(t, w.env, method, fxBase+path, h, body)
+}
+
+// post creates a resource and returns it; the create must succeed.
+func (w *fxImported) post(t *testing.T, who string, src *domain.FHIRSource, resource string) map[string]any {
+	t.Helper()
+	var rt struct{ ResourceType string }
+	_ = json.Unmarshal([]byte(resource), &rt)
+	resp, body := w.do(t, who, "POST", "/"+rt.ResourceType, fxSourceHeader(src), resource)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create %s: %d %s", rt.ResourceType, resp.StatusCode, body)
+	}
+	return fxDecode(t, body)
+}
+
+// count is the number of documents of the imported store.
+func (w *fxImported) count(t *testing.T) int64 {
+	t.Helper()
+	n, err := w.resources.CountDocuments(w.ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// fxIssues returns the issues of an OperationOutcome.
+func fxIssues(t *testing.T, body []byte) []map[string]any {
+	t.Helper()
+	oo := fxDecode(t, body)
+	if oo["resourceType"] != "OperationOutcome" {
+		t.Fatalf("not an OperationOutcome: %s", body)
+	}
+	var out []map[string]any
+	for _, i := range fxArr(oo["issue"]) {
+		out = append(out, fxObj(i))
+	}
+	return out
+}
+
+const fxCondition = `{"resourceType": "Condition", "id": "upstream-1",
+	"meta": {"profile": ["http://hl7.org/fhir/us/core/StructureDefinition/us-core-condition-problems-health-concerns"]},
+	"clinicalStatus": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active"}]},
+	"code": {"coding": [{"system": "http://snomed.info/sct", "code": "44054006"}]},
+	"subject": {"reference": "Patient/123"},
+	"onsetDateTime": "2015-06-10"}`
+
+func TestImportedCreateNamesItsSource(t *testing.T) {
+	w := fxNewImported(t)
+	withMeta := func(resource, source string) string {
+		return strings.Replace(resource, `"meta": {`, `"meta": {"source": "`+source+`", `, 1)
+	}
+	withID := func(resource, id string) string { return strings.Replace(resource, "upstream-1", id, 1) }
+	for _, c := range []struct {
+		name, who string
+		header    map[string]string
+		body      string
+		status    int
+		source    *domain.FHIRSource // where it is stored
+		issue     string
+	}{
+		{"the header", "doc", fxSourceHeader(w.aliceSrc), withID(fxCondition, "h"), http.StatusCreated, w.aliceSrc, ""},
+		{"meta.source", "doc", nil, withID(withMeta(fxCondition, fxSourceURI(w.aliceSrc)), "m"), http.StatusCreated, w.aliceSrc, ""},
+		{"both: the header wins", "super", fxSourceHeader(w.carolSrc), withID(withMeta(fxCondition, fxSourceURI(w.aliceSrc)), "b"), http.StatusCreated, w.carolSrc, ""},
+		{"the patient themselves", "alice", fxSourceHeader(w.aliceSrc), withID(fxCondition, "p"), http.StatusCreated, w.aliceSrc, ""},
+		{"neither", "doc", nil, fxCondition, http.StatusBadRequest, nil, "invalid"},
+		{"meta.source under another base", "doc", nil, withMeta(fxCondition, "https://elsewhere.example.org/fhir-source/1"), http.StatusBadRequest, nil, "invalid"},
+		{"an unknown source in the header", "doc", map[string]string{domain.SourceHeader: "424242"}, fxCondition, http.StatusBadRequest, nil, "invalid"},
+		{"an unknown source in meta.source", "doc", nil, withMeta(fxCondition, handlerstest.SourceBase+"/424242"), http.StatusBadRequest, nil, "invalid"},
+		{"a header that is no id", "doc", map[string]string{domain.SourceHeader: "ehr"}, fxCondition, http.StatusBadRequest, nil, "invalid"},
+		{"a source of a patient of another organization", "outsider", fxSourceHeader(w.aliceSrc), fxCondition, http.StatusForbidden, nil, "forbidden"},
+		{"a viewer may not write", "viewer", fxSourceHeader(w.aliceSrc), fxCondition, http.StatusForbidden, nil, "forbidden"},
+		{"another patient's source", "alice", fxSourceHeader(w.carolSrc), fxCondition, http.StatusForbidden, nil, "forbidden"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := w.count(t)
+			resp, body := w.do(t, c.who, "POST", "/Condition", c.header, c.body)
+			if resp.StatusCode != c.status {
+				t.Fatalf("%d %s, want %d", resp.StatusCode, body, c.status)
+			}
+			if c.status != http.StatusCreated {
+				if issues := fxIssues(t, body); issues[0]["code"] != c.issue {
+					t.Errorf("issue %v, want %s", issues, c.issue)
+				}
+				if w.count(t) != before {
+					t.Error("a refused create wrote something")
+				}
+				return
+			}
+			r := fxDecode(t, body)
+			meta := fxObj(r["meta"])
+			id, _ := r["id"].(string)
+			if !fxUUID.MatchString(id) || meta["source"] != fxSourceURI(c.source) || meta["versionId"] != "1" || !fxInstant.MatchString(fmt.Sprint(meta["lastUpdated"])) {
+				t.Errorf("stored %s", body)
+			}
+			if resp.Header.Get("Location") != w.env.URL+fxBase+"/Condition/"+id+"/_history/1" || resp.Header.Get("ETag") != `W/"1"` || resp.Header.Get("Last-Modified") == "" {
+				t.Errorf("headers %v", resp.Header)
+			}
+		})
+	}
+}
+
+func TestImportedProvenance(t *testing.T) {
+	w := fxNewImported(t)
+	// The JSON as sent: member order, decimals, unicode and an upstream id
+	// longer than FHIR ids may be.
+	long := strings.Repeat("x", 120)
+	sent := `{"resourceType":"Observation","id":"` + long + `","status":"final",` +
+		`"code":{"coding":[{"system":"http://loinc.org","code":"8867-4"}],"text":"Fréquence cardiaque"},` +
+		`"identifier":[{"system":"http://ehr.example.org/obs","value":"o-1"}],` +
+		`"valueQuantity":{"value":61.50,"unit":"/min","system":"http://unitsofmeasure.org","code":"/min"},"note":[{"text":"1e2 < 3 & \"quoted\""}]}`
+	r := w.post(t, "doc", w.aliceSrc, sent)
+	id := r["id"].(string)
+	resp, stored := w.do(t, "doc", "GET", "/Observation/"+id, nil, "")
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != `W/"1"` || resp.Header.Get("Content-Type") != "application/fhir+json" {
+		t.Fatalf("read: %d %v %s", resp.StatusCode, resp.Header, stored)
+	}
+	meta := fxObj(r["meta"])
+	want := `{"resourceType":"Observation","id":"` + id + `","meta":{"versionId":"1","lastUpdated":"` + meta["lastUpdated"].(string) +
+		`","source":"` + fxSourceURI(w.aliceSrc) + `"},"status":"final",` +
+		`"code":{"coding":[{"system":"http://loinc.org","code":"8867-4"}],"text":"Fréquence cardiaque"},` +
+		`"identifier":[{"system":"http://ehr.example.org/obs","value":"o-1"},{"system":"` + fxSourceURI(w.aliceSrc) + `/id","value":"` + long + `"}],` +
+		`"valueQuantity":{"value":61.50,"unit":"/min","system":"http://unitsofmeasure.org","code":"/min"},"note":[{"text":"1e2 < 3 & \"quoted\""}]}`
+	if string(stored) != want {
+		t.Errorf("stored\n%s\nwant\n%s", stored, want)
+	}
+	// In a search Bundle, the same bytes.
+	_, bundle := w.do(t, "doc", "GET", "/Observation?_source="+url.QueryEscape(fxSourceURI(w.aliceSrc)), nil, "")
+	if !strings.Contains(string(bundle), want) {
+		t.Errorf("the search Bundle does not hold the stored JSON: %s", bundle)
+	}
+
+	// A type without identifier keeps the upstream id beside the resource.
+	p := w.post(t, "doc", w.aliceSrc, `{"resourceType": "Provenance", "id": "prov-1", "target": [{"reference": "Condition/c"}],
+		"agent": [{"who": {"reference": "Practitioner/p"}}]}`)
+	if _, has := p["identifier"]; has {
+		t.Errorf("an identifier on a Provenance: %v", p)
+	}
+	var doc struct {
+		UpstreamID string `bson:"upstreamId"`
+		SourceID   int64  `bson:"sourceId"`
+		Resource   bson.M `bson:"resource"`
+	}
+	if err := w.resources.FindOne(w.ctx, bson.D{{Key: "_id", Value: p["id"]}}).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.UpstreamID != "prov-1" || doc.SourceID != w.aliceSrc.ID || doc.Resource["resourceType"] != "Provenance" {
+		t.Errorf("document %+v", doc)
+	}
+}
+
+func TestImportedDuplicates(t *testing.T) {
+	w := fxNewImported(t)
+	w.post(t, "super", w.aliceSrc, fxCondition)
+	resp, body := w.do(t, "super", "POST", "/Condition", fxSourceHeader(w.aliceSrc), fxCondition)
+	if resp.StatusCode != http.StatusConflict || fxIssues(t, body)[0]["code"] != "duplicate" {
+		t.Fatalf("a second create: %d %s", resp.StatusCode, body)
+	}
+	// The same upstream id from another source, or of another type, is
+	// another resource; resources without an id never collide.
+	w.post(t, "super", w.carolSrc, fxCondition)
+	w.post(t, "super", w.aliceSrc, `{"resourceType": "Patient", "id": "upstream-1"}`)
+	w.post(t, "super", w.aliceSrc, `{"resourceType": "Patient"}`)
+	w.post(t, "super", w.aliceSrc, `{"resourceType": "Patient"}`)
+	if n := w.count(t); n != 5 {
+		t.Errorf("%d resources stored, want 5", n)
+	}
+}
+
+func TestImportedRouting(t *testing.T) {
+	w := fxNewImported(t)
+	// An Observation coded to Open mHealth is native, with or without a
+	// source; one on LOINC is imported.
+	native := fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-06-01T10:00:00Z")))}
+	raw, _ := json.Marshal(native.resource())
+	resp, body := w.do(t, "alice", "POST", "/Observation", fxSourceHeader(w.aliceSrc), string(raw))
+	if resp.StatusCode != http.StatusCreated || fxUUID.Match([]byte(fmt.Sprint(fxDecode(t, body)["id"]))) {
+		t.Errorf("native: %d %s", resp.StatusCode, body)
+	}
+	loinc := w.post(t, "alice", w.aliceSrc, `{"resourceType": "Observation", "status": "final", "code": {"coding": [{"system": "http://loinc.org", "code": "8867-4"}]}}`)
+	if !fxUUID.MatchString(loinc["id"].(string)) {
+		t.Errorf("LOINC: %v", loinc)
+	}
+	// Creates of the projected types with a source are imported; without
+	// one they are refused, never written to the admin entities.
+	pat := w.post(t, "doc", w.aliceSrc, `{"resourceType": "Patient", "name": [{"family": "Imported"}]}`)
+	if !fxUUID.MatchString(pat["id"].(string)) {
+		t.Errorf("Patient: %v", pat)
+	}
+	src := fxSourceHeader(w.aliceSrc)
+	for _, c := range []struct {
+		path   string
+		header map[string]string
+		body   string
+		issue  string
+	}{
+		{"/Patient", nil, `{"resourceType": "Patient"}`, "invalid"},
+		{"/Basic", src, `{"resourceType": "Basic", "code": {"text": "x"}}`, "not-supported"},
+		{"/Condition", src, `{"resourceType": "Patient"}`, "invalid"},
+		{"/Condition", src, `[1, 2]`, "invalid"},
+		{"/Condition", src, `{"resourceType": "Condition", "resourceType": "Condition"}`, "invalid"},
+		{"/Condition", src, `{"resourceType": "Condition"} {}`, "invalid"},
+	} {
+		resp, body := w.do(t, "doc", "POST", c.path, c.header, c.body)
+		if resp.StatusCode != http.StatusBadRequest || fxIssues(t, body)[0]["code"] != c.issue {
+			t.Errorf("POST %s %s: %d %s", c.path, c.body, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestImportedValidation(t *testing.T) {
+	w := fxNewImported(t)
+	resp, body := w.do(t, "doc", "POST", "/Condition", fxSourceHeader(w.aliceSrc), `{"resourceType": "Condition",
+		"clinicalStatus": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "sleeping"}]},
+		"onsetDateTime": "2015-13-45", "colour": "blue"}`)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	var expressions []string
+	for _, is := range fxIssues(t, body) {
+		if is["severity"] != "error" || is["code"] != "invalid" || is["diagnostics"] == "" {
+			t.Errorf("issue %v", is)
+		}
+		for _, e := range fxArr(is["expression"]) {
+			expressions = append(expressions, e.(string))
+		}
+	}
+	slices.Sort(expressions)
+	// The unknown element, the bad date, the code outside the required
+	// binding and the missing subject, each with its path.
+	want := []string{"Condition.clinicalStatus", "Condition.colour", "Condition.onsetDateTime", "Condition.subject"}
+	for _, e := range want {
+		if !slices.ContainsFunc(expressions, func(got string) bool { return strings.HasPrefix(got, e) }) {
+			t.Errorf("no issue at %s in %v", e, expressions)
+		}
+	}
+	if w.count(t) != 0 {
+		t.Error("an invalid resource was stored")
+	}
+}
+
+func TestImportedVersions(t *testing.T) {
+	w := fxNewImported(t)
+	c := w.post(t, "doc", w.aliceSrc, fxCondition)
+	id := c["id"].(string)
+	path := "/Condition/" + id
+	read := func() map[string]any {
+		t.Helper()
+		resp, body := w.do(t, "doc", "GET", path, nil, "")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("read: %d %s", resp.StatusCode, body)
+		}
+		return fxDecode(t, body)
+	}
+	version := func(r map[string]any) string { return fmt.Sprint(fxObj(r["meta"])["versionId"]) }
+	put := func(r map[string]any) string { data, _ := json.Marshal(r); return string(data) }
+
+	// PUT replaces: version 2, the upstream identifier kept.
+	c["onsetDateTime"] = "2016-01-01"
+	delete(c, "identifier")
+	resp, body := w.do(t, "doc", "PUT", path, map[string]string{"If-Match": `W/"1"`}, put(c))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != `W/"2"` {
+		t.Fatalf("PUT: %d %s", resp.StatusCode, body)
+	}
+	if r := read(); version(r) != "2" || r["onsetDateTime"] != "2016-01-01" || !strings.Contains(fxCompact(r), `"value":"upstream-1"`) {
+		t.Errorf("after PUT: %v", r)
+	}
+	// A stale version is refused, and so is a PUT that names another id
+	// or moves the resource to another source.
+	for _, c2 := range []struct {
+		name   string
+		header map[string]string
+		body   string
+		status int
+	}{
+		{"stale If-Match", map[string]string{"If-Match": `W/"1"`}, put(read()), http.StatusPreconditionFailed},
+		{"malformed If-Match", map[string]string{"If-Match": `yesterday`}, put(read()), http.StatusBadRequest},
+		{"another id", nil, strings.Replace(put(read()), id, "0b6a4f8e-5b4e-4c1a-9d2b-3a1e0f6b7c8d", 1), http.StatusBadRequest},
+		{"another source", fxSourceHeader(w.carolSrc), put(read()), http.StatusBadRequest},
+		{"invalid R5", nil, strings.Replace(put(read()), `"onsetDateTime":"2016-01-01"`, `"onsetDateTime":"soon"`, 1), http.StatusBadRequest},
+		{"another type", nil, strings.Replace(put(read()), `"resourceType":"Condition"`, `"resourceType":"Goal"`, 1), http.StatusBadRequest},
+	} {
+		resp, body := w.do(t, "doc", "PUT", path, c2.header, c2.body)
+		if resp.StatusCode != c2.status {
+			t.Errorf("%s: %d %s, want %d", c2.name, resp.StatusCode, body, c2.status)
+		}
+	}
+	if version(read()) != "2" {
+		t.Errorf("a refused PUT changed the resource: %v", read())
+	}
+
+	// JSON Patch, then merge patch, each a version; a failed test op is 422.
+	jsonPatch := map[string]string{"Content-Type": "application/json-patch+json", "If-Match": `W/"2"`}
+	resp, body = w.do(t, "doc", "PATCH", path, jsonPatch, `[{"op": "replace", "path": "/onsetDateTime", "value": "2017-02-02"}]`)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != `W/"3"` {
+		t.Fatalf("JSON Patch: %d %s", resp.StatusCode, body)
+	}
+	resp, body = w.do(t, "doc", "PATCH", path, map[string]string{"Content-Type": "application/merge-patch+json"},
+		`{"note": [{"text": "reviewed"}], "onsetDateTime": null, "onsetAge": {"value": 40.50, "unit": "a", "system": "http://unitsofmeasure.org", "code": "a"}}`)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != `W/"4"` {
+		t.Fatalf("merge patch: %d %s", resp.StatusCode, body)
+	}
+	if r := read(); r["onsetDateTime"] != nil || fxObj(fxArr(r["note"])[0])["text"] != "reviewed" {
+		t.Errorf("after the patches: %v", r)
+	}
+	for _, c2 := range []struct {
+		name, contentType, body string
+		status                  int
+	}{
+		{"a failing test", "application/json-patch+json", `[{"op": "test", "path": "/onsetAge/value", "value": 41}]`, http.StatusUnprocessableEntity},
+		{"a malformed patch", "application/json-patch+json", `{"op": "add"}`, http.StatusBadRequest},
+		{"a patch that breaks R5", "application/json-patch+json", `[{"op": "remove", "path": "/subject"}]`, http.StatusBadRequest},
+		{"a FHIRPath Patch", "application/fhir+json", `{"resourceType": "Parameters"}`, http.StatusUnsupportedMediaType},
+	} {
+		resp, body := w.do(t, "doc", "PATCH", path, map[string]string{"Content-Type": c2.contentType}, c2.body)
+		if resp.StatusCode != c2.status {
+			t.Errorf("%s: %d %s, want %d", c2.name, resp.StatusCode, body, c2.status)
+		}
+	}
+	if !strings.Contains(string(fxMustRaw(t, w, path)), `"value":40.50`) {
+		t.Errorf("the merge patch lost the decimal's precision: %s", fxMustRaw(t, w, path))
+	}
+	// vread of the current version; older ones are not kept.
+	if resp, _ := w.do(t, "doc", "GET", path+"/_history/4", nil, ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("vread 4: %d", resp.StatusCode)
+	}
+	if resp, _ := w.do(t, "doc", "GET", path+"/_history/1", nil, ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("vread 1: %d", resp.StatusCode)
+	}
+	// Who may change it: a viewer reads but may not write; an outsider
+	// does not see it at all.
+	if resp, _ := w.do(t, "viewer", "DELETE", path, nil, ""); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("viewer DELETE: %d", resp.StatusCode)
+	}
+	if resp, _ := w.do(t, "outsider", "GET", path, nil, ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("outsider GET: %d", resp.StatusCode)
+	}
+	if resp, _ := w.do(t, "outsider", "PATCH", path, jsonPatch, `[]`); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("outsider PATCH: %d", resp.StatusCode)
+	}
+	// DELETE with a stale version, then for good.
+	if resp, _ := w.do(t, "doc", "DELETE", path, map[string]string{"If-Match": `W/"3"`}, ""); resp.StatusCode != http.StatusPreconditionFailed {
+		t.Errorf("stale DELETE: %d", resp.StatusCode)
+	}
+	if resp, _ := w.do(t, "doc", "DELETE", path, map[string]string{"If-Match": `W/"4"`}, ""); resp.StatusCode != http.StatusNoContent {
+		t.Errorf("DELETE: %d", resp.StatusCode)
+	}
+	for _, method := range []string{"GET", "DELETE", "PUT"} {
+		if resp, _ := w.do(t, "doc", method, path, nil, put(c)); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s after DELETE: %d", method, resp.StatusCode)
+		}
+	}
+}
+
+func fxMustRaw(t *testing.T, w *fxImported, path string) []byte {
+	t.Helper()
+	_, body := w.do(t, "doc", "GET", path, nil, "")
+	return body
+}
+
+func TestImportedWritesOnNativeRecordsAre405(t *testing.T) {
+	w := fxNewImported(t)
+	ids := w.create(t, w.tok["alice"], fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-06-01T10:00:00Z")))})
+	for _, path := range []string{"/Observation/" + ids[0], fmt.Sprintf("/Patient/%d", w.alice.ID), fmt.Sprintf("/Organization/%d", w.orgA.ID),
+		fmt.Sprintf("/Group/%d", w.s1.ID), fmt.Sprintf("/Device/%d", w.watch), fmt.Sprintf("/Practitioner/%d", w.doc.ID)} {
+		for _, method := range []string{"PUT", "PATCH", "DELETE"} {
+			resp, body := w.do(t, "super", method, path, map[string]string{"Content-Type": "application/json-patch+json"}, "[]")
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" || fxIssues(t, body)[0]["code"] != "not-supported" {
+				t.Errorf("%s %s: %d %v %s", method, path, resp.StatusCode, resp.Header, body)
+			}
+		}
+	}
+	// A FHIR source that holds resources is not deleted.
+	w.post(t, "doc", w.aliceSrc, fxCondition)
+	resp, out := w.env.Send(t, "DELETE", fmt.Sprintf("/api/v1/fhir_sources/%d", w.aliceSrc.ID), w.tok["super"], nil)
+	if resp.StatusCode != http.StatusConflict {
+		t.Errorf("deleting a FHIR source that holds resources: %d %v", resp.StatusCode, out)
+	}
+}
+
+// fxTypeCase is one type of testdata/imported_types.json: a resource each
+// query finds, another none finds.
+type fxTypeCase struct {
+	Match   json.RawMessage `json:"match"`
+	Other   json.RawMessage `json:"other"`
+	Queries []string        `json:"queries"`
+}
+
+// TestImportedSearchEveryType searches each of the 28 types with a
+// parameter of each kind it declares.
+func TestImportedSearchEveryType(t *testing.T) {
+	w := fxNewImported(t)
+	data, err := os.ReadFile(filepath.Join("testdata", "imported_types.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases map[string]fxTypeCase
+	if err := json.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) != 28 {
+		t.Fatalf("%d types", len(cases))
+	}
+	fill := func(s string) string {
+		return strings.NewReplacer("{patient}", fmt.Sprint(w.alice.ID), "{other}", fmt.Sprint(w.carol.ID)).Replace(s)
+	}
+	below := "_source:below=" + url.QueryEscape(handlerstest.SourceBase+"/")
+	for _, typ := range slices.Sorted(func(yield func(string) bool) {
+		for k := range cases {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		c := cases[typ]
+		id := w.post(t, "super", w.aliceSrc, fill(string(c.Match)))["id"].(string)
+		w.post(t, "super", w.carolSrc, fill(string(c.Other)))
+		for _, q := range c.Queries {
+			q = strings.ReplaceAll(fill(q), "{id}", id)
+			resp, body := w.do(t, "super", "GET", "/"+typ+"?"+below+"&"+q, map[string]string{"Prefer": "handling=strict"}, "")
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("%s?%s: %d %s", typ, q, resp.StatusCode, body)
+				continue
+			}
+			if got := fxIDsOf(fxMatches(t, fxDecode(t, body))); !slices.Equal(got, []string{id}) {
+				t.Errorf("%s?%s found %v, want [%s]", typ, q, got, id)
+			}
+		}
+	}
+}
+
+func TestImportedSourceSelectsTheStore(t *testing.T) {
+	w := fxNewImported(t)
+	mine := w.post(t, "doc", w.aliceSrc, fxCondition)["id"].(string)
+	theirs := w.post(t, "super", w.carolSrc, fxCondition)["id"].(string)
+	// A resource of carol's source about alice: alice's by reference.
+	aboutAlice := w.post(t, "super", w.carolSrc, strings.NewReplacer("upstream-1", "upstream-2", "Patient/123", fmt.Sprintf("Patient/%d", w.alice.ID)).Replace(fxCondition))["id"].(string)
+	search := func(who, query string) (int, []string) {
+		t.Helper()
+		resp, body := w.do(t, who, "GET", "/Condition?"+query, nil, "")
+		if resp.StatusCode != http.StatusOK {
+			return resp.StatusCode, nil
+		}
+		got := fxIDsOf(fxMatches(t, fxDecode(t, body)))
+		slices.Sort(got)
+		return resp.StatusCode, got
+	}
+	sorted := func(ids ...string) []string { slices.Sort(ids); return ids }
+	exact := func(src *domain.FHIRSource) string { return "_source=" + url.QueryEscape(fxSourceURI(src)) }
+	below := "_source:below=" + url.QueryEscape(handlerstest.SourceBase+"/")
+	for _, c := range []struct {
+		who, query string
+		status     int
+		want       []string
+	}{
+		{"doc", exact(w.aliceSrc), http.StatusOK, []string{mine}},
+		{"doc", exact(w.carolSrc), http.StatusForbidden, nil},
+		{"super", exact(w.carolSrc), http.StatusOK, sorted(theirs, aboutAlice)},
+		{"doc", "_source=" + url.QueryEscape(handlerstest.SourceBase+"/424242"), http.StatusOK, []string{}},
+		{"doc", below, http.StatusOK, []string{mine}},
+		{"alice", below, http.StatusOK, []string{mine}},
+		{"outsider", below, http.StatusOK, sorted(theirs, aboutAlice)},
+		{"super", below, http.StatusOK, sorted(mine, theirs, aboutAlice)},
+		{"super", below + fmt.Sprintf("&patient=%d", w.alice.ID), http.StatusOK, sorted(mine, aboutAlice)},
+		{"super", below + fmt.Sprintf("&patient=Patient/%d", w.carol.ID), http.StatusOK, sorted(theirs, aboutAlice)},
+		{"outsider", below + fmt.Sprintf("&patient=%d", w.alice.ID), http.StatusForbidden, nil},
+		{"super", "", http.StatusOK, []string{}}, // Condition has no native store
+		{"super", "_source=" + url.QueryEscape("https://elsewhere.example.org/x"), http.StatusOK, []string{}},
+	} {
+		status, got := search(c.who, c.query)
+		if status != c.status || (c.want != nil && !slices.Equal(got, c.want)) {
+			t.Errorf("%s: Condition?%s: %d %v, want %d %v", c.who, c.query, status, got, c.status, c.want)
+		}
+	}
+	// Without _source, Patient is the native projection; with it, the
+	// imported patients.
+	imported := w.post(t, "doc", w.aliceSrc, `{"resourceType": "Patient", "name": [{"family": "Ødegård"}]}`)["id"].(string)
+	_, native := w.do(t, "doc", "GET", "/Patient?family=odegard", nil, "")
+	_, fromSource := w.do(t, "doc", "GET", "/Patient?family=odegard&"+below, nil, "")
+	if got := fxIDsOf(fxMatches(t, fxDecode(t, native))); !slices.Equal(got, []string{fmt.Sprint(w.alice.ID)}) {
+		t.Errorf("native Patient search: %v", got)
+	}
+	if got := fxIDsOf(fxMatches(t, fxDecode(t, fromSource))); !slices.Equal(got, []string{imported}) {
+		t.Errorf("imported Patient search: %v", got)
+	}
+	// An imported-only parameter without _source is ignored (listed in an
+	// outcome), or refused under strict handling.
+	resp, body := w.do(t, "doc", "GET", "/Patient?gender=male", map[string]string{"Prefer": "handling=strict"}, "")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("strict imported-only parameter: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestImportedPagingAndSort(t *testing.T) {
+	w := fxNewImported(t)
+	var want []string
+	for i, onset := range []string{"2015-06-10", "2013-01-01", "2014-03-03", ""} {
+		c := strings.Replace(fxCondition, "upstream-1", fmt.Sprintf("u-%d", i), 1)
+		if onset == "" {
+			c = strings.Replace(c, `,
+	"onsetDateTime": "2015-06-10"`, "", 1)
+		} else {
+			c = strings.Replace(c, "2015-06-10", onset, 1)
+		}
+		want = append(want, w.post(t, "doc", w.aliceSrc, c)["id"].(string))
+	}
+	// Ascending by date: 2013, 2014, 2015, then the undated one.
+	asc := []string{want[1], want[2], want[0], want[3]}
+	below := "_source:below=" + url.QueryEscape(handlerstest.SourceBase)
+	for _, c := range []struct {
+		sort string
+		want []string
+	}{
+		{"onset-date", asc},
+		{"-onset-date", []string{want[0], want[2], want[1], want[3]}},
+		{"_lastUpdated", want},
+	} {
+		var got []string
+		next := "/Condition?" + below + "&_count=1&_sort=" + c.sort
+		for pages := 0; next != ""; pages++ {
+			if pages > 5 {
+				t.Fatal("paging does not end")
+			}
+			_, body := w.do(t, "doc", "GET", next, nil, "")
+			b := fxDecode(t, body)
+			got = append(got, fxIDsOf(fxMatches(t, b))...)
+			next = ""
+			for _, l := range fxArr(b["link"]) {
+				if fxObj(l)["relation"] == "next" {
+					next = strings.TrimPrefix(fxObj(l)["url"].(string), w.env.URL+fxBase)
+				}
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("_sort=%s: %v, want %v", c.sort, got, c.want)
+		}
+	}
+	_, body := w.do(t, "doc", "GET", "/Condition?"+below+"&_summary=count&onset-date=ge2014", nil, "")
+	if total := fxDecode(t, body)["total"]; total != float64(2) {
+		t.Errorf("_summary=count: %v", total)
+	}
+	_, body = w.do(t, "doc", "GET", "/Condition?_summary=count", nil, "")
+	if total := fxDecode(t, body)["total"]; total != float64(0) {
+		t.Errorf("_summary=count without _source: %v", total)
+	}
+}

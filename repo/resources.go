@@ -1,0 +1,156 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"exchange/domain"
+)
+
+// colResources is the imported store: every type in one collection, so
+// that a search is one $match whatever the type (fhirsearch plans on it).
+const colResources = "resources"
+
+// resourceDoc is a document of the resources collection.
+type resourceDoc struct {
+	ID              string    `bson:"_id"` // a UUID
+	ResourceType    string    `bson:"resourceType"`
+	SourceID        int64     `bson:"sourceId"`
+	SourcePatientID int64     `bson:"sourcePatientId"`
+	UpstreamID      string    `bson:"upstreamId,omitempty"`
+	UniqueKey       string    `bson:"uniqueKey"` // sourceId|type|upstreamId, or _id without one
+	VersionID       int64     `bson:"versionId"`
+	LastUpdated     time.Time `bson:"lastUpdated"`
+	// JSON is the resource as served, byte for byte: decimals keep their
+	// precision there, not in Resource.
+	JSON string `bson:"json"`
+	// Resource is JSON decoded, for analysts; never read back.
+	Resource bson.D `bson:"resource,omitempty"`
+	// Search holds "param|key" strings (fhirsearch.Indexer): one multikey
+	// index answers every token, string and reference parameter.
+	Search []string           `bson:"search"`
+	Dates  map[string]spanDoc `bson:"dates,omitempty"`
+	// SortAsc and SortDesc are the start of the date parameter, or the
+	// largest (smallest) date when the resource has none: undated
+	// resources sort last both ways.
+	SortAsc  time.Time `bson:"sortAsc"`
+	SortDesc time.Time `bson:"sortDesc"`
+}
+
+// spanDoc is the [start, end] of a date parameter: two scalars a range
+// query compares, where an array of ranges would need $elemMatch.
+type spanDoc struct {
+	Start time.Time `bson:"start"`
+	End   time.Time `bson:"end"`
+}
+
+func newResourceDoc(r *domain.Resource) *resourceDoc {
+	doc := &resourceDoc{ID: r.ID, ResourceType: r.Type, SourceID: r.SourceID, SourcePatientID: r.SourcePatientID,
+		UpstreamID: r.UpstreamID, UniqueKey: r.UniqueKey, VersionID: r.VersionID, LastUpdated: r.LastUpdated,
+		JSON: string(r.JSON), Resource: bsonDocument(r.Object), Search: r.Index.Keys,
+		SortAsc: domain.SortLastAscending, SortDesc: domain.SortLastDescending}
+	if doc.Search == nil {
+		doc.Search = []string{}
+	}
+	if len(r.Index.Dates) > 0 {
+		doc.Dates = map[string]spanDoc{}
+		for param, span := range r.Index.Dates {
+			doc.Dates[param] = spanDoc{Start: span.Start, End: span.End}
+		}
+	}
+	if r.Index.SortDate != nil {
+		doc.SortAsc, doc.SortDesc = *r.Index.SortDate, *r.Index.SortDate
+	}
+	return doc
+}
+
+func (doc resourceDoc) resource() domain.Resource {
+	r := domain.Resource{ID: doc.ID, Type: doc.ResourceType, SourceID: doc.SourceID, SourcePatientID: doc.SourcePatientID,
+		UpstreamID: doc.UpstreamID, UniqueKey: doc.UniqueKey, VersionID: doc.VersionID, LastUpdated: doc.LastUpdated.UTC(),
+		JSON: []byte(doc.JSON), Index: domain.ResourceIndex{Keys: doc.Search}}
+	if !doc.SortAsc.Equal(domain.SortLastAscending) {
+		date := doc.SortAsc.UTC()
+		r.Index.SortDate = &date
+	}
+	return r
+}
+
+// withoutParsedCopy leaves out what reads never use.
+var withoutParsedCopy = bson.D{{Key: "resource", Value: 0}}
+
+// CreateResource implements domain.ResourceStore.
+func (d *DB) CreateResource(ctx context.Context, r *domain.Resource) error {
+	return d.insertUnique(ctx, colResources, newResourceDoc(r), "the resource is already stored")
+}
+
+// ResourceByID implements domain.ResourceStore.
+func (d *DB) ResourceByID(ctx context.Context, resourceType, id string) (*domain.Resource, error) {
+	var doc resourceDoc
+	err := d.findOne(ctx, colResources, bson.D{{Key: "_id", Value: id}, {Key: "resourceType", Value: resourceType}}, &doc,
+		resourceType+"/"+id+" does not exist", options.FindOne().SetProjection(withoutParsedCopy))
+	if err != nil {
+		return nil, err
+	}
+	r := doc.resource()
+	return &r, nil
+}
+
+// ReplaceResource implements domain.ResourceStore: the replacement is
+// conditional on the version it follows, so that of two concurrent
+// updates one fails instead of silently undoing the other.
+func (d *DB) ReplaceResource(ctx context.Context, r *domain.Resource) error {
+	res, err := d.c(colResources).ReplaceOne(ctx, versionFilter(r.Type, r.ID, r.VersionID-1), newResourceDoc(r))
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount == 0 {
+		return d.versionError(ctx, r.Type, r.ID, r.VersionID-1)
+	}
+	return nil
+}
+
+// DeleteResource implements domain.ResourceStore.
+func (d *DB) DeleteResource(ctx context.Context, resourceType, id string, version int64) error {
+	res, err := d.c(colResources).DeleteOne(ctx, versionFilter(resourceType, id, version))
+	if err != nil {
+		return err
+	}
+	if res.DeletedCount == 0 {
+		return d.versionError(ctx, resourceType, id, version)
+	}
+	return nil
+}
+
+func versionFilter(resourceType, id string, version int64) bson.D {
+	return bson.D{{Key: "_id", Value: id}, {Key: "resourceType", Value: resourceType}, {Key: "versionId", Value: version}}
+}
+
+// versionError tells why a write conditional on a version matched
+// nothing: the resource is gone, or it moved on.
+func (d *DB) versionError(ctx context.Context, resourceType, id string, version int64) error {
+	current, err := d.ResourceByID(ctx, resourceType, id)
+	if err != nil {
+		return err
+	}
+	return domain.Errorf(domain.CodeVersionMismatch, "%s/%s changed meanwhile: it is at version %d, not %d", resourceType, id, current.VersionID, version)
+}
+
+// SearchResources implements domain.ResourceStore.
+func (d *DB) SearchResources(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Resource], error) {
+	return runSearch(ctx, d, plan, resourceDoc.resource)
+}
+
+// SourceHoldsResources implements domain.ResourceStore.
+func (d *DB) SourceHoldsResources(ctx context.Context, sourceID int64) (bool, error) {
+	err := d.c(colResources).FindOne(ctx, bson.D{{Key: "sourceId", Value: sourceID}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	return err == nil, err
+}
