@@ -80,9 +80,10 @@ type Resource struct {
 
 // ResourceStore keeps the imported store.
 type ResourceStore interface {
-	// CreateResource stores a new resource; CodeDuplicate when its unique
-	// key is taken.
-	CreateResource(ctx context.Context, r *Resource) error
+	// CreateResources stores new resources, each on its own: it returns
+	// one error per resource (nil when stored), CodeDuplicate when its
+	// unique key is taken.
+	CreateResources(ctx context.Context, rs []*Resource) []error
 	// ResourceByID returns a resource of a type; CodeNotFound when none.
 	ResourceByID(ctx context.Context, resourceType, id string) (*Resource, error)
 	// ReplaceResource stores r in place of the version before it
@@ -155,13 +156,69 @@ func (s *Service) importedWrites() error {
 	return nil
 }
 
+// ResourceOutcome is the result of one create of a batch.
+type ResourceOutcome struct {
+	Resource *Resource
+	Err      error
+}
+
 // CreateResource stores a new resource in the imported store, under the
 // FHIR source the write names (the header, else meta.source), which the
 // actor must be able to write to.
 func (s *Service) CreateResource(ctx context.Context, actor *Actor, w ResourceWrite) (*Resource, error) {
+	out := s.CreateResources(ctx, actor, []ResourceWrite{w})[0]
+	return out.Resource, out.Err
+}
+
+// CreateResources creates resources each on its own, as CreateResource
+// does: an entry that breaks a rule gets its error and writes nothing, the
+// others are stored together. The sources are checked once per batch.
+func (s *Service) CreateResources(ctx context.Context, actor *Actor, ws []ResourceWrite) []ResourceOutcome {
+	out := make([]ResourceOutcome, len(ws))
 	if err := s.importedWrites(); err != nil {
-		return nil, err
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
 	}
+	sources := map[int64]sourceCheck{}
+	var valid []*Resource
+	var where []int
+	for i, w := range ws {
+		r, err := s.newResource(ctx, actor, w, sources)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		valid = append(valid, r)
+		where = append(where, i)
+	}
+	if len(valid) == 0 {
+		return out
+	}
+	for k, err := range s.store.CreateResources(ctx, valid) {
+		i, r := where[k], valid[k]
+		if IsCode(err, CodeDuplicate) {
+			err = Errorf(CodeDuplicate, "FHIR source %d already sent %s/%s: it is stored; update it with PUT", r.SourceID, r.Type, r.UpstreamID)
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Resource = r
+	}
+	return out
+}
+
+// sourceCheck caches, within one batch, whether the actor may write to a
+// FHIR source.
+type sourceCheck struct {
+	source *FHIRSource
+	err    error
+}
+
+// newResource checks one create and builds the resource it stores.
+func (s *Service) newResource(ctx context.Context, actor *Actor, w ResourceWrite, sources map[int64]sourceCheck) (*Resource, error) {
 	o, err := s.parseResource(w)
 	if err != nil {
 		return nil, err
@@ -170,10 +227,15 @@ func (s *Service) CreateResource(ctx context.Context, actor *Actor, w ResourceWr
 	if err != nil {
 		return nil, err
 	}
-	src, err := s.writableSource(ctx, actor, sourceID)
-	if err != nil {
-		return nil, err
+	check, seen := sources[sourceID]
+	if !seen {
+		check.source, check.err = s.writableSource(ctx, actor, sourceID)
+		sources[sourceID] = check
 	}
+	if check.err != nil {
+		return nil, check.err
+	}
+	src := check.source
 	r := &Resource{ID: uuid.NewString(), Type: w.Type, SourceID: src.ID, SourcePatientID: src.PatientID, VersionID: 1}
 	if raw, ok := o.get("id"); ok {
 		if err := json.Unmarshal(raw, &r.UpstreamID); err != nil {
@@ -185,12 +247,6 @@ func (s *Service) CreateResource(ctx context.Context, actor *Actor, w ResourceWr
 		r.UniqueKey = fmt.Sprintf("%d|%s|%s", src.ID, r.Type, r.UpstreamID)
 	}
 	if err := s.stamp(r, o); err != nil {
-		return nil, err
-	}
-	if err := s.store.CreateResource(ctx, r); err != nil {
-		if IsCode(err, CodeDuplicate) {
-			return nil, Errorf(CodeDuplicate, "FHIR source %d already sent %s/%s: it is stored; update it with PUT", src.ID, r.Type, r.UpstreamID)
-		}
 		return nil, err
 	}
 	return r, nil

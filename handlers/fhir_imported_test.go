@@ -606,3 +606,43 @@ func TestImportedPagingAndSort(t *testing.T) {
 		t.Errorf("_summary=count without _source: %v", total)
 	}
 }
+
+func TestImportedBatch(t *testing.T) {
+	w := fxNewImported(t)
+	native := fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-06-01T10:00:00Z")))}.resource()
+	condition := func(id, source string) map[string]any {
+		var r map[string]any
+		_ = json.Unmarshal([]byte(strings.Replace(fxCondition, "upstream-1", id, 1)), &r)
+		if source != "" {
+			r["meta"] = map[string]any{"source": source}
+		}
+		return r
+	}
+	entry := func(url string, r any) any {
+		return map[string]any{"resource": r, "request": map[string]any{"method": "POST", "url": url}}
+	}
+	bundle, _ := json.Marshal(map[string]any{"resourceType": "Bundle", "type": "batch", "entry": []any{
+		entry("Observation", native),
+		entry("Condition", condition("b-1", "")),                      // the request's header names alice's source
+		entry("Condition", condition("b-2", fxSourceURI(w.carolSrc))), // the header wins: alice's
+		entry("Condition", condition("b-1", "")),                      // the same upstream id again
+		entry("Basic", map[string]any{"resourceType": "Basic"}),
+		entry("Condition", map[string]any{"resourceType": "Condition", "colour": "red"}),
+	}})
+	resp, body := w.do(t, "doc", "POST", "/", fxSourceHeader(w.aliceSrc), string(bundle))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	var statuses []string
+	for _, e := range fxEntries(t, fxDecode(t, body)) {
+		statuses = append(statuses, fmt.Sprint(fxObj(e["response"])["status"]))
+	}
+	want := []string{"201 Created", "201 Created", "201 Created", "409 Conflict", "400 Bad Request", "400 Bad Request"}
+	if !slices.Equal(statuses, want) {
+		t.Errorf("statuses %v, want %v", statuses, want)
+	}
+	n, err := w.resources.CountDocuments(w.ctx, bson.D{{Key: "sourceId", Value: w.aliceSrc.ID}})
+	if err != nil || n != 2 {
+		t.Errorf("%d resources under alice's source (%v), want 2", n, err)
+	}
+}

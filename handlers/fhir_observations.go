@@ -150,26 +150,31 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 		out.Entry[i] = errorEntry(err)
 	}
 	var creates []domain.NewObservation
-	var where []int
+	var imports []domain.ResourceWrite
+	var where, importedAt []int
 	for i, e := range in.Entry {
 		resourceType, err := batchEntry(i, e.Request, e.Resource)
 		if err != nil {
 			failed(i, err)
 			continue
 		}
-		if resourceType == "Observation" && isNativeObservationBody(e.Resource) {
-			n, err := decodeObservation(e.Resource)
-			if err != nil {
-				failed(i, err)
-				continue
-			}
-			creates = append(creates, *n)
-			where = append(where, i)
+		if resourceType != "Observation" || !isNativeObservationBody(e.Resource) {
+			imports = append(imports, domain.ResourceWrite{Type: resourceType, Body: e.Resource, Source: c.Get(domain.SourceHeader)})
+			importedAt = append(importedAt, i)
 			continue
 		}
-		r, err := s.service.CreateResource(ctx, a, domain.ResourceWrite{Type: resourceType, Body: e.Resource, Source: c.Get(domain.SourceHeader)})
+		n, err := decodeObservation(e.Resource)
 		if err != nil {
 			failed(i, err)
+			continue
+		}
+		creates = append(creates, *n)
+		where = append(where, i)
+	}
+	for k, res := range s.service.CreateResources(ctx, a, imports) {
+		i, r := importedAt[k], res.Resource
+		if res.Err != nil {
+			failed(i, res.Err)
 			continue
 		}
 		out.Entry[i] = bundleEntry{

@@ -83,9 +83,24 @@ func (doc resourceDoc) resource() domain.Resource {
 // withoutParsedCopy leaves out what reads never use.
 var withoutParsedCopy = bson.D{{Key: "resource", Value: 0}}
 
-// CreateResource implements domain.ResourceStore.
-func (d *DB) CreateResource(ctx context.Context, r *domain.Resource) error {
-	return d.insertUnique(ctx, colResources, newResourceDoc(r), "the resource is already stored")
+// CreateResources implements domain.ResourceStore: one unordered insert,
+// whose unique index on uniqueKey refuses what is already stored.
+func (d *DB) CreateResources(ctx context.Context, rs []*domain.Resource) []error {
+	errs := make([]error, len(rs))
+	docs := make([]any, len(rs))
+	for i, r := range rs {
+		docs[i] = newResourceDoc(r)
+	}
+	for idx, werr := range insertErrors(d.c(colResources).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))) {
+		if idx < 0 {
+			return failAll(errs, werr)
+		}
+		if isDuplicate(werr) {
+			werr = domain.Errorf(domain.CodeDuplicate, "the resource is already stored")
+		}
+		errs[idx] = werr
+	}
+	return errs
 }
 
 // ResourceByID implements domain.ResourceStore.
