@@ -99,8 +99,22 @@ describe('discovery', () => {
     const cs = assertAnswer(res, 200, 'CapabilityStatement');
     assert.equal(cs.resourceType, 'CapabilityStatement');
     assert.equal(cs.fhirVersion, '5.0.0');
+    // The 28 types the imported store configures, the six native ones among them.
     const types = cs.rest[0].resource.map((r) => r.type).sort();
-    assert.deepEqual(types, ['Device', 'Group', 'Observation', 'Organization', 'Patient', 'Practitioner']);
+    assert.deepEqual(types, [
+      'AllergyIntolerance', 'CarePlan', 'CareTeam', 'Condition', 'Coverage', 'Device', 'DiagnosticReport',
+      'DocumentReference', 'Encounter', 'FamilyMemberHistory', 'Goal', 'Group', 'Immunization', 'Location',
+      'Medication', 'MedicationDispense', 'MedicationRequest', 'Observation', 'Organization', 'Patient',
+      'Practitioner', 'PractitionerRole', 'Procedure', 'Provenance', 'QuestionnaireResponse', 'RelatedPerson',
+      'ServiceRequest', 'Specimen',
+    ]);
+    for (const r of cs.rest[0].resource) {
+      const codes = r.interaction.map((i) => i.code);
+      for (const code of ['read', 'search-type', 'create', 'update', 'patch', 'delete']) {
+        assert.ok(codes.includes(code), `${r.type} lacks ${code}`);
+      }
+      assert.ok(r.searchParam.some((p) => p.name === '_source'), `${r.type} lacks _source`);
+    }
   });
 
   it('/.well-known/smart-configuration has the fields SMART App Launch requires', async () => {
