@@ -373,6 +373,130 @@ describe('native Observations', () => {
   });
 });
 
+describe('imported store', () => {
+  /** Alice's seeded FHIR source (her hospital's EHR): its canonical URI. */
+  let source;
+  const upstream = 'nwuh-condition-1';
+  let condition;
+
+  const conditionBody = (id = upstream) => ({
+    resourceType: 'Condition',
+    id,
+    clinicalStatus: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/condition-clinical', code: 'active' }] },
+    category: [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/condition-category', code: 'problem-list-item' }] }],
+    code: { coding: [{ system: 'http://snomed.info/sct', code: '38341003', display: 'Hypertension' }] },
+    subject: { reference: `Patient/${patient}` },
+    onsetDateTime: '2024-06-01',
+  });
+
+  it('the patient has a FHIR source whose canonical URI names it', async () => {
+    const res = await fetch(`${base}/api/v1/fhir_sources?pageSize=100`, { headers: { Authorization: `Bearer ${token}` } });
+    assert.equal(res.status, 200);
+    const ehr = (await res.json()).results.find((s) => s.patient === patient && s.label === 'Northwest University Hospital EHR');
+    assert.ok(ehr, 'the seeded EHR source of patient 1');
+    assert.match(ehr.uri, new RegExp(`/${ehr.id}$`));
+    source = ehr.uri;
+  });
+
+  it('a Condition posted under meta.source is stored: UUID id, provenance, valid R5', async () => {
+    const res = await fhir('/Condition', { token, method: 'POST', body: { ...conditionBody(), meta: { source } } });
+    condition = assertAnswer(res, 201, 'created Condition');
+    assert.match(condition.id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    assert.equal(condition.meta.source, source);
+    assert.equal(condition.meta.versionId, '1');
+    assert.equal(res.headers.get('etag'), 'W/"1"');
+    assert.deepEqual(condition.identifier, [{ system: `${source}/id`, value: upstream }]);
+    const read = await fhir(`/Condition/${condition.id}`, { token });
+    assert.deepEqual(assertAnswer(read, 200, 'Condition read'), condition);
+    const again = await fhir('/Condition', { token, method: 'POST', body: { ...conditionBody(), meta: { source } } });
+    assert.equal(assertAnswer(again, 409, 'OperationOutcome of a duplicate').issue[0].code, 'duplicate');
+  });
+
+  it('keeps the JSON as sent: a LOINC Observation keeps its decimal 1.50', async () => {
+    const sourceID = source.split('/').pop();
+    const res = await fhir('/Observation', {
+      token,
+      method: 'POST',
+      headers: { 'X-SERVICE-FHIR-Source-ID': sourceID },
+      body: {
+        resourceType: 'Observation',
+        status: 'final',
+        code: { coding: [{ system: 'http://loinc.org', code: '2160-0', display: 'Creatinine' }] },
+        subject: { reference: `Patient/${patient}` },
+        effectiveDateTime: '2024-06-02T08:00:00Z',
+        valueQuantity: { value: 1, unit: 'mg/dL', system: 'http://unitsofmeasure.org', code: 'mg/dL' },
+      },
+    });
+    const obs = assertAnswer(res, 201, 'imported Observation');
+    // JSON.stringify cannot write 1.50: the update is sent as text.
+    const text = JSON.stringify(obs).replace('"value":1,', '"value":1.50,');
+    assert.match(text, /"value":1\.50,/);
+    const raw = await fetch(`${base}/FHIR/R5/Observation/${obs.id}`, {
+      method: 'PUT',
+      headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/fhir+json', 'If-Match': 'W/"1"' },
+      body: text,
+    });
+    assert.equal(raw.status, 200);
+    const read = await fhir(`/Observation/${obs.id}`, { token });
+    assertAnswer(read, 200, 'updated Observation');
+    assert.match(read.text, /"value":1\.50,/);
+    assert.equal(read.json.meta.versionId, '2');
+  });
+
+  it('search: _source selects the store; code, date and patient match', async () => {
+    const q = (params) => `/Condition?${new URLSearchParams(params)}`;
+    const found = assertAnswer(
+      await fhir(q({ _source: source, code: 'http://snomed.info/sct|38341003', 'onset-date': 'ge2024-06', patient: `${patient}` }), { token }),
+      200,
+      'Condition searchset',
+    );
+    assert.deepEqual(found.entry.map((e) => e.resource.id), [condition.id]);
+    const below = assertAnswer(await fhir(q({ '_source:below': source.replace(/\d+$/, ''), 'clinical-status': 'active' }), { token }), 200, 'Condition _source:below');
+    assert.ok(below.entry.some((e) => e.resource.id === condition.id));
+    const native = assertAnswer(await fhir(q({ code: '38341003' }), { token }), 200, 'Condition without _source');
+    assert.deepEqual(native.entry ?? [], []);
+    const none = assertAnswer(await fhir(q({ _source: 'https://elsewhere.example.org/1' }), { token }), 200, 'Condition elsewhere');
+    assert.deepEqual(none.entry ?? [], []);
+  });
+
+  it('JSON Patch and merge patch re-validate; a stale If-Match is 412; DELETE removes', async () => {
+    const patch = await fhir(`/Condition/${condition.id}`, {
+      token,
+      method: 'PATCH',
+      headers: { 'Content-Type': 'application/json-patch+json' },
+      body: [{ op: 'replace', path: '/clinicalStatus/coding/0/code', value: 'resolved' }, { op: 'add', path: '/abatementDateTime', value: '2025-01-10' }],
+    });
+    const patched = assertAnswer(patch, 200, 'patched Condition');
+    assert.equal(patched.clinicalStatus.coding[0].code, 'resolved');
+    assert.equal(patched.meta.versionId, '2');
+    const invalid = await fhir(`/Condition/${condition.id}`, {
+      token,
+      method: 'PATCH',
+      headers: { 'Content-Type': 'application/merge-patch+json' },
+      body: { onsetDateTime: 'June 2024' },
+    });
+    assert.equal(assertAnswer(invalid, 400, 'OperationOutcome of an invalid patch').issue[0].expression[0], 'Condition.onsetDateTime');
+    const stale = await fhir(`/Condition/${condition.id}`, { token, method: 'DELETE', headers: { 'If-Match': 'W/"1"' } });
+    assert.equal(assertAnswer(stale, 412, 'OperationOutcome of a stale If-Match').issue[0].code, 'conflict');
+    const deleted = await fhir(`/Condition/${condition.id}`, { token, method: 'DELETE', headers: { 'If-Match': 'W/"2"' } });
+    assert.equal(deleted.status, 204);
+    assertAnswer(await fhir(`/Condition/${condition.id}`, { token }), 404, 'OperationOutcome of a deleted Condition');
+  });
+
+  it('refuses what it cannot keep, each with a valid OperationOutcome', async () => {
+    const noSource = await fhir('/Condition', { token, method: 'POST', body: conditionBody('x') });
+    assertAnswer(noSource, 400, 'OperationOutcome of a create without a source');
+    const badType = await fhir('/Basic', { token, method: 'POST', body: { resourceType: 'Basic', meta: { source } } });
+    assert.equal(assertAnswer(badType, 400, 'OperationOutcome of an unconfigured type').issue[0].code, 'not-supported');
+    const invalid = await fhir('/Condition', { token, method: 'POST', body: { ...conditionBody('y'), meta: { source }, onsetDateTime: 'yesterday', colour: 'red' } });
+    const oo = assertAnswer(invalid, 400, 'OperationOutcome of an invalid Condition');
+    const paths = oo.issue.flatMap((i) => i.expression ?? []).sort();
+    assert.deepEqual(paths, ['Condition.colour', 'Condition.onsetDateTime']);
+    const onNative = await fhir('/Observation/1', { token, method: 'DELETE' });
+    assert.equal(assertAnswer(onNative, 405, 'OperationOutcome of a DELETE on a native Observation').issue[0].code, 'not-supported');
+  });
+});
+
 describe('read-only projections', () => {
   for (const type of ['Patient', 'Practitioner', 'Organization', 'Group', 'Device']) {
     it(`${type}: a valid searchset, and each match read by id is valid and the same`, async () => {

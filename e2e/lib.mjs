@@ -44,22 +44,24 @@ export async function bearerToken(email) {
 
 /**
  * A request to the FHIR interface (a path under /FHIR/R5, or an absolute
- * URL such as a next link): the status, headers and parsed JSON body.
+ * URL such as a next link): the status, headers, body text and parsed JSON
+ * body (undefined for an empty body). Extra headers override the defaults.
  */
-export async function fhir(path, { token, method = 'GET', body } = {}) {
+export async function fhir(path, { token, method = 'GET', body, headers: extra = {} } = {}) {
   const url = /^https?:/.test(path) ? path : `${env('EXCHANGE_URL')}/FHIR/R5${path}`;
   const headers = { Accept: 'application/fhir+json' };
   if (token) headers.Authorization = `Bearer ${token}`;
   if (body !== undefined) headers['Content-Type'] = 'application/fhir+json';
+  Object.assign(headers, extra);
   const res = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await res.text();
   let json;
   try {
-    json = JSON.parse(text);
+    json = text === '' ? undefined : JSON.parse(text);
   } catch {
     throw new Error(`${method} ${url}: ${res.status}, not JSON: ${text.slice(0, 300)}`);
   }
-  return { status: res.status, headers: res.headers, json };
+  return { status: res.status, headers: res.headers, text, json };
 }
 
 /** An Open mHealth data point (header 1.0) of omh:<name>:<version>. */

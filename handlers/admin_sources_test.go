@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"exchange/domain"
+	"exchange/handlers/handlerstest"
 )
 
 func TestDataSourcesCRUD(t *testing.T) {
@@ -124,8 +125,11 @@ func TestFHIRSources(t *testing.T) {
 
 	checkSource := func(what string, got map[string]any, patientID int64, dataSource any, label string) {
 		t.Helper()
-		if got, want := admKeys(got), []string{"dataSource", "id", "label", "lastUpdated", "patient"}; !slices.Equal(got, want) {
+		if got, want := admKeys(got), []string{"dataSource", "id", "label", "lastUpdated", "patient", "uri"}; !slices.Equal(got, want) {
 			t.Errorf("%s: keys %v, want %v", what, got, want)
+		}
+		if want := fmt.Sprintf("%s/%v", handlerstest.SourceBase, got["id"]); got["uri"] != want {
+			t.Errorf("%s: uri %v, want %s", what, got["uri"], want)
 		}
 		if got["patient"] != float64(patientID) || got["dataSource"] != dataSource || got["label"] != label {
 			t.Errorf("%s: %v, want patient %d, dataSource %v, label %q", what, got, patientID, dataSource, label)

@@ -181,15 +181,23 @@ func toDataSourceSummaryJSON(d domain.DataSource) dataSourceSummaryJSON {
 }
 
 type fhirSourceJSON struct {
-	ID          int64     `json:"id"`
-	Patient     int64     `json:"patient"`
-	DataSource  *int64    `json:"dataSource"`
-	Label       string    `json:"label"`
+	ID         int64  `json:"id"`
+	Patient    int64  `json:"patient"`
+	DataSource *int64 `json:"dataSource"`
+	Label      string `json:"label"`
+	// URI is the source's canonical URI: the meta.source of the resources
+	// it holds, and the _source that searches them.
+	URI         string    `json:"uri"`
 	LastUpdated time.Time `json:"lastUpdated"`
 }
 
-func toFHIRSourceJSON(s domain.FHIRSource) fhirSourceJSON {
-	return fhirSourceJSON{ID: s.ID, Patient: s.PatientID, DataSource: optionalID(s.DataSourceID), Label: s.Label, LastUpdated: s.LastUpdated.UTC()}
+// fhirSourceJSONWith converts FHIR sources whose canonical URIs start
+// with base.
+func fhirSourceJSONWith(base string) func(domain.FHIRSource) fhirSourceJSON {
+	return func(s domain.FHIRSource) fhirSourceJSON {
+		return fhirSourceJSON{ID: s.ID, Patient: s.PatientID, DataSource: optionalID(s.DataSourceID), Label: s.Label,
+			URI: domain.SourceURI(base, s.ID), LastUpdated: s.LastUpdated.UTC()}
+	}
 }
 
 func optionalID(id int64) *int64 {

@@ -135,7 +135,7 @@ func (s *server) createFHIRSource(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.Status(fiber.StatusCreated).JSON(toFHIRSourceJSON(*src))
+	return c.Status(fiber.StatusCreated).JSON(fhirSourceJSONWith(s.service.SourceBase())(*src))
 }
 
 func (s *server) listFHIRSources(c *fiber.Ctx) error {
@@ -147,7 +147,7 @@ func (s *server) listFHIRSources(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return writeList(c, p, l, toFHIRSourceJSON)
+	return writeList(c, p, l, fhirSourceJSONWith(s.service.SourceBase()))
 }
 
 func (s *server) getFHIRSource(c *fiber.Ctx) error {
@@ -159,7 +159,7 @@ func (s *server) getFHIRSource(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(toFHIRSourceJSON(*src))
+	return c.JSON(fhirSourceJSONWith(s.service.SourceBase())(*src))
 }
 
 func (s *server) deleteFHIRSource(c *fiber.Ctx) error {
