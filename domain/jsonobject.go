@@ -56,7 +56,7 @@ func parseJSONObject(data []byte) (jsonObject, error) {
 	if _, err := dec.Token(); err != nil {
 		return nil, fmt.Errorf("not valid JSON: %w", err)
 	}
-	if _, err := dec.Token(); err == nil {
+	if len(bytes.Trim(data[dec.InputOffset():], " \t\r\n")) > 0 {
 		return nil, errors.New("data follows the JSON object")
 	}
 	return o, nil

@@ -17,7 +17,7 @@ func TestJSONObjectKeepsMembersAsSent(t *testing.T) {
 	if got := string(o.marshal("d")); got != `{"d":true,"b":1.50,"a":"replaced"}` {
 		t.Errorf("marshal: %s", got)
 	}
-	for _, bad := range []string{``, `[]`, `"x"`, `{"a": 1, "a": 2}`, `{"a": }`, `{"a": 1} {}`, `{"a": 1`, `{1: 2}`} {
+	for _, bad := range []string{``, `[]`, `"x"`, `{"a": 1, "a": 2}`, `{"a": }`, `{"a": 1} {}`, `{}A`, `{} ]`, "{}\u00a0", `{"a": 1`, `{1: 2}`} {
 		if _, err := parseJSONObject([]byte(bad)); err == nil {
 			t.Errorf("%q parsed", bad)
 		}

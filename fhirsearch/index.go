@@ -224,6 +224,8 @@ func dateSpan(v any) (domain.Span, bool) {
 		start, hasStart := dateSpan(v["start"])
 		end, hasEnd := dateSpan(v["end"])
 		switch { // Period: an open end reaches as far as dates go
+		case hasStart && hasEnd && end.End.Before(start.Start):
+			return domain.Span{}, false // backwards (invariant per-1, not validated): matches no date
 		case hasStart && hasEnd:
 			return domain.Span{Start: start.Start, End: end.End}, true
 		case hasStart:

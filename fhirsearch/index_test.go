@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,4 +157,45 @@ func TestIndexerKnowsEveryConfiguredParameter(t *testing.T) {
 	if _, err := fhirsearch.NewIndexer(defs); err == nil {
 		t.Error("an empty package gave an indexer")
 	}
+}
+
+// FuzzIndex: the index of any JSON object, as any configured type, is
+// extracted without a panic, its keys are "param|key" strings and its date
+// spans run forwards. (Writes validate before they index; the indexer must
+// still never fall over on a shape the validator lets through.)
+func FuzzIndex(f *testing.F) {
+	for _, name := range []string{"Condition-example.json", "Encounter-example.json", "Observation-example.json", "Patient-example.json"} {
+		data, err := os.ReadFile(filepath.Join(packagesDir(), "hl7.fhir.r5.examples", "package", name))
+		if err != nil {
+			f.Fatalf("%v (run scripts/setup first)", err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"code":{"coding":[{"system":1,"code":[]}]},"onsetPeriod":{"start":"2024","end":"2023"},"subject":{"reference":7}}`))
+	ix, err := indexer()
+	if err != nil {
+		f.Fatalf("%v (run scripts/setup first)", err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m map[string]any
+		if json.Unmarshal(data, &m) != nil {
+			return
+		}
+		for _, r := range fhirsearch.Resources {
+			if !ix.Keeps(r.Type) {
+				continue
+			}
+			idx := ix.Index(r.Type, m)
+			for _, k := range idx.Keys {
+				if !strings.Contains(k, "|") {
+					t.Fatalf("%s: key %q has no parameter", r.Type, k)
+				}
+			}
+			for param, span := range idx.Dates {
+				if span.End.Before(span.Start) {
+					t.Fatalf("%s: %s spans %v backwards to %v", r.Type, param, span.Start, span.End)
+				}
+			}
+		}
+	})
 }
