@@ -101,6 +101,6 @@ export function batchBundle(resources) {
   return {
     resourceType: 'Bundle',
     type: 'batch',
-    entry: resources.map((resource) => ({ request: { method: 'POST', url: 'Observation' }, resource })),
+    entry: resources.map((resource) => ({ request: { method: 'POST', url: resource.resourceType }, resource })),
   };
 }

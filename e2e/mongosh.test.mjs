@@ -1,7 +1,7 @@
 // Analysts' access: the real mongosh CLI (npm package mongosh) connects to
 // the embedded database (FerretDB on the MongoDB wire protocol) while the
 // service runs, reads the demo data, and runs the analyst queries of the
-// README on observations this file uploads over FHIR.
+// README on observations and imported resources this file sends over FHIR.
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -129,6 +129,36 @@ const uploads = [
   nativeObservation({ patient: analystPatient, device: 5, identifier: 'analyst-steps-1', dataPoint: stepCount }),
 ];
 
+// Resources patient 4's clinic sends through its FHIR source.
+const condition = (id, status, onset, code) => ({
+  resourceType: 'Condition',
+  id,
+  clinicalStatus: { coding: [{ system: 'http://terminology.hl7.org/CodeSystem/condition-clinical', code: status }] },
+  code: { coding: [{ system: 'http://snomed.info/sct', code }] },
+  subject: { reference: `Patient/${analystPatient}` },
+  onsetDateTime: onset,
+  ...(status === 'resolved' ? { abatementDateTime: '2024-10-01' } : {}),
+});
+const imports = [
+  condition('cond-a', 'active', '2024-03-10', '44054006'),
+  condition('cond-b', 'active', '2023-11-02', '195967001'),
+  condition('cond-c', 'resolved', '2024-08-01', '10509002'),
+  condition('cond-d', 'active', '2024-09-15T10:30:00-07:00', '38341003'),
+  {
+    resourceType: 'Encounter',
+    id: 'enc-1',
+    status: 'completed',
+    class: [{ coding: [{ system: 'http://terminology.hl7.org/CodeSystem/v3-ActCode', code: 'AMB' }] }],
+    subject: { reference: `Patient/${analystPatient}` },
+    actualPeriod: { start: '2024-03-10T09:00:00Z', end: '2024-03-10T09:40:00Z' },
+  },
+];
+// Sent as text: JSON.stringify cannot write the decimal 1.50.
+const labResult = `{"resourceType": "Observation", "id": "lab-creatinine-1", "status": "final",
+  "code": {"coding": [{"system": "http://loinc.org", "code": "2160-0"}]},
+  "subject": {"reference": "Patient/${analystPatient}"}, "effectiveDateTime": "2024-03-10T09:15:00Z",
+  "valueQuantity": {"value": 1.50, "unit": "mg/dL", "system": "http://unitsofmeasure.org", "code": "mg/dL"}}`;
+
 /** What each README query must answer, by its comment. */
 const expected = {
   'Heart rates above 100 beats/min of patient 4, oldest first': [
@@ -175,9 +205,52 @@ const expected = {
       ],
     },
   ],
+  'Imported resources of patient 4, per type': [
+    { _id: 'Condition', resources: 4 },
+    { _id: 'Encounter', resources: 1 },
+    { _id: 'Observation', resources: 1 },
+  ],
+  "Patient 4's active imported conditions with onset in 2024: upstream id and SNOMED code": [
+    { upstreamId: 'cond-a', code: '44054006' },
+    { upstreamId: 'cond-d', code: '38341003' },
+  ],
+  // The lab result's text as a FHIR read answers it: known once it is uploaded.
+  'An imported lab result exactly as FHIR serves it: the decimal as sent': undefined,
 };
 
-describe("the README's analyst queries, on observations uploaded over FHIR", () => {
+/**
+ * Registers a FHIR source for patient 4 and imports the resources above
+ * through it; the lab result's expected text is its FHIR read.
+ */
+async function importForAnalysts(token) {
+  const base = env('EXCHANGE_URL');
+  const auth = { Authorization: `Bearer ${token}` };
+  const created = await fetch(`${base}/api/v1/fhir_sources`, {
+    method: 'POST',
+    headers: { ...auth, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ patient: analystPatient, label: 'Wellness Lab clinic EHR' }),
+  });
+  assert.equal(created.status, 201);
+  const source = await created.json();
+  const bundle = batchBundle(imports.map((r) => ({ ...r, meta: { source: source.uri } })));
+  const res = await fhir('/', { token, method: 'POST', body: bundle });
+  assert.deepEqual(
+    res.json.entry.map((e) => e.response.status),
+    imports.map(() => '201 Created'),
+    JSON.stringify(res.json.entry.map((e) => e.response.outcome?.issue)),
+  );
+  const lab = await fetch(`${base}/FHIR/R5/Observation`, {
+    method: 'POST',
+    headers: { ...auth, 'Content-Type': 'application/fhir+json', 'X-SERVICE-FHIR-Source-ID': String(source.id) },
+    body: labResult,
+  });
+  assert.equal(lab.status, 201, await lab.clone().text());
+  const read = await fhir(new URL(lab.headers.get('location'), base).pathname.replace('/FHIR/R5', '').replace(/\/_history\/\d+$/, ''), { token });
+  assert.match(read.text, /"value": ?1\.50/);
+  expected['An imported lab result exactly as FHIR serves it: the decimal as sent'] = read.text;
+}
+
+describe("the README's analyst queries, on observations uploaded and resources imported over FHIR", () => {
   const queries = readmeQueries();
   let results;
 
@@ -190,6 +263,7 @@ describe("the README's analyst queries, on observations uploaded over FHIR", () 
       uploads.map(() => '201 Created'),
       JSON.stringify(res.json.entry.map((e) => e.response.outcome?.issue)),
     );
+    await importForAnalysts(token);
     results = await runQueries(queries);
   }, { timeout: 90_000 });
 
