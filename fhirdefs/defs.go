@@ -174,6 +174,12 @@ func (p *Package) load(name string) (*StructureDefinition, error) {
 					code = ext.ValueURL
 				}
 			}
+			if e.Name == "id" && code == "id" && !(f.Kind == "resource" && strings.Count(raw.Path, ".") == 1) {
+				// Element.id only identifies an element within its resource
+				// (ElementDefinition ids hold "value[x]" and ":"): a string,
+				// as R4 typed it; only a resource's own id is an id.
+				code = "string"
+			}
 			e.Types = append(e.Types, code)
 			if f.Kind == "primitive-type" && raw.Path == name+".value" {
 				for _, ext := range t.Extension {

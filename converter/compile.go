@@ -1,0 +1,332 @@
+package converter
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"exchange/fhirdefs"
+)
+
+// MapSetVersion names the official map set this engine runs: HL7's
+// fhir-cross-version R4toR5 maps at commit 32d6a4cb (byte-identical at
+// upstream HEAD of 2026-03), which carry no version of their own.
+const MapSetVersion = "hl7.fhir.uv.xver R4toR5 0.1.0 (32d6a4cb)"
+
+// Engine runs the compiled maps. It is safe for concurrent use: nothing
+// in it changes after Compile.
+type Engine struct {
+	groups   map[string]*cgroup
+	typePlus map[string]*cgroup   // the <<type+>> group of each R4 source type
+	pairs    map[typePair]*cgroup // the <<types>> group of each (R4 source, R5 target) pair
+	r4, r5   *fhirdefs.Package
+	log      *slog.Logger
+	stats    Stats
+	elems    sync.Map // elemKey -> *elemInfo
+}
+
+type typePair struct{ source, target string }
+
+// Stats describes a compiled map set, for the start-up log.
+type Stats struct {
+	Files, Groups, Rules int
+	Patched              int // rules replaced or added by patches
+	// Unsupported counts rules that never run: conditions other than
+	// equality and inequality, and FHIRPath (evaluate) transforms.
+	Unsupported int
+	Took        time.Duration
+}
+
+// Stats returns what Compile read and built.
+func (e *Engine) Stats() Stats { return e.stats }
+
+type cgroup struct {
+	name             string
+	params           []param // types resolved to type names
+	extends          *cgroup
+	rules            []*crule
+	sourceType       string // of the first source parameter, when typed
+	targetType       string // of the first target parameter, when typed
+	defaultKind, loc string
+}
+
+type crule struct {
+	name    string
+	line    int
+	sources []csource
+	targets []target
+	then    []*crule
+	calls   []ccall
+	// simple: `src.a -> tgt.b` with no variables' use beyond the copy:
+	// dispatched on the (source type, target type) pair.
+	simple bool
+	// skip is why the rule never runs ("" when it does).
+	skip string
+}
+
+type csource struct {
+	source
+	where *condition
+}
+
+type ccall struct {
+	group *cgroup
+	args  []argument
+}
+
+// Options are the inputs of Compile.
+type Options struct {
+	MapsDir    string // FHIR_XVER_PACKAGE_DIR: the official *4to5.fml files
+	PatchesDir string // FHIR_XVER_PATCHES_DIR: optional local patches
+	R4, R5     *fhirdefs.Package
+	Log        *slog.Logger
+}
+
+// Compile parses every map and patch and builds the engine. An error
+// names the file and line at fault.
+func Compile(o Options) (*Engine, error) {
+	start := time.Now()
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	files, err := filepath.Glob(filepath.Join(o.MapsDir, "*.fml"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("FHIR_XVER_PACKAGE_DIR %s: no *.fml maps (run scripts/setup)", o.MapsDir)
+	}
+	e := &Engine{groups: map[string]*cgroup{}, typePlus: map[string]*cgroup{}, pairs: map[typePair]*cgroup{},
+		r4: o.R4, r5: o.R5, log: o.Log}
+	official, err := parseDir(files)
+	if err != nil {
+		return nil, err
+	}
+	e.stats.Files = len(files)
+	groups := map[string]*group{}
+	var order []string
+	aliases := map[string]map[string]string{} // file -> alias -> type
+	for _, m := range official {
+		aliases[m.File] = aliasTypes(m)
+		for _, g := range m.Groups {
+			if _, dup := groups[g.Name]; dup {
+				return nil, fmt.Errorf("%s:%d: group %s is defined twice", g.File, g.Line, g.Name)
+			}
+			groups[g.Name] = g
+			order = append(order, g.Name)
+		}
+	}
+	if o.PatchesDir != "" {
+		patchFiles, _ := filepath.Glob(filepath.Join(o.PatchesDir, "*.fml"))
+		patches, err := parseDir(patchFiles)
+		if err != nil {
+			return nil, fmt.Errorf("FHIR_XVER_PATCHES_DIR: %w", err)
+		}
+		for _, m := range patches {
+			aliases[m.File] = aliasTypes(m)
+			for _, g := range m.Groups {
+				if base, ok := groups[g.Name]; ok {
+					e.stats.Patched += patchGroup(base, g)
+					continue
+				}
+				groups[g.Name] = g
+				order = append(order, g.Name)
+				e.stats.Patched += len(g.Rules)
+			}
+		}
+	}
+	for _, name := range order {
+		g := groups[name]
+		cg := &cgroup{name: name, defaultKind: g.Default, loc: fmt.Sprintf("%s:%d", g.File, g.Line)}
+		for _, prm := range g.Params {
+			if t, ok := aliases[g.File][prm.Type]; ok {
+				prm.Type = t
+			}
+			cg.params = append(cg.params, prm)
+		}
+		for _, prm := range cg.params {
+			if prm.Mode == "source" && cg.sourceType == "" {
+				cg.sourceType = prm.Type
+			}
+			if prm.Mode == "target" && cg.targetType == "" {
+				cg.targetType = prm.Type
+			}
+		}
+		e.groups[name] = cg
+		switch g.Default {
+		case "type+":
+			if cg.sourceType == "" {
+				return nil, fmt.Errorf("%s: <<type+>> group %s has no source type", cg.loc, name)
+			}
+			e.typePlus[cg.sourceType] = cg
+		case "types":
+			e.pairs[typePair{cg.sourceType, cg.targetType}] = cg
+		}
+	}
+	for _, name := range order {
+		g, cg := groups[name], e.groups[name]
+		if g.Extends != "" {
+			if cg.extends = e.groups[g.Extends]; cg.extends == nil {
+				return nil, fmt.Errorf("%s: group %s extends unknown group %s", cg.loc, name, g.Extends)
+			}
+		}
+		if cg.rules, err = e.compileRules(g.File, g.Rules); err != nil {
+			return nil, err
+		}
+	}
+	e.stats.Groups = len(e.groups)
+	e.stats.Took = time.Since(start)
+	return e, nil
+}
+
+func parseDir(files []string) ([]*mapFile, error) {
+	var maps []*mapFile
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		m, err := parseFML(filepath.Base(f), string(data))
+		if err != nil {
+			return nil, err
+		}
+		maps = append(maps, m)
+	}
+	return maps, nil
+}
+
+// aliasTypes maps a file's `uses` aliases to type names: the last segment
+// of the canonical (http://hl7.org/fhir/4.0/StructureDefinition/Condition
+// is Condition, typed by R4B on the source side and R5 on the target side).
+func aliasTypes(m *mapFile) map[string]string {
+	out := map[string]string{}
+	for _, u := range m.Uses {
+		if u.Alias != "" {
+			out[u.Alias] = u.URL[strings.LastIndexByte(u.URL, '/')+1:]
+		}
+	}
+	return out
+}
+
+// patchGroup applies a patch group to the official one: a rule replaces
+// the official rule of the same name, or is appended. It returns how many
+// rules it changed.
+func patchGroup(base, patch *group) int {
+	for _, r := range patch.Rules {
+		i := slices.IndexFunc(base.Rules, func(o *rule) bool { return r.Name != "" && o.Name == r.Name })
+		if i >= 0 {
+			base.Rules[i] = r
+		} else {
+			base.Rules = append(base.Rules, r)
+		}
+	}
+	return len(patch.Rules)
+}
+
+func (e *Engine) compileRules(file string, rules []*rule) ([]*crule, error) {
+	var out []*crule
+	for _, r := range rules {
+		e.stats.Rules++
+		cr := &crule{name: r.Name, line: r.Line, targets: r.Targets}
+		for _, s := range r.Sources {
+			cs := csource{source: s}
+			if s.Where != "" {
+				c, ok := parseCondition(s.Where)
+				if !ok {
+					cr.skip = "condition (" + s.Where + ") is neither an equality nor an inequality"
+				}
+				cs.where = c
+			}
+			cr.sources = append(cr.sources, cs)
+		}
+		for _, t := range r.Targets {
+			if t.Transform != nil && t.Transform.Kind == "evaluate" {
+				cr.skip = "FHIRPath transform (" + fmt.Sprint(t.Transform.Args[0].Literal) + ") is not supported"
+			}
+		}
+		if cr.skip != "" {
+			e.stats.Unsupported++
+			e.log.Debug("FML rule skipped", "file", file, "line", r.Line, "rule", r.Name, "reason", cr.skip)
+		}
+		for _, c := range r.Calls {
+			g := e.groups[c.Group]
+			if g == nil {
+				return nil, fmt.Errorf("%s:%d: rule %s calls unknown group %s", file, r.Line, r.Name, c.Group)
+			}
+			cr.calls = append(cr.calls, ccall{group: g, args: c.Args})
+		}
+		var err error
+		if cr.then, err = e.compileRules(file, r.Then); err != nil {
+			return nil, err
+		}
+		cr.simple = len(r.Sources) == 1 && r.Sources[0].Element != "" && len(r.Targets) == 1 &&
+			r.Targets[0].Element != "" && r.Targets[0].Transform == nil && len(r.Then) == 0 && len(r.Calls) == 0
+		out = append(out, cr)
+	}
+	return out, nil
+}
+
+// condition is `path = value` or `path != value`: the only conditions
+// the engine evaluates.
+type condition struct {
+	left, right operand
+	not         bool
+}
+
+// operand is a path from a variable (s.system), or a literal.
+type operand struct {
+	path    []string // variable first
+	literal any
+}
+
+var conditionPattern = regexp.MustCompile(`^\s*(\S+?)\s*(!=|=)\s*(\S+)\s*$`)
+var pathPattern = regexp.MustCompile(`^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$`)
+
+func parseCondition(text string) (*condition, bool) {
+	m := conditionPattern.FindStringSubmatch(text)
+	if m == nil {
+		return nil, false
+	}
+	left, ok1 := parseOperand(m[1])
+	right, ok2 := parseOperand(m[3])
+	if !ok1 || !ok2 {
+		return nil, false
+	}
+	return &condition{left: left, right: right, not: m[2] == "!="}, true
+}
+
+func parseOperand(s string) (operand, bool) {
+	switch {
+	case len(s) >= 2 && s[0] == '\'' && s[len(s)-1] == '\'' && !strings.Contains(s[1:len(s)-1], "'"):
+		return operand{literal: s[1 : len(s)-1]}, true
+	case s == "true" || s == "false":
+		return operand{literal: s == "true"}, true
+	case json.Valid([]byte(s)) && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9')):
+		return operand{literal: json.Number(s)}, true
+	case pathPattern.MatchString(s):
+		return operand{path: strings.Split(s, ".")}, true
+	}
+	return operand{}, false
+}
+
+// ResourceTypes lists the R4 resource types the maps convert: those with
+// a <<type+>> group that are resources in R4B, sorted.
+func (e *Engine) ResourceTypes() []string {
+	var out []string
+	for t := range e.typePlus {
+		if sd, err := e.r4.Type(t); err == nil && sd.Kind == "resource" && !sd.Abstract {
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// errNoGroup is a dispatch with no group for its pair of types.
+var errNoGroup = errors.New("no group maps the types")
