@@ -38,7 +38,7 @@ type tval struct {
 	path   string
 	keys   []string
 	vals   map[string]any // *tval or []*tval
-	scalar any           // a primitive's value, once set
+	scalar any            // a primitive's value, once set
 }
 
 func (t *tval) primitive() bool { return t.sd != nil && t.sd.Kind == "primitive-type" }
