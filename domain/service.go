@@ -30,6 +30,7 @@ type Service struct {
 	sourceBase   string
 	validator    ResourceValidator
 	indexer      ResourceIndexer
+	converter    R4Converter
 	now          func() time.Time
 }
 
@@ -45,6 +46,9 @@ type Config struct {
 	// read-only.
 	Validator ResourceValidator
 	Indexer   ResourceIndexer
+	// Converter converts R4 resources for /fhir-import/R4; nil: the R4
+	// maps are not installed and imports are refused.
+	Converter R4Converter
 	// Now is the clock; nil means time.Now. Tests inject a clock to step
 	// over expiry without sleeping.
 	Now func() time.Time
@@ -59,7 +63,7 @@ func NewService(c Config) *Service {
 		c.Schemas = StructureOnly{}
 	}
 	return &Service{store: c.Store, observations: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
-		validator: c.Validator, indexer: c.Indexer, now: c.Now}
+		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, now: c.Now}
 }
 
 // Now returns the service clock's time in UTC.

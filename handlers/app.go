@@ -64,6 +64,7 @@ func New(c Config) *fiber.App {
 	app.All("/o/*", adaptor.HTTPHandler(c.OAuth.Handler()))
 	s.registerFHIR(app, fhirCanonical)
 	s.registerFHIR(app, fhirAlias)
+	s.registerImport(app)
 
 	api := app.Group("/api/v1", s.authenticate)
 	api.Get("/users/profile", s.profile)

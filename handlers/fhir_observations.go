@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -149,56 +150,77 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 		}
 		out.Entry[i] = errorEntry(err)
 	}
-	var creates []domain.NewObservation
-	var imports []domain.ResourceWrite
-	var where, importedAt []int
+	var pending creates
 	for i, e := range in.Entry {
 		resourceType, err := batchEntry(i, e.Request, e.Resource)
 		if err != nil {
 			failed(i, err)
 			continue
 		}
-		if resourceType != "Observation" || !isNativeObservationBody(e.Resource) {
-			imports = append(imports, domain.ResourceWrite{Type: resourceType, Body: e.Resource, Source: c.Get(domain.SourceHeader)})
-			importedAt = append(importedAt, i)
-			continue
-		}
-		n, err := decodeObservation(e.Resource)
-		if err != nil {
+		if err := pending.add(i, resourceType, e.Resource, c.Get(domain.SourceHeader)); err != nil {
 			failed(i, err)
-			continue
 		}
-		creates = append(creates, *n)
-		where = append(where, i)
 	}
-	for k, res := range s.service.CreateResources(ctx, a, imports) {
-		i, r := importedAt[k], res.Resource
+	s.createAll(ctx, c, a, &pending, out.Entry, failed)
+	return writeFHIR(c, fiber.StatusOK, out)
+}
+
+// creates are the resources a batch creates, by path: imported ones,
+// and native Observations; at holds their entries' indexes.
+type creates struct {
+	imports    []domain.ResourceWrite
+	importedAt []int
+	natives    []domain.NewObservation
+	nativeAt   []int
+}
+
+// add routes entry i: a native-coded Observation to the native store,
+// anything else to the imported store under source.
+func (p *creates) add(i int, resourceType string, body []byte, source string) error {
+	if resourceType != "Observation" || !isNativeObservationBody(body) {
+		p.imports = append(p.imports, domain.ResourceWrite{Type: resourceType, Body: body, Source: source})
+		p.importedAt = append(p.importedAt, i)
+		return nil
+	}
+	n, err := decodeObservation(body)
+	if err != nil {
+		return err
+	}
+	p.natives = append(p.natives, *n)
+	p.nativeAt = append(p.nativeAt, i)
+	return nil
+}
+
+// createAll creates what p holds, each store's entries together, and
+// writes each one's batch-response entry, or calls failed.
+func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p *creates, entries []bundleEntry, failed func(int, error)) {
+	for k, res := range s.service.CreateResources(ctx, a, p.imports) {
+		i, r := p.importedAt[k], res.Resource
 		if res.Err != nil {
 			failed(i, res.Err)
 			continue
 		}
-		out.Entry[i] = bundleEntry{
+		entries[i] = bundleEntry{
 			FullURL:  fhirBase(c) + "/" + r.Type + "/" + r.ID,
 			Resource: json.RawMessage(r.JSON),
 			Response: &bundleResponse{Status: statusLine(fiber.StatusCreated), Location: r.Type + "/" + r.ID + "/_history/1",
 				Etag: etag(r.VersionID), LastModified: instant(r.LastUpdated)},
 		}
 	}
-	for k, res := range s.service.CreateObservations(ctx, a, creates) {
-		i := where[k]
+	for k, res := range s.service.CreateObservations(ctx, a, p.natives) {
+		i := p.nativeAt[k]
 		if res.Err != nil {
 			failed(i, res.Err)
 			continue
 		}
 		o := res.Observation
-		out.Entry[i] = bundleEntry{
+		entries[i] = bundleEntry{
 			FullURL:  fhirBase(c) + "/Observation/" + strconv.FormatInt(o.ID, 10),
 			Resource: observationFHIR(o),
 			Response: &bundleResponse{Status: statusLine(fiber.StatusCreated), Location: "Observation/" + strconv.FormatInt(o.ID, 10) + "/_history/1",
 				Etag: `W/"1"`, LastModified: instant(o.LastUpdated)},
 		}
 	}
-	return writeFHIR(c, fiber.StatusOK, out)
 }
 
 // batchEntry checks one entry of a batch, a POST of a resource, and

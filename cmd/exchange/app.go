@@ -12,9 +12,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
+	"exchange/converter"
 	"exchange/domain"
 	"exchange/fhirdefs"
 	"exchange/fhirsearch"
@@ -83,6 +85,10 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		return nil, err
 	} else {
 		config.Validator, config.Indexer = validator, indexer
+		if config.Converter, err = openImporter(s, defs, log); err != nil {
+			a.Close()
+			return nil, err
+		}
 	}
 	a.service = domain.NewService(config)
 	cursorKey, err := hkdf.Key(sha256.New, secret, nil, "exchange search cursor", 32)
@@ -170,3 +176,28 @@ func keptFile(path string, generate func() ([]byte, error)) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// openImporter compiles the official R4 -> R5 maps for /fhir-import/R4,
+// once, and logs what it built. Without the maps or the R4B package the
+// import is unavailable (a warning); a map that does not compile stops
+// start-up.
+func openImporter(s *settings, r5 *fhirdefs.Package, log *slog.Logger) (domain.R4Converter, error) {
+	r4, err := fhirdefs.OpenPackage(filepath.Join(s.FHIRPackagesDir, "hl7.fhir.r4b.core", "package"))
+	if err == nil {
+		_, err = os.Stat(s.XverPackageDir)
+	}
+	if err != nil {
+		log.Warn("R4 import is unavailable: the R4 -> R5 maps or the R4B package are not installed; run scripts/setup", "error", err)
+		return nil, nil
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	engine, err := converter.Compile(converter.Options{MapsDir: s.XverPackageDir, PatchesDir: s.XverPatchesDir, R4: r4, R5: r5, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("FHIR_XVER_PACKAGE_DIR: %w", err)
+	}
+	runtime.ReadMemStats(&after)
+	log.Info("R4 import maps compiled", "maps", engine.Describe(), "heapMB", float64(after.HeapAlloc-min(before.HeapAlloc, after.HeapAlloc))/(1<<20))
+	return converter.NewImporter(engine)
+}
+

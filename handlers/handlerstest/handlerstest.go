@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"exchange/converter"
 	"exchange/domain"
 	"exchange/fhirdefs"
 	"exchange/fhirsearch"
@@ -110,23 +111,48 @@ var r5 = sync.OnceValues(func() (*r5Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &r5Model{validator, indexer}, nil
+	r4, err := fhirdefs.OpenPackage(filepath.Join(dir, "hl7.fhir.r4b.core", "package"))
+	if err != nil {
+		return nil, err
+	}
+	maps := os.Getenv("FHIR_XVER_PACKAGE_DIR")
+	if maps == "" {
+		maps = filepath.Join(RepoRoot(), "standards", "fhir", "xver-r4-r5", "maps")
+	}
+	engine, err := converter.Compile(converter.Options{MapsDir: maps, R4: r4, R5: defs})
+	if err != nil {
+		return nil, err
+	}
+	importer, err := converter.NewImporter(engine)
+	if err != nil {
+		return nil, err
+	}
+	return &r5Model{validator, indexer, importer}, nil
 })
 
 type r5Model struct {
 	validator *fhirdefs.Validator
 	indexer   *fhirsearch.Indexer
+	importer  *converter.Importer
 }
 
 // R5 returns the FHIR R5 validator and search indexer of the imported
 // store: FHIR_PACKAGES_DIR, or standards/fhir-packages of the repository.
 func R5(t testing.TB) (*fhirdefs.Validator, *fhirsearch.Indexer) {
 	t.Helper()
+	m := r5Models(t)
+	return m.validator, m.indexer
+}
+
+// r5Models returns the definitions-driven parts, the R4 importer included
+// (FHIR_XVER_PACKAGE_DIR, or the repository's standards folder).
+func r5Models(t testing.TB) *r5Model {
+	t.Helper()
 	m, err := r5()
 	if err != nil {
 		t.Fatalf("%v: run scripts/setup first", err)
 	}
-	return m.validator, m.indexer
+	return m
 }
 
 // RepoRoot returns the directory of go.mod above the working directory.
@@ -168,7 +194,7 @@ func Start(t testing.TB) *Env {
 	clock := &Clock{}
 	validator, indexer := R5(t)
 	svc := domain.NewService(domain.Config{Store: db, Schemas: Schemas(t), SourceBase: SourceBase,
-		Validator: validator, Indexer: indexer, Now: clock.Now})
+		Validator: validator, Indexer: indexer, Converter: r5Models(t).importer, Now: clock.Now})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,

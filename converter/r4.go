@@ -1,0 +1,61 @@
+package converter
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/google/fhir/go/fhirversion"
+	"github.com/google/fhir/go/jsonformat"
+
+	"exchange/domain"
+)
+
+// Importer is the engine as the domain uses it: every R4 resource is
+// first checked by Google's FHIR R4 parser (github.com/google/fhir/go
+// jsonformat), then converted.
+type Importer struct {
+	engine *Engine
+	parser *jsonformat.Unmarshaller
+}
+
+var _ domain.R4Converter = (*Importer)(nil)
+
+// NewImporter wraps a compiled engine.
+func NewImporter(e *Engine) (*Importer, error) {
+	u, err := jsonformat.NewUnmarshaller("UTC", fhirversion.R4)
+	if err != nil {
+		return nil, err
+	}
+	return &Importer{engine: e, parser: u}, nil
+}
+
+// MapSet implements domain.R4Converter.
+func (im *Importer) MapSet() string { return MapSetVersion }
+
+// ConvertR4 implements domain.R4Converter.
+func (im *Importer) ConvertR4(resource map[string]any) (*domain.R4Conversion, error) {
+	rt, _ := resource["resourceType"].(string)
+	if err := im.engine.Supports(rt); err != nil {
+		return nil, domain.Errorf(domain.CodeNotSupported, "%s", strings.TrimPrefix(err.Error(), ErrNotSupported.Error()+": "))
+	}
+	data, err := json.Marshal(resource)
+	if err != nil {
+		return nil, domain.Errorf(domain.CodeInvalid, "the R4 resource cannot be encoded: %v", err)
+	}
+	if _, err := im.parser.Unmarshal(data); err != nil {
+		return nil, domain.FieldErrorf(rt, "not valid R4: %v", err)
+	}
+	res, err := im.engine.Convert(resource)
+	if err != nil {
+		return nil, domain.Errorf(domain.CodeInvalid, "%s could not be converted to R5: %v", rt, err)
+	}
+	return &domain.R4Conversion{Type: res.Type, Body: res.Resource, Dropped: res.Dropped}, nil
+}
+
+// Describe is one line on the compiled maps, for the start-up log.
+func (e *Engine) Describe() string {
+	s := e.stats
+	return fmt.Sprintf("%s: %d maps, %d groups, %d rules (%d never run: unsupported conditions or FHIRPath), %d patched, compiled in %v",
+		MapSetVersion, s.Files, s.Groups, s.Rules, s.Unsupported, s.Patched, s.Took.Round(1e6))
+}

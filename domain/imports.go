@@ -1,0 +1,122 @@
+package domain
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+)
+
+// R4Converter converts FHIR R4 resources to R5 (package converter runs
+// the official HL7 StructureMaps).
+type R4Converter interface {
+	// ConvertR4 checks one R4 resource, its id already removed, and
+	// converts it. Returns CodeNotSupported for a type it does not
+	// convert and CodeInvalid for input that is not valid R4.
+	ConvertR4(resource map[string]any) (*R4Conversion, error)
+	// MapSet names the maps it runs, for every import outcome.
+	MapSet() string
+}
+
+// R4Conversion is a converted resource.
+type R4Conversion struct {
+	Type string // the R5 type
+	// Body is the R5 JSON, ready for the create path: the upstream id is
+	// back in `id`, where the create path takes it from.
+	Body []byte
+	// Dropped are the R4 paths whose values the R5 output lost.
+	Dropped []string
+	// Native: an Observation coded to Open mHealth or IEEE 1752, whose
+	// subject is the source's patient; it takes the native path.
+	Native bool
+}
+
+// ImportSource is the FHIR source an R4 import writes to, named by the
+// SourceHeader value: 400 when it is missing or unknown, 403 when the
+// actor may not write to it.
+func (s *Service) ImportSource(ctx context.Context, actor *Actor, header string) (*FHIRSource, error) {
+	if s.converter == nil {
+		return nil, Errorf(CodeNotSupported, "R4 import is not available: the R4 -> R5 maps or the FHIR packages are not installed (run scripts/setup)")
+	}
+	if header == "" {
+		return nil, FieldErrorf(SourceHeader, "the %s header names the FHIR source of the import; it is required", SourceHeader)
+	}
+	id, err := strconv.ParseInt(header, 10, 64)
+	if err != nil || id <= 0 {
+		return nil, FieldErrorf(SourceHeader, "%q is not a FHIR source id", header)
+	}
+	return s.writableSource(ctx, actor, id)
+}
+
+// MapSet names the R4 -> R5 maps imports run ("" without them).
+func (s *Service) MapSet() string {
+	if s.converter == nil {
+		return ""
+	}
+	return s.converter.MapSet()
+}
+
+// ConvertR4 converts one R4 resource of an import into src. The upstream
+// id is moved out before anything parses the resource (the R4 parser
+// refuses ids over 64 characters) and handed to the create path, which
+// keeps it as an identifier namespaced by the source. A native-coded
+// Observation becomes the source's patient's. wantType, when set, is the
+// type the request URL names.
+func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4Conversion, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var resource map[string]any
+	if err := dec.Decode(&resource); err != nil || resource == nil || dec.More() {
+		return nil, Errorf(CodeInvalid, "the R4 resource is not a JSON object")
+	}
+	rt, _ := resource["resourceType"].(string)
+	if rt == "" {
+		return nil, FieldErrorf("resourceType", "the R4 resource has no resourceType")
+	}
+	if wantType != "" && rt != wantType {
+		return nil, FieldErrorf(rt+".resourceType", "is %s, but the URL names %s", rt, wantType)
+	}
+	upstream, hasID := resource["id"]
+	delete(resource, "id")
+	conv, err := s.converter.ConvertR4(resource)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	dec = json.NewDecoder(bytes.NewReader(conv.Body))
+	dec.UseNumber()
+	if err := dec.Decode(&out); err != nil {
+		return nil, err
+	}
+	obj, err := parseJSONObject(conv.Body)
+	if err != nil {
+		return nil, err
+	}
+	if hasID {
+		obj.set("id", mustJSON(upstream))
+	}
+	if conv.Type == "Observation" && nativeCoded(out) {
+		conv.Native = true
+		obj.set("subject", mustJSON(map[string]string{"reference": "Patient/" + strconv.FormatInt(src.PatientID, 10)}))
+		if src.DataSourceID != 0 {
+			obj.set("device", mustJSON(map[string]string{"reference": "Device/" + strconv.FormatInt(src.DataSourceID, 10)}))
+		}
+	}
+	conv.Body = obj.marshal("resourceType", "id")
+	return conv, nil
+}
+
+// nativeCoded reports whether an Observation has a coding of the native
+// systems.
+func nativeCoded(obs map[string]any) bool {
+	code, _ := obs["code"].(map[string]any)
+	codings, _ := code["coding"].([]any)
+	for _, c := range codings {
+		if m, ok := c.(map[string]any); ok {
+			if system, _ := m["system"].(string); IsNativeSystem(system) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,131 @@
+package handlers
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
+)
+
+// registerImport mounts the R4 import: POST /fhir-import/R4 (an R4
+// Bundle) and POST /fhir-import/R4/<Type> (one R4 resource); other
+// methods are 405.
+func (s *server) registerImport(app *fiber.App) {
+	g := app.Group("/fhir-import/R4", s.negotiate, s.authenticate)
+	g.Post("/", s.importR4)
+	g.Post("/:type", s.importR4)
+	g.All("/", methodNotAllowed("POST"))
+	g.All("/:type", methodNotAllowed("POST"))
+	g.All("/:type/*", methodNotAllowed("POST"))
+}
+
+// importEntry is one entry of an R4 Bundle, as much as the import reads.
+type importEntry struct {
+	Resource json.RawMessage `json:"resource"`
+	Request  *struct {
+		Method string `json:"method"`
+	} `json:"request"`
+}
+
+// importR4 converts each R4 resource and creates it through the normal
+// create path, under the FHIR source the request names. The answer is
+// always a batch-response Bundle, one entry per input, each with an
+// OperationOutcome: what the conversion lost, or why the entry failed.
+func (s *server) importR4(c *fiber.Ctx) error {
+	ctx, a := c.UserContext(), actor(c)
+	src, err := s.service.ImportSource(ctx, a, c.Get(domain.SourceHeader))
+	if err != nil {
+		return err
+	}
+	resourceType := c.Params("type")
+	var bodies []json.RawMessage
+	if resourceType != "" {
+		bodies = []json.RawMessage{c.Body()}
+	} else {
+		var in struct {
+			ResourceType string        `json:"resourceType"`
+			Entry        []importEntry `json:"entry"`
+		}
+		if err := json.Unmarshal(c.Body(), &in); err != nil {
+			return fhirJSONError("Bundle", err)
+		}
+		if in.ResourceType != "Bundle" {
+			return domain.FieldErrorf("Bundle.resourceType", "must be Bundle, not %q: POST one resource to /fhir-import/R4/<type>", in.ResourceType)
+		}
+		bodies = make([]json.RawMessage, len(in.Entry))
+		for i, e := range in.Entry {
+			// A transaction's entries are imported one by one too; an
+			// entry that is not a create is refused (nil), a missing
+			// resource too (empty).
+			switch {
+			case e.Request != nil && !strings.EqualFold(e.Request.Method, "POST"):
+			case len(e.Resource) == 0:
+				bodies[i] = json.RawMessage{}
+			default:
+				bodies[i] = e.Resource
+			}
+		}
+	}
+	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(bodies))}
+	dropped := make([][]string, len(bodies))
+	failed := func(i int, err error) {
+		if domain.ErrorCode(err) == domain.CodeInternal {
+			s.log.Error("R4 import entry failed", "entry", i, "error", err)
+		}
+		out.Entry[i] = errorEntry(err)
+	}
+	var pending creates
+	for i, body := range bodies {
+		switch {
+		case body == nil:
+			failed(i, domain.FieldErrorf(fmt.Sprintf("Bundle.entry[%d].request.method", i), "only creates (POST) are imported"))
+			continue
+		case len(body) == 0:
+			failed(i, domain.FieldErrorf(fmt.Sprintf("Bundle.entry[%d].resource", i), "is required"))
+			continue
+		}
+		conv, err := s.service.ConvertR4(src, body, resourceType)
+		if err != nil {
+			failed(i, err)
+			continue
+		}
+		dropped[i] = conv.Dropped
+		for _, path := range conv.Dropped {
+			s.log.Warn("R4 import dropped a value", "path", path, "source", src.ID, "maps", s.service.MapSet())
+		}
+		if err := pending.add(i, conv.Type, conv.Body, fmt.Sprint(src.ID)); err != nil {
+			failed(i, err)
+		}
+	}
+	s.createAll(ctx, c, a, &pending, out.Entry, failed)
+	for i := range out.Entry {
+		if out.Entry[i].Response == nil {
+			continue
+		}
+		out.Entry[i].Response.Outcome = importOutcome(out.Entry[i].Response.Outcome, dropped[i], s.service.MapSet())
+	}
+	return writeFHIR(c, fiber.StatusOK, out)
+}
+
+// importOutcome is an entry's OperationOutcome: its error issue (when it
+// failed) and one warning per dropped path, or a single information issue
+// saying no loss was detected.
+func importOutcome(failure any, dropped []string, mapSet string) fiber.Map {
+	var issues []fiber.Map
+	if oo, ok := failure.(fiber.Map); ok {
+		issues, _ = oo["issue"].([]fiber.Map)
+	}
+	for _, path := range dropped {
+		issues = append(issues, fiber.Map{"severity": "warning", "code": "informational",
+			"diagnostics": "the R4 value at " + path + " has no place in the R5 resource and was dropped (" + mapSet + ")",
+			"expression":  []string{path}})
+	}
+	if len(issues) == 0 {
+		issues = []fiber.Map{{"severity": "information", "code": "informational",
+			"diagnostics": "converted from R4 with no detected field loss (" + mapSet + ")"}}
+	}
+	return fiber.Map{"resourceType": "OperationOutcome", "issue": issues}
+}

@@ -1,0 +1,211 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/converter"
+)
+
+// The R4 import at /fhir-import/R4: request checks, per-entry outcomes
+// with the data-loss report, routing to the imported and native stores.
+
+const fxImportBase = "/fhir-import/R4"
+
+// importR4 posts to the R4 import as a user, naming a source id ("" for
+// none), and returns the status and the decoded answer.
+func (w *fxImported) importR4(t *testing.T, who, source, path, body string) (int, map[string]any) {
+	t.Helper()
+	h := map[string]string{"Authorization": "Bearer " + w.tok[who]}
+	if source != "" {
+		h["X-SERVICE-FHIR-Source-ID"] = source
+	}
+	resp, out := fxDo(t, w.env, "POST", fxImportBase+path, h, body)
+	return resp.StatusCode, fxDecode(t, out)
+}
+
+// fxImportEntry is a batch-response entry of an import, read.
+type fxImportEntry struct {
+	status   string
+	resource map[string]any
+	issues   []map[string]any
+}
+
+func fxImportEntries(t *testing.T, b map[string]any) []fxImportEntry {
+	t.Helper()
+	if b["resourceType"] != "Bundle" || b["type"] != "batch-response" {
+		t.Fatalf("not a batch-response Bundle: %v", b)
+	}
+	var out []fxImportEntry
+	for _, e := range fxArr(b["entry"]) {
+		resp := fxObj(fxObj(e)["response"])
+		var issues []map[string]any
+		for _, i := range fxArr(fxObj(resp["outcome"])["issue"]) {
+			issues = append(issues, fxObj(i))
+		}
+		res, _ := fxObj(e)["resource"].(map[string]any)
+		out = append(out, fxImportEntry{status: fmt.Sprint(resp["status"]), resource: res, issues: issues})
+	}
+	return out
+}
+
+func TestImportR4RequestChecks(t *testing.T) {
+	w := fxNewImported(t)
+	patient := `{"resourceType": "Patient", "id": "p1", "gender": "female"}`
+	src := fmt.Sprint(w.aliceSrc.ID)
+	for _, c := range []struct {
+		name, who, source string
+		status            int
+		code              string
+	}{
+		{"no source header", "doc", "", 400, "invalid"},
+		{"a source that is not a number", "doc", "abc", 400, "invalid"},
+		{"an unknown source", "doc", "99999", 400, "invalid"},
+		{"a source the caller may not write", "outsider", src, 403, "forbidden"},
+		{"a viewer may not write", "viewer", src, 403, "forbidden"},
+	} {
+		status, out := w.importR4(t, c.who, c.source, "/Patient", patient)
+		if status != c.status || out["resourceType"] != "OperationOutcome" || fxObj(fxArr(out["issue"])[0])["code"] != c.code {
+			t.Errorf("%s: %d %v", c.name, status, out)
+		}
+	}
+	for _, method := range []string{"GET", "PUT", "PATCH", "DELETE"} {
+		for _, path := range []string{"", "/Patient", "/Patient/p1"} {
+			resp, body := fxDo(t, w.env, method, fxImportBase+path, map[string]string{"Authorization": "Bearer " + w.tok["doc"]}, "")
+			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" || !strings.Contains(string(body), "OperationOutcome") {
+				t.Errorf("%s %s: %d %s", method, path, resp.StatusCode, body)
+			}
+		}
+	}
+	if resp, _ := fxDo(t, w.env, "POST", fxImportBase+"/Patient", nil, patient); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no token: %d", resp.StatusCode)
+	}
+	if n := w.count(t); n != 0 {
+		t.Errorf("%d resources stored by refused requests", n)
+	}
+}
+
+func TestImportR4OneResource(t *testing.T) {
+	w := fxNewImported(t)
+	src := fmt.Sprint(w.aliceSrc.ID)
+	longID := strings.Repeat("x", 100) // the R4 parser refuses ids over 64 characters
+	condition := `{"resourceType": "Condition", "id": "` + longID + `",
+		"clinicalStatus": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active"}]},
+		"code": {"coding": [{"system": "http://snomed.info/sct", "code": "44054006"}]},
+		"subject": {"reference": "Patient/123"}, "onsetDateTime": "2015-06-10",
+		"evidence": [{"code": [{"text": "glucose"}], "detail": [{"reference": "Observation/o1"}]}]}`
+	status, out := w.importR4(t, "doc", src, "/Condition", condition)
+	if status != http.StatusOK {
+		t.Fatalf("%d %v", status, out)
+	}
+	e := fxImportEntries(t, out)
+	if len(e) != 1 || e[0].status != "201 Created" || len(e[0].issues) != 1 || e[0].issues[0]["severity"] != "information" ||
+		!strings.Contains(fmt.Sprint(e[0].issues[0]["diagnostics"]), converter.MapSetVersion) {
+		t.Fatalf("entry %+v", e)
+	}
+	r := e[0].resource
+	if !fxUUID.MatchString(fmt.Sprint(r["id"])) || fxObj(r["meta"])["source"] != fxSourceURI(w.aliceSrc) {
+		t.Errorf("stamped %v", r)
+	}
+	if ids := fxArr(r["identifier"]); len(ids) != 1 || fxObj(ids[0])["value"] != longID || fxObj(ids[0])["system"] != fxSourceURI(w.aliceSrc)+"/id" {
+		t.Errorf("identifier %v", r["identifier"])
+	}
+	evidence := fxArr(r["evidence"])
+	if len(evidence) != 2 || fmt.Sprint(evidence[0]) != "map[concept:map[text:glucose]]" || fmt.Sprint(evidence[1]) != "map[reference:map[reference:Observation/o1]]" {
+		t.Errorf("evidence (CodeableConcept and Reference into CodeableReference) %v", evidence)
+	}
+	// Stored and readable like any imported resource; a second import is a duplicate.
+	resp, body := w.do(t, "doc", "GET", "/Condition/"+fmt.Sprint(r["id"]), nil, "")
+	if resp.StatusCode != http.StatusOK || fxDecode(t, body)["onsetDateTime"] != "2015-06-10" {
+		t.Errorf("read %d %s", resp.StatusCode, body)
+	}
+	_, again := w.importR4(t, "doc", src, "/Condition", condition)
+	if e := fxImportEntries(t, again); e[0].status != "409 Conflict" || e[0].issues[0]["code"] != "duplicate" || e[0].resource != nil {
+		t.Errorf("re-import %+v", e)
+	}
+	// The type the URL names must be the resource's.
+	_, wrong := w.importR4(t, "doc", src, "/Patient", condition)
+	if e := fxImportEntries(t, wrong); e[0].status != "400 Bad Request" {
+		t.Errorf("type mismatch %+v", e)
+	}
+	if n := w.count(t); n != 1 {
+		t.Errorf("%d resources stored, want 1", n)
+	}
+}
+
+func TestImportR4Bundle(t *testing.T) {
+	w := fxNewImported(t)
+	src := fmt.Sprint(w.aliceSrc.ID)
+	hr := fxObs{device: w.watch, code: fxHR, identifiers: []string{"r4-hr-1"}, payload: fxDataPoint(fxHR, fxHeartRate(map[string]any{"date_time": "2025-01-02T03:04:05Z"}))}.resource()
+	hr["subject"] = map[string]any{"reference": "Patient/upstream-77"}
+	hr["id"] = "obs-1"
+	// R4 has no valueAttachment, so an Open mHealth Observation cannot
+	// carry its data point in R4: it takes the native path, which refuses
+	// it for that reason, and nothing reaches the imported store.
+	delete(hr, "valueAttachment")
+	entries := []any{
+		// 0: converted with a loss: Coverage.payor has no R5 home, and R5
+		// requires Coverage.kind: invalid, so refused with both.
+		map[string]any{"resource": json.RawMessage(`{"resourceType": "Coverage", "id": "cov1", "status": "active",
+			"beneficiary": {"reference": "Patient/p1"}, "payor": [{"reference": "Organization/o1"}]}`)},
+		// 1: a Device: its patient has no R5 home: created with a warning.
+		map[string]any{"resource": json.RawMessage(`{"resourceType": "Device", "id": "d1", "status": "active", "patient": {"reference": "Patient/p1"}}`),
+			"request": map[string]any{"method": "POST", "url": "Device"}},
+		// 2: not a create.
+		map[string]any{"resource": json.RawMessage(`{"resourceType": "Patient", "id": "p1"}`), "request": map[string]any{"method": "PUT", "url": "Patient/p1"}},
+		// 3: a type R4B revised.
+		map[string]any{"resource": json.RawMessage(`{"resourceType": "Evidence", "id": "ev1", "status": "active"}`)},
+		// 4: malformed R4 (a date the R4 parser refuses).
+		map[string]any{"resource": json.RawMessage(`{"resourceType": "Patient", "id": "p2", "birthDate": "yesterday"}`)},
+		// 5: an Open mHealth heart rate: the native path.
+		map[string]any{"resource": hr},
+		// 6: no resource.
+		map[string]any{"request": map[string]any{"method": "POST", "url": "Patient"}},
+		// 7: not R4 at all.
+		map[string]any{"resource": json.RawMessage(`{"resourceType": "Nonsense"}`)},
+	}
+	body, _ := json.Marshal(map[string]any{"resourceType": "Bundle", "type": "transaction", "entry": entries})
+	status, out := w.importR4(t, "doc", src, "", string(body))
+	if status != http.StatusOK {
+		t.Fatalf("%d %v", status, out)
+	}
+	e := fxImportEntries(t, out)
+	if len(e) != len(entries) {
+		t.Fatalf("%d entries for %d", len(e), len(entries))
+	}
+	severities := func(x fxImportEntry) string {
+		var s []string
+		for _, i := range x.issues {
+			s = append(s, fmt.Sprintf("%v %v %v", i["severity"], i["code"], i["expression"]))
+		}
+		return strings.Join(s, "; ")
+	}
+	want := []struct{ status, issues string }{
+		{"400 Bad Request", "error invalid [Coverage.kind]; warning informational [Coverage.payor]"},
+		{"201 Created", "warning informational [Device.patient]"},
+		{"400 Bad Request", "error invalid [Bundle.entry[2].request.method]"},
+		{"400 Bad Request", "error not-supported <nil>"},
+		{"400 Bad Request", "error invalid [Patient]"},
+		{"400 Bad Request", "error invalid [Observation.valueAttachment.contentType]"},
+		{"400 Bad Request", "error invalid [Bundle.entry[6].resource]"},
+		{"400 Bad Request", "error not-supported <nil>"},
+	}
+	for i, x := range e {
+		if x.status != want[i].status || severities(x) != want[i].issues {
+			t.Logf("entry %d issues: %v", i, x.issues)
+			t.Errorf("entry %d: %s, %s; want %s, %s", i, x.status, severities(x), want[i].status, want[i].issues)
+		}
+	}
+	if n := w.count(t); n != 1 {
+		t.Errorf("%d imported resources, want 1 (the Device)", n)
+	}
+	var device map[string]any
+	if err := w.resources.FindOne(w.ctx, bson.M{"resourceType": "Device"}).Decode(&device); err != nil || device["upstreamId"] != "d1" {
+		t.Errorf("stored Device %v %v", device, err)
+	}
+}
