@@ -200,4 +200,3 @@ func openImporter(s *settings, r5 *fhirdefs.Package, log *slog.Logger) (domain.R
 	log.Info("R4 import maps compiled", "maps", engine.Describe(), "heapMB", float64(after.HeapAlloc-min(before.HeapAlloc, after.HeapAlloc))/(1<<20))
 	return converter.NewImporter(engine)
 }
-
