@@ -297,3 +297,37 @@ func TestDroppedCollapses(t *testing.T) {
 		t.Errorf("dropped %v, want %v", res.Dropped, want)
 	}
 }
+
+// BenchmarkConvert measures the engine alone (decoded input to R5 JSON
+// and its loss report) on the official R4 examples of six types, each
+// op one resource, cycling through up to ten examples of the type.
+func BenchmarkConvert(b *testing.B) {
+	e := engine(b)
+	for _, rt := range []string{"Observation", "Condition", "Encounter", "Patient", "MedicationRequest", "QuestionnaireResponse"} {
+		files, _ := filepath.Glob(filepath.Join(packageDir("hl7.fhir.r4.examples"), rt+"-*.json"))
+		var inputs [][]byte
+		for _, f := range files {
+			data, _ := os.ReadFile(f)
+			var probe struct{ ResourceType string }
+			if json.Unmarshal(data, &probe) == nil && probe.ResourceType == rt && len(inputs) < 10 {
+				inputs = append(inputs, data)
+			}
+		}
+		if len(inputs) == 0 {
+			b.Fatalf("no R4 examples of %s (run scripts/setup first)", rt)
+		}
+		b.Run(rt, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				m, err := converter.DecodeJSON(inputs[i%len(inputs)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := e.Convert(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "resources/s")
+		})
+	}
+}
