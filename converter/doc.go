@@ -15,7 +15,10 @@
 //     pair: once, at start-up;
 //   - run.go executes a compiled group over JSON trees, typing the R4
 //     source by the R4B definitions (hl7.fhir.r4b.core 4.3.0) and the R5
-//     target by hl7.fhir.r5.core 5.0.0, through package fhirdefs.
+//     target by hl7.fhir.r5.core 5.0.0, through package fhirdefs;
+//   - convert.go converts one resource and reports its losses, and r4.go
+//     is the domain's R4Converter: Google's R4 parser checks the input
+//     first.
 //
 // Design principles:
 //
@@ -27,7 +30,7 @@
 //   - A rule that cannot run (an unknown element, a type with no group, an
 //     unsupported condition or FHIRPath transform) is skipped for that
 //     source item, never failing the conversion; what it would have
-//     carried shows up in the data-loss report instead (loss.go).
+//     carried shows up in the data-loss report instead (convert.go).
 //   - Values are carried as they were sent: decimals keep their digits.
 //     Primitive extensions (`_x` siblings) are not carried, and
 //     `translate()` passes codes through unchanged.
