@@ -132,7 +132,9 @@ func (s *service) do(req *http.Request, op string, out any) error {
 	_ = json.Unmarshal(body, &oe)
 	se.code, se.detail = oe.Error, oe.Description
 	switch {
-	case oe.Error == "invalid_client":
+	// Introspection authenticates the gateway, not the token (an unknown
+	// token is active: false): a refusal there is about the gateway.
+	case oe.Error == "invalid_client" || (op == "introspection" && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden)):
 		se.kind, se.detail = failMisconfigured, "the service refused the gateway's client credentials (SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET)"
 	case resp.StatusCode == http.StatusNotFound:
 		se.kind, se.detail = failMisconfigured, "no such endpoint: is SERVICE_BASE_URL the exchange?"
