@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"exchange/handlers/handlerstest"
+	"exchange/repo/repotest"
+)
+
+func TestMain(m *testing.M) { repotest.Main(m) }
+
+// env is a getenv over a map.
+func env(vars map[string]string) func(string) string {
+	return func(name string) string { return vars[name] }
+}
+
+func goodVars() map[string]string {
+	return map[string]string{
+		"SERVICE_BASE_URL": "http://127.0.0.1:1", "SERVICE_CLIENT_ID": "gw",
+		"SERVICE_CLIENT_SECRET": "gateway-secret-0123456789abcdefghijkl",
+		"MCP_RESOURCE_URL":      "https://mcp.example.org", "MCP_BROKER_KEY": strings.Repeat("k", 32),
+	}
+}
+
+func TestSettingsRefusedAtStartUp(t *testing.T) {
+	for _, c := range []struct {
+		name, value, want string
+	}{
+		{"MCP_BROKER_KEY", strings.Repeat("k", 31), "MCP_BROKER_KEY: required, at least 32 characters"},
+		{"MCP_BROKER_KEY", "", "MCP_BROKER_KEY"},
+		{"SERVICE_BASE_URL", "", "SERVICE_BASE_URL: required"},
+		{"SERVICE_BASE_URL", "ftp://service", "SERVICE_BASE_URL"},
+		{"SERVICE_CLIENT_ID", "", "SERVICE_CLIENT_ID: required"},
+		{"MCP_HTTP_PORT", "eighty", "MCP_HTTP_PORT"},
+		{"MCP_REQUIRE_AUDIENCE", "maybe", "MCP_REQUIRE_AUDIENCE"},
+		{"MCP_ALLOWED_REDIRECTS", "https://ok.example/cb,https://bad.example/cb#frag", "MCP_ALLOWED_REDIRECTS"},
+	} {
+		vars := goodVars()
+		vars[c.name] = c.value
+		var stderr bytes.Buffer
+		err := run(context.Background(), nil, env(vars), nil, io.Discard, &stderr)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%q: %v, want %q", c.name, c.value, err, c.want)
+		}
+	}
+	vars := goodVars()
+	vars["MCP_REQUIRE_AUDIENCE"] = "true"
+	delete(vars, "SERVICE_CLIENT_SECRET")
+	err := run(context.Background(), nil, env(vars), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "MCP_REQUIRE_AUDIENCE=true needs SERVICE_CLIENT_SECRET") {
+		t.Errorf("audience required without a secret: %v", err)
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, env(vars), nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Errorf("unknown command: %v", err)
+	}
+}
+
+// syncBuffer is a buffer the server logs to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var listening = regexp.MustCompile(`msg="gateway listening" addr=\S*:(\d+)`)
+
+// TestServeWarnsAboutTheResourceURLFallback starts the program as users
+// do, without MCP_RESOURCE_URL: it warns, serves, advertises the reference
+// address and stops on cancel.
+func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
+	svc := handlerstest.Start(t)
+	vars := goodVars()
+	vars["SERVICE_BASE_URL"], vars["MCP_HTTP_PORT"] = svc.URL, "0"
+	delete(vars, "MCP_RESOURCE_URL")
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, env(vars), nil, io.Discard, &logs) }()
+	var port string
+	for deadline := time.Now().Add(10 * time.Second); port == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := listening.FindStringSubmatch(logs.String()); m != nil {
+			port = m[1]
+		}
+	}
+	if port == "" {
+		cancel()
+		t.Fatalf("no listening line:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "MCP_RESOURCE_URL is not set: using http://localhost:8401") {
+		t.Errorf("no start-up warning about MCP_RESOURCE_URL:\n%s", logs.String())
+	}
+	resp, err := http.Get("http://127.0.0.1:" + port + "/.well-known/oauth-protected-resource")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prm map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&prm)
+	resp.Body.Close()
+	if prm["resource"] != "http://localhost:8401/mcp" {
+		t.Errorf("resource %v", prm["resource"])
+	}
+	if err := healthcheck(context.Background(), env(map[string]string{"MCP_HTTP_PORT": port})); err != nil {
+		t.Errorf("healthcheck: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// TestStdio speaks MCP over the stdio transport with a service token.
+func TestStdio(t *testing.T) {
+	svc := handlerstest.Start(t)
+	user := svc.Practitioner(t, "doc@example.org", true)
+	token := svc.Token(t, user.ID)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"stdio"}, env(map[string]string{"SERVICE_BASE_URL": svc.URL, "SERVICE_ACCESS_TOKEN": token}), inR, outW, io.Discard)
+		outW.Close()
+	}()
+	lines := bufio.NewScanner(outR)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	exchange := func(request string) map[string]any {
+		t.Helper()
+		if _, err := io.WriteString(inW, request+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !lines.Scan() {
+			t.Fatalf("no answer to %s: %v", request, lines.Err())
+		}
+		var answer map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &answer); err != nil {
+			t.Fatalf("%v: %s", err, lines.Text())
+		}
+		return answer
+	}
+	hello := exchange(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}`)
+	if hello["result"] == nil {
+		t.Fatalf("initialize: %v", hello)
+	}
+	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	answer := exchange(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"count_studies","arguments":{}}}`)
+	result, _ := answer["result"].(map[string]any)
+	content, _ := result["content"].([]any)
+	if len(content) != 1 || result["isError"] == true || content[0].(map[string]any)["text"] != `{"count":0}` {
+		t.Fatalf("count_studies over stdio: %v", answer)
+	}
+	inW.Close()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stdio did not stop")
+	}
+	if err := run(context.Background(), []string{"stdio"}, env(map[string]string{"SERVICE_BASE_URL": svc.URL}), nil, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "SERVICE_ACCESS_TOKEN") {
+		t.Errorf("stdio without a token: %v", err)
+	}
+}

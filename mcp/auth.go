@@ -1,0 +1,180 @@
+package mcp
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Identity is the user a validated token belongs to.
+type Identity struct {
+	Subject string // the service's user id
+	Email   string
+	// AudienceConfirmed is true when introspection showed the token was
+	// issued to the gateway's client (always true when required).
+	AudienceConfirmed bool
+}
+
+type tokenKey struct{}
+type identityKey struct{}
+
+// WithToken returns a context whose tool calls act as the holder of the
+// service access token: the stdio server's context, and what the /mcp
+// middleware sets per request.
+func WithToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, tokenKey{}, token)
+}
+
+func tokenFrom(ctx context.Context) string {
+	t, _ := ctx.Value(tokenKey{}).(string)
+	return t
+}
+
+// validationTTL is how long a validated token is trusted without asking
+// the service again: revoking a token takes effect within it.
+const validationTTL = 30 * time.Second
+
+// maxCachedTokens bounds the validation cache.
+const maxCachedTokens = 10000
+
+// validator checks bearer tokens with the service: introspection (when
+// the gateway has its client secret) for active, client_id and aud, then
+// userinfo for who the user is. Successes are cached for validationTTL;
+// failures never are.
+type validator struct {
+	svc             *service
+	requireAudience bool
+	now             func() time.Time
+
+	mu    sync.Mutex
+	cache map[[sha256.Size]byte]cachedIdentity
+}
+
+type cachedIdentity struct {
+	id      *Identity
+	expires time.Time
+}
+
+// errNotForGateway: introspection could not confirm the token was issued
+// to the gateway's client, and MCP_REQUIRE_AUDIENCE demands it.
+var errNotForGateway = &serviceError{kind: failRejected, op: "introspection", detail: "the token was not issued for this gateway"}
+
+// errInactive: introspection says the token is not active.
+var errInactive = &serviceError{kind: failRejected, op: "introspection", detail: "the token is expired, revoked or unknown"}
+
+func (v *validator) validate(ctx context.Context, token string) (*Identity, error) {
+	key := sha256.Sum256([]byte(token))
+	now := v.now()
+	v.mu.Lock()
+	hit, ok := v.cache[key]
+	v.mu.Unlock()
+	if ok && now.Before(hit.expires) {
+		return hit.id, nil
+	}
+	id := &Identity{}
+	expires := now.Add(validationTTL)
+	if v.svc.clientSecret != "" {
+		in, err := v.svc.introspect(ctx, token)
+		if err != nil {
+			return nil, err
+		}
+		if !in.Active {
+			return nil, errInactive
+		}
+		id.AudienceConfirmed = in.ClientID == v.svc.clientID || slices.Contains(in.Audience, v.svc.clientID)
+		if v.requireAudience && !id.AudienceConfirmed {
+			return nil, errNotForGateway
+		}
+		if in.Expires > 0 && time.Unix(in.Expires, 0).Before(expires) {
+			expires = time.Unix(in.Expires, 0)
+		}
+	}
+	info, err := v.svc.userinfo(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	id.Subject, id.Email = info.Subject, info.Email
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.cache) >= maxCachedTokens {
+		for k, c := range v.cache {
+			if !now.Before(c.expires) {
+				delete(v.cache, k)
+			}
+		}
+		if len(v.cache) >= maxCachedTokens {
+			clear(v.cache)
+		}
+	}
+	v.cache[key] = cachedIdentity{id, expires}
+	return id, nil
+}
+
+// retryAfterSeconds is the Retry-After of a 503 from /mcp.
+const retryAfterSeconds = "10"
+
+// requireToken guards /mcp: a valid bearer token of the service, or 401
+// (the service refused it, or there is none), 503 (the service is
+// unreachable, throttling or failing) or 500 (the gateway is
+// misconfigured). Only a 401 carries WWW-Authenticate.
+func (g *Gateway) requireToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearerToken(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+g.metadataURL+`"`)
+			writeJSON(w, http.StatusUnauthorized, oauthErrorBody{Error: "invalid_request", Description: "This endpoint needs a bearer token: sign in through the gateway's OAuth flow."})
+			return
+		}
+		id, err := g.validator.validate(r.Context(), token)
+		if err != nil {
+			g.writeValidationError(w, err)
+			return
+		}
+		ctx := context.WithValue(WithToken(r.Context(), token), identityKey{}, id)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func (g *Gateway) writeValidationError(w http.ResponseWriter, err error) {
+	var se *serviceError
+	errors.As(err, &se)
+	switch failureOf(err) {
+	case failRejected:
+		desc := "The service rejected the access token."
+		if se != nil && se.detail != "" {
+			desc = "The service rejected the access token: " + se.detail + "."
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="`+strings.ReplaceAll(desc, `"`, "'")+`", resource_metadata="`+g.metadataURL+`"`)
+		writeJSON(w, http.StatusUnauthorized, oauthErrorBody{Error: "invalid_token", Description: desc})
+	case failMisconfigured:
+		g.log.Error("token validation failed: the gateway is misconfigured", "error", err)
+		writeJSON(w, http.StatusInternalServerError, oauthErrorBody{Error: "server_error",
+			Description: "The gateway cannot validate tokens with the service it is configured for; an operator must check its settings."})
+	default:
+		g.log.Warn("token validation failed: the service is unavailable", "error", err)
+		w.Header().Set("Retry-After", retryAfterSeconds)
+		writeJSON(w, http.StatusServiceUnavailable, oauthErrorBody{Error: "temporarily_unavailable",
+			Description: "The service that validates tokens is unavailable; try again shortly."})
+	}
+}
+
+// bearerToken returns the token of an "Authorization: Bearer" header.
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	return token, ok && strings.EqualFold(scheme, "Bearer") && token != ""
+}
+
+// logger returns the gateway's logger, or a silent one.
+func logger(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
+}

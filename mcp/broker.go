@@ -1,0 +1,475 @@
+package mcp
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Lifetimes of the broker's blobs.
+const (
+	clientLifetime  = 365 * 24 * time.Hour // a registration; then the client registers again
+	stateLifetime   = 10 * time.Minute     // the user's time at the service's login page
+	codeLifetime    = 2 * time.Minute      // from the redirect to the client's token request
+	refreshLifetime = 30 * 24 * time.Hour  // the service's refresh tokens live as long
+)
+
+// serviceScopes are what the gateway asks the service for: openid for
+// userinfo, offline_access for a refresh token.
+const serviceScopes = "openid profile email offline_access"
+
+// Limits of a registration, so a client_id stays a reasonable URL part.
+const (
+	maxRedirectURIs    = 5
+	maxRedirectURILen  = 512
+	maxClientNameLen   = 100
+	maxStateLen        = 1024
+	maxRegistrationLen = 16 << 10
+)
+
+// clientRegistration is sealed into the client_id (kindClient).
+type clientRegistration struct {
+	RedirectURIs []string `json:"r"`
+	Name         string   `json:"n,omitempty"`
+	IssuedAt     int64    `json:"i"`
+}
+
+// pendingAuthorization is sealed into the state the service carries
+// through its login page (kindState).
+type pendingAuthorization struct {
+	ClientID    string `json:"c"`
+	RedirectURI string `json:"r"`
+	State       string `json:"s,omitempty"` // the client's own state
+	Challenge   string `json:"p"`           // the client's PKCE challenge
+	Resource    string `json:"a,omitempty"`
+	Verifier    string `json:"v"` // the gateway's PKCE verifier at the service
+}
+
+// codeGrant is sealed into the gateway's authorization code (kindCode).
+// It holds the service's code, not tokens: the gateway redeems it when the
+// client redeems this one, so the service's single use of codes applies.
+type codeGrant struct {
+	ClientID    string `json:"c"`
+	RedirectURI string `json:"r"`
+	Challenge   string `json:"p"`
+	Resource    string `json:"a,omitempty"`
+	ServiceCode string `json:"x"`
+	Verifier    string `json:"v"`
+}
+
+// refreshGrant wraps the service's refresh token (kindRefresh), bound to
+// the client it was issued to.
+type refreshGrant struct {
+	ClientID     string `json:"c"`
+	Resource     string `json:"a,omitempty"`
+	RefreshToken string `json:"t"`
+}
+
+// protectedResourceMetadata serves RFC 9728 metadata: the gateway is the
+// authorization server of its own MCP endpoint.
+func (g *Gateway) protectedResourceMetadata(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	writeJSON(w, http.StatusOK, map[string]any{
+		"resource":                 g.resource,
+		"authorization_servers":    []string{g.issuer},
+		"bearer_methods_supported": []string{"header"},
+		"scopes_supported":         strings.Fields(serviceScopes),
+		"resource_name":            "Clinical data exchange (MCP gateway)",
+	})
+}
+
+// authorizationServerMetadata serves RFC 8414 metadata.
+func (g *Gateway) authorizationServerMetadata(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	writeJSON(w, http.StatusOK, map[string]any{
+		"issuer":                                g.issuer,
+		"authorization_endpoint":                g.issuer + "/authorize",
+		"token_endpoint":                        g.issuer + "/token",
+		"registration_endpoint":                 g.issuer + "/register",
+		"response_types_supported":              []string{"code"},
+		"response_modes_supported":              []string{"query"},
+		"grant_types_supported":                 []string{"authorization_code", "refresh_token"},
+		"code_challenge_methods_supported":      []string{"S256"},
+		"token_endpoint_auth_methods_supported": []string{"none"},
+		"scopes_supported":                      strings.Fields(serviceScopes),
+		"service_documentation":                 g.issuer + "/health",
+	})
+}
+
+// register serves RFC 7591 Dynamic Client Registration for public
+// clients. Nothing is stored: the registration is sealed into the
+// client_id.
+func (g *Gateway) register(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		RedirectURIs            []string `json:"redirect_uris"`
+		ClientName              string   `json:"client_name"`
+		TokenEndpointAuthMethod string   `json:"token_endpoint_auth_method"`
+		GrantTypes              []string `json:"grant_types"`
+		ResponseTypes           []string `json:"response_types"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRegistrationLen)).Decode(&req); err != nil {
+		registrationError(w, "invalid_client_metadata", "The body must be a JSON object of client metadata (RFC 7591).")
+		return
+	}
+	if m := req.TokenEndpointAuthMethod; m != "" && m != "none" {
+		registrationError(w, "invalid_client_metadata", "Only public clients register here: token_endpoint_auth_method must be none.")
+		return
+	}
+	for _, gt := range req.GrantTypes {
+		if gt != "authorization_code" && gt != "refresh_token" {
+			registrationError(w, "invalid_client_metadata", "grant_types may contain authorization_code and refresh_token only.")
+			return
+		}
+	}
+	for _, rt := range req.ResponseTypes {
+		if rt != "code" {
+			registrationError(w, "invalid_client_metadata", "response_types may contain code only.")
+			return
+		}
+	}
+	if len(req.RedirectURIs) == 0 || len(req.RedirectURIs) > maxRedirectURIs {
+		registrationError(w, "invalid_redirect_uri", "Register between 1 and 5 redirect_uris.")
+		return
+	}
+	for _, u := range req.RedirectURIs {
+		if reason := g.redirectRefused(u); reason != "" {
+			registrationError(w, "invalid_redirect_uri", reason)
+			return
+		}
+	}
+	name := req.ClientName
+	if len(name) > maxClientNameLen {
+		name = name[:maxClientNameLen]
+	}
+	reg := clientRegistration{RedirectURIs: req.RedirectURIs, Name: name, IssuedAt: g.cfg.Now().Unix()}
+	clientID, err := g.seal.seal(kindClient, clientLifetime, reg)
+	if err != nil {
+		g.log.Error("sealing a client registration failed", "error", err)
+		writeJSON(w, http.StatusInternalServerError, oauthErrorBody{Error: "server_error"})
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"client_id":                  clientID,
+		"client_id_issued_at":        reg.IssuedAt,
+		"client_secret_expires_at":   0,
+		"redirect_uris":              reg.RedirectURIs,
+		"client_name":                name,
+		"token_endpoint_auth_method": "none",
+		"grant_types":                []string{"authorization_code", "refresh_token"},
+		"response_types":             []string{"code"},
+	})
+}
+
+func registrationError(w http.ResponseWriter, code, desc string) {
+	writeJSON(w, http.StatusBadRequest, oauthErrorBody{Error: code, Description: desc})
+}
+
+// redirectRefused says why a redirect URI may not be registered, or ""
+// when it may: https, http on a loopback address, or one of
+// MCP_ALLOWED_REDIRECTS exactly.
+func (g *Gateway) redirectRefused(raw string) string {
+	if slices.Contains(g.cfg.AllowedRedirects, raw) {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || len(raw) > maxRedirectURILen || !u.IsAbs() || u.Host == "":
+		return "A redirect URI must be an absolute URL of at most 512 characters."
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return "A redirect URI must not have a fragment."
+	case u.User != nil:
+		return "A redirect URI must not carry credentials."
+	case u.Scheme == "https":
+		return ""
+	case u.Scheme == "http" && isLoopback(u.Hostname()):
+		return ""
+	}
+	return "Redirect URIs must use https, or http on a loopback address (127.0.0.1, [::1], localhost); others must be listed in the gateway's MCP_ALLOWED_REDIRECTS."
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// redirectMatches reports whether a redirect URI of a request is one
+// registered: exactly, or for loopback http any port (RFC 8252 7.3).
+func redirectMatches(registered, requested string) bool {
+	if registered == requested {
+		return true
+	}
+	a, errA := url.Parse(registered)
+	b, errB := url.Parse(requested)
+	if errA != nil || errB != nil || a.Scheme != "http" || b.Scheme != "http" || !isLoopback(a.Hostname()) {
+		return false
+	}
+	return a.Hostname() == b.Hostname() && a.Path == b.Path && a.RawQuery == b.RawQuery && b.Fragment == "" && b.User == nil
+}
+
+var pkceChallengePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{43}$`)
+
+// acceptedResource reports whether a resource parameter (RFC 8707) names
+// this gateway: its MCP endpoint or its origin.
+func (g *Gateway) acceptedResource(resource string) bool {
+	r := strings.TrimRight(resource, "/")
+	return resource == "" || r == g.resource || r == g.issuer
+}
+
+// authorize starts the flow: it checks the client's request, then sends
+// the browser to the service's login with the gateway's own client, PKCE
+// and a sealed state that remembers the client's request.
+func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	clientID := q.Get("client_id")
+	var reg clientRegistration
+	if err := g.seal.open(kindClient, clientID, &reg); err != nil {
+		errorPage(w, http.StatusBadRequest, "Unknown application", "This application's registration with the gateway is unknown or "+err.Error()+": it must register again.")
+		return
+	}
+	redirectURI := q.Get("redirect_uri")
+	if redirectURI == "" && len(reg.RedirectURIs) == 1 {
+		redirectURI = reg.RedirectURIs[0]
+	}
+	if !slices.ContainsFunc(reg.RedirectURIs, func(u string) bool { return redirectMatches(u, redirectURI) }) {
+		errorPage(w, http.StatusBadRequest, "Unregistered redirect", "The redirect_uri is not one this application registered.")
+		return
+	}
+	state := q.Get("state")
+	fail := func(code, desc string) { redirectError(w, r, redirectURI, state, code, desc) }
+	switch {
+	case len(state) > maxStateLen:
+		fail("invalid_request", "state is longer than 1024 characters")
+	case q.Get("response_type") != "code":
+		fail("unsupported_response_type", "response_type must be code")
+	case q.Get("code_challenge_method") != "S256" || !pkceChallengePattern.MatchString(q.Get("code_challenge")):
+		fail("invalid_request", "PKCE is required: code_challenge (S256, 43 characters) with code_challenge_method=S256")
+	case !g.acceptedResource(q.Get("resource")):
+		fail("invalid_target", "resource must be this gateway's MCP endpoint, "+g.resource)
+	default:
+		verifier := randomString(32)
+		sealed, err := g.seal.seal(kindState, stateLifetime, pendingAuthorization{
+			ClientID: clientID, RedirectURI: redirectURI, State: state, Challenge: q.Get("code_challenge"),
+			Resource: q.Get("resource"), Verifier: verifier,
+		})
+		if err != nil {
+			g.log.Error("sealing an authorization state failed", "error", err)
+			fail("server_error", "")
+			return
+		}
+		to := url.Values{
+			"response_type": {"code"}, "client_id": {g.cfg.ClientID}, "redirect_uri": {g.callbackURL},
+			"scope": {serviceScopes}, "state": {sealed},
+			"code_challenge": {s256(verifier)}, "code_challenge_method": {"S256"},
+		}
+		http.Redirect(w, r, g.browserURL+"/o/authorize/?"+to.Encode(), http.StatusFound)
+	}
+}
+
+// callback receives the service's answer, and hands the client a code of
+// its own that holds the service's code.
+func (g *Gateway) callback(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var p pendingAuthorization
+	if err := g.seal.open(kindState, q.Get("state"), &p); err != nil {
+		errorPage(w, http.StatusBadRequest, "Sign-in expired", "This sign-in is "+err.Error()+". Go back to your application and connect again.")
+		return
+	}
+	if e := q.Get("error"); e != "" {
+		code := "access_denied"
+		if regexp.MustCompile(`^[a-z_]{1,64}$`).MatchString(e) {
+			code = e
+		}
+		redirectError(w, r, p.RedirectURI, p.State, code, q.Get("error_description"))
+		return
+	}
+	if q.Get("code") == "" {
+		redirectError(w, r, p.RedirectURI, p.State, "server_error", "the service answered without a code")
+		return
+	}
+	code, err := g.seal.seal(kindCode, codeLifetime, codeGrant{
+		ClientID: p.ClientID, RedirectURI: p.RedirectURI, Challenge: p.Challenge, Resource: p.Resource,
+		ServiceCode: q.Get("code"), Verifier: p.Verifier,
+	})
+	if err != nil {
+		g.log.Error("sealing an authorization code failed", "error", err)
+		redirectError(w, r, p.RedirectURI, p.State, "server_error", "")
+		return
+	}
+	back := url.Values{"code": {code}}
+	if p.State != "" {
+		back.Set("state", p.State)
+	}
+	http.Redirect(w, r, withQuery(p.RedirectURI, back), http.StatusFound)
+}
+
+// token serves the authorization_code and refresh_token grants.
+func (g *Gateway) token(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		tokenError(w, http.StatusBadRequest, "invalid_request", "the body must be application/x-www-form-urlencoded")
+		return
+	}
+	clientID := r.PostForm.Get("client_id")
+	var reg clientRegistration
+	if err := g.seal.open(kindClient, clientID, &reg); err != nil {
+		tokenError(w, http.StatusUnauthorized, "invalid_client", "unknown client_id: register again")
+		return
+	}
+	switch r.PostForm.Get("grant_type") {
+	case "authorization_code":
+		g.redeemCode(w, r, clientID)
+	case "refresh_token":
+		g.refresh(w, r, clientID)
+	default:
+		tokenError(w, http.StatusBadRequest, "unsupported_grant_type", "grant_type must be authorization_code or refresh_token")
+	}
+}
+
+func (g *Gateway) redeemCode(w http.ResponseWriter, r *http.Request, clientID string) {
+	f := r.PostForm
+	var c codeGrant
+	if err := g.seal.open(kindCode, f.Get("code"), &c); err != nil {
+		tokenError(w, http.StatusBadRequest, "invalid_grant", "the code is "+err.Error())
+		return
+	}
+	switch {
+	case !equal(c.ClientID, clientID):
+		tokenError(w, http.StatusBadRequest, "invalid_grant", "the code was issued to another client")
+	case f.Has("redirect_uri") && f.Get("redirect_uri") != c.RedirectURI:
+		tokenError(w, http.StatusBadRequest, "invalid_grant", "redirect_uri differs from the authorization request's")
+	case f.Get("code_verifier") == "" || !equal(s256(f.Get("code_verifier")), c.Challenge):
+		tokenError(w, http.StatusBadRequest, "invalid_grant", "code_verifier does not match the code_challenge")
+	case !g.acceptedResource(f.Get("resource")):
+		tokenError(w, http.StatusBadRequest, "invalid_target", "resource must be "+g.resource)
+	default:
+		tokens, err := g.svc.token(r.Context(), url.Values{
+			"grant_type": {"authorization_code"}, "code": {c.ServiceCode},
+			"redirect_uri": {g.callbackURL}, "code_verifier": {c.Verifier},
+		})
+		g.answerTokens(w, clientID, c.Resource, tokens, err)
+	}
+}
+
+func (g *Gateway) refresh(w http.ResponseWriter, r *http.Request, clientID string) {
+	f := r.PostForm
+	var rg refreshGrant
+	if err := g.seal.open(kindRefresh, f.Get("refresh_token"), &rg); err != nil {
+		tokenError(w, http.StatusBadRequest, "invalid_grant", "the refresh token is "+err.Error())
+		return
+	}
+	switch {
+	case !equal(rg.ClientID, clientID):
+		tokenError(w, http.StatusBadRequest, "invalid_grant", "the refresh token was issued to another client")
+	case !g.acceptedResource(f.Get("resource")):
+		tokenError(w, http.StatusBadRequest, "invalid_target", "resource must be "+g.resource)
+	default:
+		tokens, err := g.svc.token(r.Context(), url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rg.RefreshToken}})
+		g.answerTokens(w, clientID, rg.Resource, tokens, err)
+	}
+}
+
+// answerTokens hands the service's tokens to the client, the refresh
+// token wrapped, or maps the service's failure onto the token endpoint's.
+func (g *Gateway) answerTokens(w http.ResponseWriter, clientID, resource string, t *tokenResponse, err error) {
+	if err != nil {
+		var se *serviceError
+		switch failureOf(err) {
+		case failRejected:
+			desc := "the service refused the grant"
+			if errors.As(err, &se) && se.detail != "" {
+				desc = se.detail
+			}
+			tokenError(w, http.StatusBadRequest, "invalid_grant", desc)
+		case failMisconfigured:
+			g.log.Error("token exchange failed: the gateway is misconfigured", "error", err)
+			tokenError(w, http.StatusInternalServerError, "server_error", "the gateway cannot exchange codes with the service it is configured for")
+		default:
+			g.log.Warn("token exchange failed: the service is unavailable", "error", err)
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			tokenError(w, http.StatusServiceUnavailable, "temporarily_unavailable", "the service is unavailable; try again shortly")
+		}
+		return
+	}
+	out := map[string]any{"access_token": t.AccessToken, "token_type": "Bearer", "expires_in": t.ExpiresIn, "scope": t.Scope}
+	if t.RefreshToken != "" {
+		wrapped, err := g.seal.seal(kindRefresh, refreshLifetime, refreshGrant{ClientID: clientID, Resource: resource, RefreshToken: t.RefreshToken})
+		if err != nil {
+			g.log.Error("sealing a refresh token failed", "error", err)
+			tokenError(w, http.StatusInternalServerError, "server_error", "")
+			return
+		}
+		out["refresh_token"] = wrapped
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func tokenError(w http.ResponseWriter, status int, code, desc string) {
+	writeJSON(w, status, oauthErrorBody{Error: code, Description: desc})
+}
+
+// redirectError sends an OAuth error to the client's (checked) redirect URI.
+func redirectError(w http.ResponseWriter, r *http.Request, redirectURI, state, code, desc string) {
+	q := url.Values{"error": {code}}
+	if desc != "" {
+		q.Set("error_description", desc)
+	}
+	if state != "" {
+		q.Set("state", state)
+	}
+	http.Redirect(w, r, withQuery(redirectURI, q), http.StatusFound)
+}
+
+// withQuery adds parameters to a URL that may already have a query.
+func withQuery(raw string, add url.Values) string {
+	u, _ := url.Parse(raw)
+	q := u.Query()
+	for k, vs := range add {
+		q[k] = vs
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+var errorPageTemplate = template.Must(template.New("error").Parse(`<!doctype html>
+<html lang="en"><meta charset="utf-8"><title>{{.Title}}</title>
+<h1>{{.Title}}</h1><p>{{.Message}}</p></html>
+`))
+
+// errorPage tells the user what went wrong when there is no trustworthy
+// client to redirect to.
+func errorPage(w http.ResponseWriter, status int, title, message string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = errorPageTemplate.Execute(w, struct{ Title, Message string }{title, message})
+}
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// s256 is the PKCE S256 challenge of a verifier.
+func s256(verifier string) string {
+	sum := sha256.Sum256([]byte(verifier))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

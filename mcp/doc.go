@@ -1,0 +1,37 @@
+// Package mcp is the MCP gateway: it lets assistant clients (Claude,
+// ChatGPT connectors, IDEs) query the exchange as the user who signed in,
+// through tools built on github.com/mark3labs/mcp-go.
+//
+// It owns three things:
+//
+//   - An OAuth broker towards the assistant client: protected resource
+//     metadata (RFC 9728), authorization server metadata (RFC 8414),
+//     dynamic registration of public clients (RFC 7591), and the
+//     authorization code grant with PKCE, relayed to the exchange's own
+//     /o/authorize/ with the gateway's confidential client. The broker is
+//     stateless: client registrations, pending authorizations, codes and
+//     wrapped refresh tokens are sealed with XChaCha20-Poly1305 under a key
+//     derived from MCP_BROKER_KEY, each with a kind tag (the AEAD's
+//     additional data, so one kind never opens as another) and a lifetime.
+//     The gateway's code holds the exchange's code, redeemed only when the
+//     client redeems the gateway's: the exchange's single use of codes and
+//     its refresh token rotation apply unchanged.
+//   - Token validation on every /mcp request: the exchange's introspection
+//     (active, client_id, aud) and userinfo, cached for 30 seconds. A
+//     refused token is a 401 with WWW-Authenticate; an unreachable,
+//     throttling or failing exchange a 503 with Retry-After; an answer that
+//     shows the gateway is misconfigured (404, not JSON, invalid_client) a
+//     500. The 5xx carry an OAuth-style JSON error and no WWW-Authenticate.
+//   - The tools: studies, patients, observations, Open mHealth schemas
+//     (also MCP resources) and FHIR capabilities, each a constructor that
+//     returns (mcp.Tool, server.ToolHandlerFunc). They call the exchange's
+//     admin API and FHIR interface with the user's own token, so the user
+//     sees exactly what the exchange lets them see; the gateway holds no
+//     data. Search parameters are checked against the exchange's
+//     CapabilityStatement before they are sent; results are slim and
+//     bounded, with totals, has_more and cursors instead of raw Bundles.
+//     Mistakes the user can fix are tool errors; faults are Go errors.
+//
+// The MCP endpoint is mcp-go's Streamable HTTP handler, stateless, on
+// net/http; NewToolServer serves the same tools over stdio.
+package mcp

@@ -1,0 +1,169 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Config is what the gateway needs; cmd/gateway fills it from the
+// environment (the README's settings table names each variable).
+type Config struct {
+	// ServiceURL is where the gateway reaches the exchange
+	// (SERVICE_BASE_URL).
+	ServiceURL string
+	// ServiceBrowserURL is where users' browsers reach the exchange's
+	// login page (SERVICE_PUBLIC_URL); empty: ServiceURL.
+	ServiceBrowserURL string
+	// ClientID and ClientSecret are the gateway's confidential client at
+	// the exchange. Without a secret the gateway cannot introspect and
+	// validates tokens with userinfo alone.
+	ClientID, ClientSecret string
+	// ResourceURL is the gateway's own public URL (MCP_RESOURCE_URL),
+	// without a trailing slash: the issuer of its OAuth metadata; the MCP
+	// endpoint is ResourceURL/mcp.
+	ResourceURL string
+	// BrokerKey keys the sealed blobs (MCP_BROKER_KEY, at least
+	// MinBrokerKeyLength characters).
+	BrokerKey string
+	// AllowedRedirects are redirect URIs clients may register beyond https
+	// and loopback http ones (MCP_ALLOWED_REDIRECTS).
+	AllowedRedirects []string
+	// RequireAudience refuses tokens that introspection does not show as
+	// issued to ClientID (MCP_REQUIRE_AUDIENCE); needs ClientSecret.
+	RequireAudience bool
+
+	HTTPClient *http.Client     // calls to the exchange; nil: a client with timeouts
+	Now        func() time.Time // nil: time.Now; tests move it
+	Log        *slog.Logger     // nil: silent
+}
+
+// Gateway is the MCP gateway: the OAuth broker, token validation and the
+// Streamable HTTP MCP endpoint, as one http.Handler.
+type Gateway struct {
+	cfg         Config
+	issuer      string // ResourceURL
+	resource    string // ResourceURL/mcp: the protected resource
+	metadataURL string // its RFC 9728 metadata
+	callbackURL string // ResourceURL/oauth/callback, registered at the exchange
+	browserURL  string // the exchange's origin as browsers see it
+	seal        *sealer
+	svc         *service
+	validator   *validator
+	tools       *server.MCPServer
+	log         *slog.Logger
+}
+
+// New checks the configuration and builds the gateway. Errors name the
+// setting at fault.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: serviceTimeout}
+	}
+	if err := checkBaseURL("SERVICE_BASE_URL", cfg.ServiceURL); err != nil {
+		return nil, err
+	}
+	if cfg.ServiceBrowserURL == "" {
+		cfg.ServiceBrowserURL = cfg.ServiceURL
+	}
+	if err := checkBaseURL("SERVICE_PUBLIC_URL", cfg.ServiceBrowserURL); err != nil {
+		return nil, err
+	}
+	if err := checkBaseURL("MCP_RESOURCE_URL", cfg.ResourceURL); err != nil {
+		return nil, err
+	}
+	if cfg.ClientID == "" {
+		return nil, errors.New("SERVICE_CLIENT_ID: required (the gateway's confidential client at the service)")
+	}
+	if cfg.RequireAudience && cfg.ClientSecret == "" {
+		return nil, errors.New("MCP_REQUIRE_AUDIENCE=true needs SERVICE_CLIENT_SECRET: only the confidential client can introspect tokens to confirm their audience")
+	}
+	for _, u := range cfg.AllowedRedirects {
+		if p, err := url.Parse(u); err != nil || p.Scheme == "" || p.Fragment != "" {
+			return nil, fmt.Errorf("MCP_ALLOWED_REDIRECTS: %q is not an absolute URI without a fragment", u)
+		}
+	}
+	seal, err := newSealer(cfg.BrokerKey, cfg.Now)
+	if err != nil {
+		return nil, err
+	}
+	issuer := strings.TrimRight(cfg.ResourceURL, "/")
+	svc := &service{base: strings.TrimRight(cfg.ServiceURL, "/"), clientID: cfg.ClientID, clientSecret: cfg.ClientSecret,
+		redirectURI: issuer + "/oauth/callback", http: cfg.HTTPClient}
+	g := &Gateway{
+		cfg: cfg, issuer: issuer, resource: issuer + "/mcp",
+		metadataURL: issuer + "/.well-known/oauth-protected-resource/mcp",
+		callbackURL: svc.redirectURI, browserURL: strings.TrimRight(cfg.ServiceBrowserURL, "/"),
+		seal: seal, svc: svc, log: logger(cfg.Log),
+		validator: &validator{svc: svc, requireAudience: cfg.RequireAudience, now: cfg.Now, cache: map[[32]byte]cachedIdentity{}},
+	}
+	g.tools = newToolServer(svc, cfg.Now, g.log)
+	return g, nil
+}
+
+func checkBaseURL(name, raw string) error {
+	u, err := url.Parse(raw)
+	if raw == "" {
+		return fmt.Errorf("%s: required", name)
+	}
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%s: %q is not an http(s) URL without query or fragment", name, raw)
+	}
+	return nil
+}
+
+// Handler serves everything the gateway answers.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", g.health)
+	mux.HandleFunc("GET /.well-known/oauth-protected-resource", g.protectedResourceMetadata)
+	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", g.protectedResourceMetadata)
+	mux.HandleFunc("GET /.well-known/oauth-authorization-server", g.authorizationServerMetadata)
+	mux.HandleFunc("POST /register", g.register)
+	mux.HandleFunc("GET /authorize", g.authorize)
+	mux.HandleFunc("GET /oauth/callback", g.callback)
+	mux.HandleFunc("POST /token", g.token)
+	// Stateless: every request stands alone, so any gateway replica can
+	// answer it and a restart loses nothing.
+	mux.Handle("/mcp", g.requireToken(server.NewStreamableHTTPServer(g.tools,
+		server.WithStateLess(true), server.WithStreamableHTTPLogger(g.log))))
+	return mux
+}
+
+// health answers 200 while the gateway runs; "service" says whether the
+// exchange answers its own /health.
+func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	status := "ok"
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.svc.base+"/health", nil)
+	resp, err := g.svc.http.Do(req)
+	switch {
+	case err != nil:
+		status = "unreachable"
+	case resp.StatusCode != http.StatusOK:
+		status = fmt.Sprintf("HTTP %d", resp.StatusCode)
+	}
+	if resp != nil {
+		resp.Body.Close()
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "service": status})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,97 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// schemaInfo is an entry of the service's /api/v1/omh_schemas.
+type schemaInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Title   string `json:"title,omitempty"`
+}
+
+// The names and versions of Open mHealth schemas, checked before they go
+// into a URL path.
+var (
+	schemaNamePattern    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,99}$`)
+	schemaVersionPattern = regexp.MustCompile(`^[0-9]{1,4}(\.[0-9]{1,4}){0,2}$`)
+)
+
+func listSchemasTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("list_omh_schemas", toolOptions(readOnly("List Open mHealth schemas"), []mcpgo.ToolOption{
+		mcpgo.WithDescription("The Open mHealth JSON Schemas the service validates data points against: name, version, title. Each is also the MCP resource omh-schema://{name}/{version}."),
+		mcpgo.WithString("contains", mcpgo.Description("Only schemas whose name or title contains this text (case-insensitive)"), mcpgo.MaxLength(100)),
+	})...)
+	return tool, handle(func(ctx context.Context, req mcpgo.CallToolRequest) (any, error) {
+		schemas, err := listSchemas(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		if part := strings.ToLower(strings.TrimSpace(req.GetString("contains", ""))); part != "" {
+			schemas = slices.DeleteFunc(schemas, func(s schemaInfo) bool {
+				return !strings.Contains(strings.ToLower(s.Name+" "+s.Title), part)
+			})
+		}
+		return map[string]any{"count": len(schemas), "schemas": schemas}, nil
+	})
+}
+
+func listSchemas(ctx context.Context, a *api) ([]schemaInfo, error) {
+	var l listAnswer[schemaInfo]
+	if err := a.get(ctx, "/api/v1/omh_schemas", nil, &l); err != nil {
+		return nil, err
+	}
+	return nonNil(l.Results), nil
+}
+
+// fetchSchema returns a schema's JSON as the service publishes it.
+func fetchSchema(ctx context.Context, a *api, name, version string) (json.RawMessage, error) {
+	if !schemaNamePattern.MatchString(name) || !schemaVersionPattern.MatchString(version) {
+		return nil, toolErrorf("name must look like heart-rate and version like 2.0")
+	}
+	var schema json.RawMessage
+	if err := a.get(ctx, fmt.Sprintf("/api/v1/omh_schemas/%s/%s", url.PathEscape(name), url.PathEscape(version)), nil, &schema); err != nil {
+		return nil, err
+	}
+	return schema, nil
+}
+
+func getSchemaTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
+	tool := mcpgo.NewTool("get_omh_schema", toolOptions(readOnly("Fetch an Open mHealth schema"), []mcpgo.ToolOption{
+		mcpgo.WithDescription("One Open mHealth JSON Schema by name and version, as the service publishes it: what a data point of that type must contain."),
+		mcpgo.WithString("name", mcpgo.Required(), mcpgo.Description("Schema name without namespace, such as heart-rate"), mcpgo.MaxLength(100)),
+		mcpgo.WithString("version", mcpgo.Required(), mcpgo.Description("Schema version, such as 2.0"), mcpgo.MaxLength(14)),
+	})...)
+	return tool, handle(func(ctx context.Context, req mcpgo.CallToolRequest) (any, error) {
+		return fetchSchema(ctx, a, req.GetString("name", ""), req.GetString("version", ""))
+	})
+}
+
+// schemaResourceTemplate offers every schema as a resource,
+// omh-schema://{name}/{version}.
+func schemaResourceTemplate(a *api) (mcpgo.ResourceTemplate, server.ResourceTemplateHandlerFunc) {
+	tmpl := mcpgo.NewResourceTemplate("omh-schema://{name}/{version}", "Open mHealth schema",
+		mcpgo.WithTemplateDescription("An Open mHealth JSON Schema the service validates data points against (list them with list_omh_schemas)"),
+		mcpgo.WithTemplateMIMEType("application/schema+json"))
+	return tmpl, func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
+		u, err := url.Parse(req.Params.URI)
+		if err != nil || u.Scheme != "omh-schema" {
+			return nil, fmt.Errorf("%q is not an omh-schema://{name}/{version} URI", req.Params.URI)
+		}
+		schema, err := fetchSchema(ctx, a, u.Host, strings.Trim(u.Path, "/"))
+		if err != nil {
+			return nil, err
+		}
+		return []mcpgo.ResourceContents{mcpgo.TextResourceContents{URI: req.Params.URI, MIMEType: "application/schema+json", Text: string(schema)}}, nil
+	}
+}
