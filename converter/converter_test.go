@@ -331,3 +331,29 @@ func BenchmarkConvert(b *testing.B) {
 		})
 	}
 }
+
+// A rule of a nested block that cannot run is skipped like any other,
+// and the conversion goes on.
+func TestNestedRuleErrorIsSkipped(t *testing.T) {
+	dir := t.TempDir()
+	patch := "group Condition(source src, target tgt) {\n" +
+		"  src.code as c then { c.noSuchElement -> tgt.code; c.text as x -> tgt.note as n, n.text = x; } \"nested\";\n" +
+		"}\n"
+	if err := os.WriteFile(filepath.Join(dir, "nested.fml"), []byte(patch), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r4, _ := fhirdefs.OpenPackage(packageDir("hl7.fhir.r4b.core"))
+	r5, _ := fhirdefs.OpenPackage(packageDir("hl7.fhir.r5.core"))
+	e, err := converter.Compile(converter.Options{MapsDir: mapsDir(), PatchesDir: dir, R4: r4, R5: r5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := converter.DecodeJSON([]byte(`{"resourceType":"Condition","code":{"text":"flu"},"subject":{"reference":"Patient/p"}}`))
+	res, err := e.Convert(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"resourceType":"Condition","code":{"text":"flu"},"subject":{"reference":"Patient/p"},"note":[{"text":"flu"}]}`; string(res.Resource) != want {
+		t.Errorf("got  %s\nwant %s", res.Resource, want)
+	}
+}

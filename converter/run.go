@@ -398,7 +398,7 @@ func (e *Engine) runGroup(g *cgroup, args []any, depth int) error {
 
 func (e *Engine) runRules(g *cgroup, rules []*crule, sc *scope, depth int) {
 	for _, r := range rules {
-		if err := e.runRule(r, sc, depth); err != nil {
+		if err := e.runRule(g, r, sc, depth); err != nil {
 			e.log.Debug("FML rule skipped", "group", g.name, "rule", r.name, "line", r.line, "error", err)
 		}
 	}
@@ -406,14 +406,14 @@ func (e *Engine) runRules(g *cgroup, rules []*crule, sc *scope, depth int) {
 
 // runRule runs a rule for every combination of its source items that
 // passes its conditions. An error skips what remains of the rule.
-func (e *Engine) runRule(r *crule, sc *scope, depth int) error {
+func (e *Engine) runRule(g *cgroup, r *crule, sc *scope, depth int) error {
 	if r.skip != "" {
 		return nil
 	}
 	var each func(i int, sc *scope, item *snode) error
 	each = func(i int, sc *scope, item *snode) error {
 		if i == len(r.sources) {
-			return e.runBody(r, sc, item, depth)
+			return e.runBody(g, r, sc, item, depth)
 		}
 		s := r.sources[i]
 		ctx, ok := sc.get(s.Context)
@@ -451,7 +451,7 @@ func (e *Engine) runRule(r *crule, sc *scope, depth int) error {
 	return each(0, sc, nil)
 }
 
-func (e *Engine) runBody(r *crule, sc *scope, item *snode, depth int) error {
+func (e *Engine) runBody(g *cgroup, r *crule, sc *scope, item *snode, depth int) error {
 	if r.simple {
 		t := r.targets[0]
 		parent, ok := sc.get(t.Context)
@@ -468,7 +468,7 @@ func (e *Engine) runBody(r *crule, sc *scope, item *snode, depth int) error {
 		}
 	}
 	if len(r.then) > 0 {
-		e.runRules(nil, r.then, sc, depth)
+		e.runRules(g, r.then, sc, depth)
 	}
 	for _, c := range r.calls {
 		args := make([]any, len(c.args))
@@ -615,8 +615,6 @@ func scalarText(v any) string {
 			return "true"
 		}
 		return "false"
-	case float64:
-		return fmt.Sprint(v)
 	}
 	return fmt.Sprint(v)
 }

@@ -82,12 +82,6 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	if err != nil {
 		return nil, err
 	}
-	var out map[string]any
-	dec = json.NewDecoder(bytes.NewReader(conv.Body))
-	dec.UseNumber()
-	if err := dec.Decode(&out); err != nil {
-		return nil, err
-	}
 	obj, err := parseJSONObject(conv.Body)
 	if err != nil {
 		return nil, err
@@ -95,7 +89,7 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	if hasID {
 		obj.set("id", mustJSON(upstream))
 	}
-	if conv.Type == "Observation" && nativeCoded(out) {
+	if conv.Type == "Observation" && IsNativeObservation(conv.Body) {
 		conv.Native = true
 		obj.set("subject", mustJSON(map[string]string{"reference": "Patient/" + strconv.FormatInt(src.PatientID, 10)}))
 		if src.DataSourceID != 0 {
@@ -104,19 +98,4 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	}
 	conv.Body = obj.marshal("resourceType", "id")
 	return conv, nil
-}
-
-// nativeCoded reports whether an Observation has a coding of the native
-// systems.
-func nativeCoded(obs map[string]any) bool {
-	code, _ := obs["code"].(map[string]any)
-	codings, _ := code["coding"].([]any)
-	for _, c := range codings {
-		if m, ok := c.(map[string]any); ok {
-			if system, _ := m["system"].(string); IsNativeSystem(system) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -65,10 +66,28 @@ func IsNativeSystem(system string) bool {
 	return system == SystemOpenMHealth || system == SystemIEEE1752
 }
 
-// IsNativeObservation reports whether a coding list routes an Observation
-// to the native store: it has a coding on a native system.
-func IsNativeObservation(codings []Coding) bool {
-	return slices.ContainsFunc(codings, func(c Coding) bool { return IsNativeSystem(c.System) })
+// IsNativeObservation reports whether an Observation's JSON is coded to
+// Open mHealth or IEEE 1752, and so belongs to the native store. It reads
+// only code.coding, so that a malformed body still goes where its code
+// says and gets that store's errors.
+func IsNativeObservation(body []byte) bool {
+	var probe struct {
+		Code struct {
+			Coding []json.RawMessage `json:"coding"`
+		} `json:"code"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		return false
+	}
+	for _, raw := range probe.Code.Coding {
+		var coding struct {
+			System string `json:"system"`
+		}
+		if json.Unmarshal(raw, &coding) == nil && IsNativeSystem(coding.System) {
+			return true
+		}
+	}
+	return false
 }
 
 // ObservationOutcome is the result of one entry of a batch create.

@@ -60,30 +60,6 @@ func ifMatch(c *fiber.Ctx) (int64, error) {
 	return n, nil
 }
 
-// isNativeObservationBody reports whether a posted Observation is coded
-// to Open mHealth or IEEE 1752, and so belongs to the native store; it
-// reads only code.coding, so that a malformed body still routes where its
-// code says and gets that store's errors.
-func isNativeObservationBody(body []byte) bool {
-	var probe struct {
-		Code struct {
-			Coding []json.RawMessage `json:"coding"`
-		} `json:"code"`
-	}
-	if json.Unmarshal(body, &probe) != nil {
-		return false
-	}
-	for _, raw := range probe.Code.Coding {
-		var coding struct {
-			System string `json:"system"`
-		}
-		if json.Unmarshal(raw, &coding) == nil && domain.IsNativeSystem(coding.System) {
-			return true
-		}
-	}
-	return false
-}
-
 // fhirCreate answers POST [base]/<type>. An Observation coded to Open
 // mHealth or IEEE 1752 takes the native path; everything else is imported,
 // under the FHIR source the request names.
@@ -92,7 +68,7 @@ func (s *server) fhirCreate(c *fiber.Ctx) error {
 	if _, ok := fhirsearch.Lookup(resourceType); !ok {
 		return domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server keeps", resourceType)
 	}
-	if resourceType == "Observation" && isNativeObservationBody(c.Body()) {
+	if resourceType == "Observation" && domain.IsNativeObservation(c.Body()) {
 		return s.createNativeObservation(c)
 	}
 	r, err := s.service.CreateResource(c.UserContext(), actor(c), domain.ResourceWrite{

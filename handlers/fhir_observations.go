@@ -177,7 +177,7 @@ type creates struct {
 // add routes entry i: a native-coded Observation to the native store,
 // anything else to the imported store under source.
 func (p *creates) add(i int, resourceType string, body []byte, source string) error {
-	if resourceType != "Observation" || !isNativeObservationBody(body) {
+	if resourceType != "Observation" || !domain.IsNativeObservation(body) {
 		p.imports = append(p.imports, domain.ResourceWrite{Type: resourceType, Body: body, Source: source})
 		p.importedAt = append(p.importedAt, i)
 		return nil
