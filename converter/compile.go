@@ -247,7 +247,7 @@ func (e *Engine) compileRules(file string, rules []*rule) ([]*crule, error) {
 		}
 		for _, t := range r.Targets {
 			if t.Transform != nil && t.Transform.Kind == "evaluate" {
-				cr.skip = "FHIRPath transform (" + fmt.Sprint(t.Transform.Args[0].Literal) + ") is not supported"
+				cr.skip = fmt.Sprintf("FHIRPath transform (%v) is not supported", firstLiteral(t.Transform))
 			}
 		}
 		if cr.skip != "" {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -53,6 +52,11 @@ func (e *Engine) Convert(resource map[string]any) (*Result, error) {
 	if err := e.Supports(rt); err != nil {
 		return nil, err
 	}
+	return e.convert(rt, resource)
+}
+
+// convert converts a resource of a type Supports accepted.
+func (e *Engine) convert(rt string, resource map[string]any) (*Result, error) {
 	g := e.typePlus[rt]
 	src, err := e.sourceNode(resource, rt)
 	if err != nil {
@@ -77,72 +81,61 @@ func (e *Engine) Convert(resource map[string]any) (*Result, error) {
 // not hold, collapsing a subtree whose every value is dropped into its
 // own path. The resource itself is never collapsed.
 func dropped(resourceType string, resource map[string]any, seen map[string]bool) []string {
-	var walk func(v any, path string) (all, has bool, paths []string)
-	walk = func(v any, path string) (bool, bool, []string) {
-		var children []struct {
-			v    any
-			path string
-		}
-		switch v := v.(type) {
-		case map[string]any:
-			keys := make([]string, 0, len(v))
-			for k := range v {
-				if k != "resourceType" {
-					keys = append(keys, k)
-				}
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				children = append(children, struct {
-					v    any
-					path string
-				}{v[k], path + "." + k})
-			}
-		case []any:
-			for _, item := range v {
-				children = append(children, struct {
-					v    any
-					path string
-				}{item, path})
-			}
-		case nil:
-			return false, false, nil
-		default:
-			if seen[scalarText(v)] {
-				return false, true, nil
-			}
-			return true, true, []string{path}
-		}
-		all, has := true, false
-		var paths []string
-		for _, c := range children {
-			a, h, p := walk(c.v, c.path)
-			if !h {
-				continue
-			}
-			has = true
-			all = all && a
-			paths = append(paths, p...)
-		}
-		if has && all {
-			return true, true, []string{path}
-		}
-		return false, has, paths
-	}
 	var out []string
-	keys := make([]string, 0, len(resource))
-	for k := range resource {
-		if k != "resourceType" {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		_, _, p := walk(resource[k], resourceType+"."+k)
-		out = append(out, p...)
+	for _, k := range memberNames(resource) {
+		_, _, paths := droppedIn(resource[k], resourceType+"."+k, seen)
+		out = append(out, paths...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// droppedIn walks a value at path: whether all of its scalars were
+// dropped, whether it has any, and the dropped paths below it.
+func droppedIn(v any, path string, seen map[string]bool) (all, has bool, paths []string) {
+	var children []any
+	var childPaths []string
+	switch v := v.(type) {
+	case map[string]any:
+		for _, k := range memberNames(v) {
+			children, childPaths = append(children, v[k]), append(childPaths, path+"."+k)
+		}
+	case []any: // array items share their element's path
+		for _, item := range v {
+			children, childPaths = append(children, item), append(childPaths, path)
+		}
+	case nil:
+		return false, false, nil
+	default:
+		if seen[scalarText(v)] {
+			return false, true, nil
+		}
+		return true, true, []string{path}
+	}
+	all = true
+	for i, c := range children {
+		a, h, p := droppedIn(c, childPaths[i], seen)
+		if h {
+			has, all = true, all && a
+			paths = append(paths, p...)
+		}
+	}
+	if has && all {
+		return true, true, []string{path}
+	}
+	return false, has, paths
+}
+
+// memberNames are an object's member names but resourceType (a resource's
+// type may change name from R4 to R5), sorted.
+func memberNames(m map[string]any) []string {
+	return slices.Sorted(func(yield func(string) bool) {
+		for k := range m {
+			if k != "resourceType" && !yield(k) {
+				return
+			}
+		}
+	})
 }
 
 // DecodeJSON decodes an R4 resource with numbers kept as written.

@@ -357,3 +357,42 @@ func TestNestedRuleErrorIsSkipped(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", res.Resource, want)
 	}
 }
+
+// Input nested deeper than the engine goes is refused as a whole, not
+// converted in part.
+func TestTooDeepIsRefused(t *testing.T) {
+	ext := `{"url": "http://example.org/leaf", "valueString": "x"}`
+	for range 150 {
+		ext = `{"url": "http://example.org/level", "extension": [` + ext + `]}`
+	}
+	m, err := converter.DecodeJSON([]byte(`{"resourceType": "Patient", "extension": [` + ext + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine(t).Convert(m); err == nil || !strings.Contains(err.Error(), "nests deeper") {
+		t.Errorf("150 nested extensions: %v", err)
+	}
+	shallow, _ := converter.DecodeJSON([]byte(`{"resourceType": "Patient", "extension": [{"url": "http://example.org/a", "extension": [{"url": "http://example.org/b", "valueString": "x"}]}]}`))
+	if _, err := engine(t).Convert(shallow); err != nil {
+		t.Errorf("two levels: %v", err)
+	}
+}
+
+// A patch may name FHIRPath's evaluate() without arguments: the rule is
+// compiled as one that never runs, and Compile does not fall over.
+func TestEvaluateWithoutArguments(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.fml"), []byte("group Extra(source src, target tgt) { src -> tgt.text = evaluate() \"e\"; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r4, _ := fhirdefs.OpenPackage(packageDir("hl7.fhir.r4b.core"))
+	r5, _ := fhirdefs.OpenPackage(packageDir("hl7.fhir.r5.core"))
+	base := engine(t).Stats().Unsupported
+	e, err := converter.Compile(converter.Options{MapsDir: mapsDir(), PatchesDir: dir, R4: r4, R5: r5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Stats().Unsupported; got != base+1 {
+		t.Errorf("%d rules never run, want %d", got, base+1)
+	}
+}

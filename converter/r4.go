@@ -46,7 +46,7 @@ func (im *Importer) ConvertR4(resource map[string]any) (*domain.R4Conversion, er
 	if _, err := im.parser.Unmarshal(data); err != nil {
 		return nil, domain.FieldErrorf(rt, "not valid R4: %v", err)
 	}
-	res, err := im.engine.Convert(resource)
+	res, err := im.engine.convert(rt, resource)
 	if err != nil {
 		return nil, domain.Errorf(domain.CodeInvalid, "%s could not be converted to R5: %v", rt, err)
 	}

@@ -14,8 +14,10 @@ import (
 )
 
 // maxDepth bounds group calls within one conversion: deeper input is
-// refused rather than risking the stack.
+// refused (errTooDeep fails the conversion) rather than risking the stack.
 const maxDepth = 200
+
+var errTooDeep = fmt.Errorf("the resource nests deeper than %d levels", maxDepth)
 
 // snode is a typed value of the R4 source: a JSON value with its R4B
 // type, and where its children are defined (the element path in sd).
@@ -379,7 +381,7 @@ func scalarFor(typ string, v any) any {
 
 func (e *Engine) runGroup(g *cgroup, args []any, depth int) error {
 	if depth > maxDepth {
-		return fmt.Errorf("group calls nest deeper than %d", maxDepth)
+		return errTooDeep
 	}
 	if g.extends != nil {
 		if err := e.runGroup(g.extends, args[:min(len(args), len(g.extends.params))], depth+1); err != nil {
@@ -392,16 +394,22 @@ func (e *Engine) runGroup(g *cgroup, args []any, depth int) error {
 			sc.vars[prm.Name] = args[i]
 		}
 	}
-	e.runRules(g, g.rules, sc, depth)
-	return nil
+	return e.runRules(g, g.rules, sc, depth)
 }
 
-func (e *Engine) runRules(g *cgroup, rules []*crule, sc *scope, depth int) {
+// runRules runs rules one after the other; a rule that fails is skipped,
+// except for input too deep to convert, which ends the conversion.
+func (e *Engine) runRules(g *cgroup, rules []*crule, sc *scope, depth int) error {
 	for _, r := range rules {
-		if err := e.runRule(g, r, sc, depth); err != nil {
+		err := e.runRule(g, r, sc, depth)
+		if errors.Is(err, errTooDeep) {
+			return err
+		}
+		if err != nil {
 			e.log.Debug("FML rule skipped", "group", g.name, "rule", r.name, "line", r.line, "error", err)
 		}
 	}
+	return nil
 }
 
 // runRule runs a rule for every combination of its source items that
@@ -467,8 +475,8 @@ func (e *Engine) runBody(g *cgroup, r *crule, sc *scope, item *snode, depth int)
 			return err
 		}
 	}
-	if len(r.then) > 0 {
-		e.runRules(g, r.then, sc, depth)
+	if err := e.runRules(g, r.then, sc, depth); err != nil {
+		return err
 	}
 	for _, c := range r.calls {
 		args := make([]any, len(c.args))
@@ -643,9 +651,10 @@ func writeJSON(buf *bytes.Buffer, v *tval, seen map[string]bool) bool {
 		if members > 0 {
 			buf.WriteByte(',')
 		}
-		k, _ := marshalScalar(key)
-		buf.Write(k)
-		buf.WriteByte(':')
+		// Member names are FHIR element names ([A-Za-z0-9]): nothing to escape.
+		buf.WriteByte('"')
+		buf.WriteString(key)
+		buf.WriteString(`":`)
 		wrote := false
 		switch val := v.vals[key].(type) {
 		case *tval:

@@ -62,8 +62,13 @@ func (sd *StructureDefinition) Children(path string) []*Element { return sd.chil
 type Package struct {
 	dir string
 
+	// files are the types the package has a StructureDefinition file of,
+	// listed once: a name from a request that is not among them is
+	// refused without a file read, and never cached.
+	files map[string]bool
+
 	mu           sync.Mutex
-	defs         map[string]*StructureDefinition // by type; nil entries: no such type
+	defs         map[string]*StructureDefinition // by type; nil entries: a file that defines no base type
 	searchParams map[string]*SearchParam         // by Type.code; nil until first use
 }
 
@@ -73,7 +78,15 @@ func OpenPackage(dir string) (*Package, error) {
 	if _, err := os.Stat(filepath.Join(dir, "package.json")); err != nil {
 		return nil, fmt.Errorf("FHIR package at %s: %w (run scripts/setup)", dir, err)
 	}
-	return &Package{dir: dir, defs: map[string]*StructureDefinition{}}, nil
+	names, err := filepath.Glob(filepath.Join(dir, "StructureDefinition-*.json"))
+	if err != nil {
+		return nil, err
+	}
+	files := make(map[string]bool, len(names))
+	for _, n := range names {
+		files[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(n), "StructureDefinition-"), ".json")] = true
+	}
+	return &Package{dir: dir, files: files, defs: map[string]*StructureDefinition{}}, nil
 }
 
 // ErrUnknownType is returned for a type the package does not define.
@@ -82,6 +95,9 @@ var ErrUnknownType = errors.New("unknown type")
 // Type returns the base definition of a type (its specialization, not a
 // profile). Definitions are read on first use and kept.
 func (p *Package) Type(name string) (*StructureDefinition, error) {
+	if !p.files[name] {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, name)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sd, ok := p.defs[name]; ok {

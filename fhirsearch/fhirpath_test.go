@@ -58,3 +58,26 @@ func TestReferenceTypes(t *testing.T) {
 		}
 	}
 }
+
+func TestParseID(t *testing.T) {
+	for _, c := range []struct {
+		value, resourceType string
+		id                  int64
+		ok                  bool
+	}{
+		{"12", "Patient", 12, true},
+		{"Patient/12", "Patient", 12, true},
+		{"https://example.org/fhir/Patient/12", "Patient", 12, true},
+		{"Patient/12/_history/3", "Patient", 12, true},
+		{"Patient/12", "", 12, true},
+		{"xPatient/12", "Patient", 0, false},
+		{"Group/12", "Patient", 0, false},
+		{"Patient/abc", "Patient", 0, false},
+		{"Patient/0", "Patient", 0, false},
+		{"/12", "", 0, false},
+	} {
+		if id, ok := parseID(c.value, c.resourceType); id != c.id || ok != c.ok {
+			t.Errorf("parseID(%q, %q) = %d, %v; want %d, %v", c.value, c.resourceType, id, ok, c.id, c.ok)
+		}
+	}
+}

@@ -205,7 +205,9 @@ func dateSpan(v any) (domain.Span, bool) {
 		if err != nil {
 			return domain.Span{}, false
 		}
-		return domain.Span{Start: r.Low, End: r.High.Add(-time.Millisecond)}, true
+		// The span ends a millisecond before the next value of the same
+		// precision; a value finer than a millisecond spans only itself.
+		return domain.Span{Start: r.Low, End: maxTime(r.Low, r.High.Add(-time.Millisecond))}, true
 	case map[string]any:
 		if events, ok := v["event"].([]any); ok { // Timing
 			var span domain.Span

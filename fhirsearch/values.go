@@ -176,11 +176,12 @@ func parseDate(param, v string) (DateRange, error) {
 // ending in Type/12. Returns false for a value that cannot be one (a
 // UUID of the imported store, say): it matches no native record.
 func parseID(v, resourceType string) (int64, bool) {
-	if i := strings.LastIndexByte(v, '/'); i >= 0 {
-		if resourceType != "" && !strings.HasSuffix(v[:i], resourceType) {
+	if strings.Contains(v, "/") {
+		typ, id, ok := typeAndID(v)
+		if !ok || (resourceType != "" && typ != resourceType) {
 			return 0, false
 		}
-		v = v[i+1:]
+		v = id
 	}
 	id, err := strconv.ParseInt(v, 10, 64)
 	return id, err == nil && id > 0
