@@ -27,6 +27,9 @@ func TestDataSourcesCRUD(t *testing.T) {
 	if _, leaked := created["supportedScopeCodeIds"]; leaked {
 		t.Errorf("the answer carries supportedScopeCodeIds: %v", created)
 	}
+	if got, want := admKeys(created), []string{"id", "lastUpdated", "name", "supportedScopes", "type"}; !slices.Equal(got, want) {
+		t.Errorf("data source keys %v, want %v", got, want)
+	}
 	supported := admList(t, created, "supportedScopes")
 	if len(supported) != 2 {
 		t.Fatalf("supportedScopes: %v", supported)

@@ -43,6 +43,9 @@ func TestUsersSearchByEmail(t *testing.T) {
 	if _, leaked := one[0]["passwordHash"]; leaked {
 		t.Error("the user list shows password hashes")
 	}
+	if got, want := admKeys(one[0]), []string{"email", "firstName", "id", "isSuperuser", "lastName", "userType"}; !slices.Equal(got, want) {
+		t.Errorf("user keys %v, want %v", got, want)
+	}
 	// Without a filter: everyone (admin, 3 staff, 3 here, 1 patient).
 	if all := w.call(t, "GET", "/api/v1/users", w.admin, nil, http.StatusOK); all["count"] != float64(8) {
 		t.Errorf("all users: %v", all["count"])

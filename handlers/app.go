@@ -39,6 +39,7 @@ type server struct {
 	schemas *omh.Registry
 	ping    func(ctx context.Context) error
 	log     *slog.Logger
+	native  map[string]nativeType // by FHIR type
 }
 
 // New returns the Fiber application with every route.
@@ -47,6 +48,7 @@ func New(c Config) *fiber.App {
 		c.Logger = slog.Default()
 	}
 	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, schemas: c.Schemas, ping: c.Ping, log: c.Logger}
+	s.native = s.nativeTypes()
 	app := fiber.New(fiber.Config{
 		AppName:               "exchange",
 		CaseSensitive:         true,
@@ -76,13 +78,13 @@ func New(c Config) *fiber.App {
 	api.Patch("/organizations/:id", s.updateOrganization)
 	api.Delete("/organizations/:id", s.deleteOrganization)
 	api.Get("/organizations/:id/tree", s.organizationTree)
-	api.Get("/organizations/:id/users", s.listMembers)
+	api.Get("/organizations/:id/users", listOf(pathID("id"), s.service.Members, toMemberJSON))
 	api.Post("/organizations/:id/users", s.addMember)
 	api.Patch("/organizations/:id/users/:userId", s.changeMember)
-	api.Delete("/organizations/:id/users/:userId", s.removeMember)
-	api.Get("/organizations/:id/studies", s.organizationStudies)
+	api.Delete("/organizations/:id/users/:userId", unlink("userId", s.service.RemoveMember))
+	api.Get("/organizations/:id/studies", listOf(pathID("id"), s.service.ListStudies, toStudyJSON))
 
-	api.Get("/practitioners", s.listPractitioners)
+	api.Get("/practitioners", listOf(queryIDOf("organizationId"), s.service.ListPractitioners, toPractitionerJSON))
 	api.Post("/practitioners", s.createPractitioner)
 	api.Get("/practitioners/:id", s.getPractitioner)
 	api.Patch("/practitioners/:id", s.updatePractitioner)
@@ -98,20 +100,20 @@ func New(c Config) *fiber.App {
 	api.Patch("/patients/:id/consents", s.writeConsents(fiber.StatusOK, s.service.UpdateConsents))
 	api.Delete("/patients/:id/consents", s.writeConsents(fiber.StatusNoContent, s.service.WithdrawConsents))
 
-	api.Get("/studies", s.listStudies)
+	api.Get("/studies", listOf(queryIDOf("organizationId"), s.service.ListStudies, toStudyJSON))
 	api.Post("/studies", s.createStudy)
 	api.Get("/studies/:id", s.getStudy)
 	api.Patch("/studies/:id", s.updateStudy)
 	api.Delete("/studies/:id", s.deleteStudy)
-	api.Get("/studies/:id/patients", s.studyPatients)
+	api.Get("/studies/:id/patients", listOf(pathID("id"), s.service.StudyPatients, toPatientJSON))
 	api.Post("/studies/:id/patients", s.enrollPatients)
 	api.Delete("/studies/:id/patients", s.unenrollPatients)
 	api.Get("/studies/:id/scope_requests", s.scopeRequests)
 	api.Post("/studies/:id/scope_requests", s.addScopeRequest)
-	api.Delete("/studies/:id/scope_requests/:scopeCodeId", s.removeScopeRequest)
+	api.Delete("/studies/:id/scope_requests/:scopeCodeId", unlink("scopeCodeId", s.service.RemoveScopeRequest))
 	api.Get("/studies/:id/data_sources", s.studyDataSources)
 	api.Post("/studies/:id/data_sources", s.addStudyDataSource)
-	api.Delete("/studies/:id/data_sources/:dataSourceId", s.removeStudyDataSource)
+	api.Delete("/studies/:id/data_sources/:dataSourceId", unlink("dataSourceId", s.service.RemoveStudyDataSource))
 
 	api.Get("/data_sources", s.listDataSources)
 	api.Post("/data_sources", s.createDataSource)

@@ -50,24 +50,30 @@ func outcome(err error) fiber.Map {
 	case errors.As(err, &de) && len(de.Details) > 0:
 		issues := make([]fiber.Map, len(de.Details))
 		for i, d := range de.Details {
-			issues[i] = fhirIssue(code, d.Message, d.Field)
+			issues[i] = fhirIssue("error", code, d.Message, d.Field)
 		}
-		return fiber.Map{"resourceType": "OperationOutcome", "issue": issues}
+		return outcomeOf(issues...)
 	case errors.As(err, &de):
-		return fiber.Map{"resourceType": "OperationOutcome", "issue": []fiber.Map{fhirIssue(code, message, de.Field)}}
+		return outcomeOf(fhirIssue("error", code, message, de.Field))
 	case errors.As(err, &fe):
 		code, message = issueType(codeOfStatus(fe.Code)), fe.Message
 	}
-	return fiber.Map{"resourceType": "OperationOutcome", "issue": []fiber.Map{fhirIssue(code, message, "")}}
+	return outcomeOf(fhirIssue("error", code, message, ""))
 }
 
-// fhirIssue is one issue of an OperationOutcome of an error.
-func fhirIssue(code, diagnostics, expression string) fiber.Map {
-	issue := fiber.Map{"severity": "error", "code": code, "diagnostics": diagnostics}
+// fhirIssue is one issue of an OperationOutcome; expression, when set,
+// is the FHIRPath of the element at fault.
+func fhirIssue(severity, code, diagnostics, expression string) fiber.Map {
+	issue := fiber.Map{"severity": severity, "code": code, "diagnostics": diagnostics}
 	if expression != "" {
 		issue["expression"] = []string{expression}
 	}
 	return issue
+}
+
+// outcomeOf is an OperationOutcome of issues.
+func outcomeOf(issues ...fiber.Map) fiber.Map {
+	return fiber.Map{"resourceType": "OperationOutcome", "issue": issues}
 }
 
 // codeOfStatus classifies Fiber's own errors (unknown route, wrong method,

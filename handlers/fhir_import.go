@@ -3,7 +3,6 @@ package handlers
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -22,14 +21,6 @@ func (s *server) registerImport(app *fiber.App) {
 	g.All("/:type/*", methodNotAllowed("POST"))
 }
 
-// importEntry is one entry of an R4 Bundle, as much as the import reads.
-type importEntry struct {
-	Resource json.RawMessage `json:"resource"`
-	Request  *struct {
-		Method string `json:"method"`
-	} `json:"request"`
-}
-
 // importR4 converts each R4 resource and creates it through the normal
 // create path, under the FHIR source the request names. The answer is
 // always a batch-response Bundle, one entry per input, each with an
@@ -41,36 +32,19 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		return err
 	}
 	resourceType := c.Params("type")
-	var bodies []json.RawMessage
-	if resourceType != "" {
-		bodies = []json.RawMessage{c.Body()}
-	} else {
-		var in struct {
-			ResourceType string        `json:"resourceType"`
-			Entry        []importEntry `json:"entry"`
-		}
+	entries := []entryRequest{{Resource: c.Body()}}
+	if resourceType == "" {
+		var in batchIn
 		if err := json.Unmarshal(c.Body(), &in); err != nil {
 			return fhirJSONError("Bundle", err)
 		}
 		if in.ResourceType != "Bundle" {
 			return domain.FieldErrorf("Bundle.resourceType", "must be Bundle, not %q: POST one resource to /fhir-import/R4/<type>", in.ResourceType)
 		}
-		bodies = make([]json.RawMessage, len(in.Entry))
-		for i, e := range in.Entry {
-			// A transaction's entries are imported one by one too; an
-			// entry that is not a create is refused (nil), a missing
-			// resource too (empty).
-			switch {
-			case e.Request != nil && !strings.EqualFold(e.Request.Method, "POST"):
-			case len(e.Resource) == 0:
-				bodies[i] = json.RawMessage{}
-			default:
-				bodies[i] = e.Resource
-			}
-		}
+		entries = in.Entry
 	}
-	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(bodies))}
-	dropped := make([][]string, len(bodies))
+	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(entries))}
+	dropped := make([][]string, len(entries))
 	failed := func(i int, err error) {
 		if domain.ErrorCode(err) == domain.CodeInternal {
 			s.log.Error("R4 import entry failed", "entry", i, "error", err)
@@ -78,13 +52,10 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		out.Entry[i] = errorEntry(err)
 	}
 	var pending creates
-	for i, body := range bodies {
-		switch {
-		case body == nil:
-			failed(i, domain.FieldErrorf(fmt.Sprintf("Bundle.entry[%d].request.method", i), "only creates (POST) are imported"))
-			continue
-		case len(body) == 0:
-			failed(i, domain.FieldErrorf(fmt.Sprintf("Bundle.entry[%d].resource", i), "is required"))
+	for i, e := range entries {
+		body, err := importBody(i, e, resourceType)
+		if err != nil {
+			failed(i, err)
 			continue
 		}
 		conv, err := s.service.ConvertR4(src, body, resourceType)
@@ -119,13 +90,27 @@ func importOutcome(failure any, dropped []string, mapSet string) fiber.Map {
 		issues, _ = oo["issue"].([]fiber.Map)
 	}
 	for _, path := range dropped {
-		issues = append(issues, fiber.Map{"severity": "warning", "code": "informational",
-			"diagnostics": "the R4 value at " + path + " has no place in the R5 resource and was dropped (" + mapSet + ")",
-			"expression":  []string{path}})
+		issues = append(issues, fhirIssue("warning", "informational",
+			"the R4 value at "+path+" has no place in the R5 resource and was dropped ("+mapSet+")", path))
 	}
 	if len(issues) == 0 {
-		issues = []fiber.Map{{"severity": "information", "code": "informational",
-			"diagnostics": "converted from R4 with no detected field loss (" + mapSet + ")"}}
+		issues = append(issues, fhirIssue("information", "informational", "converted from R4 with no detected field loss ("+mapSet+")", ""))
 	}
-	return fiber.Map{"resourceType": "OperationOutcome", "issue": issues}
+	return outcomeOf(issues...)
+}
+
+// importBody is the R4 resource of entry i: the request body when the URL
+// names a type, else a Bundle entry's resource. Every entry of a Bundle
+// is imported on its own, a transaction's too; only creates are.
+func importBody(i int, e entryRequest, resourceType string) (json.RawMessage, error) {
+	if resourceType != "" {
+		if len(e.Resource) == 0 || string(e.Resource) == "null" {
+			return nil, domain.FieldErrorf(resourceType, "the request body is required: one R4 %s resource", resourceType)
+		}
+		return e.Resource, nil
+	}
+	if !e.create(true) {
+		return nil, domain.FieldErrorf(fmt.Sprintf("Bundle.entry[%d].request.method", i), "only creates (POST) are imported")
+	}
+	return e.resource(i)
 }

@@ -209,3 +209,23 @@ func TestImportR4Bundle(t *testing.T) {
 		t.Errorf("stored Device %v %v", device, err)
 	}
 }
+
+// A missing or null resource is named as such, at the place it is missing.
+func TestImportR4MissingResources(t *testing.T) {
+	w := fxNewImported(t)
+	src := fmt.Sprint(w.aliceSrc.ID)
+	_, out := w.importR4(t, "doc", src, "", `{"resourceType": "Bundle", "type": "batch", "entry": [{"resource": null}, {}]}`)
+	for i, e := range fxImportEntries(t, out) {
+		if e.status != "400 Bad Request" || fmt.Sprint(e.issues[0]["expression"]) != fmt.Sprintf("[Bundle.entry[%d].resource]", i) ||
+			!strings.Contains(fmt.Sprint(e.issues[0]["diagnostics"]), "is required") {
+			t.Errorf("entry %d: %+v", i, e)
+		}
+	}
+	for _, body := range []string{"", "null"} {
+		_, out := w.importR4(t, "doc", src, "/Patient", body)
+		if e := fxImportEntries(t, out); e[0].status != "400 Bad Request" || fmt.Sprint(e[0].issues[0]["expression"]) != "[Patient]" ||
+			!strings.Contains(fmt.Sprint(e[0].issues[0]["diagnostics"]), "request body is required") {
+			t.Errorf("body %q: %+v", body, e)
+		}
+	}
+}

@@ -26,7 +26,7 @@ func writeResource(c *fiber.Ctx, status int, r *domain.Resource) error {
 	if status == fiber.StatusCreated || status == fiber.StatusOK && c.Method() == fiber.MethodPut {
 		c.Set(fiber.HeaderLocation, fhirBase(c)+"/"+r.Type+"/"+r.ID+"/_history/"+strconv.FormatInt(r.VersionID, 10))
 	}
-	if c.Method() != fiber.MethodGet && preferMinimal(c) {
+	if c.Method() != fiber.MethodGet && prefers(c, "return=minimal") {
 		return c.SendStatus(status)
 	}
 	c.Set(fiber.HeaderContentType, fhirContentType(c))
@@ -34,17 +34,6 @@ func writeResource(c *fiber.Ctx, status int, r *domain.Resource) error {
 }
 
 func etag(version int64) string { return `W/"` + strconv.FormatInt(version, 10) + `"` }
-
-// preferMinimal reports Prefer: return=minimal, which asks a write for no
-// body.
-func preferMinimal(c *fiber.Ctx) bool {
-	for _, p := range strings.Split(c.Get("Prefer"), ",") {
-		if strings.EqualFold(strings.ReplaceAll(strings.TrimSpace(p), " ", ""), "return=minimal") {
-			return true
-		}
-	}
-	return false
-}
 
 // ifMatch reads If-Match: W/"<version>" (or "<version>"); 0 when absent.
 func ifMatch(c *fiber.Ctx) (int64, error) {

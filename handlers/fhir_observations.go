@@ -115,15 +115,36 @@ func (s *server) createNativeObservation(c *fiber.Ctx) error {
 
 // batchIn is a request Bundle.
 type batchIn struct {
-	ResourceType string `json:"resourceType"`
-	Type         string `json:"type"`
-	Entry        []struct {
-		Resource json.RawMessage `json:"resource"`
-		Request  *struct {
-			Method string `json:"method"`
-			URL    string `json:"url"`
-		} `json:"request"`
-	} `json:"entry"`
+	ResourceType string         `json:"resourceType"`
+	Type         string         `json:"type"`
+	Entry        []entryRequest `json:"entry"`
+}
+
+// entryRequest is one entry of a request Bundle, as much as is read.
+type entryRequest struct {
+	Resource json.RawMessage `json:"resource"`
+	Request  *struct {
+		Method string `json:"method"`
+		URL    string `json:"url"`
+	} `json:"request"`
+}
+
+// create reports whether the entry is a create (POST); an entry without
+// a request is one when creates are implied.
+func (e entryRequest) create(implied bool) bool {
+	if e.Request == nil {
+		return implied
+	}
+	return strings.EqualFold(e.Request.Method, "POST")
+}
+
+// resource returns the entry's resource; a missing or null one is an
+// error at the entry's path.
+func (e entryRequest) resource(i int) (json.RawMessage, error) {
+	if len(e.Resource) == 0 || string(e.Resource) == "null" {
+		return nil, domain.FieldErrorf(fmt.Sprintf("Bundle.entry[%d].resource", i), "is required")
+	}
+	return e.Resource, nil
 }
 
 // fhirBatch answers POST [base]/ with a batch Bundle of creates: a
@@ -152,7 +173,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 	}
 	var pending creates
 	for i, e := range in.Entry {
-		resourceType, err := batchEntry(i, e.Request, e.Resource)
+		resourceType, err := batchEntry(i, e)
 		if err != nil {
 			failed(i, err)
 			continue
@@ -225,20 +246,17 @@ func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p
 
 // batchEntry checks one entry of a batch, a POST of a resource, and
 // returns the type it creates.
-func batchEntry(i int, req *struct {
-	Method string `json:"method"`
-	URL    string `json:"url"`
-}, resource json.RawMessage) (string, error) {
+func batchEntry(i int, e entryRequest) (string, error) {
 	at := fmt.Sprintf("Bundle.entry[%d]", i)
-	if req == nil || !strings.EqualFold(req.Method, "POST") {
+	if !e.create(false) {
 		return "", domain.FieldErrorf(at+".request", "each entry must be {method: POST, url: <type>}")
 	}
-	resourceType := strings.TrimSuffix(req.URL, "/")
+	resourceType := strings.TrimSuffix(e.Request.URL, "/")
 	if _, ok := fhirsearch.Lookup(resourceType); !ok {
-		return "", domain.FieldErrorf(at+".request.url", "%q is not a resource type this server keeps", req.URL)
+		return "", domain.FieldErrorf(at+".request.url", "%q is not a resource type this server keeps", e.Request.URL)
 	}
-	if len(resource) == 0 {
-		return "", domain.FieldErrorf(at+".resource", "is required")
+	if _, err := e.resource(i); err != nil {
+		return "", err
 	}
 	return resourceType, nil
 }

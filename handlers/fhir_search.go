@@ -47,12 +47,6 @@ type bundle struct {
 	Entry        []bundleEntry `json:"entry,omitempty"` // FHIR JSON has no empty arrays
 }
 
-// operationOutcome is a FHIR OperationOutcome of one issue.
-func operationOutcome(severity, code, diagnostics string) fiber.Map {
-	issue := fiber.Map{"severity": severity, "code": code, "diagnostics": diagnostics}
-	return fiber.Map{"resourceType": "OperationOutcome", "issue": []fiber.Map{issue}}
-}
-
 // fhirBase is the absolute URL of the FHIR interface the client used.
 func fhirBase(c *fiber.Ctx) string {
 	prefix := fhirCanonical
@@ -100,40 +94,88 @@ func searchWith[T any](run func(context.Context, *domain.Actor, domain.Search) (
 	}
 }
 
-// searches are the native types' searches.
-func (s *server) searches() map[string]searchFunc {
-	at := func(t time.Time, id int64) fhirsearch.Position { return fhirsearch.Position{ID: id, LastUpdated: t} }
-	return map[string]searchFunc{
-		"Observation": searchWith(s.service.SearchObservations, func(o *domain.Observation) (any, fhirsearch.Position) {
-			pos := at(o.LastUpdated, o.ID)
-			if o.Effective != nil {
-				start := o.Effective.Start
-				pos.Date = &start
-			}
-			return observationFHIR(o), pos
-		}),
-		"Patient": searchWith(s.service.SearchPatients, func(p *domain.Patient) (any, fhirsearch.Position) {
-			return patientFHIR(p), at(p.LastUpdated, p.ID)
-		}),
-		"Practitioner": searchWith(s.service.SearchPractitioners, func(u *domain.User) (any, fhirsearch.Position) {
-			return practitionerFHIR(u), at(u.LastUpdated, u.ID)
-		}),
-		"Organization": searchWith(s.service.SearchOrganizations, func(o *domain.Organization) (any, fhirsearch.Position) {
-			return organizationFHIR(o), at(o.LastUpdated, o.ID)
-		}),
-		"Group": searchWith(s.service.SearchGroups, func(g *domain.GroupView) (any, fhirsearch.Position) {
-			return groupFHIR(g), at(g.LastUpdated, g.ID)
-		}),
-		"Device": searchWith(s.service.SearchDevices, func(d *domain.DataSource) (any, fhirsearch.Position) {
-			return deviceFHIR(d), at(d.LastUpdated, d.ID)
-		}),
+// nativeType is how the native store searches and reads one type.
+type nativeType struct {
+	search searchFunc
+	read   func(context.Context, *domain.Actor, int64) (resource any, lastUpdated time.Time, err error)
+}
+
+// readWith reads one record and renders it.
+func readWith[T any](get func(context.Context, *domain.Actor, int64) (*T, error), render func(*T) any, updated func(*T) time.Time) func(context.Context, *domain.Actor, int64) (any, time.Time, error) {
+	return func(ctx context.Context, a *domain.Actor, id int64) (any, time.Time, error) {
+		r, err := get(ctx, a, id)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		return render(r), updated(r), nil
 	}
 }
 
-// strictHandling reports Prefer: handling=strict.
-func strictHandling(c *fiber.Ctx) bool {
+// nativeTypes are the native store's types, built once.
+func (s *server) nativeTypes() map[string]nativeType {
+	at := func(t time.Time, id int64) fhirsearch.Position { return fhirsearch.Position{ID: id, LastUpdated: t} }
+	return map[string]nativeType{
+		"Observation": {
+			search: searchWith(s.service.SearchObservations, func(o *domain.Observation) (any, fhirsearch.Position) {
+				pos := at(o.LastUpdated, o.ID)
+				if o.Effective != nil {
+					start := o.Effective.Start
+					pos.Date = &start
+				}
+				return observationFHIR(o), pos
+			}),
+			read: readWith(s.service.ObservationByID, func(o *domain.Observation) any { return observationFHIR(o) },
+				func(o *domain.Observation) time.Time { return o.LastUpdated }),
+		},
+		"Patient": {
+			search: searchWith(s.service.SearchPatients, func(p *domain.Patient) (any, fhirsearch.Position) {
+				return patientFHIR(p), at(p.LastUpdated, p.ID)
+			}),
+			read: readWith(s.service.PatientByID, func(p *domain.Patient) any { return patientFHIR(p) },
+				func(p *domain.Patient) time.Time { return p.LastUpdated }),
+		},
+		"Practitioner": {
+			search: searchWith(s.service.SearchPractitioners, func(u *domain.User) (any, fhirsearch.Position) {
+				return practitionerFHIR(u), at(u.LastUpdated, u.ID)
+			}),
+			read: readWith(s.service.PractitionerProjection, func(u *domain.User) any { return practitionerFHIR(u) },
+				func(u *domain.User) time.Time { return u.LastUpdated }),
+		},
+		"Organization": {
+			search: searchWith(s.service.SearchOrganizations, func(o *domain.Organization) (any, fhirsearch.Position) {
+				return organizationFHIR(o), at(o.LastUpdated, o.ID)
+			}),
+			read: readWith(s.service.Organization, func(o *domain.Organization) any { return organizationFHIR(o) },
+				func(o *domain.Organization) time.Time { return o.LastUpdated }),
+		},
+		"Group": {
+			search: searchWith(s.service.SearchGroups, func(g *domain.GroupView) (any, fhirsearch.Position) {
+				return groupFHIR(g), at(g.LastUpdated, g.ID)
+			}),
+			read: readWith(s.service.GroupByID, func(g *domain.GroupView) any { return groupFHIR(g) },
+				func(g *domain.GroupView) time.Time { return g.LastUpdated }),
+		},
+		"Device": {
+			search: searchWith(s.service.SearchDevices, func(d *domain.DataSource) (any, fhirsearch.Position) {
+				return deviceFHIR(d), at(d.LastUpdated, d.ID)
+			}),
+			// Devices are readable by every user, as data sources are.
+			read: func(ctx context.Context, _ *domain.Actor, id int64) (any, time.Time, error) {
+				d, err := s.service.DataSourceByID(ctx, id)
+				if err != nil {
+					return nil, time.Time{}, err
+				}
+				return deviceFHIR(&d.DataSource), d.LastUpdated, nil
+			},
+		},
+	}
+}
+
+// prefers reports whether the request's Prefer header (RFC 7240) holds a
+// preference, such as handling=strict or return=minimal.
+func prefers(c *fiber.Ctx, preference string) bool {
 	for _, p := range strings.Split(c.Get("Prefer"), ",") {
-		if strings.EqualFold(strings.ReplaceAll(strings.TrimSpace(p), " ", ""), "handling=strict") {
+		if strings.EqualFold(strings.ReplaceAll(strings.TrimSpace(p), " ", ""), preference) {
 			return true
 		}
 	}
@@ -156,13 +198,17 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	q, err := s.search.Parse(resourceType, values, strictHandling(c))
+	q, err := s.search.Parse(resourceType, values, prefers(c, "handling=strict"))
 	if err != nil {
 		return err
 	}
 	run := s.searchImported // which answers nothing when _source names no store
 	if q.Store().Kind == domain.StoreNative {
-		run = s.searches()[resourceType]
+		native, ok := s.native[resourceType]
+		if !ok {
+			return domain.Errorf(domain.CodeNotSupported, "%s has no native store here", resourceType)
+		}
+		run = native.search
 	}
 	page, more, total, err := run(c.UserContext(), actor(c), q)
 	if err != nil {
@@ -191,8 +237,8 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 		b.Link = append(b.Link, bundleLink{Relation: "next", URL: base + "/" + resourceType + "?" + next.Encode()})
 	}
 	if unknown := q.Unknown(); len(unknown) > 0 {
-		b.Entry = append(b.Entry, bundleEntry{Resource: operationOutcome("warning", "not-supported",
-			"These search parameters are not supported and were ignored: "+strings.Join(unknown, ", ")), Search: &bundleSearch{Mode: "outcome"}})
+		b.Entry = append(b.Entry, bundleEntry{Resource: outcomeOf(fhirIssue("warning", "not-supported",
+			"These search parameters are not supported and were ignored: "+strings.Join(unknown, ", "), "")), Search: &bundleSearch{Mode: "outcome"}})
 	}
 	return writeFHIR(c, fiber.StatusOK, b)
 }
@@ -209,53 +255,17 @@ func (s *server) fhirRead(c *fiber.Ctx) error {
 		return s.fhirReadImported(c)
 	}
 	resourceType, rawID := c.Params("type"), c.Params("id")
-	if _, native := s.searches()[resourceType]; !native {
+	native, ok := s.native[resourceType]
+	if !ok {
 		return domain.Errorf(domain.CodeNotFound, "%s/%s does not exist", resourceType, rawID)
 	}
 	if vid := c.Params("vid"); vid != "" && vid != "1" {
 		return domain.Errorf(domain.CodeNotFound, "%s/%s has no version %s", resourceType, rawID, vid)
 	}
 	id, _ := strconv.ParseInt(rawID, 10, 64) // recordID checked it
-	ctx, a := c.UserContext(), actor(c)
-	var resource any
-	var lastUpdated time.Time
-	switch resourceType {
-	case "Observation":
-		o, err := s.service.ObservationByID(ctx, a, id)
-		if err != nil {
-			return err
-		}
-		resource, lastUpdated = observationFHIR(o), o.LastUpdated
-	case "Patient":
-		p, err := s.service.PatientByID(ctx, a, id)
-		if err != nil {
-			return err
-		}
-		resource, lastUpdated = patientFHIR(p), p.LastUpdated
-	case "Practitioner":
-		u, err := s.service.PractitionerProjection(ctx, a, id)
-		if err != nil {
-			return err
-		}
-		resource, lastUpdated = practitionerFHIR(u), u.LastUpdated
-	case "Organization":
-		o, err := s.service.Organization(ctx, a, id)
-		if err != nil {
-			return err
-		}
-		resource, lastUpdated = organizationFHIR(o), o.LastUpdated
-	case "Group":
-		g, err := s.service.GroupByID(ctx, a, id)
-		if err != nil {
-			return err
-		}
-		resource, lastUpdated = groupFHIR(g), g.LastUpdated
-	case "Device":
-		d, err := s.service.DataSourceByID(ctx, id)
-		if err != nil {
-			return err
-		}
-		resource, lastUpdated = deviceFHIR(&d.DataSource), d.LastUpdated
+	resource, lastUpdated, err := native.read(c.UserContext(), actor(c), id)
+	if err != nil {
+		return err
 	}
 	c.Set(fiber.HeaderETag, `W/"1"`)
 	c.Set(fiber.HeaderLastModified, lastUpdated.UTC().Format(http.TimeFormat))

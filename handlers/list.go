@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"net/url"
 	"strconv"
 
@@ -57,10 +58,7 @@ func writeList[T, J any](c *fiber.Ctx, p domain.Page, l domain.List[T], toJSON f
 	if err := domain.CheckPage(p, l.Total); err != nil {
 		return err
 	}
-	out := listJSON[J]{Count: l.Total, Results: make([]J, len(l.Items))}
-	for i, item := range l.Items {
-		out.Results[i] = toJSON(item)
-	}
+	out := listJSON[J]{Count: l.Total, Results: mapSlice(l.Items, toJSON)}
 	if p.Offset()+int64(len(l.Items)) < l.Total {
 		out.Next = pageURL(c, p.Number+1)
 	}
@@ -97,4 +95,55 @@ func queryID(c *fiber.Ctx, name string) (int64, error) {
 // writeAll answers a short list that is never paged.
 func writeAll[T, J any](c *fiber.Ctx, items []T, toJSON func(T) J) error {
 	return c.JSON(listJSON[J]{Count: int64(len(items)), Results: mapSlice(items, toJSON)})
+}
+
+// listOf answers the list one id selects (an organization's members, a
+// study's patients, ...): the id from the request, then the page.
+func listOf[T, J any](idOf func(*fiber.Ctx) (int64, error),
+	list func(context.Context, *domain.Actor, int64, domain.Page) (domain.List[T], error), toJSON func(T) J) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		id, err := idOf(c)
+		if err != nil {
+			return err
+		}
+		p, err := pageOf(c)
+		if err != nil {
+			return err
+		}
+		l, err := list(c.UserContext(), actor(c), id, p)
+		if err != nil {
+			return err
+		}
+		return writeList(c, p, l, toJSON)
+	}
+}
+
+// pathID reads an id from the path; queryIDOf one from the query (0 when
+// absent).
+func pathID(name string) func(*fiber.Ctx) (int64, error) {
+	return func(c *fiber.Ctx) (int64, error) { return idParam(c, name) }
+}
+
+func queryIDOf(name string) func(*fiber.Ctx) (int64, error) {
+	return func(c *fiber.Ctx) (int64, error) { return queryID(c, name) }
+}
+
+// unlink answers the removal of a link between the path's resource and
+// the one its second id names (a member, a scope request, a data source
+// of a study): 204.
+func unlink(child string, remove func(context.Context, *domain.Actor, int64, int64) error) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		id, err := idParam(c, "id")
+		if err != nil {
+			return err
+		}
+		childID, err := idParam(c, child)
+		if err != nil {
+			return err
+		}
+		if err := remove(c.UserContext(), actor(c), id, childID); err != nil {
+			return err
+		}
+		return c.SendStatus(fiber.StatusNoContent)
+	}
 }

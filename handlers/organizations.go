@@ -129,22 +129,6 @@ func (s *server) organizationTree(c *fiber.Ctx) error {
 	return c.JSON(toOrganizationNodeJSON(*tree))
 }
 
-func (s *server) listMembers(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	l, err := s.service.Members(c.UserContext(), actor(c), id, p)
-	if err != nil {
-		return err
-	}
-	return writeList(c, p, l, toMemberJSON)
-}
-
 // memberInJSON is the body that adds a member or changes their role; a
 // null or missing role is a membership without a role.
 type memberInJSON struct {
@@ -210,35 +194,4 @@ func (s *server) changeMember(c *fiber.Ctx) error {
 		return err
 	}
 	return s.memberResponse(c, fiber.StatusOK, id, userID)
-}
-
-func (s *server) removeMember(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	userID, err := idParam(c, "userId")
-	if err != nil {
-		return err
-	}
-	if err := s.service.RemoveMember(c.UserContext(), actor(c), id, userID); err != nil {
-		return err
-	}
-	return c.SendStatus(fiber.StatusNoContent)
-}
-
-func (s *server) organizationStudies(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	l, err := s.service.ListStudies(c.UserContext(), actor(c), id, p)
-	if err != nil {
-		return err
-	}
-	return writeList(c, p, l, toStudyJSON)
 }

@@ -60,19 +60,3 @@ func (s *server) updatePractitioner(c *fiber.Ctx) error {
 	}
 	return c.JSON(toPractitionerJSON(*p))
 }
-
-func (s *server) listPractitioners(c *fiber.Ctx) error {
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	org, err := queryID(c, "organizationId")
-	if err != nil {
-		return err
-	}
-	l, err := s.service.ListPractitioners(c.UserContext(), actor(c), org, p)
-	if err != nil {
-		return err
-	}
-	return writeList(c, p, l, toPractitionerJSON)
-}

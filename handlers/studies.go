@@ -13,22 +13,6 @@ type studyInJSON struct {
 	IconURL        *string `json:"iconUrl"`
 }
 
-func (s *server) listStudies(c *fiber.Ctx) error {
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	org, err := queryID(c, "organizationId")
-	if err != nil {
-		return err
-	}
-	l, err := s.service.ListStudies(c.UserContext(), actor(c), org, p)
-	if err != nil {
-		return err
-	}
-	return writeList(c, p, l, toStudyJSON)
-}
-
 func (s *server) createStudy(c *fiber.Ctx) error {
 	var in studyInJSON
 	if err := decodeJSON(c, &in); err != nil {
@@ -86,22 +70,6 @@ func (s *server) deleteStudy(c *fiber.Ctx) error {
 		return err
 	}
 	return c.SendStatus(fiber.StatusNoContent)
-}
-
-func (s *server) studyPatients(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	l, err := s.service.StudyPatients(c.UserContext(), actor(c), id, p)
-	if err != nil {
-		return err
-	}
-	return writeList(c, p, l, toPatientJSON)
 }
 
 // patientIDsJSON is the body of enrollment changes.
@@ -174,21 +142,6 @@ func (s *server) addScopeRequest(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(toScopeCodeJSON(*code))
 }
 
-func (s *server) removeScopeRequest(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	codeID, err := idParam(c, "scopeCodeId")
-	if err != nil {
-		return err
-	}
-	if err := s.service.RemoveScopeRequest(c.UserContext(), actor(c), id, codeID); err != nil {
-		return err
-	}
-	return c.SendStatus(fiber.StatusNoContent)
-}
-
 func (s *server) studyDataSources(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
 	if err != nil {
@@ -220,19 +173,4 @@ func (s *server) addStudyDataSource(c *fiber.Ctx) error {
 		return err
 	}
 	return c.Status(fiber.StatusCreated).JSON(toDataSourceSummaryJSON(*ds))
-}
-
-func (s *server) removeStudyDataSource(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	dsID, err := idParam(c, "dataSourceId")
-	if err != nil {
-		return err
-	}
-	if err := s.service.RemoveStudyDataSource(c.UserContext(), actor(c), id, dsID); err != nil {
-		return err
-	}
-	return c.SendStatus(fiber.StatusNoContent)
 }
