@@ -59,8 +59,8 @@ func TestCreateUserValidation(t *testing.T) {
 	if _, err := f.svc.CreateUser(ctx, domain.NewUser{Email: "JO@example.org", Type: domain.UserPatient}); !domain.IsCode(err, domain.CodeDuplicate) || fieldOf(err) != "email" {
 		t.Errorf("same email in other case: %v", err)
 	}
-	if n, _ := f.svc.CountUsers(ctx); n != 1 {
-		t.Errorf("users = %d, want 1", n)
+	if n, err := f.svc.CountUsers(ctx); err != nil || n != 1 {
+		t.Errorf("users = %d, %v, want 1", n, err)
 	}
 }
 
@@ -152,7 +152,10 @@ func TestCreatePatientValidation(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	sys := domain.SystemActor()
-	org, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	org, err := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ok := domain.NewPatient{Email: "a@example.org", FamilyName: "A", GivenNames: []string{"Ann"}, OrganizationIDs: []int64{org.ID}}
 	for _, tc := range []struct {
 		name  string
@@ -177,8 +180,8 @@ func TestCreatePatientValidation(t *testing.T) {
 			t.Errorf("%s: got %v (field %q), want invalid %s", tc.name, err, fieldOf(err), tc.field)
 		}
 	}
-	if n, _ := f.svc.CountUsers(ctx); n != 0 {
-		t.Errorf("refused patients left %d users", n)
+	if n, err := f.svc.CountUsers(ctx); err != nil || n != 0 {
+		t.Errorf("refused patients left %d users (%v)", n, err)
 	}
 }
 
@@ -187,13 +190,22 @@ func TestPermissions(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	sys := domain.SystemActor()
-	org, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
-	other, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"})
+	org, err := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	patient, err := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "p@example.org", FamilyName: "P", GivenNames: []string{"Pat"}, OrganizationIDs: []int64{org.ID}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherPatient, _ := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "q@example.org", FamilyName: "Q", GivenNames: []string{"Quin"}, OrganizationIDs: []int64{other.ID}})
+	otherPatient, err := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "q@example.org", FamilyName: "Q", GivenNames: []string{"Quin"}, OrganizationIDs: []int64{other.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	actor := func(email string, superuser bool, orgID int64, role domain.Role) *domain.Actor {
 		u, err := f.svc.CreateUser(ctx, domain.NewUser{Email: email, Type: domain.UserPractitioner, IsSuperuser: superuser})
 		if err != nil {
@@ -254,11 +266,21 @@ func TestRolesCarryDownTheOrganizationTree(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	sys := domain.SystemActor()
-	hospital, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Hospital", Type: "prov"})
-	dept, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Cardiology", Type: "dept", PartOf: hospital.ID})
-	team, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "HF team", Type: "team", PartOf: dept.ID})
-	other, _ := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Other", Type: "prov"})
-	u, _ := f.svc.CreateUser(ctx, domain.NewUser{Email: "m@example.org", Type: domain.UserPractitioner})
+	newOrg := func(in domain.NewOrganization) *domain.Organization {
+		o, err := f.svc.CreateOrganization(ctx, sys, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	hospital := newOrg(domain.NewOrganization{Name: "Hospital", Type: "prov"})
+	dept := newOrg(domain.NewOrganization{Name: "Cardiology", Type: "dept", PartOf: hospital.ID})
+	team := newOrg(domain.NewOrganization{Name: "HF team", Type: "team", PartOf: dept.ID})
+	other := newOrg(domain.NewOrganization{Name: "Other", Type: "prov"})
+	u, err := f.svc.CreateUser(ctx, domain.NewUser{Email: "m@example.org", Type: domain.UserPractitioner})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.svc.AddMember(ctx, sys, hospital.ID, u.ID, domain.RoleManager); err != nil {
 		t.Fatal(err)
 	}

@@ -139,11 +139,12 @@ func (s *Service) patientScope(ctx context.Context, actor *Actor, joins []Join) 
 			if scope.Codes == nil {
 				scope.Codes = map[int64][]string{}
 			}
+			consented, err := s.consentedCodesOf(ctx, these, t.studies)
+			if err != nil {
+				return Scope{}, err
+			}
 			for _, p := range these {
-				codes, err := s.consentedCodes(ctx, p, t.studies)
-				if err != nil {
-					return Scope{}, err
-				}
+				codes := consented[p]
 				if prev, ok := scope.Codes[p]; ok { // several study joins: all must allow
 					codes = intersectStrings(prev, codes)
 				}
@@ -156,10 +157,15 @@ func (s *Service) patientScope(ctx context.Context, actor *Actor, joins []Join) 
 	return scope, nil
 }
 
+// intersectStrings returns the members of a that b has too, in a's order.
 func intersectStrings(a, b []string) []string {
+	in := make(map[string]bool, len(b))
+	for _, x := range b {
+		in[x] = true
+	}
 	out := []string{}
 	for _, x := range a {
-		if slices.Contains(b, x) {
+		if in[x] {
 			out = append(out, x)
 		}
 	}
@@ -179,7 +185,7 @@ func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search
 	if err != nil {
 		return SearchResult[Observation]{}, err
 	}
-	return s.observations.SearchObservations(ctx, plan)
+	return s.store.SearchObservations(ctx, plan)
 }
 
 // SearchPatients runs a search of the Patient projection.

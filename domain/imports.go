@@ -38,12 +38,12 @@ func (s *Service) ImportSource(ctx context.Context, actor *Actor, header string)
 	if s.converter == nil {
 		return nil, Errorf(CodeNotSupported, "R4 import is not available: the R4 -> R5 maps or the FHIR packages are not installed (run scripts/setup)")
 	}
-	if header == "" {
-		return nil, FieldErrorf(SourceHeader, "the %s header names the FHIR source of the import; it is required", SourceHeader)
+	id, err := sourceHeaderID(header)
+	if err != nil {
+		return nil, err
 	}
-	id, err := strconv.ParseInt(header, 10, 64)
-	if err != nil || id <= 0 {
-		return nil, FieldErrorf(SourceHeader, "%q is not a FHIR source id", header)
+	if id == 0 {
+		return nil, FieldErrorf(SourceHeader, "the %s header names the FHIR source of the import; it is required", SourceHeader)
 	}
 	return s.writableSource(ctx, actor, id)
 }

@@ -3,6 +3,7 @@ package domain
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -47,5 +48,21 @@ func FuzzJSONObject(f *testing.F) {
 		if json.Unmarshal(data, &a) != nil || json.Unmarshal(out, &b) != nil || len(a) != len(b) {
 			t.Fatalf("%s and %s decode differently", data, out)
 		}
+		// Numbers as written, so that 1.50 and 1.5 differ and big integers
+		// keep their digits.
+		if x, y := decodeNumbers(t, data), decodeNumbers(t, out); !reflect.DeepEqual(x, y) {
+			t.Fatalf("%s and %s decode to different values: %#v and %#v", data, out, x, y)
+		}
 	})
+}
+
+func decodeNumbers(t *testing.T, data []byte) map[string]any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		t.Fatalf("decode %s: %v", data, err)
+	}
+	return m
 }

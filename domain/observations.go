@@ -105,13 +105,15 @@ type ObservationStore interface {
 	CreateObservations(ctx context.Context, obs []*Observation) []error
 	ObservationByID(ctx context.Context, id int64) (*Observation, error)
 	SearchObservations(ctx context.Context, plan *SearchPlan) (SearchResult[Observation], error)
+	// PatientHoldsObservations reports whether any observation belongs to
+	// the patient.
+	PatientHoldsObservations(ctx context.Context, patientID int64) (bool, error)
 }
 
 // writerCheck caches, within one batch, what the rules of a create need to
 // know about each patient: whether the actor may write their data, and the
 // native codes they consented to share.
 type writerCheck struct {
-	patient   *Patient
 	err       error
 	consented []string
 }
@@ -145,7 +147,7 @@ func (s *Service) CreateObservations(ctx context.Context, actor *Actor, in []New
 	if len(valid) == 0 {
 		return out
 	}
-	errs := s.observations.CreateObservations(ctx, valid)
+	errs := s.store.CreateObservations(ctx, valid)
 	for k, o := range valid {
 		if errs[k] != nil {
 			out[where[k]].Err = errs[k]
@@ -239,30 +241,63 @@ func (s *Service) writerCheck(ctx context.Context, actor *Actor, patientID int64
 	if err != nil {
 		return &writerCheck{err: err}
 	}
-	return &writerCheck{patient: p, consented: codes}
+	return &writerCheck{consented: codes}
 }
 
 // consentedCodes returns the native codes a patient consented to share,
 // with the given studies (nil: any).
 func (s *Service) consentedCodes(ctx context.Context, patientID int64, studyIDs []int64) ([]string, error) {
-	answers, err := s.store.Consents(ctx, ConsentQuery{PatientIDs: []int64{patientID}, StudyIDs: studyIDs})
+	codes, err := s.consentedCodesOf(ctx, []int64{patientID}, studyIDs)
+	return codes[patientID], err
+}
+
+// consentedCodesOf returns the native codes each patient consented to
+// share with the given studies (nil: any), in scope code id order: one
+// query for the answers, one for their scope codes. Every patient has an
+// entry, empty (not nil) when they consented to nothing native.
+func (s *Service) consentedCodesOf(ctx context.Context, patientIDs, studyIDs []int64) (map[int64][]string, error) {
+	out := make(map[int64][]string, len(patientIDs))
+	for _, p := range patientIDs {
+		out[p] = []string{}
+	}
+	if len(patientIDs) == 0 {
+		return out, nil
+	}
+	answers, err := s.store.Consents(ctx, ConsentQuery{PatientIDs: patientIDs, StudyIDs: studyIDs})
 	if err != nil {
 		return nil, err
 	}
+	consented := map[int64]map[int64]bool{} // patient -> scope code ids
 	var ids []int64
+	seen := map[int64]bool{}
 	for _, a := range answers {
-		if a.Consented && !slices.Contains(ids, a.ScopeCodeID) {
+		if !a.Consented {
+			continue
+		}
+		if consented[a.PatientID] == nil {
+			consented[a.PatientID] = map[int64]bool{}
+		}
+		consented[a.PatientID][a.ScopeCodeID] = true
+		if !seen[a.ScopeCodeID] {
+			seen[a.ScopeCodeID] = true
 			ids = append(ids, a.ScopeCodeID)
 		}
+	}
+	if len(ids) == 0 {
+		return out, nil
 	}
 	codes, err := s.store.ScopeCodesByIDs(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := []string{}
 	for _, c := range codes {
-		if IsNativeSystem(c.System) {
-			out = append(out, c.Code)
+		if !IsNativeSystem(c.System) {
+			continue
+		}
+		for p, scopes := range consented {
+			if scopes[c.ID] {
+				out[p] = append(out[p], c.Code)
+			}
 		}
 	}
 	return out, nil
@@ -311,7 +346,7 @@ func nativeCode(codings []Coding) (string, error) {
 
 // ObservationByID returns a native observation the actor may read.
 func (s *Service) ObservationByID(ctx context.Context, actor *Actor, id int64) (*Observation, error) {
-	o, err := s.observations.ObservationByID(ctx, id)
+	o, err := s.store.ObservationByID(ctx, id)
 	if err != nil {
 		return nil, err
 	}

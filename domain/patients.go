@@ -161,9 +161,13 @@ func intersect(a, b []int64) []int64 {
 	case b == nil:
 		return a
 	}
+	in := make(map[int64]bool, len(b))
+	for _, id := range b {
+		in[id] = true
+	}
 	out := []int64{}
 	for _, id := range a {
-		if slices.Contains(b, id) {
+		if in[id] {
 			out = append(out, id)
 		}
 	}
@@ -309,8 +313,8 @@ func (a *Actor) canManagePatient(p *Patient) bool {
 }
 
 // DeletePatient removes a patient, their enrollments, consents and login.
-// A patient with FHIR sources is kept (CodeConflict): their data would lose
-// its owner. Needs a practitioner who manages the patient's data. The order
+// A patient with FHIR sources or native observations is kept
+// (CodeConflict): their data would lose its owner. Needs a practitioner who manages the patient's data. The order
 // makes a retry finish an interrupted delete: the record goes last.
 func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) error {
 	p, err := s.PatientByID(ctx, actor, id)
@@ -326,6 +330,13 @@ func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) err
 	}
 	if sources.Total > 0 {
 		return Errorf(CodeConflict, "patient %d has %d FHIR sources; delete them first", id, sources.Total)
+	}
+	holds, err := s.store.PatientHoldsObservations(ctx, id)
+	if err != nil {
+		return err
+	}
+	if holds {
+		return Errorf(CodeConflict, "patient %d has observations; their data would lose its owner", id)
 	}
 	if err := s.store.DeleteConsents(ctx, ConsentQuery{PatientIDs: []int64{id}}); err != nil {
 		return err

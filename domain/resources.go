@@ -269,15 +269,26 @@ func (s *Service) parseResource(w ResourceWrite) (jsonObject, error) {
 	return o, nil
 }
 
+// sourceHeaderID reads the FHIR source id a SourceHeader value names,
+// surrounding spaces ignored: 0 when it is blank, CodeInvalid (on the
+// header) when it is not a positive integer.
+func sourceHeaderID(header string) (int64, error) {
+	h := strings.TrimSpace(header)
+	if h == "" {
+		return 0, nil
+	}
+	id, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || id < 1 {
+		return 0, FieldErrorf(SourceHeader, "%q is not a FHIR source id", h)
+	}
+	return id, nil
+}
+
 // namedSource reads the FHIR source a write names: the header wins over
 // meta.source.
 func (s *Service) namedSource(header string, o jsonObject, resourceType string) (int64, error) {
-	if h := strings.TrimSpace(header); h != "" {
-		id, err := strconv.ParseInt(h, 10, 64)
-		if err != nil || id < 1 {
-			return 0, Errorf(CodeInvalid, "%s: %q is not a FHIR source id", SourceHeader, h)
-		}
-		return id, nil
+	if id, err := sourceHeaderID(header); err != nil || id != 0 {
+		return id, err
 	}
 	if id, ok := s.sourceInMeta(o); ok {
 		return id, nil

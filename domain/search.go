@@ -10,6 +10,10 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
+// unaccented spells the letters that NFD leaves whole (no combining mark
+// to remove) in ASCII. A Replacer is safe for concurrent use.
+var unaccented = strings.NewReplacer("ø", "o", "Ø", "o", "æ", "ae", "Æ", "ae", "ß", "ss", "ł", "l", "Ł", "l", "đ", "d", "Đ", "d")
+
 // SearchKey folds a string for case- and accent-insensitive prefix search,
 // as FHIR string search asks: "Zoë Ødegård" becomes "zoe odegard". Stored
 // names carry their keys, so a prefix match is an anchored, case-sensitive
@@ -20,7 +24,7 @@ func SearchKey(s string) string {
 	if err != nil {
 		folded = s
 	}
-	folded = strings.NewReplacer("ø", "o", "Ø", "o", "æ", "ae", "Æ", "ae", "ß", "ss", "ł", "l", "Ł", "l", "đ", "d", "Đ", "d").Replace(folded)
+	folded = unaccented.Replace(folded)
 	return strings.Join(strings.Fields(strings.ToLower(folded)), " ")
 }
 

@@ -24,14 +24,13 @@ func (StructureOnly) Validate(*omh.DataPoint) error { return nil }
 
 // Service carries out the use cases. It is safe for concurrent use.
 type Service struct {
-	store        Store
-	observations ObservationStore
-	schemas      SchemaValidator
-	sourceBase   string
-	validator    ResourceValidator
-	indexer      ResourceIndexer
-	converter    R4Converter
-	now          func() time.Time
+	store      Store
+	schemas    SchemaValidator
+	sourceBase string
+	validator  ResourceValidator
+	indexer    ResourceIndexer
+	converter  R4Converter
+	now        func() time.Time
 }
 
 // Config is what a Service is made of.
@@ -62,7 +61,7 @@ func NewService(c Config) *Service {
 	if c.Schemas == nil {
 		c.Schemas = StructureOnly{}
 	}
-	return &Service{store: c.Store, observations: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
+	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
 		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, now: c.Now}
 }
 

@@ -310,8 +310,11 @@ func (s *Service) EnrollPatients(ctx context.Context, actor *Actor, studyID int6
 }
 
 // UnenrollPatients removes patients from a study, with their answers to its
-// scope requests. Every patient must be enrolled (CodeNotFound otherwise,
-// before anything changes).
+// scope requests: all of them, or none. Every patient must be enrolled
+// (CodeNotFound otherwise, before anything changes). Without transactions,
+// a failed removal puts back what was removed: the answers first go in one
+// delete, then the enrollments one by one; on a failure the removed
+// enrollments and the answers are recreated (with a new LastUpdated).
 func (s *Service) UnenrollPatients(ctx context.Context, actor *Actor, studyID int64, patientIDs []int64) error {
 	if _, err := s.managedStudy(ctx, actor, studyID); err != nil {
 		return err
@@ -319,7 +322,8 @@ func (s *Service) UnenrollPatients(ctx context.Context, actor *Actor, studyID in
 	if err := checkPatientIDs(patientIDs); err != nil {
 		return err
 	}
-	es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{studyID}, PatientIDs: patientIDs})
+	q := EnrollmentQuery{StudyIDs: []int64{studyID}, PatientIDs: patientIDs}
+	es, err := s.store.Enrollments(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -328,13 +332,36 @@ func (s *Service) UnenrollPatients(ctx context.Context, actor *Actor, studyID in
 			return Errorf(CodeNotFound, "patient %d is not enrolled in study %d", id, studyID)
 		}
 	}
-	// Answers go before the enrollment, so a retry completes the removal.
-	for _, id := range patientIDs {
-		if err := s.store.DeleteConsents(ctx, ConsentQuery{PatientIDs: []int64{id}, StudyIDs: []int64{studyID}}); err != nil {
-			return err
+	answers := ConsentQuery{PatientIDs: patientIDs, StudyIDs: []int64{studyID}}
+	old, err := s.store.Consents(ctx, answers)
+	if err != nil {
+		return err
+	}
+	// restore puts back the first n enrollments and every answer; what is
+	// still there (CodeDuplicate) is left as it is.
+	restore := func(n int) func(context.Context) error {
+		return func(ctx context.Context) error {
+			for _, e := range es[:n] {
+				if err := s.store.CreateEnrollment(ctx, &e); err != nil && !IsCode(err, CodeDuplicate) {
+					return err
+				}
+			}
+			for _, c := range old {
+				if err := s.store.CreateConsent(ctx, &c); err != nil && !IsCode(err, CodeDuplicate) {
+					return err
+				}
+			}
+			return nil
 		}
-		if err := s.store.DeleteEnrollment(ctx, studyID, id); err != nil {
-			return err
+	}
+	if len(old) > 0 {
+		if err := s.store.DeleteConsents(ctx, answers); err != nil {
+			return s.undo(ctx, err, restore(0))
+		}
+	}
+	for i, e := range es {
+		if err := s.store.DeleteEnrollment(ctx, studyID, e.PatientID); err != nil {
+			return s.undo(ctx, err, restore(i))
 		}
 	}
 	return nil

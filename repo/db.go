@@ -79,12 +79,17 @@ func (d *DB) nowMillis() time.Time { return d.now().UTC().Truncate(time.Millisec
 // nextID returns the next integer id of the named sequence (one per
 // collection of native entities).
 func (d *DB) nextID(ctx context.Context, sequence string) (int64, error) {
+	return d.nextIDs(ctx, sequence, 1)
+}
+
+// nextIDs reserves n consecutive ids of a sequence and returns the first.
+func (d *DB) nextIDs(ctx context.Context, sequence string, n int) (int64, error) {
 	var out struct {
 		Seq int64 `bson:"seq"`
 	}
 	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
 	for attempt := 0; ; attempt++ {
-		err := d.c(colCounters).FindOneAndUpdate(ctx, bson.M{"_id": sequence}, bson.M{"$inc": bson.M{"seq": int64(1)}}, opts).Decode(&out)
+		err := d.c(colCounters).FindOneAndUpdate(ctx, bson.M{"_id": sequence}, bson.M{"$inc": bson.M{"seq": int64(n)}}, opts).Decode(&out)
 		// Two first uses of a sequence can race to insert its document; the
 		// loser sees a duplicate key and simply increments the winner's.
 		if err != nil && isDuplicate(err) && attempt < 3 {
@@ -93,7 +98,7 @@ func (d *DB) nextID(ctx context.Context, sequence string) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("next %s id: %w", sequence, err)
 		}
-		return out.Seq, nil
+		return out.Seq - int64(n) + 1, nil
 	}
 }
 

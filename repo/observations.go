@@ -175,36 +175,19 @@ func bsonValue(v any) any {
 	return v
 }
 
-// nextIDs reserves n consecutive ids of a sequence and returns the first.
-func (d *DB) nextIDs(ctx context.Context, sequence string, n int) (int64, error) {
-	var out struct {
-		Seq int64 `bson:"seq"`
-	}
-	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
-	for attempt := 0; ; attempt++ {
-		err := d.c(colCounters).FindOneAndUpdate(ctx, bson.M{"_id": sequence}, bson.M{"$inc": bson.M{"seq": int64(n)}}, opts).Decode(&out)
-		if err != nil && isDuplicate(err) && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("next %s ids: %w", sequence, err)
-		}
-		return out.Seq - int64(n) + 1, nil
-	}
-}
-
 // CreateObservations implements domain.ObservationStore. It reserves the
 // batch's ids at once, claims every identifier in one unordered insert
-// (the unique index refuses taken ones), releases the claims of
-// observations that lost one, and inserts the rest in one unordered insert.
+// (the unique index refuses taken ones) and inserts the observations that
+// kept all their claims in one unordered insert. Every path ends by
+// releasing the claims of the observations known not to be stored. When an
+// insert fails as a whole (not document by document), the claims of the
+// whole batch count as unsure and are released with the rest; stored
+// observations are then looked up, so that only the undecided entries fail.
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
 	errs := make([]error, len(obs))
 	first, err := d.nextIDs(ctx, colObservations, len(obs))
 	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return failAll(errs, err)
 	}
 	now := d.now().UTC().Truncate(time.Microsecond)
 	var claims []any
@@ -219,7 +202,10 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	if len(claims) > 0 {
 		for idx, werr := range insertErrors(d.c(colObservationIdentifier).InsertMany(ctx, claims, options.InsertMany().SetOrdered(false))) {
 			if idx < 0 {
-				return failAll(errs, werr)
+				// Which claims were written is unknown: store nothing, and
+				// release whatever was claimed below.
+				failAll(errs, werr)
+				continue
 			}
 			i := claimOwner[idx]
 			if errs[i] == nil {
@@ -240,27 +226,64 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 			docOwner = append(docOwner, i)
 		}
 	}
+	// maybeStored marks the failed entries that may have been stored all
+	// the same: their claims stay.
+	maybeStored := make([]bool, len(obs))
 	if len(docs) > 0 {
-		for idx, werr := range insertErrors(d.c(colObservations).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))) {
-			if idx < 0 {
-				return failAll(errs, werr)
+		werrs := insertErrors(d.c(colObservations).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)))
+		for idx, werr := range werrs {
+			if idx >= 0 {
+				errs[docOwner[idx]] = werr
 			}
-			errs[docOwner[idx]] = werr
+		}
+		if werr, ok := werrs[-1]; ok {
+			d.settleInserted(ctx, obs, docOwner, errs, maybeStored, werr)
 		}
 	}
-	// Release the claims of every observation that was not stored.
 	var release []int64
+	var released []int
 	for i, o := range obs {
-		if errs[i] != nil && len(o.Identifiers) > 0 {
+		if errs[i] != nil && !maybeStored[i] && len(o.Identifiers) > 0 {
 			release = append(release, o.ID)
+			released = append(released, i)
 		}
 	}
 	if len(release) > 0 {
-		if _, err := d.c(colObservationIdentifier).DeleteMany(context.WithoutCancel(ctx), bson.M{"observationId": bson.M{"$in": int64s(release)}}); err != nil {
-			return failAll(errs, fmt.Errorf("release identifier claims: %w", err))
+		if _, err := d.c(colObservationIdentifier).DeleteMany(context.WithoutCancel(ctx), bson.M{"observationId": bson.M{"$in": release}}); err != nil {
+			for _, i := range released {
+				errs[i] = fmt.Errorf("%w (and releasing its identifier claims failed: %v)", errs[i], err)
+			}
 		}
 	}
 	return errs
+}
+
+// settleInserted decides the entries of an insert of observations that
+// failed as a whole, some of whose documents may be stored: a stored one
+// succeeded, a missing one fails with cause. If the lookup fails, the
+// undecided entries fail and are marked maybeStored.
+func (d *DB) settleInserted(ctx context.Context, obs []*domain.Observation, owners []int, errs []error, maybeStored []bool, cause error) {
+	ids := make([]int64, len(owners))
+	for k, i := range owners {
+		ids[k] = obs[i].ID
+	}
+	var found []idDoc
+	err := d.findAll(context.WithoutCancel(ctx), colObservations, bson.M{"_id": bson.M{"$in": ids}}, &found,
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	stored := make(map[int64]bool, len(found))
+	for _, x := range found {
+		stored[x.ID] = true
+	}
+	for _, i := range owners {
+		switch {
+		case errs[i] != nil: // refused on its own
+		case err != nil:
+			errs[i] = fmt.Errorf("%w (and whether it was stored is unknown: %v)", cause, err)
+			maybeStored[i] = true
+		case !stored[obs[i].ID]:
+			errs[i] = cause
+		}
+	}
 }
 
 // insertErrors maps the outcome of an unordered InsertMany to the failed
@@ -289,14 +312,6 @@ func failAll(errs []error, err error) []error {
 	return errs
 }
 
-func int64s(ids []int64) bson.A {
-	a := make(bson.A, len(ids))
-	for i, id := range ids {
-		a[i] = id
-	}
-	return a
-}
-
 // ObservationByID implements domain.ObservationStore.
 func (d *DB) ObservationByID(ctx context.Context, id int64) (*domain.Observation, error) {
 	var x observationDoc
@@ -307,6 +322,17 @@ func (d *DB) ObservationByID(ctx context.Context, id int64) (*domain.Observation
 	}
 	o := x.observation()
 	return &o, nil
+}
+
+// PatientHoldsObservations implements domain.ObservationStore: one
+// lookup on the patient_id index, limited to one document.
+func (d *DB) PatientHoldsObservations(ctx context.Context, patientID int64) (bool, error) {
+	err := d.c(colObservations).FindOne(ctx, bson.D{{Key: "patientId", Value: patientID}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // runSearch runs a plan: the page (one more entry than asked, to tell

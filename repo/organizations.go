@@ -125,7 +125,7 @@ func (d *DB) UpdateOrganization(ctx context.Context, o *domain.Organization) err
 	if err != nil {
 		return err
 	}
-	return mustMatch(res.MatchedCount, nil, "organization %d does not exist", o.ID)
+	return mustMatch(res.MatchedCount, "organization %d does not exist", o.ID)
 }
 
 // DeleteOrganization implements domain.OrganizationStore.
@@ -176,7 +176,7 @@ func (d *DB) UpdateMembership(ctx context.Context, m *domain.Membership) error {
 	if err != nil {
 		return err
 	}
-	return mustMatch(res.MatchedCount, nil, "user %d is not a member of organization %d", m.UserID, m.OrganizationID)
+	return mustMatch(res.MatchedCount, "user %d is not a member of organization %d", m.UserID, m.OrganizationID)
 }
 
 // DeleteMembership implements domain.OrganizationStore.

@@ -232,7 +232,7 @@ func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
 	p.LastUpdated = d.nowMillis()
 	res, err := d.c(colPatients).ReplaceOne(ctx, bson.M{"_id": p.ID}, toPatientDoc(p))
 	if err == nil {
-		err = mustMatch(res.MatchedCount, nil, "patient %d does not exist", p.ID)
+		err = mustMatch(res.MatchedCount, "patient %d does not exist", p.ID)
 	}
 	if err != nil {
 		return d.releaseIdentifiers(ctx, p.ID, added, err)

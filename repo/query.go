@@ -36,10 +36,7 @@ func (d *DB) listPage(ctx context.Context, col string, filter bson.D, sort bson.
 }
 
 // mustMatch turns an update that matched nothing into CodeNotFound.
-func mustMatch(matched int64, err error, notFound string, args ...any) error {
-	if err != nil {
-		return err
-	}
+func mustMatch(matched int64, notFound string, args ...any) error {
 	if matched == 0 {
 		return domain.Errorf(domain.CodeNotFound, notFound, args...)
 	}
@@ -52,7 +49,7 @@ func (d *DB) deleteOne(ctx context.Context, col string, filter any, notFound str
 	if err != nil {
 		return err
 	}
-	return mustMatch(res.DeletedCount, nil, notFound, args...)
+	return mustMatch(res.DeletedCount, notFound, args...)
 }
 
 // convert maps a slice of documents to domain values.

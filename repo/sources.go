@@ -102,7 +102,7 @@ func (d *DB) UpdateDataSource(ctx context.Context, s *domain.DataSource) error {
 	if err != nil {
 		return err
 	}
-	return mustMatch(res.MatchedCount, nil, "data source %d does not exist", s.ID)
+	return mustMatch(res.MatchedCount, "data source %d does not exist", s.ID)
 }
 
 // DeleteDataSource implements domain.DataSourceStore.

@@ -125,7 +125,7 @@ func (d *DB) UpdateStudy(ctx context.Context, s *domain.Study) error {
 	if err != nil {
 		return err
 	}
-	return mustMatch(res.MatchedCount, nil, "study %d does not exist", s.ID)
+	return mustMatch(res.MatchedCount, "study %d does not exist", s.ID)
 }
 
 // DeleteStudy implements domain.StudyStore.
@@ -275,7 +275,7 @@ func (d *DB) UpdateConsent(ctx context.Context, c *domain.Consent) error {
 	if err != nil {
 		return err
 	}
-	return mustMatch(res.MatchedCount, nil, "patient %d has not answered scope code %d of study %d", c.PatientID, c.ScopeCodeID, c.StudyID)
+	return mustMatch(res.MatchedCount, "patient %d has not answered scope code %d of study %d", c.PatientID, c.ScopeCodeID, c.StudyID)
 }
 
 // DeleteConsent implements domain.StudyStore.

@@ -103,7 +103,7 @@ func (d *DB) UpdateUser(ctx context.Context, u *domain.User) error {
 	if err != nil {
 		return err
 	}
-	return mustMatch(res.MatchedCount, nil, "user %d does not exist", u.ID)
+	return mustMatch(res.MatchedCount, "user %d does not exist", u.ID)
 }
 
 // DeleteUser implements domain.UserStore.
