@@ -19,7 +19,7 @@ export function artifactsDir() {
 }
 
 /** Chromium flags that keep it quiet on a closed network. */
-export const chromiumArgs = [
+const chromiumArgs = [
   '--headless',
   '--no-sandbox',
   '--disable-gpu',
@@ -29,6 +29,20 @@ export const chromiumArgs = [
   '--disable-component-update',
   '--disable-sync',
 ];
+
+/**
+ * Headless Chromium ($CHROMIUM, default /usr/bin/chromium) through
+ * playwright-core, loaded here so only the browser tests pay for it.
+ */
+export async function launchChromium() {
+  const { chromium } = await import('playwright-core');
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: chromiumArgs,
+    timeout: 60_000,
+  });
+}
 
 /** A bearer access token for a demo login, from `exchange token create`. */
 export async function bearerToken(email) {

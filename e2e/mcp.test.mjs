@@ -17,8 +17,7 @@ import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
-import { chromium } from 'playwright-core';
-import { artifactsDir, batchBundle, bearerToken, chromiumArgs, env, fhir, nativeObservation, omhDataPoint } from './lib.mjs';
+import { artifactsDir, batchBundle, bearerToken, env, fhir, launchChromium, nativeObservation, omhDataPoint } from './lib.mjs';
 
 const gateway = env('EXCHANGE_GATEWAY_URL');
 const mcpURL = new URL(`${gateway}/mcp`);
@@ -44,12 +43,7 @@ const heartRates = [
 let browser;
 
 before(async () => {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    headless: true,
-    args: chromiumArgs,
-    timeout: 60_000,
-  });
+  browser = await launchChromium();
   // Heart rates for patient 2 through the FHIR interface, as the manager.
   const token = await bearerToken(manager.email);
   const batch = randomBytes(4).toString('hex');

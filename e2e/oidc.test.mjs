@@ -7,8 +7,7 @@ import assert from 'node:assert/strict';
 import { createPublicKey, verify } from 'node:crypto';
 import { join } from 'node:path';
 import * as client from 'openid-client';
-import { chromium } from 'playwright-core';
-import { artifactsDir, chromiumArgs, env } from './lib.mjs';
+import { artifactsDir, env, launchChromium } from './lib.mjs';
 
 const base = env('EXCHANGE_URL');
 const clientId = env('EXCHANGE_CLIENT_ID');
@@ -23,12 +22,7 @@ let browser;
 let config;
 
 before(async () => {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    headless: true,
-    args: chromiumArgs,
-    timeout: 60_000,
-  });
+  browser = await launchChromium();
   config = await client.discovery(new URL(issuer), clientId, undefined, client.None(), {
     execute: [client.allowInsecureRequests],
   });

@@ -16,6 +16,7 @@ import (
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"golang.org/x/sync/singleflight"
 )
 
 // api is what the tools call: the service's admin API and FHIR interface
@@ -71,19 +72,29 @@ func (b *bundle) nextCursor() string {
 	return ""
 }
 
+// cursorQuery returns the search a nextCursor continues: its query,
+// _cursor included. A cursor that is not one is a tool error.
+func cursorQuery(cursor string) (url.Values, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return nil, toolErrorf("cursor is not one this tool returned")
+	}
+	q, err := url.ParseQuery(string(raw))
+	if err != nil || !q.Has("_cursor") {
+		return nil, toolErrorf("cursor is not one this tool returned")
+	}
+	return q, nil
+}
+
 // search runs a FHIR search of the type as the caller. A cursor from an
 // earlier page replaces params; otherwise every parameter name is first
 // checked against the service's CapabilityStatement.
 func (a *api) search(ctx context.Context, resourceType string, params url.Values, cursor string, out *bundle) error {
 	path := "/FHIR/R5/" + resourceType
 	if cursor != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(cursor)
+		q, err := cursorQuery(cursor)
 		if err != nil {
-			return toolErrorf("cursor is not one this tool returned")
-		}
-		q, err := url.ParseQuery(string(raw))
-		if err != nil || !q.Has("_cursor") {
-			return toolErrorf("cursor is not one this tool returned")
+			return err
 		}
 		return a.svc.get(ctx, tokenFrom(ctx), path, q, out)
 	}
@@ -109,8 +120,13 @@ func (a *api) count(ctx context.Context, resourceType string, params url.Values)
 	return *b.Total, nil
 }
 
-// capabilityTTL is how long the CapabilityStatement is trusted.
-const capabilityTTL = 10 * time.Minute
+// capabilityTTL is how long the CapabilityStatement is trusted;
+// capabilityRetry how long a failure to fetch it is, so a failing
+// /metadata is not asked again on every search.
+const (
+	capabilityTTL   = 10 * time.Minute
+	capabilityRetry = 30 * time.Second
+)
 
 // capabilityStatement is the part of the service's CapabilityStatement the
 // gateway reads.
@@ -142,32 +158,58 @@ type capabilities struct {
 	now func() time.Time
 	log *slog.Logger
 
+	fetches singleflight.Group // one fetch at a time, shared by the callers waiting for it
+
 	mu      sync.Mutex
-	fetched time.Time
+	fetched time.Time            // of the last answer; zero: none yet
 	stmt    *capabilityStatement // nil: the service has no /metadata
+	err     error                // the last fetch's failure
 }
 
 // statement returns the CapabilityStatement, nil when the service has
-// none (404). Other failures are errors, and are not cached.
+// none (404). Other failures are errors, cached for capabilityRetry.
+// Concurrent callers share one fetch, which no lock is held across; a
+// caller whose ctx ends stops waiting without cancelling it.
 func (c *capabilities) statement(ctx context.Context) (*capabilityStatement, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.fetched.IsZero() && c.now().Sub(c.fetched) < capabilityTTL {
-		return c.stmt, nil
+	stmt, err, fetched := c.stmt, c.err, c.fetched
+	c.mu.Unlock()
+	ttl := capabilityTTL
+	if err != nil {
+		ttl = capabilityRetry
 	}
+	if !fetched.IsZero() && c.now().Sub(fetched) < ttl {
+		return stmt, err
+	}
+	answer := c.fetches.DoChan("metadata", func() (any, error) {
+		stmt, err := c.fetch(context.WithoutCancel(ctx))
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.stmt, c.err, c.fetched = stmt, err, c.now()
+		return stmt, err
+	})
+	select {
+	case r := <-answer:
+		stmt, _ := r.Val.(*capabilityStatement)
+		return stmt, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// fetch asks the service for its CapabilityStatement: nil without error
+// when it has none (404).
+func (c *capabilities) fetch(ctx context.Context) (*capabilityStatement, error) {
 	var stmt capabilityStatement
 	err := c.svc.get(ctx, "", "/FHIR/R5/metadata", nil, &stmt)
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae) && ae.status == http.StatusNotFound:
-		c.stmt = nil
+		return nil, nil
 	case err != nil:
 		return nil, err
-	default:
-		c.stmt = &stmt
 	}
-	c.fetched = c.now()
-	return c.stmt, nil
+	return &stmt, nil
 }
 
 // check returns a tool error naming the first parameter the service does

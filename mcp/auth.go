@@ -12,17 +12,7 @@ import (
 	"time"
 )
 
-// Identity is the user a validated token belongs to.
-type Identity struct {
-	Subject string // the service's user id
-	Email   string
-	// AudienceConfirmed is true when introspection showed the token was
-	// issued to the gateway's client (always true when required).
-	AudienceConfirmed bool
-}
-
 type tokenKey struct{}
-type identityKey struct{}
 
 // WithToken returns a context whose tool calls act as the holder of the
 // service access token: the stdio server's context, and what the /mcp
@@ -45,20 +35,15 @@ const maxCachedTokens = 10000
 
 // validator checks bearer tokens with the service: introspection (when
 // the gateway has its client secret) for active, client_id and aud, then
-// userinfo for who the user is. Successes are cached for validationTTL;
-// failures never are.
+// userinfo, which the token must be good for. Successes are cached for
+// validationTTL (less when the token expires sooner); failures never are.
 type validator struct {
 	svc             *service
 	requireAudience bool
 	now             func() time.Time
 
 	mu    sync.Mutex
-	cache map[[sha256.Size]byte]cachedIdentity
-}
-
-type cachedIdentity struct {
-	id      *Identity
-	expires time.Time
+	cache map[[sha256.Size]byte]time.Time // SHA-256 of a valid token: until when it is trusted
 }
 
 // errNotForGateway: introspection could not confirm the token was issued
@@ -68,43 +53,42 @@ var errNotForGateway = &serviceError{kind: failRejected, op: "introspection", de
 // errInactive: introspection says the token is not active.
 var errInactive = &serviceError{kind: failRejected, op: "introspection", detail: "the token is expired, revoked or unknown"}
 
-func (v *validator) validate(ctx context.Context, token string) (*Identity, error) {
+// validate returns nil when the service accepts the token, or the
+// *serviceError of the check that failed.
+func (v *validator) validate(ctx context.Context, token string) error {
 	key := sha256.Sum256([]byte(token))
 	now := v.now()
 	v.mu.Lock()
-	hit, ok := v.cache[key]
+	until, ok := v.cache[key]
 	v.mu.Unlock()
-	if ok && now.Before(hit.expires) {
-		return hit.id, nil
+	if ok && now.Before(until) {
+		return nil
 	}
-	id := &Identity{}
 	expires := now.Add(validationTTL)
 	if v.svc.clientSecret != "" {
 		in, err := v.svc.introspect(ctx, token)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !in.Active {
-			return nil, errInactive
+			return errInactive
 		}
-		id.AudienceConfirmed = in.ClientID == v.svc.clientID || slices.Contains(in.Audience, v.svc.clientID)
-		if v.requireAudience && !id.AudienceConfirmed {
-			return nil, errNotForGateway
+		forGateway := in.ClientID == v.svc.clientID || slices.Contains(in.Audience, v.svc.clientID)
+		if v.requireAudience && !forGateway {
+			return errNotForGateway
 		}
 		if in.Expires > 0 && time.Unix(in.Expires, 0).Before(expires) {
 			expires = time.Unix(in.Expires, 0)
 		}
 	}
-	info, err := v.svc.userinfo(ctx, token)
-	if err != nil {
-		return nil, err
+	if err := v.svc.userinfo(ctx, token); err != nil {
+		return err
 	}
-	id.Subject, id.Email = info.Subject, info.Email
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if len(v.cache) >= maxCachedTokens {
-		for k, c := range v.cache {
-			if !now.Before(c.expires) {
+		for k, until := range v.cache {
+			if !now.Before(until) {
 				delete(v.cache, k)
 			}
 		}
@@ -112,8 +96,8 @@ func (v *validator) validate(ctx context.Context, token string) (*Identity, erro
 			clear(v.cache)
 		}
 	}
-	v.cache[key] = cachedIdentity{id, expires}
-	return id, nil
+	v.cache[key] = expires
+	return nil
 }
 
 // retryAfterSeconds is the Retry-After of a 503 from /mcp.
@@ -131,13 +115,11 @@ func (g *Gateway) requireToken(next http.Handler) http.Handler {
 			writeJSON(w, http.StatusUnauthorized, oauthErrorBody{Error: "invalid_request", Description: "This endpoint needs a bearer token: sign in through the gateway's OAuth flow."})
 			return
 		}
-		id, err := g.validator.validate(r.Context(), token)
-		if err != nil {
+		if err := g.validator.validate(r.Context(), token); err != nil {
 			g.writeValidationError(w, err)
 			return
 		}
-		ctx := context.WithValue(WithToken(r.Context(), token), identityKey{}, id)
-		next.ServeHTTP(w, r.WithContext(ctx))
+		next.ServeHTTP(w, r.WithContext(WithToken(r.Context(), token)))
 	})
 }
 

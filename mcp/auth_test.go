@@ -1,13 +1,13 @@
 package mcp_test
 
 import (
-	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"exchange/handlers/handlerstest"
 	"exchange/mcp"
 )
 
@@ -15,19 +15,8 @@ import (
 // the answer's status, headers and JSON body.
 func mcpStatus(t *testing.T, g *gateway, token string) (int, http.Header, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", g.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var body map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&body)
+	resp, body := handlerstest.SendTo(t, "POST", g.URL+"/mcp", token, `{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+		map[string]string{"Accept": "application/json, text/event-stream"})
 	return resp.StatusCode, resp.Header, body
 }
 

@@ -1,10 +1,7 @@
 package mcp
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"html/template"
@@ -15,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/oauth2"
 )
 
 // Lifetimes of the broker's blobs.
@@ -33,7 +32,7 @@ const serviceScopes = "openid profile email offline_access"
 const (
 	maxRedirectURIs    = 5
 	maxRedirectURILen  = 512
-	maxClientNameLen   = 100
+	maxClientNameLen   = 100 // characters
 	maxStateLen        = 1024
 	maxRegistrationLen = 16 << 10
 )
@@ -148,10 +147,7 @@ func (g *Gateway) register(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	name := req.ClientName
-	if len(name) > maxClientNameLen {
-		name = name[:maxClientNameLen]
-	}
+	name := shorten(req.ClientName, maxClientNameLen)
 	reg := clientRegistration{RedirectURIs: req.RedirectURIs, Name: name, IssuedAt: g.cfg.Now().Unix()}
 	clientID, err := g.seal.seal(kindClient, clientLifetime, reg)
 	if err != nil {
@@ -223,6 +219,10 @@ func redirectMatches(registered, requested string) bool {
 
 var pkceChallengePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{43}$`)
 
+// errorCodePattern is what an OAuth error code from the service must look
+// like to be passed on to the client (anything else: access_denied).
+var errorCodePattern = regexp.MustCompile(`^[a-z_]{1,64}$`)
+
 // acceptedResource reports whether a resource parameter (RFC 8707) names
 // this gateway: its MCP endpoint or its origin.
 func (g *Gateway) acceptedResource(resource string) bool {
@@ -261,7 +261,7 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
 	case !g.acceptedResource(q.Get("resource")):
 		fail("invalid_target", "resource must be this gateway's MCP endpoint, "+g.resource)
 	default:
-		verifier := randomString(32)
+		verifier := oauth2.GenerateVerifier()
 		sealed, err := g.seal.seal(kindState, stateLifetime, pendingAuthorization{
 			ClientID: clientID, RedirectURI: redirectURI, State: state, Challenge: q.Get("code_challenge"),
 			Resource: q.Get("resource"), Verifier: verifier,
@@ -274,7 +274,7 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
 		to := url.Values{
 			"response_type": {"code"}, "client_id": {g.cfg.ClientID}, "redirect_uri": {g.callbackURL},
 			"scope": {serviceScopes}, "state": {sealed},
-			"code_challenge": {s256(verifier)}, "code_challenge_method": {"S256"},
+			"code_challenge": {oauth2.S256ChallengeFromVerifier(verifier)}, "code_challenge_method": {"S256"},
 		}
 		http.Redirect(w, r, g.browserURL+"/o/authorize/?"+to.Encode(), http.StatusFound)
 	}
@@ -291,7 +291,7 @@ func (g *Gateway) callback(w http.ResponseWriter, r *http.Request) {
 	}
 	if e := q.Get("error"); e != "" {
 		code := "access_denied"
-		if regexp.MustCompile(`^[a-z_]{1,64}$`).MatchString(e) {
+		if errorCodePattern.MatchString(e) {
 			code = e
 		}
 		redirectError(w, r, p.RedirectURI, p.State, code, q.Get("error_description"))
@@ -353,7 +353,7 @@ func (g *Gateway) redeemCode(w http.ResponseWriter, r *http.Request, clientID st
 		tokenError(w, http.StatusBadRequest, "invalid_grant", "the code was issued to another client")
 	case f.Has("redirect_uri") && f.Get("redirect_uri") != c.RedirectURI:
 		tokenError(w, http.StatusBadRequest, "invalid_grant", "redirect_uri differs from the authorization request's")
-	case f.Get("code_verifier") == "" || !equal(s256(f.Get("code_verifier")), c.Challenge):
+	case f.Get("code_verifier") == "" || !equal(oauth2.S256ChallengeFromVerifier(f.Get("code_verifier")), c.Challenge):
 		tokenError(w, http.StatusBadRequest, "invalid_grant", "code_verifier does not match the code_challenge")
 	case !g.acceptedResource(f.Get("resource")):
 		tokenError(w, http.StatusBadRequest, "invalid_target", "resource must be "+g.resource)
@@ -458,18 +458,6 @@ func errorPage(w http.ResponseWriter, status int, title, message string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = errorPageTemplate.Execute(w, struct{ Title, Message string }{title, message})
-}
-
-func randomString(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// s256 is the PKCE S256 challenge of a verifier.
-func s256(verifier string) string {
-	sum := sha256.Sum256([]byte(verifier))
-	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

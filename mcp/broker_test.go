@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/oauth2"
 
+	"exchange/handlers/handlerstest"
 	"exchange/mcp"
 )
 
@@ -153,16 +155,8 @@ func TestBrokerFlow(t *testing.T) {
 		t.Error("a code was redeemed twice")
 	}
 	g.clock.Advance(31 * time.Second)
-	req, _ := http.NewRequest("POST", g.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
-	req.Header.Set("Authorization", "Bearer "+refreshed.AccessToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("a token of a replayed code's grant: %d", resp.StatusCode)
+	if status, _, _ := mcpStatus(t, g, refreshed.AccessToken); status != http.StatusUnauthorized {
+		t.Errorf("a token of a replayed code's grant: %d", status)
 	}
 }
 
@@ -272,16 +266,34 @@ func exchange(t *testing.T, g *gateway, clientID, verifier, email string) map[st
 	return body
 }
 
-func TestExpiredBlobsAreRefused(t *testing.T) {
+// flow is one of each of the broker's blobs, genuine and unexpired, for
+// a registered client of a gateway: the sealed state of an authorization
+// in progress, an unredeemed code, and the refresh token of another
+// sign-in.
+type flow struct {
+	s                         *stack
+	g                         *gateway
+	clientID, verifier        string
+	state, code, refreshToken string
+}
+
+// startFlow seeds a world, starts a gateway and signs manager A in twice
+// through it: once to a code, once to tokens.
+func startFlow(t *testing.T) *flow {
+	t.Helper()
 	s := newStack(t)
 	w := s.seed(t)
 	g := s.startGateway(t, nil)
-	clientID := g.registerClient(t)
-	verifier := oauth2.GenerateVerifier()
+	f := &flow{s: s, g: g, clientID: g.registerClient(t), verifier: oauth2.GenerateVerifier()}
+	f.state = authorizeState(t, g, f.clientID, f.verifier)
+	f.code = g.signIn(t, f.clientID, f.verifier, w.managerA)
+	f.refreshToken = exchange(t, g, f.clientID, f.verifier, w.managerA)["refresh_token"].(string)
+	return f
+}
 
-	state := authorizeState(t, g, clientID, verifier)
-	code := g.signIn(t, clientID, verifier, w.managerA)
-	tokens := exchange(t, g, clientID, verifier, w.managerA)
+func TestExpiredBlobsAreRefused(t *testing.T) {
+	f := startFlow(t)
+	g, clientID, verifier, state, code := f.g, f.clientID, f.verifier, f.state, f.code
 
 	// A state lives 10 minutes, a code 2: both are past after 11.
 	g.clock.Advance(11 * time.Minute)
@@ -294,7 +306,7 @@ func TestExpiredBlobsAreRefused(t *testing.T) {
 		t.Errorf("expired code: %d %v", status, body)
 	}
 	// A refresh token lives 30 days; past it, it is refused.
-	refresh := url.Values{"grant_type": {"refresh_token"}, "client_id": {clientID}, "refresh_token": {tokens["refresh_token"].(string)}}
+	refresh := url.Values{"grant_type": {"refresh_token"}, "client_id": {clientID}, "refresh_token": {f.refreshToken}}
 	g.clock.Advance(31 * 24 * time.Hour)
 	if status, body := postToken(t, g, refresh); status != http.StatusBadRequest || body["error"] != "invalid_grant" {
 		t.Errorf("expired refresh token: %d %v", status, body)
@@ -318,26 +330,29 @@ func TestExpiredBlobsAreRefused(t *testing.T) {
 // blob where another kind is expected: all are refused although each is
 // genuine and unexpired.
 func TestBlobKindsCannotBeReplayedAsOneAnother(t *testing.T) {
-	s := newStack(t)
-	w := s.seed(t)
-	g := s.startGateway(t, nil)
-	clientID := g.registerClient(t)
-	verifier := oauth2.GenerateVerifier()
-	state := authorizeState(t, g, clientID, verifier)
-	code := g.signIn(t, clientID, verifier, w.managerA)
-	refreshToken := exchange(t, g, clientID, verifier, w.managerA)["refresh_token"].(string)
+	f := startFlow(t)
+	s, g, clientID, verifier, state, code, refreshToken := f.s, f.g, f.clientID, f.verifier, f.state, f.code, f.refreshToken
 
+	// Each is refused by the AEAD's kind tag, before any check of what the
+	// blob holds: the description says the blob itself is invalid.
+	const invalid = "invalid or tampered"
 	for name, blob := range map[string]string{"client_id": clientID, "state": state, "refresh token": refreshToken} {
 		status, body := postToken(t, g, url.Values{"grant_type": {"authorization_code"}, "client_id": {clientID}, "code": {blob},
 			"code_verifier": {verifier}, "redirect_uri": {clientRedirect}})
 		if status != http.StatusBadRequest || body["error"] != "invalid_grant" {
 			t.Errorf("%s as a code: %d %v", name, status, body)
 		}
+		if desc, _ := body["error_description"].(string); !strings.Contains(desc, invalid) {
+			t.Errorf("%s as a code: error_description %q, want %q", name, desc, invalid)
+		}
 	}
 	for name, blob := range map[string]string{"client_id": clientID, "state": state, "code": code} {
 		status, body := postToken(t, g, url.Values{"grant_type": {"refresh_token"}, "client_id": {clientID}, "refresh_token": {blob}})
 		if status != http.StatusBadRequest || body["error"] != "invalid_grant" {
 			t.Errorf("%s as a refresh token: %d %v", name, status, body)
+		}
+		if desc, _ := body["error_description"].(string); !strings.Contains(desc, invalid) {
+			t.Errorf("%s as a refresh token: error_description %q, want %q", name, desc, invalid)
 		}
 	}
 	for name, blob := range map[string]string{"client_id": clientID, "code": code, "refresh token": refreshToken} {
@@ -464,6 +479,19 @@ func TestRedirectRules(t *testing.T) {
 	loc, _ := url.Parse(resp.Header.Get("Location"))
 	if !strings.HasPrefix(loc.String(), clientRedirect) || loc.Query().Get("error") != "access_denied" || loc.Query().Get("state") != clientState {
 		t.Errorf("denied: %d to %s", resp.StatusCode, loc)
+	}
+}
+
+// TestLongClientNameIsShortened: a client name is cut to 100 characters,
+// never inside one.
+func TestLongClientNameIsShortened(t *testing.T) {
+	s := newStack(t)
+	g := s.startGateway(t, nil)
+	long := strings.Repeat("é", 150) // 2 bytes each: a cut by bytes would land inside one at 101
+	resp, body := handlerstest.SendTo(t, "POST", g.URL+"/register", "", map[string]any{"redirect_uris": []string{clientRedirect}, "client_name": "a" + long}, nil)
+	name, _ := body["client_name"].(string)
+	if resp.StatusCode != http.StatusCreated || !utf8.ValidString(name) || utf8.RuneCountInString(name) != 100 || !strings.HasPrefix(name, "aé") {
+		t.Errorf("register with a long name: %d client_name %q", resp.StatusCode, name)
 	}
 }
 

@@ -6,18 +6,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"html"
-	"io"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -44,24 +38,6 @@ const (
 // nothing listens (the test browser stops before following it).
 const clientRedirect = "http://127.0.0.1:9/callback"
 
-// clock is the gateway's clock in tests: the wall clock plus an offset.
-type clock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
-}
-
 // stack is a running service with the gateway's client registered, and
 // gateways in front of it.
 type stack struct {
@@ -77,7 +53,7 @@ func newStack(t *testing.T) *stack {
 // gateway is a running gateway.
 type gateway struct {
 	URL   string
-	clock *clock
+	clock *handlerstest.Clock
 }
 
 // startGateway runs a gateway on a loopback port. The service base URL and
@@ -89,7 +65,7 @@ func (s *stack) startGateway(t *testing.T, edit func(*mcp.Config)) *gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gateway{URL: "http://" + ln.Addr().String(), clock: &clock{}}
+	g := &gateway{URL: "http://" + ln.Addr().String(), clock: &handlerstest.Clock{}}
 	cfg := mcp.Config{ServiceURL: s.env.URL, ClientID: gatewayClientID, ClientSecret: gatewaySecret,
 		ResourceURL: g.URL, BrokerKey: brokerKey, Now: g.clock.Now}
 	if edit != nil {
@@ -147,65 +123,10 @@ func (g *gateway) oauthConfig(clientID string) *oauth2.Config {
 		Endpoint: oauth2.Endpoint{AuthURL: g.URL + "/authorize", TokenURL: g.URL + "/token", AuthStyle: oauth2.AuthStyleInParams}}
 }
 
-// browser is a user agent with cookies that stops at the first redirect
-// to the assistant client.
-type browser struct {
-	t      *testing.T
-	client *http.Client
-}
-
-func newBrowser(t *testing.T) *browser {
-	jar, _ := cookiejar.New(nil)
-	return &browser{t: t, client: &http.Client{Jar: jar, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-		if strings.HasPrefix(req.URL.String(), clientRedirect) {
-			return http.ErrUseLastResponse
-		}
-		return nil
-	}}}
-}
-
-func (b *browser) do(method, rawURL string, form url.Values) (*http.Response, string) {
-	b.t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, err := http.NewRequest(method, rawURL, body)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	resp, err := b.client.Do(req)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp, string(data)
-}
-
-var (
-	hiddenField = regexp.MustCompile(`<input type="hidden" name="([a-z_]+)" value="([^"]*)">`)
-	formAction  = regexp.MustCompile(`<form method="post" action="([^"]*)"`)
-)
-
-// login fills in and submits the service's login page.
-func (b *browser) login(resp *http.Response, page, email string) (*http.Response, string) {
-	b.t.Helper()
-	m := formAction.FindStringSubmatch(page)
-	if m == nil {
-		b.t.Fatalf("no login form (%d at %s):\n%s", resp.StatusCode, resp.Request.URL, page)
-	}
-	fields := url.Values{}
-	for _, f := range hiddenField.FindAllStringSubmatch(page, -1) {
-		fields.Set(f[1], html.UnescapeString(f[2]))
-	}
-	fields.Set("email", email)
-	fields.Set("password", handlerstest.Password)
-	action, _ := resp.Request.URL.Parse(html.UnescapeString(m[1]))
-	return b.do("POST", action.String(), fields)
+// newBrowser is a browser that stops at the first redirect to the
+// assistant client.
+func newBrowser(t *testing.T) *handlerstest.Browser {
+	return handlerstest.NewBrowser(t, func(to *url.URL) bool { return strings.HasPrefix(to.String(), clientRedirect) })
 }
 
 // clientCallback returns the query of the redirect to the assistant client.
@@ -228,9 +149,9 @@ func (g *gateway) signIn(t *testing.T, clientID, verifier, email string) string 
 	t.Helper()
 	cfg := g.oauthConfig(clientID)
 	b := newBrowser(t)
-	resp, page := b.do("GET", cfg.AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier),
+	_, page := b.Do("GET", cfg.AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier),
 		oauth2.SetAuthURLParam("resource", g.URL+"/mcp")), nil)
-	resp, page = b.login(resp, page, email)
+	resp, page := b.Login(page, email, handlerstest.Password)
 	q := clientCallback(t, resp, page)
 	if q.Get("state") != clientState || q.Get("code") == "" {
 		t.Fatalf("callback query %v", q)

@@ -84,7 +84,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	if cfg.ClientID == "" {
-		return nil, errors.New("SERVICE_CLIENT_ID: required (the gateway's confidential client at the service)")
+		return nil, errors.New("SERVICE_CLIENT_ID: required (the gateway's confidential client at the exchange: MCP_OAUTH_CLIENT_ID there)")
 	}
 	if cfg.RequireAudience && cfg.ClientSecret == "" {
 		return nil, errors.New("MCP_REQUIRE_AUDIENCE=true needs SERVICE_CLIENT_SECRET: only the confidential client can introspect tokens to confirm their audience")
@@ -106,21 +106,31 @@ func New(cfg Config) (*Gateway, error) {
 		metadataURL: issuer + "/.well-known/oauth-protected-resource/mcp",
 		callbackURL: svc.redirectURI, browserURL: strings.TrimRight(cfg.ServiceBrowserURL, "/"),
 		seal: seal, svc: svc, log: logger(cfg.Log),
-		validator: &validator{svc: svc, requireAudience: cfg.RequireAudience, now: cfg.Now, cache: map[[32]byte]cachedIdentity{}},
+		validator: &validator{svc: svc, requireAudience: cfg.RequireAudience, now: cfg.Now, cache: map[[32]byte]time.Time{}},
 	}
 	g.tools = newToolServer(svc, cfg.Now, g.log)
 	return g, nil
 }
 
+// checkBaseURL checks the setting name: an http(s) URL without query or
+// fragment.
 func checkBaseURL(name, raw string) error {
 	u, err := url.Parse(raw)
 	if raw == "" {
-		return fmt.Errorf("%s: required", name)
+		return fmt.Errorf("%s: required (%s)", name, baseURLs[name])
 	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("%s: %q is not an http(s) URL without query or fragment", name, raw)
 	}
 	return nil
+}
+
+// baseURLs says what each base URL setting is, for the error when it is
+// missing.
+var baseURLs = map[string]string{
+	"SERVICE_BASE_URL":   "where the gateway reaches the exchange, such as http://localhost:8000",
+	"SERVICE_PUBLIC_URL": "where browsers reach the exchange's login page",
+	"MCP_RESOURCE_URL":   "the gateway's public URL, such as https://mcp.example.org",
 }
 
 // Handler serves everything the gateway answers.

@@ -46,7 +46,7 @@ type sealer struct {
 
 func newSealer(brokerKey string, now func() time.Time) (*sealer, error) {
 	if len(brokerKey) < MinBrokerKeyLength {
-		return nil, fmt.Errorf("MCP_BROKER_KEY: must be at least %d characters", MinBrokerKeyLength)
+		return nil, fmt.Errorf("MCP_BROKER_KEY: required, at least %d characters (it keys the broker's sealed codes, states and refresh tokens; for example: openssl rand -base64 48)", MinBrokerKeyLength)
 	}
 	key, err := hkdf.Key(sha256.New, []byte(brokerKey), nil, "exchange mcp gateway broker blobs v1", chacha20poly1305.KeySize)
 	if err != nil {

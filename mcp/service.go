@@ -154,7 +154,6 @@ type introspection struct {
 	Active   bool     `json:"active"`
 	ClientID string   `json:"client_id"`
 	Audience audience `json:"aud"`
-	Subject  string   `json:"sub"`
 	Expires  int64    `json:"exp"`
 }
 
@@ -181,37 +180,33 @@ func (s *service) introspect(ctx context.Context, token string) (*introspection,
 	return &out, err
 }
 
-// userInfo is the OpenID Connect UserInfo answer.
-type userInfo struct {
-	Subject string `json:"sub"`
-	Email   string `json:"email,omitempty"`
-	Name    string `json:"name,omitempty"`
-}
-
-// userinfo asks who the token belongs to; a 401 or 403 is failRejected.
-func (s *service) userinfo(ctx context.Context, token string) (*userInfo, error) {
+// userinfo asks the service whom the token belongs to, which it answers
+// only for a valid token: a 401 or 403 is failRejected, an answer without
+// sub failMisconfigured.
+func (s *service) userinfo(ctx context.Context, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, serviceTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/o/userinfo/", nil)
 	if err != nil {
-		return nil, &serviceError{kind: failMisconfigured, op: "userinfo", detail: err.Error()}
+		return &serviceError{kind: failMisconfigured, op: "userinfo", detail: err.Error()}
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json")
-	var out userInfo
+	var out struct {
+		Subject string `json:"sub"`
+	}
 	if err := s.do(req, "userinfo", &out); err != nil {
-		return nil, err
+		return err
 	}
 	if out.Subject == "" {
-		return nil, &serviceError{kind: failMisconfigured, op: "userinfo", status: http.StatusOK, detail: "the answer has no sub"}
+		return &serviceError{kind: failMisconfigured, op: "userinfo", status: http.StatusOK, detail: "the answer has no sub"}
 	}
-	return &out, nil
+	return nil
 }
 
 // tokenResponse is the service's token endpoint answer.
 type tokenResponse struct {
 	AccessToken  string `json:"access_token"`
-	TokenType    string `json:"token_type"`
 	ExpiresIn    int64  `json:"expires_in"`
 	RefreshToken string `json:"refresh_token"`
 	Scope        string `json:"scope"`

@@ -121,7 +121,7 @@ func listObservationsTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 		mcpgo.WithString("order", mcpgo.Description("newest_first (default) or oldest_first, by effective time"), mcpgo.Enum("newest_first", "oldest_first"), mcpgo.DefaultString("newest_first")),
 		mcpgo.WithInteger("limit", mcpgo.Description("Rows per page: min 1, max 100 (default 20)"), mcpgo.Min(1), mcpgo.Max(maxPageSize), mcpgo.DefaultNumber(20)),
 		mcpgo.WithString("verbosity", mcpgo.Description("slim (default) or full"), mcpgo.Enum("slim", "full"), mcpgo.DefaultString("slim")),
-		mcpgo.WithString("cursor", mcpgo.Description("next_cursor of the previous page; patient_id, code, dates, order and limit are then those of the first page"), mcpgo.MaxLength(4096)),
+		mcpgo.WithString("cursor", mcpgo.Description("next_cursor of the previous page, with the same patient_id; code, dates, order and limit are then those of the first page"), mcpgo.MaxLength(4096)),
 	}, windowArgs())...)
 	return tool, handle(func(ctx context.Context, req mcpgo.CallToolRequest) (any, error) {
 		id, err := requireID(req, "patient_id")
@@ -133,8 +133,20 @@ func listObservationsTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 			sort = "date"
 		}
 		q := window(req, url.Values{"patient": {strconv.FormatInt(id, 10)}, "_sort": {sort}, "_count": {strconv.Itoa(req.GetInt("limit", 20))}})
+		cursor := req.GetString("cursor", "")
+		if cursor != "" {
+			// The cursor's search is the first page's: its patient, not
+			// patient_id, decides whose observations come back.
+			cq, err := cursorQuery(cursor)
+			if err != nil {
+				return nil, err
+			}
+			if p := cq.Get("patient"); p != q.Get("patient") {
+				return nil, toolErrorf("cursor continues the observations of patient %s, not of patient_id %d: give the patient_id of the first page", p, id)
+			}
+		}
 		var b bundle
-		if err := a.search(ctx, "Observation", q, req.GetString("cursor", ""), &b); err != nil {
+		if err := a.search(ctx, "Observation", q, cursor, &b); err != nil {
 			return nil, err
 		}
 		full := req.GetString("verbosity", "slim") == "full"
@@ -150,7 +162,7 @@ func listObservationsTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 				rows = append(rows, o.slim())
 			}
 		}
-		out := pageResult("observations", rows, len(rows), &b)
+		out := pageResult("observations", rows, &b)
 		out["patient_id"] = id
 		return out, nil
 	})
@@ -192,12 +204,12 @@ func countObservationsTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, err
 		}
 		rows := make([]map[string]any, len(enrolled.Results))
-		var g errgroup.Group
+		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(4)
 		for i, p := range enrolled.Results {
 			g.Go(func() error {
 				q := window(req, url.Values{"patient": {strconv.FormatInt(p.ID, 10)}, "patient._has:Group:member:_id": {strconv.Itoa(study)}})
-				n, err := a.count(ctx, "Observation", q)
+				n, err := a.count(gctx, "Observation", q)
 				rows[i] = map[string]any{"patient_id": p.ID, "name": p.row().Name, "count": n}
 				return err
 			})
@@ -234,13 +246,13 @@ func summarizeObservationsTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 			return nil, err
 		}
 		ranges := make([]dataRange, len(codes.Results))
-		var g errgroup.Group
+		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(4)
 		for i, c := range codes.Results {
 			g.Go(func() error {
 				q := window(req, url.Values{"patient": {strconv.FormatInt(id, 10)}, "code": {c.CodingSystem + "|" + c.CodingCode}})
 				var err error
-				ranges[i], err = observationRange(ctx, a, q)
+				ranges[i], err = observationRange(gctx, a, q)
 				return err
 			})
 		}

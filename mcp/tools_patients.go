@@ -93,14 +93,14 @@ func searchPatientsTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 			}
 			rows = append(rows, p.row())
 		}
-		return pageResult("patients", rows, len(rows), &b), nil
+		return pageResult("patients", rows, &b), nil
 	})
 }
 
 // pageResult is a page of a FHIR search: the rows, has_more and the
 // cursor of the next page.
-func pageResult[T any](name string, rows []T, n int, b *bundle) map[string]any {
-	out := map[string]any{"returned": n, "has_more": false, name: rows}
+func pageResult[T any](name string, rows []T, b *bundle) map[string]any {
+	out := map[string]any{"returned": len(rows), "has_more": false, name: rows}
 	if c := b.nextCursor(); c != "" {
 		out["has_more"], out["next_cursor"] = true, c
 	}

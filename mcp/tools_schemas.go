@@ -3,7 +3,9 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -86,10 +88,17 @@ func schemaResourceTemplate(a *api) (mcpgo.ResourceTemplate, server.ResourceTemp
 	return tmpl, func(ctx context.Context, req mcpgo.ReadResourceRequest) ([]mcpgo.ResourceContents, error) {
 		u, err := url.Parse(req.Params.URI)
 		if err != nil || u.Scheme != "omh-schema" {
-			return nil, fmt.Errorf("%q is not an omh-schema://{name}/{version} URI", req.Params.URI)
+			return nil, fmt.Errorf("%q is not an omh-schema://{name}/{version} URI: %w", req.Params.URI, server.ErrResourceNotFound)
 		}
 		schema, err := fetchSchema(ctx, a, u.Host, strings.Trim(u.Path, "/"))
-		if err != nil {
+		var te *toolError
+		var ae *apiError
+		switch {
+		case errors.As(err, &te):
+			return nil, fmt.Errorf("%s: %s: %w", req.Params.URI, te.msg, server.ErrResourceNotFound)
+		case errors.As(err, &ae) && ae.status == http.StatusNotFound:
+			return nil, fmt.Errorf("%s: %s: %w", req.Params.URI, ae.detail, server.ErrResourceNotFound)
+		case err != nil:
 			return nil, err
 		}
 		return []mcpgo.ResourceContents{mcpgo.TextResourceContents{URI: req.Params.URI, MIMEType: "application/schema+json", Text: string(schema)}}, nil

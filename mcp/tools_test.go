@@ -13,7 +13,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
@@ -138,6 +140,12 @@ func TestEveryTool(t *testing.T) {
 	if rows := page2["observations"].([]any); len(rows) != 1 || page2["has_more"] != false || rows[0].(map[string]any)["effective"] != w.lastA {
 		t.Errorf("list_observations page 2 %v", page2)
 	}
+	// The cursor decides whose observations come back: with another
+	// patient_id it is refused rather than answered under the wrong id.
+	if text, isError := call(t, c, "list_observations", map[string]any{"patient_id": w.patientB, "cursor": page1["next_cursor"]}); !isError ||
+		!strings.Contains(text, "cursor") || !strings.Contains(text, fmt.Sprintf("patient %d", w.patientA)) {
+		t.Errorf("list_observations with another patient's cursor: error %v, %q", isError, text)
+	}
 	full := callJSON(t, c, "list_observations", map[string]any{"patient_id": w.patientA, "verbosity": "full",
 		"date_from": "2025-03-02", "date_to": "2025-03-02"})
 	if rows := full["observations"].([]any); len(rows) != 1 || rows[0].(map[string]any)["data_point"].(map[string]any)["header"] == nil ||
@@ -217,6 +225,16 @@ func TestToolErrors(t *testing.T) {
 		text, isError := call(t, c, tc.tool, tc.args)
 		if !isError || !strings.Contains(text, tc.want) {
 			t.Errorf("%s(%v): error %v, %q; want a tool error mentioning %q", tc.tool, tc.args, isError, text, tc.want)
+		}
+	}
+	// Schemas as resources: an unknown or malformed omh-schema URI is a
+	// resource not found. (mcp-go v1.2.1 sends every resource handler's
+	// error as -32603 with its message; only a URI that matches no
+	// template gets -32002.)
+	for _, uri := range []string{"omh-schema://no-such-schema/1.0", "omh-schema://Heart_Rate/2.0", "omh-schema://heart-rate/two", "omh-schema://heart-rate"} {
+		_, err := c.ReadResource(context.Background(), mcpgo.ReadResourceRequest{Params: mcpgo.ReadResourceParams{URI: uri}})
+		if err == nil || !strings.Contains(err.Error(), "resource not found") {
+			t.Errorf("resource %s: %v, want resource not found", uri, err)
 		}
 	}
 }
@@ -327,5 +345,31 @@ func TestSearchParametersAreCheckedAgainstTheCapabilityStatement(t *testing.T) {
 	}
 	if text, isError := call(t, c, "get_capabilities", nil); !isError || !strings.Contains(text, "no CapabilityStatement") {
 		t.Errorf("get_capabilities without /metadata: %v %q", isError, text)
+	}
+
+	// A failing /metadata: searches go unchecked, and it is asked again
+	// only once the failure is 30 seconds old, not on every search.
+	var asked atomic.Int32
+	failing := proxy(func(rw http.ResponseWriter) {
+		asked.Add(1)
+		http.Error(rw, "down for maintenance", http.StatusServiceUnavailable)
+	})
+	g = s.startGateway(t, func(c *mcp.Config) { c.ServiceURL = failing })
+	c = g.mcpClient(t, token)
+	countFrom := func() {
+		t.Helper()
+		if got := callJSON(t, c, "count_observations", map[string]any{"patient_id": w.patientA, "date_from": "2025-03-02"}); num(got["count"]) != 2 {
+			t.Errorf("unchecked against a failing /metadata: %v", got)
+		}
+	}
+	countFrom()
+	countFrom()
+	if n := asked.Load(); n != 1 {
+		t.Errorf("/metadata asked %d times within 30 seconds, want 1", n)
+	}
+	g.clock.Advance(31 * time.Second)
+	countFrom()
+	if n := asked.Load(); n != 2 {
+		t.Errorf("/metadata asked %d times after 30 seconds, want 2", n)
 	}
 }

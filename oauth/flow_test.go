@@ -6,11 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"html"
-	"io"
 	"math/big"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -30,80 +27,16 @@ func TestMain(m *testing.M) { repotest.Main(m) }
 
 const redirectURI = "https://client.example.test/callback"
 
-// browser is a user agent with cookies that follows redirects within the
-// exchange and stops at the first redirect that leaves it (to the client).
-type browser struct {
-	t      *testing.T
-	env    *handlerstest.Env
-	client *http.Client
-}
-
-func newBrowser(t *testing.T, env *handlerstest.Env) *browser {
-	jar, _ := cookiejar.New(nil)
+// newBrowser is a browser that follows redirects within the exchange and
+// stops at the first that leaves it (to the client).
+func newBrowser(t *testing.T, env *handlerstest.Env) *handlerstest.Browser {
 	server, _ := url.Parse(env.URL)
-	return &browser{t: t, env: env, client: &http.Client{Jar: jar, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-		if req.URL.Host != server.Host {
-			return http.ErrUseLastResponse
-		}
-		return nil
-	}}}
-}
-
-// do sends a request and returns the final response and its body.
-func (b *browser) do(method, rawURL string, form url.Values) (*http.Response, string) {
-	b.t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
-	}
-	req, err := http.NewRequest(method, rawURL, body)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	resp, err := b.client.Do(req)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp, string(data)
-}
-
-var hiddenField = regexp.MustCompile(`<input type="hidden" name="([a-z_]+)" value="([^"]*)">`)
-var formAction = regexp.MustCompile(`<form method="post" action="([^"]*)"`)
-
-// formOf returns the action and hidden fields of the page's first form.
-func formOf(t *testing.T, page string) (string, url.Values) {
-	t.Helper()
-	m := formAction.FindStringSubmatch(page)
-	if m == nil {
-		t.Fatalf("no form in page:\n%s", page)
-	}
-	fields := url.Values{}
-	for _, f := range hiddenField.FindAllStringSubmatch(page, -1) {
-		fields.Set(f[1], html.UnescapeString(f[2]))
-	}
-	return html.UnescapeString(m[1]), fields
-}
-
-// login submits the login page shown at the end of resp.
-func (b *browser) login(page, email, password string) (*http.Response, string) {
-	b.t.Helper()
-	action, fields := formOf(b.t, page)
-	fields.Set("email", email)
-	fields.Set("password", password)
-	return b.do("POST", b.env.URL+action, fields)
+	return handlerstest.NewBrowser(t, func(to *url.URL) bool { return to.Host != server.Host })
 }
 
 // decide answers the consent page.
-func (b *browser) decide(page, decision string) *http.Response {
-	b.t.Helper()
-	action, fields := formOf(b.t, page)
-	fields.Set("decision", decision)
-	resp, _ := b.do("POST", b.env.URL+action, fields)
+func decide(b *handlerstest.Browser, page, decision string) *http.Response {
+	resp, _ := b.Submit(page, url.Values{"decision": {decision}})
 	return resp
 }
 
@@ -137,10 +70,10 @@ const nonce = "nonce-0123456789"
 func authorize(t *testing.T, env *handlerstest.Env, cfg *oauth2.Config, email, verifier string) string {
 	t.Helper()
 	b := newBrowser(t, env)
-	_, page := b.do("GET", cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("nonce", nonce)), nil)
-	resp, page := b.login(page, email, handlerstest.Password)
+	_, page := b.Do("GET", cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("nonce", nonce)), nil)
+	resp, page := b.Login(page, email, handlerstest.Password)
 	if resp.StatusCode == http.StatusOK && strings.Contains(page, `value="allow"`) {
-		resp = b.decide(page, "allow")
+		resp = decide(b, page, "allow")
 	}
 	q := redirectParams(t, resp)
 	if q.Get("state") != state || q.Get("code") == "" {
@@ -159,16 +92,16 @@ func TestAuthorizationCodeFlowWithPKCEAndRefreshRotation(t *testing.T) {
 
 	// Unauthenticated: the authorization endpoint shows the login page.
 	b := newBrowser(t, env)
-	resp, page := b.do("GET", cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("nonce", nonce)), nil)
+	resp, page := b.Do("GET", cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("nonce", nonce)), nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `<label for="email">Email address</label>`) || !strings.Contains(page, "Confidential app") {
 		t.Fatalf("login page: %d\n%s", resp.StatusCode, page)
 	}
 	// Logging in leads back to the authorization endpoint: the consent page.
-	resp, page = b.login(page, "doc@example.org", handlerstest.Password)
+	resp, page = b.Login(page, "doc@example.org", handlerstest.Password)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "Authorize Confidential app") || !strings.Contains(page, "See your email address") {
 		t.Fatalf("consent page: %d\n%s", resp.StatusCode, page)
 	}
-	q := redirectParams(t, b.decide(page, "allow"))
+	q := redirectParams(t, decide(b, page, "allow"))
 	if q.Get("state") != state {
 		t.Errorf("state %q", q.Get("state"))
 	}
@@ -293,7 +226,7 @@ func TestAuthorizationRequestsRefused(t *testing.T) {
 			}
 			tc.change(q)
 			b := newBrowser(t, env)
-			resp, page := b.do("GET", env.URL+"/o/authorize/?"+q.Encode(), nil)
+			resp, page := b.Do("GET", env.URL+"/o/authorize/?"+q.Encode(), nil)
 			if tc.toClient == "" {
 				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "Authorization refused") {
 					t.Fatalf("want an error page, got %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), page)
@@ -372,27 +305,27 @@ func TestConsentDeniedAndCSRF(t *testing.T) {
 	cfg := oauthConfig(env, client.ID, "")
 	b := newBrowser(t, env)
 	authURL := cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(oauth2.GenerateVerifier()))
-	_, page := b.do("GET", authURL, nil)
+	_, page := b.Do("GET", authURL, nil)
 
 	// A login post without the form's CSRF token is refused.
-	action, fields := formOf(t, page)
+	action, fields := handlerstest.Form(t, page)
 	fields.Del("csrf_token")
 	fields.Set("email", "doc@example.org")
 	fields.Set("password", handlerstest.Password)
-	if resp, _ := b.do("POST", env.URL+action, fields); resp.StatusCode != http.StatusForbidden {
+	if resp, _ := b.Do("POST", env.URL+action, fields); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("login without CSRF token: %d", resp.StatusCode)
 	}
-	_, page = b.do("GET", authURL, nil)
-	_, page = b.login(page, "doc@example.org", handlerstest.Password)
+	_, page = b.Do("GET", authURL, nil)
+	_, page = b.Login(page, "doc@example.org", handlerstest.Password)
 
 	// A consent post without the CSRF token issues nothing.
-	action, fields = formOf(t, page)
+	action, fields = handlerstest.Form(t, page)
 	fields.Set("csrf_token", "forged-token-forged-token-forged-token-1")
 	fields.Set("decision", "allow")
-	if resp, _ := b.do("POST", env.URL+action, fields); resp.StatusCode != http.StatusForbidden {
+	if resp, _ := b.Do("POST", env.URL+action, fields); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("consent with a forged CSRF token: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	if got := redirectParams(t, b.decide(page, "deny")).Get("error"); got != "access_denied" {
+	if got := redirectParams(t, decide(b, page, "deny")).Get("error"); got != "access_denied" {
 		t.Fatalf("deny: error %q", got)
 	}
 }
@@ -401,8 +334,8 @@ func TestLoginErrorsAndThrottling(t *testing.T) {
 	env := handlerstest.Start(t)
 	env.Practitioner(t, "doc@example.org", false)
 	b := newBrowser(t, env)
-	_, page := b.do("GET", env.URL+"/o/login/", nil)
-	resp, page := b.login(page, "doc@example.org", "wrong password")
+	_, page := b.Do("GET", env.URL+"/o/login/", nil)
+	resp, page := b.Login(page, "doc@example.org", "wrong password")
 	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(page, `role="alert"`) || !strings.Contains(page, "The email or password is incorrect.") {
 		t.Fatalf("wrong password: %d\n%s", resp.StatusCode, page)
 	}
@@ -410,15 +343,15 @@ func TestLoginErrorsAndThrottling(t *testing.T) {
 		t.Error("the login page should keep the email and mark the fields invalid")
 	}
 	for i := 0; i < 4; i++ {
-		resp, page = b.login(page, "doc@example.org", "wrong password")
+		resp, page = b.Login(page, "doc@example.org", "wrong password")
 	}
 	// Five failures lock the account for the window, even with the right password.
-	resp, page = b.login(page, "doc@example.org", handlerstest.Password)
+	resp, page = b.Login(page, "doc@example.org", handlerstest.Password)
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(page, "Too many failed logins") {
 		t.Fatalf("after 5 failures: %d\n%s", resp.StatusCode, page)
 	}
 	env.Clock.Advance(16 * 60 * 1e9) // past the 15-minute window
-	resp, page = b.login(page, "doc@example.org", handlerstest.Password)
+	resp, page = b.Login(page, "doc@example.org", handlerstest.Password)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "You are signed in as doc@example.org") {
 		t.Fatalf("after the window: %d\n%s", resp.StatusCode, page)
 	}
@@ -676,37 +609,37 @@ func TestApplicationRegistrationPage(t *testing.T) {
 	env.Patient(t, "pat@example.org")
 
 	anonymous := newBrowser(t, env)
-	resp, page := anonymous.do("GET", env.URL+"/o/applications/register/", nil)
+	resp, page := anonymous.Do("GET", env.URL+"/o/applications/register/", nil)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(page, `name="next" value="/o/applications/register/"`) {
 		t.Fatalf("anonymous: %d\n%s", resp.StatusCode, page)
 	}
 	patient := newBrowser(t, env)
-	_, page = patient.do("GET", env.URL+"/o/login/", nil)
-	patient.login(page, "pat@example.org", handlerstest.Password)
-	if resp, _ := patient.do("GET", env.URL+"/o/applications/register/", nil); resp.StatusCode != http.StatusForbidden {
+	_, page = patient.Do("GET", env.URL+"/o/login/", nil)
+	patient.Login(page, "pat@example.org", handlerstest.Password)
+	if resp, _ := patient.Do("GET", env.URL+"/o/applications/register/", nil); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a patient may not register clients: %d", resp.StatusCode)
 	}
 
 	admin := newBrowser(t, env)
-	_, page = admin.do("GET", env.URL+"/o/applications/register/", nil)
-	resp, page = admin.login(page, "admin@example.org", handlerstest.Password)
+	_, page = admin.Do("GET", env.URL+"/o/applications/register/", nil)
+	resp, page = admin.Login(page, "admin@example.org", handlerstest.Password)
 	for _, label := range []string{"Name", "Client type", "Authorization grant type", "Redirect URIs", "Algorithm", "Post-logout redirect URIs", "Allowed origins"} {
 		if !strings.Contains(page, ">"+label+"<") {
 			t.Errorf("register form lacks the field %q", label)
 		}
 	}
-	action, fields := formOf(t, page)
+	action, fields := handlerstest.Form(t, page)
 	fields.Set("name", "Research dashboard")
 	fields.Set("client_type", "confidential")
 	fields.Set("authorization_grant_type", "authorization-code")
 	fields.Set("algorithm", "RS256")
 	fields.Set("redirect_uris", "http://dashboard.example.org/cb")
-	resp, page = admin.do("POST", env.URL+action, fields)
+	resp, page = admin.Do("POST", env.URL+action, fields)
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "use https") || !strings.Contains(page, "Research dashboard") {
 		t.Fatalf("http redirect URI: %d\n%s", resp.StatusCode, page)
 	}
 	fields.Set("redirect_uris", "https://dashboard.example.org/cb\nhttp://localhost:5000/cb")
-	resp, page = admin.do("POST", env.URL+action, fields)
+	resp, page = admin.Do("POST", env.URL+action, fields)
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("register: %d\n%s", resp.StatusCode, page)
 	}
@@ -741,7 +674,7 @@ func TestApplicationRegistrationPage(t *testing.T) {
 		t.Fatalf("rotate: %q %v", newSecret, err)
 	}
 	fields.Del("csrf_token")
-	if resp, _ := admin.do("POST", env.URL+action, fields); resp.StatusCode != http.StatusForbidden {
+	if resp, _ := admin.Do("POST", env.URL+action, fields); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("registration without CSRF token: %d", resp.StatusCode)
 	}
 }

@@ -30,18 +30,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := realMain(ctx); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		if errors.As(err, new(usageError)) {
 			os.Exit(2)
 		}
 		os.Exit(1)
 	}
-}
-
-// realMain runs the command the arguments name.
-func realMain(ctx context.Context) error {
-	return run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 }
 
 // usageError is a command line the program cannot make sense of.

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-
-	"exchange/mcp"
 )
 
-// settings are the gateway's environment variables, parsed and checked;
-// the README's gateway settings table documents each one.
+// settings are the gateway's environment variables, parsed; mcp.New
+// checks what they mean. The README's gateway settings table documents
+// each one.
 type settings struct {
 	ServiceURL       string
 	ServicePublicURL string
@@ -37,8 +35,8 @@ func get(getenv func(string) string, name, def string) string {
 	return def
 }
 
-// loadSettings reads the settings of serve. Errors name the setting at
-// fault; warnings are things that work but are probably wrong.
+// loadSettings reads the settings of serve. Errors name the setting that
+// does not parse; warnings are things that work but are probably wrong.
 func loadSettings(getenv func(string) string) (*settings, []string, error) {
 	s := &settings{
 		ServiceURL:       strings.TrimRight(get(getenv, "SERVICE_BASE_URL", ""), "/"),
@@ -49,15 +47,6 @@ func loadSettings(getenv func(string) string) (*settings, []string, error) {
 		BrokerKey:        getenv("MCP_BROKER_KEY"),
 	}
 	var warnings []string
-	if s.ServiceURL == "" {
-		return nil, nil, errors.New("SERVICE_BASE_URL: required (where the gateway reaches the exchange, such as http://localhost:8000)")
-	}
-	if s.ClientID == "" {
-		return nil, nil, errors.New("SERVICE_CLIENT_ID: required (the gateway's confidential client at the exchange: MCP_OAUTH_CLIENT_ID there)")
-	}
-	if len(s.BrokerKey) < mcp.MinBrokerKeyLength {
-		return nil, nil, fmt.Errorf("MCP_BROKER_KEY: required, at least %d characters (it keys the broker's sealed codes, states and refresh tokens; for example: openssl rand -base64 48)", mcp.MinBrokerKeyLength)
-	}
 	if s.ResourceURL == "" {
 		s.ResourceURL = defaultResourceURL
 		warnings = append(warnings, "MCP_RESOURCE_URL is not set: using "+defaultResourceURL+
@@ -78,9 +67,6 @@ func loadSettings(getenv func(string) string) (*settings, []string, error) {
 	case "false", "0", "no":
 	default:
 		return nil, nil, fmt.Errorf("MCP_REQUIRE_AUDIENCE: %q is not true or false", v)
-	}
-	if s.RequireAudience && s.ClientSecret == "" {
-		return nil, nil, errors.New("MCP_REQUIRE_AUDIENCE=true needs SERVICE_CLIENT_SECRET: only the confidential client can introspect tokens to confirm their audience")
 	}
 	return s, warnings, nil
 }

@@ -277,6 +277,15 @@ func (e *Env) Token(t testing.TB, userID int64) string {
 // is) and a bearer token, and decodes the JSON object it answers.
 func (e *Env) Send(t testing.TB, method, path, token string, body any) (*http.Response, map[string]any) {
 	t.Helper()
+	return SendTo(t, method, e.URL+path, token, body, nil)
+}
+
+// SendTo is Send to an absolute URL (another server, such as the MCP
+// gateway in front of the exchange) with extra headers, which override
+// the Content-Type and Authorization Send sets. The answer's body is
+// closed.
+func SendTo(t testing.TB, method, rawURL, token string, body any, header map[string]string) (*http.Response, map[string]any) {
+	t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -289,7 +298,7 @@ func (e *Env) Send(t testing.TB, method, path, token string, body any) (*http.Re
 		}
 		r = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(method, e.URL+path, r)
+	req, err := http.NewRequest(method, rawURL, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +307,9 @@ func (e *Env) Send(t testing.TB, method, path, token string, body any) (*http.Re
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

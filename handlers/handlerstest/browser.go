@@ -1,0 +1,111 @@
+package handlerstest
+
+import (
+	"html"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Browser is a user agent for the exchange's HTML pages (login, consent):
+// it keeps cookies, follows redirects except those its stop function
+// refuses, and fills in forms. It is not safe for concurrent use.
+type Browser struct {
+	t      testing.TB
+	client *http.Client
+	at     *url.URL // the URL of the last response: where form actions resolve
+}
+
+// NewBrowser returns a browser without cookies. It follows every redirect
+// except those to a URL for which stop reports true: Do answers those
+// redirects themselves (nil stop: follow all).
+func NewBrowser(t testing.TB, stop func(to *url.URL) bool) *Browser {
+	jar, _ := cookiejar.New(nil)
+	return &Browser{t: t, client: &http.Client{Jar: jar, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+		if stop != nil && stop(req.URL) {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}}}
+}
+
+// Do sends a request, form-encoding form as its body when it is not nil,
+// and returns the final response and its body.
+func (b *Browser) Do(method, rawURL string, form url.Values) (*http.Response, string) {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, rawURL, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	b.at = resp.Request.URL
+	return resp, string(data)
+}
+
+// Submit posts the first form of page, its hidden fields with set added,
+// to its action resolved against the URL of the last response.
+func (b *Browser) Submit(page string, set url.Values) (*http.Response, string) {
+	b.t.Helper()
+	action, fields, ok := parseForm(page)
+	if !ok || b.at == nil {
+		b.t.Fatalf("no form to submit at %v:\n%s", b.at, page)
+	}
+	for k, v := range set {
+		fields[k] = v
+	}
+	to, err := b.at.Parse(action)
+	if err != nil {
+		b.t.Fatalf("form action %q: %v", action, err)
+	}
+	return b.Do("POST", to.String(), fields)
+}
+
+// Login submits the exchange's login page with an email and a password.
+func (b *Browser) Login(page, email, password string) (*http.Response, string) {
+	b.t.Helper()
+	return b.Submit(page, url.Values{"email": {email}, "password": {password}})
+}
+
+var (
+	formAction  = regexp.MustCompile(`<form method="post" action="([^"]*)"`)
+	hiddenField = regexp.MustCompile(`<input type="hidden" name="([a-z_]+)" value="([^"]*)">`)
+)
+
+// Form returns the action and the hidden fields of the first form of
+// page, as the page has them (the action unresolved).
+func Form(t testing.TB, page string) (string, url.Values) {
+	t.Helper()
+	action, fields, ok := parseForm(page)
+	if !ok {
+		t.Fatalf("no form in page:\n%s", page)
+	}
+	return action, fields
+}
+
+func parseForm(page string) (string, url.Values, bool) {
+	m := formAction.FindStringSubmatch(page)
+	if m == nil {
+		return "", nil, false
+	}
+	fields := url.Values{}
+	for _, f := range hiddenField.FindAllStringSubmatch(page, -1) {
+		fields.Set(f[1], html.UnescapeString(f[2]))
+	}
+	return html.UnescapeString(m[1]), fields, true
+}
