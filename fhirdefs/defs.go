@@ -67,7 +67,7 @@ type Package struct {
 	// refused without a file read, and never cached.
 	files map[string]bool
 
-	mu           sync.Mutex
+	mu           sync.RWMutex                    // reads of loaded definitions share it
 	defs         map[string]*StructureDefinition // by type; nil entries: a file that defines no base type
 	searchParams map[string]*SearchParam         // by Type.code; nil until first use
 }
@@ -98,9 +98,15 @@ func (p *Package) Type(name string) (*StructureDefinition, error) {
 	if !p.files[name] {
 		return nil, fmt.Errorf("%w %q", ErrUnknownType, name)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if sd, ok := p.defs[name]; ok {
+	p.mu.RLock()
+	sd, loaded := p.defs[name]
+	p.mu.RUnlock()
+	if !loaded {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		sd, loaded = p.defs[name]
+	}
+	if loaded {
 		if sd == nil {
 			return nil, fmt.Errorf("%w %q", ErrUnknownType, name)
 		}

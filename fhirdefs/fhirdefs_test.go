@@ -256,3 +256,30 @@ func BenchmarkValidate(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "resources/s")
 }
+
+func TestFHIRPathScanning(t *testing.T) {
+	for expr, want := range map[string][]string{
+		"Condition.code | Observation.code":     {"Condition.code ", " Observation.code"},
+		"(A.b | A.c).where(x = 'a|b') | A.d":    {"(A.b | A.c).where(x = 'a|b') ", " A.d"},
+		`A.b.where(x = 'it\'s | quoted') | A.c`: {`A.b.where(x = 'it\'s | quoted') `, " A.c"},
+		"A.b":                                   {"A.b"},
+	} {
+		if got := fhirdefs.SplitUnion(expr); !slices.Equal(got, want) {
+			t.Errorf("SplitUnion(%q) = %q, want %q", expr, got, want)
+		}
+	}
+	for _, c := range []struct {
+		expr       string
+		open, want int
+	}{
+		{"where(a = ')')", 5, 13},
+		{"f(g(x)).h", 1, 6},
+		{"f(g(x)).h", 3, 5},
+		{`f('\')', 1)`, 1, 10},
+		{"f(unclosed", 1, -1},
+	} {
+		if got := fhirdefs.MatchingParen(c.expr, c.open); got != c.want {
+			t.Errorf("MatchingParen(%q, %d) = %d, want %d", c.expr, c.open, got, c.want)
+		}
+	}
+}

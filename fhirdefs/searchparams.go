@@ -88,23 +88,55 @@ func partsFor(expr, resourceType string) string {
 // (not inside parentheses or string literals).
 func SplitUnion(expr string) []string {
 	var parts []string
-	depth, start := 0, 0
-	inString := false
-	for i := 0; i < len(expr); i++ {
-		switch c := expr[i]; {
-		case c == '\'' && (i == 0 || expr[i-1] != '\\'):
-			inString = !inString
-		case inString:
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-		case c == '|' && depth == 0:
+	start := 0
+	scanFHIRPath(expr, func(i, depth int) bool {
+		if expr[i] == '|' && depth == 0 {
 			parts = append(parts, expr[start:i])
 			start = i + 1
 		}
-	}
+		return true
+	})
 	return append(parts, expr[start:])
+}
+
+// MatchingParen returns the index of the ')' that closes the '(' at open
+// in a FHIRPath expression, string literals skipped; -1 when none does.
+func MatchingParen(expr string, open int) int {
+	end := -1
+	scanFHIRPath(expr[open:], func(i, depth int) bool {
+		if expr[open+i] == ')' && depth == 1 {
+			end = open + i
+			return false
+		}
+		return true
+	})
+	return end
+}
+
+// scanFHIRPath calls visit with each byte offset of an expression outside
+// its string literals ('...', with \' escapes) and the parenthesis depth
+// before that byte, until visit returns false.
+func scanFHIRPath(expr string, visit func(i, depth int) bool) {
+	depth, inString := 0, false
+	for i := 0; i < len(expr); i++ {
+		c := expr[i]
+		if c == '\'' && (i == 0 || expr[i-1] != '\\') {
+			inString = !inString
+			continue
+		}
+		if inString {
+			continue
+		}
+		if !visit(i, depth) {
+			return
+		}
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		}
+	}
 }
 
 // HasElement reports whether a type defines an element (a direct child,

@@ -54,7 +54,7 @@ func compileFHIRPath(expr string) (fhirPath, error) {
 // steps distributes the steps over the union.
 func compilePath(s string) (fhirPath, error) {
 	if strings.HasPrefix(s, "(") {
-		end := matchingParen(s, 0)
+		end := fhirdefs.MatchingParen(s, 0)
 		if end < 0 {
 			return nil, fmt.Errorf("unbalanced parentheses")
 		}
@@ -96,25 +96,6 @@ func compilePath(s string) (fhirPath, error) {
 	return fhirPath{{root: root, steps: steps}}, nil
 }
 
-func matchingParen(s string, open int) int {
-	depth, inString := 0, false
-	for i := open; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\'':
-			inString = !inString
-		case inString:
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
 func compileSteps(s string) ([]step, error) {
 	var steps []step
 	for s != "" {
@@ -125,7 +106,7 @@ func compileSteps(s string) ([]step, error) {
 		} else {
 			name = s[:i]
 			if s[i] == '(' {
-				end := matchingParen(s, i)
+				end := fhirdefs.MatchingParen(s, i)
 				if end < 0 {
 					return nil, fmt.Errorf("unbalanced parentheses")
 				}
