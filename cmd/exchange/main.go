@@ -9,6 +9,7 @@
 //	exchange invitation ...     print a patient's invitation link
 //	exchange migrate            create the database indexes
 //	exchange healthcheck        probe the local service (containers)
+//	exchange import r4 ...      bulk R4 import into a running service
 //
 // Settings come from environment variables; see the README.
 package main
@@ -66,6 +67,7 @@ var commands = map[string]command{
 	"invitation":      invitationCommand,
 	"migrate":         migrateCommand,
 	"healthcheck":     healthcheckCommand,
+	"import":          importCommand,
 }
 
 // run is the whole program: settings come through getenv and output goes to
@@ -102,6 +104,7 @@ commands:
   invitation       print a patient's invitation link: --patient-id N --client-id C
   migrate          create the database indexes
   healthcheck      exit 0 if the local service answers /health
+  import r4        send R4 files to a running service: FILE|DIR... --source ID | --sources FILE
   help             show this text
 
 Run "exchange <command> -h" for a command's flags.`

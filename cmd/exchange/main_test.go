@@ -89,7 +89,10 @@ func TestUnknownCommand(t *testing.T) {
 // its context as by SIGTERM.
 func TestProgram(t *testing.T) {
 	dataDir := t.TempDir()
-	getenv := env(map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0"})
+	standards := filepath.Join("..", "..", "standards")
+	getenv := env(map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0",
+		"FHIR_PACKAGES_DIR": filepath.Join(standards, "fhir-packages"), "FHIR_XVER_PACKAGE_DIR": filepath.Join(standards, "fhir", "xver-r4-r5", "maps"),
+		"OMH_SCHEMA_DIR": filepath.Join(standards, "omh", "schemas")})
 	ctx := context.Background()
 
 	var out bytes.Buffer
@@ -108,6 +111,11 @@ func TestProgram(t *testing.T) {
 		t.Fatalf("token create: %v", err)
 	}
 	token := strings.TrimSpace(out.String())
+	out.Reset()
+	if err := run(ctx, []string{"token", "create", "--email", demoSuperuserEmail}, getenv, nil, &out, io.Discard); err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	adminToken := strings.TrimSpace(out.String())
 	for _, name := range []string{"secret_key", "oidc_rsa_private_key.pem"} {
 		fi, err := os.Stat(filepath.Join(dataDir, name))
 		if err != nil || fi.Mode().Perm() != 0o600 {
@@ -157,6 +165,31 @@ func TestProgram(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || profile["email"] != "alice@example.org" || profile["patient"] == nil {
 		t.Fatalf("profile: %d %v", resp.StatusCode, profile)
+	}
+
+	// The bulk import, as scripts/import-r4 runs it: flags after the
+	// file, the token from the environment, a summary and a report.
+	input := filepath.Join(dataDir, "r4.ndjson")
+	if err := os.WriteFile(input, []byte(`{"resourceType":"Patient","id":"u1","gender":"male"}
+{"resourceType":"Encounter","id":"u2","status":"in-progress","class":{"code":"AMB"},"diagnosis":[{"condition":{"reference":"Condition/c1"},"rank":1}]}
+{"resourceType":"Evidence","id":"u3"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(dataDir, "report.ndjson")
+	importEnv := env(map[string]string{"DATA_DIR": dataDir, "EXCHANGE_URL": base, "EXCHANGE_TOKEN": adminToken})
+	out.Reset()
+	err = run(ctx, []string{"import", "r4", input, "--source", "1", "--report", report}, importEnv, nil, &out, io.Discard)
+	if !errors.Is(err, errSomeFailed) || !strings.Contains(out.String(), "3 resources read: 1 converted, 1 converted with loss, 1 failed, 0 already stored") {
+		t.Errorf("import r4: %v\n%s", err, out.String())
+	}
+	if data, err := os.ReadFile(report); err != nil || strings.Count(string(data), "\n") != 2 {
+		t.Errorf("report: %q %v", data, err)
+	}
+	for _, args := range [][]string{{"import"}, {"import", "r4"}, {"import", "r4", input, "--workers"}} {
+		if err := run(ctx, args, importEnv, nil, io.Discard, io.Discard); !errors.As(err, new(usageError)) {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 
 	stop()

@@ -1,0 +1,387 @@
+package bulkimport
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options is one run.
+type Options struct {
+	URL   string   // the service, e.g. http://127.0.0.1:8000
+	Token string   // a bearer token of a user who may write to the sources
+	Input []string // NDJSON files, Bundles or single resources, directories of them
+
+	// Source is the FHIR source of every resource, or of those the
+	// SourcesFile does not route; at least one of the two is needed.
+	Source int64
+	// SourcesFile maps upstream patient references to FHIR sources (see
+	// readSources); each resource goes to the source of its patient.
+	SourcesFile string
+
+	Workers   int // batches in flight at once (default 4)
+	BatchSize int // resources per request (default 100)
+	// BatchBytes caps a request's size (default 4 MiB; a larger resource
+	// goes alone).
+	BatchBytes int
+	Retries    int // sends of a batch after a transient failure (default 5; negative: none)
+
+	// Report is the file that receives every warning and error, one JSON
+	// line per resource; the checkpoint is kept at Report + ".checkpoint".
+	Report string
+	// Restart ignores the checkpoint of an interrupted run.
+	Restart bool
+
+	// Progress receives the progress display: a bar when Terminal, else a
+	// line every ProgressEvery (0: none).
+	Progress      io.Writer
+	Terminal      bool
+	ProgressEvery time.Duration
+
+	Log    *slog.Logger
+	Client *http.Client // default: one with a 5-minute timeout per request
+	// Backoff is the wait before retry n (default: from 0.5 s doubling to
+	// 30 s, with jitter).
+	Backoff func(n int) time.Duration
+	// Grace is how long requests in flight may finish after ctx ends
+	// (default 30 s).
+	Grace time.Duration
+}
+
+func (o *Options) defaults() error {
+	if o.URL == "" {
+		return errors.New("no service address: pass --url or set EXCHANGE_URL")
+	}
+	if o.Token == "" {
+		return errors.New("no token: pass --token or set EXCHANGE_TOKEN (`exchange token create --email ...` prints one)")
+	}
+	if o.Source == 0 && o.SourcesFile == "" {
+		return errors.New("no FHIR source: pass --source ID, or --sources FILE to route by patient")
+	}
+	if o.Source < 0 {
+		return fmt.Errorf("--source %d is not a FHIR source id", o.Source)
+	}
+	if o.Report == "" {
+		return errors.New("no report file: pass --report")
+	}
+	o.URL = strings.TrimRight(o.URL, "/")
+	o.Workers = cmp.Or(max(o.Workers, 0), 4)
+	o.BatchSize = cmp.Or(max(o.BatchSize, 0), 100)
+	o.BatchBytes = cmp.Or(max(o.BatchBytes, 0), 4<<20)
+	switch {
+	case o.Retries == 0:
+		o.Retries = 5
+	case o.Retries < 0:
+		o.Retries = 0
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 5 * time.Minute}
+	}
+	if o.Backoff == nil {
+		o.Backoff = backoff
+	}
+	o.Grace = cmp.Or(o.Grace, 30*time.Second)
+	return nil
+}
+
+// routing names how resources are routed, for the checkpoint: a resumed
+// run must route as the interrupted one did.
+func (o *Options) routing() (string, error) {
+	r := fmt.Sprintf("source=%d", o.Source)
+	if o.SourcesFile != "" {
+		data, err := os.ReadFile(o.SourcesFile)
+		if err != nil {
+			return "", err
+		}
+		r += fmt.Sprintf(" sources=%x", sha256.Sum256(data))
+	}
+	return r, nil
+}
+
+// ErrUnauthorized: the service refused the token; nothing more can be sent.
+var ErrUnauthorized = errors.New("the service refused the token (401): create a new one with `exchange token create`")
+
+// batch is up to BatchSize resources of one FHIR source, sent together.
+type batch struct {
+	source   int64
+	records  []*record
+	bytes    int
+	first    int64 // seq of its first record
+	answered bool  // the ledger has its answers (guarded by the ledger)
+}
+
+// Run imports the input and returns what it did. It stops early when ctx
+// ends (Ctrl-C): requests in flight may finish (Options.Grace), the rest
+// is left for the same command to resume. An error means the run could
+// not go on (bad options, token refused, service unreachable); resources
+// that failed are in the Summary and the report, not in the error.
+func Run(ctx context.Context, o Options) (Summary, error) {
+	if err := o.defaults(); err != nil {
+		return Summary{}, err
+	}
+	inputs, err := listInputs(o.Input, o.Report)
+	if err != nil {
+		return Summary{}, err
+	}
+	rt := &router{fallback: o.Source}
+	if o.SourcesFile != "" {
+		if rt.byPatient, err = readSources(o.SourcesFile); err != nil {
+			return Summary{}, err
+		}
+	}
+	routing, err := o.routing()
+	if err != nil {
+		return Summary{}, err
+	}
+	c := &client{base: o.URL, token: o.Token, http: o.Client, retries: o.Retries, backoff: o.Backoff}
+	who, err := c.check(ctx, o.Source)
+	if isUnauthorized(err) {
+		return Summary{}, ErrUnauthorized
+	}
+	if err != nil {
+		return Summary{}, err
+	}
+
+	cpPath := o.Report + ".checkpoint"
+	var resumeAt int64
+	previous, err := loadCheckpoint(cpPath)
+	if err != nil {
+		return Summary{}, err
+	}
+	switch {
+	case previous == nil:
+	case o.Restart:
+		o.Log.Info("Starting over: --restart ignores the checkpoint of an earlier run.", "checkpoint", cpPath)
+	case !previous.matches(inputs, routing):
+		o.Log.Warn("Starting over: the input files or the routing changed since the interrupted run.", "checkpoint", cpPath)
+	default:
+		resumeAt = previous.Done
+		o.Log.Info("Resuming an interrupted run: its first resources are answered.", "answered", resumeAt, "checkpoint", cpPath)
+	}
+	var total int64
+	for _, f := range inputs {
+		total += f.Size
+	}
+	l := &ledger{started: time.Now(), cpPath: cpPath, cp: checkpoint{Inputs: inputs, Routing: routing},
+		progress: newProgress(o.Progress, o.Terminal, total, o.ProgressEvery)}
+	if err := l.openReport(o.Report, resumeAt > 0); err != nil {
+		return Summary{}, err
+	}
+	o.Log.Info("Importing R4 resources.", "service", o.URL, "user", who, "files", len(inputs), "bytes", total,
+		"workers", o.Workers, "report", o.Report)
+
+	// Reading stops when ctx ends or the run breaks down; requests in
+	// flight get Options.Grace more.
+	readCtx, stopReading := context.WithCancelCause(ctx)
+	defer stopReading(nil)
+	sendCtx, stopSending := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSending()
+	go func() {
+		select {
+		case <-readCtx.Done():
+			time.AfterFunc(o.Grace, stopSending)
+		case <-sendCtx.Done():
+		}
+	}()
+	c.onRetry = func(err error) {
+		l.retried()
+		o.Log.Warn("Sending a batch again.", "error", err)
+	}
+
+	batches := make(chan *batch, o.Workers)
+	var workers sync.WaitGroup
+	for range o.Workers {
+		workers.Go(func() {
+			for b := range batches {
+				if readCtx.Err() != nil {
+					continue // stopped: left unanswered, for the resumed run
+				}
+				answers, err := c.importBatch(readCtx, sendCtx, b)
+				switch {
+				case err == nil:
+					l.answered(b, answers)
+				case errors.Is(err, context.Canceled):
+					// Interrupted in flight: left unanswered.
+				case isUnauthorized(err):
+					stopReading(ErrUnauthorized)
+				case importUnavailable(err):
+					stopReading(err)
+				case unavailable(err):
+					stopReading(fmt.Errorf("the service at %s stopped answering (%v): run the same command again to resume", o.URL, err))
+				default:
+					l.failed(b, err)
+				}
+			}
+		})
+	}
+	readErr := readAll(readCtx, inputs, resumeAt, rt, &o, l, batches)
+	close(batches)
+	workers.Wait()
+	stopSending()
+
+	var fatal error
+	switch cause := context.Cause(readCtx); {
+	case cause != nil && ctx.Err() == nil:
+		fatal = cause // the run broke down; else the caller stopped it
+	case readErr != nil && cause == nil && l.broken() == nil:
+		fatal = readErr // an input file could not be read
+	}
+	l.mu.Lock()
+	complete := readErr == nil && allAnswered(l.open)
+	l.mu.Unlock()
+	summary, err := l.close(complete)
+	return summary, errors.Join(fatal, err)
+}
+
+func isUnauthorized(err error) bool {
+	re, ok := errors.AsType[*requestError](err)
+	return ok && re.code == http.StatusUnauthorized
+}
+
+func allAnswered(open []*batch) bool {
+	for _, b := range open {
+		if !b.answered {
+			return false
+		}
+	}
+	return true
+}
+
+// readAll reads every file, skips the records an earlier run answered,
+// routes the rest and hands them out in batches. It returns ctx's error
+// when stopped.
+func readAll(ctx context.Context, inputs []inputFile, resumeAt int64, rt *router, o *Options, l *ledger, out chan<- *batch) error {
+	b := &batcher{size: o.BatchSize, bytes: o.BatchBytes, pendingCap: o.BatchSize * o.Workers, open: map[int64]*batch{}}
+	send := func(x *batch) error {
+		select {
+		case out <- x:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var seq int64
+	for _, f := range inputs {
+		err := readFile(ctx, f, func(r *record) error {
+			if err := l.broken(); err != nil {
+				return err
+			}
+			r.seq = seq
+			seq++
+			if r.seq < resumeAt {
+				l.skipped(r)
+				return nil
+			}
+			if r.err == nil {
+				r.err = rt.route(r)
+			}
+			if r.err != nil {
+				l.read(r, nil, false)
+				return nil
+			}
+			into, opened := b.add(r)
+			l.read(r, into, opened)
+			for _, full := range b.ready() {
+				if err := send(full); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			if ctx.Err() == nil && l.broken() == nil {
+				err = fmt.Errorf("%s: %w", f.Path, err)
+			}
+			return err
+		}
+	}
+	for _, rest := range b.drain() {
+		if err := send(rest); err != nil {
+			return err
+		}
+	}
+	return l.broken()
+}
+
+// batcher groups records by FHIR source. A batch goes out when full; when
+// more than pendingCap records wait across sources (many patients, each
+// with a few resources), the oldest batch goes out early, so memory stays
+// bounded whatever the input.
+type batcher struct {
+	size, bytes int
+	pendingCap  int
+	pending     int
+	open        map[int64]*batch
+	full        []*batch
+}
+
+// add puts r in its source's batch; opened says the batch is new.
+func (bt *batcher) add(r *record) (*batch, bool) {
+	b, ok := bt.open[r.source]
+	if ok && (len(b.records) >= bt.size || b.bytes+len(r.body) > bt.bytes) {
+		bt.close(b)
+		ok = false
+	}
+	if !ok {
+		b = &batch{source: r.source, first: r.seq}
+		bt.open[r.source] = b
+	}
+	b.records = append(b.records, r)
+	b.bytes += len(r.body)
+	bt.pending++
+	if len(b.records) >= bt.size {
+		bt.close(b)
+	}
+	if bt.pending > bt.pendingCap {
+		var oldest *batch
+		for _, o := range bt.open {
+			if oldest == nil || o.first < oldest.first {
+				oldest = o
+			}
+		}
+		bt.close(oldest)
+	}
+	return b, !ok
+}
+
+func (bt *batcher) close(b *batch) {
+	delete(bt.open, b.source)
+	bt.pending -= len(b.records)
+	bt.full = append(bt.full, b)
+}
+
+// ready returns the batches that are due to go out.
+func (bt *batcher) ready() []*batch {
+	out := bt.full
+	bt.full = nil
+	return out
+}
+
+// drain closes every open batch, oldest first, and returns what is due.
+func (bt *batcher) drain() []*batch {
+	for len(bt.open) > 0 {
+		var oldest *batch
+		for _, o := range bt.open {
+			if oldest == nil || o.first < oldest.first {
+				oldest = o
+			}
+		}
+		bt.close(oldest)
+	}
+	return bt.ready()
+}
