@@ -206,3 +206,42 @@ func TestBatcherBoundsWhatWaits(t *testing.T) {
 		t.Errorf("byte cap: %v", ready)
 	}
 }
+
+// Any file, read as a Bundle or as NDJSON, gives records that are either
+// a JSON object to send or an error, standing for no more bytes than the
+// file has; routing any record gives a source or an error.
+func FuzzReadInput(f *testing.F) {
+	f.Add(`{"resourceType":"Bundle","entry":[{"resource":{"resourceType":"Patient","id":"1"}}]}`)
+	f.Add(`{"entry":[{"fullUrl":"urn:uuid:1","resource":{"resourceType":"Patient"}}],"resourceType":"Bundle"}`)
+	f.Add("{\"resourceType\":\"Observation\",\"subject\":{\"reference\":\"Patient/p1\"}}\n\n[1]\n")
+	f.Add(`{"resourceType":"Bundle","entry":[{"resource":`)
+	dir := f.TempDir()
+	rt := &router{byPatient: map[string]int64{"Patient/p1": 1}}
+	f.Fuzz(func(t *testing.T, content string) {
+		for _, name := range []string{"in.json", "in.ndjson"} {
+			path := filepath.Join(dir, name)
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var size int64
+			err := readFile(context.Background(), inputFile{Path: path, Size: int64(len(content))}, func(r *record) error {
+				size += r.size
+				if r.err == nil && (len(r.body) == 0 || r.body[0] != '{') {
+					t.Fatalf("%s: a record without error is not an object: %q", name, r.body)
+				}
+				if r.err == nil {
+					if err := rt.route(r); err == nil && r.source != 1 {
+						t.Fatalf("routed to %d", r.source)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if size > int64(len(content)) {
+				t.Fatalf("%s: records stand for %d of %d bytes", name, size, len(content))
+			}
+		}
+	})
+}

@@ -131,62 +131,83 @@ type batch struct {
 // not go on (bad options, token refused, service unreachable); resources
 // that failed are in the Summary and the report, not in the error.
 func Run(ctx context.Context, o Options) (Summary, error) {
-	if err := o.defaults(); err != nil {
-		return Summary{}, err
-	}
-	inputs, err := listInputs(o.Input, o.Report)
+	r, err := prepare(ctx, &o)
 	if err != nil {
 		return Summary{}, err
 	}
-	rt := &router{fallback: o.Source}
+	return r.execute(ctx)
+}
+
+// importRun is a prepared run: its input listed, its routing read, the
+// service checked, the checkpoint of an interrupted run looked up.
+type importRun struct {
+	o        *Options
+	inputs   []inputFile
+	router   *router
+	client   *client
+	ledger   *ledger
+	resumeAt int64 // records before it were answered by an earlier run
+}
+
+func prepare(ctx context.Context, o *Options) (*importRun, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	r := &importRun{o: o, router: &router{fallback: o.Source}}
+	var err error
+	if r.inputs, err = listInputs(o.Input, o.Report); err != nil {
+		return nil, err
+	}
 	if o.SourcesFile != "" {
-		if rt.byPatient, err = readSources(o.SourcesFile); err != nil {
-			return Summary{}, err
+		if r.router.byPatient, err = readSources(o.SourcesFile); err != nil {
+			return nil, err
 		}
 	}
 	routing, err := o.routing()
 	if err != nil {
-		return Summary{}, err
+		return nil, err
 	}
-	c := &client{base: o.URL, token: o.Token, http: o.Client, retries: o.Retries, backoff: o.Backoff}
-	who, err := c.check(ctx, o.Source)
+	r.client = &client{base: o.URL, token: o.Token, http: o.Client, retries: o.Retries, backoff: o.Backoff}
+	who, err := r.client.check(ctx, o.Source)
 	if isUnauthorized(err) {
-		return Summary{}, ErrUnauthorized
+		return nil, ErrUnauthorized
 	}
 	if err != nil {
-		return Summary{}, err
+		return nil, err
 	}
-
 	cpPath := o.Report + ".checkpoint"
-	var resumeAt int64
 	previous, err := loadCheckpoint(cpPath)
 	if err != nil {
-		return Summary{}, err
+		return nil, err
 	}
 	switch {
 	case previous == nil:
 	case o.Restart:
 		o.Log.Info("Starting over: --restart ignores the checkpoint of an earlier run.", "checkpoint", cpPath)
-	case !previous.matches(inputs, routing):
+	case !previous.matches(r.inputs, routing):
 		o.Log.Warn("Starting over: the input files or the routing changed since the interrupted run.", "checkpoint", cpPath)
 	default:
-		resumeAt = previous.Done
-		o.Log.Info("Resuming an interrupted run: its first resources are answered.", "answered", resumeAt, "checkpoint", cpPath)
+		r.resumeAt = previous.Done
+		o.Log.Info("Resuming an interrupted run: its first resources are answered.", "answered", r.resumeAt, "checkpoint", cpPath)
 	}
 	var total int64
-	for _, f := range inputs {
+	for _, f := range r.inputs {
 		total += f.Size
 	}
-	l := &ledger{started: time.Now(), cpPath: cpPath, cp: checkpoint{Inputs: inputs, Routing: routing},
+	r.ledger = &ledger{started: time.Now(), cpPath: cpPath, cp: checkpoint{Inputs: r.inputs, Routing: routing},
 		progress: newProgress(o.Progress, o.Terminal, total, o.ProgressEvery)}
-	if err := l.openReport(o.Report, resumeAt > 0); err != nil {
-		return Summary{}, err
+	if err := r.ledger.openReport(o.Report, r.resumeAt > 0); err != nil {
+		return nil, err
 	}
-	o.Log.Info("Importing R4 resources.", "service", o.URL, "user", who, "files", len(inputs), "bytes", total,
+	o.Log.Info("Importing R4 resources.", "service", o.URL, "user", who, "files", len(r.inputs), "bytes", total,
 		"workers", o.Workers, "report", o.Report)
+	return r, nil
+}
 
-	// Reading stops when ctx ends or the run breaks down; requests in
-	// flight get Options.Grace more.
+// execute reads and sends. Reading stops when ctx ends or the run breaks
+// down; requests in flight get Options.Grace more.
+func (r *importRun) execute(ctx context.Context) (Summary, error) {
+	o, l := r.o, r.ledger
 	readCtx, stopReading := context.WithCancelCause(ctx)
 	defer stopReading(nil)
 	sendCtx, stopSending := context.WithCancel(context.WithoutCancel(ctx))
@@ -198,7 +219,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 		case <-sendCtx.Done():
 		}
 	}()
-	c.onRetry = func(err error) {
+	r.client.onRetry = func(err error) {
 		l.retried()
 		o.Log.Warn("Sending a batch again.", "error", err)
 	}
@@ -211,7 +232,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 				if readCtx.Err() != nil {
 					continue // stopped: left unanswered, for the resumed run
 				}
-				answers, err := c.importBatch(readCtx, sendCtx, b)
+				answers, err := r.client.importBatch(readCtx, sendCtx, b)
 				switch {
 				case err == nil:
 					l.answered(b, answers)
@@ -229,7 +250,7 @@ func Run(ctx context.Context, o Options) (Summary, error) {
 			}
 		})
 	}
-	readErr := readAll(readCtx, inputs, resumeAt, rt, &o, l, batches)
+	readErr := r.readAll(readCtx, batches)
 	close(batches)
 	workers.Wait()
 	stopSending()
@@ -265,7 +286,8 @@ func allAnswered(open []*batch) bool {
 // readAll reads every file, skips the records an earlier run answered,
 // routes the rest and hands them out in batches. It returns ctx's error
 // when stopped.
-func readAll(ctx context.Context, inputs []inputFile, resumeAt int64, rt *router, o *Options, l *ledger, out chan<- *batch) error {
+func (run *importRun) readAll(ctx context.Context, out chan<- *batch) error {
+	o, l := run.o, run.ledger
 	b := &batcher{size: o.BatchSize, bytes: o.BatchBytes, pendingCap: o.BatchSize * o.Workers, open: map[int64]*batch{}}
 	send := func(x *batch) error {
 		select {
@@ -276,19 +298,19 @@ func readAll(ctx context.Context, inputs []inputFile, resumeAt int64, rt *router
 		}
 	}
 	var seq int64
-	for _, f := range inputs {
+	for _, f := range run.inputs {
 		err := readFile(ctx, f, func(r *record) error {
 			if err := l.broken(); err != nil {
 				return err
 			}
 			r.seq = seq
 			seq++
-			if r.seq < resumeAt {
+			if r.seq < run.resumeAt {
 				l.skipped(r)
 				return nil
 			}
 			if r.err == nil {
-				r.err = rt.route(r)
+				r.err = run.router.route(r)
 			}
 			if r.err != nil {
 				l.read(r, nil, false)
