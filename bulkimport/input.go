@@ -172,8 +172,11 @@ type member struct {
 // resourceType first).
 func readDocument(ctx context.Context, path string, size int64, br *bufio.Reader, emit func(*record) error) error {
 	dec := json.NewDecoder(br)
+	var emitted int64 // bytes the records so far stand for
+	next := emit
+	emit = func(r *record) error { emitted += r.size; return next(r) }
 	bad := func(err error) error {
-		return emit(&record{file: path, size: size, err: fmt.Errorf("the file is not a JSON object: %v", err)})
+		return emit(&record{file: path, size: max(size-emitted, 0), err: fmt.Errorf("the file is not a JSON object: %v", err)})
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		if err == nil {

@@ -215,6 +215,7 @@ func FuzzReadInput(f *testing.F) {
 	f.Add(`{"entry":[{"fullUrl":"urn:uuid:1","resource":{"resourceType":"Patient"}}],"resourceType":"Bundle"}`)
 	f.Add("{\"resourceType\":\"Observation\",\"subject\":{\"reference\":\"Patient/p1\"}}\n\n[1]\n")
 	f.Add(`{"resourceType":"Bundle","entry":[{"resource":`)
+	f.Add(`{"resourceType":"Bundle","entry":[{"resource":{"resourceType":"Patient"}}],"type":`)
 	dir := f.TempDir()
 	rt := &router{byPatient: map[string]int64{"Patient/p1": 1}}
 	f.Fuzz(func(t *testing.T, content string) {
