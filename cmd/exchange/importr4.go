@@ -28,14 +28,18 @@ func importCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio,
 	o := bulkimport.Options{Log: log, Progress: io.err, ProgressEvery: 10 * time.Second}
 	fs := newFlags("import r4", io)
 	fs.StringVar(&o.URL, "url", cmp.Or(io.getenv("EXCHANGE_URL"), fmt.Sprintf("http://127.0.0.1:%d", s.Port)), "the service (else EXCHANGE_URL)")
-	fs.StringVar(&o.Token, "token", io.getenv("EXCHANGE_TOKEN"), "a bearer token (else EXCHANGE_TOKEN; `exchange token create` prints one)")
+	fs.StringVar(&o.Token, "token", io.getenv("EXCHANGE_TOKEN"), "a bearer `TOKEN` (else EXCHANGE_TOKEN; \"exchange token create\" prints one)")
 	fs.Int64Var(&o.Source, "source", 0, "the FHIR source id every resource goes to (or those --sources does not route)")
-	fs.StringVar(&o.SourcesFile, "sources", "", "a file routing resources by patient: JSON {\"Patient/p1\": 3, ...} or CSV lines `Patient/p1,3`")
+	fs.StringVar(&o.SourcesFile, "sources", "", "a `FILE` routing resources by patient: CSV lines \"Patient/p1,3\" or JSON {\"Patient/p1\": 3}")
 	fs.IntVar(&o.Workers, "workers", 4, "batches in flight at once")
 	fs.IntVar(&o.BatchSize, "batch", 100, "resources per request")
 	fs.IntVar(&o.Retries, "retries", 5, "times a batch is sent again after a transient failure")
 	fs.StringVar(&o.Report, "report", "r4-import-report.ndjson", "the report: one JSON line per warning or error (its checkpoint sits beside it)")
 	fs.BoolVar(&o.Restart, "restart", false, "start over, ignoring the checkpoint of an interrupted run")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: exchange import r4 [flags] FILE|DIR...\n\nSends R4 NDJSON files, Bundles or directories of them to a running service's /fhir-import/R4.")
+		fs.PrintDefaults()
+	}
 	// Flags may follow the files (import r4 data/ --source 3).
 	rest := args[1:]
 	for {
