@@ -1,6 +1,8 @@
 package domain
 
 import (
+	"sync"
+
 	"github.com/alexedwards/argon2id"
 )
 
@@ -18,14 +20,19 @@ func HashPassword(password string) (string, error) {
 }
 
 // unusableHash is compared against when an account does not exist, so that
-// a failed login costs the same whether or not the email is known.
-var unusableHash, _ = HashPassword("an unusable password for timing")
+// a failed login costs the same whether or not the email is known. It is
+// made on first use: hashing at package init cost every process (each
+// command, each container health check) 19 MiB and a tenth of a second.
+var unusableHash = sync.OnceValue(func() string {
+	hash, _ := HashPassword("an unusable password for timing")
+	return hash
+})
 
 // passwordMatches reports whether password matches hash. An empty or
 // malformed hash never matches.
 func passwordMatches(password, hash string) bool {
 	if hash == "" {
-		_, _ = argon2id.ComparePasswordAndHash(password, unusableHash)
+		_, _ = argon2id.ComparePasswordAndHash(password, unusableHash())
 		return false
 	}
 	ok, err := argon2id.ComparePasswordAndHash(password, hash)
