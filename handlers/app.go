@@ -74,7 +74,7 @@ func New(c Config) *fiber.App {
 
 	api.Get("/organizations", s.listOrganizations)
 	api.Post("/organizations", s.createOrganization)
-	api.Get("/organizations/:id", s.getOrganization)
+	api.Get("/organizations/:id", readOf(s.service.Organization, toOrganizationJSON))
 	api.Patch("/organizations/:id", s.updateOrganization)
 	api.Delete("/organizations/:id", s.deleteOrganization)
 	api.Get("/organizations/:id/tree", s.organizationTree)
@@ -86,12 +86,12 @@ func New(c Config) *fiber.App {
 
 	api.Get("/practitioners", listOf(queryIDOf("organizationId"), s.service.ListPractitioners, toPractitionerJSON))
 	api.Post("/practitioners", s.createPractitioner)
-	api.Get("/practitioners/:id", s.getPractitioner)
+	api.Get("/practitioners/:id", readOf(s.service.PractitionerByID, toPractitionerJSON))
 	api.Patch("/practitioners/:id", s.updatePractitioner)
 
 	api.Get("/patients", s.listPatients)
 	api.Post("/patients", s.createPatient)
-	api.Get("/patients/:id", s.getPatient)
+	api.Get("/patients/:id", readOf(s.service.PatientByID, toPatientJSON))
 	api.Patch("/patients/:id", s.updatePatient)
 	api.Delete("/patients/:id", s.deletePatient)
 	api.Post("/patients/:id/invitation", s.invitePatient)
@@ -102,7 +102,7 @@ func New(c Config) *fiber.App {
 
 	api.Get("/studies", listOf(queryIDOf("organizationId"), s.service.ListStudies, toStudyJSON))
 	api.Post("/studies", s.createStudy)
-	api.Get("/studies/:id", s.getStudy)
+	api.Get("/studies/:id", readOf(s.service.StudyByID, toStudyJSON))
 	api.Patch("/studies/:id", s.updateStudy)
 	api.Delete("/studies/:id", s.deleteStudy)
 	api.Get("/studies/:id/patients", listOf(pathID("id"), s.service.StudyPatients, toPatientJSON))
@@ -125,7 +125,7 @@ func New(c Config) *fiber.App {
 
 	api.Get("/fhir_sources", s.listFHIRSources)
 	api.Post("/fhir_sources", s.createFHIRSource)
-	api.Get("/fhir_sources/:id", s.getFHIRSource)
+	api.Get("/fhir_sources/:id", readOf(s.service.FHIRSourceByID, fhirSourceJSONWith(s.service.SourceBase())))
 	api.Delete("/fhir_sources/:id", s.deleteFHIRSource)
 
 	api.Get("/omh_schemas", s.listSchemas)

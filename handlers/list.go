@@ -97,6 +97,22 @@ func writeAll[T, J any](c *fiber.Ctx, items []T, toJSON func(T) J) error {
 	return c.JSON(listJSON[J]{Count: int64(len(items)), Results: mapSlice(items, toJSON)})
 }
 
+// readOf answers GET of one entity by the path's id, as the actor may
+// see it.
+func readOf[T, J any](read func(context.Context, *domain.Actor, int64) (*T, error), toJSON func(T) J) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		id, err := idParam(c, "id")
+		if err != nil {
+			return err
+		}
+		v, err := read(c.UserContext(), actor(c), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(toJSON(*v))
+	}
+}
+
 // listOf answers the list one id selects (an organization's members, a
 // study's patients, ...): the id from the request, then the page.
 func listOf[T, J any](idOf func(*fiber.Ctx) (int64, error),

@@ -78,18 +78,6 @@ func (s *server) createOrganization(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(toOrganizationJSON(*org))
 }
 
-func (s *server) getOrganization(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	o, err := s.service.Organization(c.UserContext(), actor(c), id)
-	if err != nil {
-		return err
-	}
-	return c.JSON(toOrganizationJSON(*o))
-}
-
 func (s *server) updateOrganization(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
 	if err != nil {

@@ -71,18 +71,6 @@ func (s *server) createPatient(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(toPatientJSON(*p))
 }
 
-func (s *server) getPatient(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	p, err := s.service.PatientByID(c.UserContext(), actor(c), id)
-	if err != nil {
-		return err
-	}
-	return c.JSON(toPatientJSON(*p))
-}
-
 func (s *server) updatePatient(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
 	if err != nil {

@@ -30,18 +30,6 @@ func (s *server) createPractitioner(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(toPractitionerJSON(*p))
 }
 
-func (s *server) getPractitioner(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	p, err := s.service.PractitionerByID(c.UserContext(), actor(c), id)
-	if err != nil {
-		return err
-	}
-	return c.JSON(toPractitionerJSON(*p))
-}
-
 func (s *server) updatePractitioner(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
 	if err != nil {

@@ -150,18 +150,6 @@ func (s *server) listFHIRSources(c *fiber.Ctx) error {
 	return writeList(c, p, l, fhirSourceJSONWith(s.service.SourceBase()))
 }
 
-func (s *server) getFHIRSource(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	src, err := s.service.FHIRSourceByID(c.UserContext(), actor(c), id)
-	if err != nil {
-		return err
-	}
-	return c.JSON(fhirSourceJSONWith(s.service.SourceBase())(*src))
-}
-
 func (s *server) deleteFHIRSource(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
 	if err != nil {

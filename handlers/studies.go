@@ -30,18 +30,6 @@ func (s *server) createStudy(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(toStudyJSON(*view))
 }
 
-func (s *server) getStudy(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	st, err := s.service.StudyByID(c.UserContext(), actor(c), id)
-	if err != nil {
-		return err
-	}
-	return c.JSON(toStudyJSON(*st))
-}
-
 func (s *server) updateStudy(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
 	if err != nil {
