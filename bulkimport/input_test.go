@@ -170,7 +170,7 @@ func TestReadSources(t *testing.T) {
 // However many sources the input spreads over, no more than pendingCap
 // records wait in open batches; batches open in record order.
 func TestBatcherBoundsWhatWaits(t *testing.T) {
-	bt := &batcher{size: 10, bytes: 1 << 20, pendingCap: 40, open: map[int64]*batch{}}
+	bt := &batcher{size: 10, bytes: 1 << 20, pendingCap: 40, pendingBytesCap: 1 << 20, open: map[int64]*batch{}}
 	var out []*batch
 	for seq := range int64(1000) {
 		b, opened := bt.add(&record{seq: seq, source: seq % 97, body: []byte("{}")})
@@ -199,11 +199,20 @@ func TestBatcherBoundsWhatWaits(t *testing.T) {
 		t.Errorf("%d records batched, %d batches left open", n, len(bt.open))
 	}
 	// A record larger than the byte cap goes alone.
-	bt = &batcher{size: 10, bytes: 100, pendingCap: 40, open: map[int64]*batch{}}
+	bt = &batcher{size: 10, bytes: 100, pendingCap: 40, pendingBytesCap: 1000, open: map[int64]*batch{}}
 	bt.add(&record{seq: 0, body: make([]byte, 60)})
 	bt.add(&record{seq: 1, body: make([]byte, 60)})
 	if ready := bt.ready(); len(ready) != 1 || len(ready[0].records) != 1 {
 		t.Errorf("byte cap: %v", ready)
+	}
+	// Large resources of many sources: the bytes waiting stay bounded
+	// though few records wait.
+	bt = &batcher{size: 10, bytes: 1000, pendingCap: 40, pendingBytesCap: 2500, open: map[int64]*batch{}}
+	for seq := range int64(100) {
+		bt.add(&record{seq: seq, source: seq % 7, body: make([]byte, 400)})
+		if bt.pendingBytes > bt.pendingBytesCap {
+			t.Fatalf("%d bytes wait", bt.pendingBytes)
+		}
 	}
 }
 

@@ -91,20 +91,21 @@ func (p *lineProgress) update(s Summary, at position) {
 		return
 	}
 	p.lastLine = time.Now()
-	p.print(s, at)
+	p.print(s, at, true)
 }
 
 func (p *lineProgress) finish(s Summary, at position) {
 	if p.every > 0 {
-		p.print(s, at)
+		p.print(s, at, false)
 	}
 }
 
-func (p *lineProgress) print(s Summary, at position) {
+// print writes one line; eta adds the time left.
+func (p *lineProgress) print(s Summary, at position, eta bool) {
 	line := "R4 import: " + describe(s, p.start)
 	if p.total > 0 {
 		line += fmt.Sprintf(", %.0f%% of the input", 100*float64(at.done)/float64(p.total))
-		if sent := at.done - at.skipped; sent > 0 && at.done < p.total {
+		if sent := at.done - at.skipped; eta && sent > 0 && at.done < p.total {
 			rate := float64(sent) / time.Since(p.start).Seconds() // bytes per second
 			left := time.Duration(float64(p.total-at.done) / rate * float64(time.Second))
 			line += ", about " + left.Round(time.Second).String() + " left"

@@ -30,7 +30,7 @@ type Options struct {
 
 	Workers   int // batches in flight at once (default 4)
 	BatchSize int // resources per request (default 100)
-	// BatchBytes caps a request's size (default 4 MiB; a larger resource
+	// BatchBytes caps a request's size (default 1 MiB; a larger resource
 	// goes alone).
 	BatchBytes int
 	Retries    int // sends of a batch after a transient failure (default 5; negative: none)
@@ -76,7 +76,7 @@ func (o *Options) defaults() error {
 	o.URL = strings.TrimRight(o.URL, "/")
 	o.Workers = cmp.Or(max(o.Workers, 0), 4)
 	o.BatchSize = cmp.Or(max(o.BatchSize, 0), 100)
-	o.BatchBytes = cmp.Or(max(o.BatchBytes, 0), 4<<20)
+	o.BatchBytes = cmp.Or(max(o.BatchBytes, 0), 1<<20)
 	switch {
 	case o.Retries == 0:
 		o.Retries = 5
@@ -288,7 +288,8 @@ func allAnswered(open []*batch) bool {
 // when stopped.
 func (run *importRun) readAll(ctx context.Context, out chan<- *batch) error {
 	o, l := run.o, run.ledger
-	b := &batcher{size: o.BatchSize, bytes: o.BatchBytes, pendingCap: o.BatchSize * o.Workers, open: map[int64]*batch{}}
+	b := &batcher{size: o.BatchSize, bytes: o.BatchBytes, open: map[int64]*batch{},
+		pendingCap: o.BatchSize * o.Workers, pendingBytesCap: o.BatchBytes * o.Workers}
 	send := func(x *batch) error {
 		select {
 		case out <- x:
@@ -341,15 +342,18 @@ func (run *importRun) readAll(ctx context.Context, out chan<- *batch) error {
 }
 
 // batcher groups records by FHIR source. A batch goes out when full; when
-// more than pendingCap records wait across sources (many patients, each
-// with a few resources), the oldest batch goes out early, so memory stays
-// bounded whatever the input.
+// more than pendingCap records, or pendingBytesCap bytes, wait across
+// sources (many patients, each with a few resources; large resources),
+// the oldest batch goes out early, so memory stays bounded whatever the
+// input.
 type batcher struct {
-	size, bytes int
-	pendingCap  int
-	pending     int
-	open        map[int64]*batch
-	full        []*batch
+	size, bytes     int
+	pendingCap      int // records waiting, at most
+	pendingBytesCap int // their bytes, at most
+	pending         int
+	pendingBytes    int
+	open            map[int64]*batch
+	full            []*batch
 }
 
 // add puts r in its source's batch; opened says the batch is new.
@@ -366,24 +370,31 @@ func (bt *batcher) add(r *record) (*batch, bool) {
 	b.records = append(b.records, r)
 	b.bytes += len(r.body)
 	bt.pending++
+	bt.pendingBytes += len(r.body)
 	if len(b.records) >= bt.size {
 		bt.close(b)
 	}
-	if bt.pending > bt.pendingCap {
-		var oldest *batch
-		for _, o := range bt.open {
-			if oldest == nil || o.first < oldest.first {
-				oldest = o
-			}
-		}
-		bt.close(oldest)
+	for len(bt.open) > 0 && (bt.pending > bt.pendingCap || bt.pendingBytes > bt.pendingBytesCap) {
+		bt.close(bt.oldest())
 	}
 	return b, !ok
+}
+
+// oldest is the open batch with the earliest first record.
+func (bt *batcher) oldest() *batch {
+	var oldest *batch
+	for _, b := range bt.open {
+		if oldest == nil || b.first < oldest.first {
+			oldest = b
+		}
+	}
+	return oldest
 }
 
 func (bt *batcher) close(b *batch) {
 	delete(bt.open, b.source)
 	bt.pending -= len(b.records)
+	bt.pendingBytes -= b.bytes
 	bt.full = append(bt.full, b)
 }
 
@@ -397,13 +408,7 @@ func (bt *batcher) ready() []*batch {
 // drain closes every open batch, oldest first, and returns what is due.
 func (bt *batcher) drain() []*batch {
 	for len(bt.open) > 0 {
-		var oldest *batch
-		for _, o := range bt.open {
-			if oldest == nil || o.first < oldest.first {
-				oldest = o
-			}
-		}
-		bt.close(oldest)
+		bt.close(bt.oldest())
 	}
 	return bt.ready()
 }
