@@ -53,7 +53,7 @@ func (s *Service) Actor(ctx context.Context, userID int64) (*Actor, error) {
 		}
 		a.Patient = p
 	case UserPractitioner:
-		ms, err := s.store.MembershipsOfUser(ctx, u.ID)
+		ms, err := s.store.MembershipsOfUsers(ctx, []int64{u.ID})
 		if err != nil {
 			return nil, err
 		}

@@ -342,7 +342,7 @@ func (s *Service) PractitionerProjection(ctx context.Context, actor *Actor, id i
 	if actor.IsSuperuser() || actor.User.ID == id {
 		return u, nil
 	}
-	ms, err := s.store.MembershipsOfUser(ctx, id)
+	ms, err := s.store.MembershipsOfUsers(ctx, []int64{id})
 	if err != nil {
 		return nil, err
 	}

@@ -73,22 +73,57 @@ func (s *Service) CreatePractitioner(ctx context.Context, actor *Actor, in NewPr
 }
 
 func (s *Service) practitioner(ctx context.Context, u *User) (*Practitioner, error) {
-	ms, err := s.store.MembershipsOfUser(ctx, u.ID)
+	ps, err := s.practitioners(ctx, []User{*u})
 	if err != nil {
 		return nil, err
 	}
-	p := &Practitioner{User: *u, Memberships: []PractitionerMembership{}}
+	return &ps[0], nil
+}
+
+// practitioners adds the users' memberships and their organizations, in
+// two reads whatever the number of users (a page of the list).
+func (s *Service) practitioners(ctx context.Context, users []User) ([]Practitioner, error) {
+	ids := make([]int64, len(users))
+	for i, u := range users {
+		ids[i] = u.ID
+	}
+	ms, err := s.store.MembershipsOfUsers(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var orgIDs []int64
 	for _, m := range ms {
-		o, err := s.store.OrganizationByID(ctx, m.OrganizationID)
-		if IsCode(err, CodeNotFound) {
-			continue // left behind by an interrupted organization delete
+		if !slices.Contains(orgIDs, m.OrganizationID) {
+			orgIDs = append(orgIDs, m.OrganizationID)
 		}
+	}
+	orgs := map[int64]Organization{}
+	if len(orgIDs) > 0 {
+		found, err := s.store.OrganizationsByIDs(ctx, orgIDs)
 		if err != nil {
 			return nil, err
 		}
-		p.Memberships = append(p.Memberships, PractitionerMembership{Organization: *o, Role: m.Role})
+		for _, o := range found {
+			orgs[o.ID] = o
+		}
 	}
-	return p, nil
+	byUser := map[int64][]PractitionerMembership{}
+	for _, m := range ms {
+		o, ok := orgs[m.OrganizationID]
+		if !ok {
+			continue // left behind by an interrupted organization delete
+		}
+		byUser[m.UserID] = append(byUser[m.UserID], PractitionerMembership{Organization: o, Role: m.Role})
+	}
+	out := make([]Practitioner, len(users))
+	for i, u := range users {
+		memberships := byUser[u.ID]
+		if memberships == nil {
+			memberships = []PractitionerMembership{} // [] in JSON, not null
+		}
+		out[i] = Practitioner{User: u, Memberships: memberships}
+	}
+	return out, nil
 }
 
 // canReadPractitioner: themselves, a superuser, or a member of one of
@@ -178,13 +213,9 @@ func (s *Service) ListPractitioners(ctx context.Context, actor *Actor, organizat
 	if err != nil {
 		return List[Practitioner]{}, err
 	}
-	out := List[Practitioner]{Total: users.Total, Items: make([]Practitioner, 0, len(users.Items))}
-	for i := range users.Items {
-		pr, err := s.practitioner(ctx, &users.Items[i])
-		if err != nil {
-			return List[Practitioner]{}, err
-		}
-		out.Items = append(out.Items, *pr)
+	items, err := s.practitioners(ctx, users.Items)
+	if err != nil {
+		return List[Practitioner]{}, err
 	}
-	return out, nil
+	return List[Practitioner]{Total: users.Total, Items: items}, nil
 }

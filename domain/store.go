@@ -55,6 +55,9 @@ type UserStore interface {
 type OrganizationStore interface {
 	CreateOrganization(ctx context.Context, o *Organization) error
 	OrganizationByID(ctx context.Context, id int64) (*Organization, error)
+	// OrganizationsByIDs returns the organizations that exist among ids,
+	// in id order.
+	OrganizationsByIDs(ctx context.Context, ids []int64) ([]Organization, error)
 	// OrganizationByName returns the organization with that name under
 	// partOf (0: top level); the first created wins if there are several.
 	OrganizationByName(ctx context.Context, name string, partOf int64) (*Organization, error)
@@ -68,9 +71,9 @@ type OrganizationStore interface {
 	// user is already a member.
 	CreateMembership(ctx context.Context, m *Membership) error
 	Membership(ctx context.Context, organizationID, userID int64) (*Membership, error)
-	// MembershipsOfUser returns every membership of the user, in
-	// organization id order.
-	MembershipsOfUser(ctx context.Context, userID int64) ([]Membership, error)
+	// MembershipsOfUsers returns every membership of the users, by user
+	// then organization id.
+	MembershipsOfUsers(ctx context.Context, userIDs []int64) ([]Membership, error)
 	// MembershipsOfOrganizations returns the memberships of the
 	// organizations, by organization then user id.
 	MembershipsOfOrganizations(ctx context.Context, organizationIDs []int64, p Page) (List[Membership], error)

@@ -265,7 +265,7 @@ func (s *benchStore) UserByID(_ context.Context, id int64) (*domain.User, error)
 	return &u, nil
 }
 
-func (s *benchStore) MembershipsOfUser(context.Context, int64) ([]domain.Membership, error) {
+func (s *benchStore) MembershipsOfUsers(context.Context, []int64) ([]domain.Membership, error) {
 	return []domain.Membership{{OrganizationID: s.org.ID, UserID: s.manager.ID, Role: domain.RoleManager}}, nil
 }
 

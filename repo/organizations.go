@@ -86,6 +86,15 @@ func (d *DB) OrganizationByID(ctx context.Context, id int64) (*domain.Organizati
 	return &o, nil
 }
 
+// OrganizationsByIDs implements domain.OrganizationStore.
+func (d *DB) OrganizationsByIDs(ctx context.Context, ids []int64) ([]domain.Organization, error) {
+	var docs []organizationDoc
+	if err := d.findAll(ctx, colOrganizations, withIn(nil, "_id", nonNilIDs(ids)), &docs, options.Find().SetSort(byID)); err != nil {
+		return nil, err
+	}
+	return convert(docs, organizationDoc.organization), nil
+}
+
 // OrganizationByName implements domain.OrganizationStore.
 func (d *DB) OrganizationByName(ctx context.Context, name string, partOf int64) (*domain.Organization, error) {
 	var x organizationDoc
@@ -151,10 +160,11 @@ func (d *DB) Membership(ctx context.Context, organizationID, userID int64) (*dom
 	return &m, nil
 }
 
-// MembershipsOfUser implements domain.OrganizationStore.
-func (d *DB) MembershipsOfUser(ctx context.Context, userID int64) ([]domain.Membership, error) {
+// MembershipsOfUsers implements domain.OrganizationStore.
+func (d *DB) MembershipsOfUsers(ctx context.Context, userIDs []int64) ([]domain.Membership, error) {
 	var docs []membershipDoc
-	if err := d.findAll(ctx, colMemberships, bson.M{"userId": userID}, &docs, options.Find().SetSort(bson.D{{Key: "organizationId", Value: 1}})); err != nil {
+	if err := d.findAll(ctx, colMemberships, withIn(nil, "userId", nonNilIDs(userIDs)), &docs,
+		options.Find().SetSort(bson.D{{Key: "userId", Value: 1}, {Key: "organizationId", Value: 1}})); err != nil {
 		return nil, err
 	}
 	return convert(docs, membershipDoc.membership), nil

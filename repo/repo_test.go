@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -130,14 +131,14 @@ func TestCompoundUniqueKeys(t *testing.T) {
 		}
 	}
 	// A membership without a role is stored as null and read back as RoleNone.
-	ms, err := db.MembershipsOfUser(ctx, 2)
+	ms, err := db.MembershipsOfUsers(ctx, []int64{2})
 	if err != nil || len(ms) != 1 || ms[0].Role != domain.RoleViewer {
-		t.Fatalf("MembershipsOfUser = %+v, %v", ms, err)
+		t.Fatalf("MembershipsOfUsers = %+v, %v", ms, err)
 	}
 	if err := db.CreateMembership(ctx, &domain.Membership{OrganizationID: 7, UserID: 2}); err != nil {
 		t.Fatal(err)
 	}
-	ms, _ = db.MembershipsOfUser(ctx, 2)
+	ms, _ = db.MembershipsOfUsers(ctx, []int64{2})
 	if len(ms) != 2 || ms[1].Role != domain.RoleNone {
 		t.Errorf("role-less membership = %+v", ms)
 	}
@@ -251,5 +252,38 @@ func TestPatientDocumentShape(t *testing.T) {
 	}
 	if name, ok := raw["name"].(bson.D); !ok || len(name) == 0 || name[0] != (bson.E{Key: "family", Value: "Doe"}) {
 		t.Errorf("patients.name = %#v", raw["name"])
+	}
+}
+
+// The batch reads behind a page of practitioners: memberships of several
+// users by user then organization, organizations by id without the
+// missing ones.
+func TestBatchReadsOfMembershipsAndOrganizations(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	var orgs []int64
+	for _, name := range []string{"A", "B"} {
+		o := &domain.Organization{Name: name, Type: "prov"}
+		if err := db.CreateOrganization(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		orgs = append(orgs, o.ID)
+	}
+	for _, m := range []domain.Membership{{OrganizationID: orgs[1], UserID: 3}, {OrganizationID: orgs[0], UserID: 3}, {OrganizationID: orgs[0], UserID: 2}, {OrganizationID: orgs[0], UserID: 9}} {
+		if err := db.CreateMembership(ctx, &m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := db.MembershipsOfUsers(ctx, []int64{3, 2})
+	var got [][2]int64
+	for _, m := range ms {
+		got = append(got, [2]int64{m.UserID, m.OrganizationID})
+	}
+	if want := [][2]int64{{2, orgs[0]}, {3, orgs[0]}, {3, orgs[1]}}; err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("MembershipsOfUsers = %v, %v; want %v", got, err, want)
+	}
+	found, err := db.OrganizationsByIDs(ctx, []int64{orgs[1], 999, orgs[0]})
+	if err != nil || len(found) != 2 || found[0].ID != orgs[0] || found[1].Name != "B" {
+		t.Errorf("OrganizationsByIDs = %+v, %v", found, err)
 	}
 }
