@@ -74,11 +74,34 @@ func (s *Service) CreateDataSource(ctx context.Context, actor *Actor, in NewData
 }
 
 func (s *Service) dataSourceView(ctx context.Context, d *DataSource) (*DataSourceView, error) {
-	codes, err := s.store.ScopeCodesByIDs(ctx, d.SupportedScopeCodeIDs)
+	views, err := s.dataSourceViews(ctx, []DataSource{*d})
 	if err != nil {
 		return nil, err
 	}
-	return &DataSourceView{DataSource: *d, SupportedScopes: codes}, nil
+	return &views[0], nil
+}
+
+// dataSourceViews adds the supported scope codes to data sources, in one
+// read whatever their number (a page of the catalogue).
+func (s *Service) dataSourceViews(ctx context.Context, ds []DataSource) ([]DataSourceView, error) {
+	var ids []int64
+	for _, d := range ds {
+		ids = append(ids, d.SupportedScopeCodeIDs...)
+	}
+	codes, err := s.store.ScopeCodesByIDs(ctx, slices.Compact(slices.Sorted(slices.Values(ids))))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DataSourceView, len(ds))
+	for i, d := range ds {
+		out[i] = DataSourceView{DataSource: d, SupportedScopes: []ScopeCode{}}
+		for _, c := range codes {
+			if slices.Contains(d.SupportedScopeCodeIDs, c.ID) {
+				out[i].SupportedScopes = append(out[i].SupportedScopes, c)
+			}
+		}
+	}
+	return out, nil
 }
 
 // DataSourceByID returns a data source; every authenticated user may read
@@ -102,15 +125,11 @@ func (s *Service) ListDataSources(ctx context.Context, p Page) (List[DataSourceV
 	if err != nil {
 		return List[DataSourceView]{}, err
 	}
-	out := List[DataSourceView]{Total: l.Total, Items: make([]DataSourceView, len(l.Items))}
-	for i := range l.Items {
-		v, err := s.dataSourceView(ctx, &l.Items[i])
-		if err != nil {
-			return List[DataSourceView]{}, err
-		}
-		out.Items[i] = *v
+	items, err := s.dataSourceViews(ctx, l.Items)
+	if err != nil {
+		return List[DataSourceView]{}, err
 	}
-	return out, nil
+	return List[DataSourceView]{Total: l.Total, Items: items}, nil
 }
 
 // UpdateDataSource changes a data source; superusers only.

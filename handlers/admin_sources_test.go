@@ -55,8 +55,13 @@ func TestDataSourcesCRUD(t *testing.T) {
 	if got := w.call(t, "GET", path, patient, nil, http.StatusOK); fmt.Sprint(got) != fmt.Sprint(created) {
 		t.Errorf("GET %v, want %v", got, created)
 	}
-	if got := admIDs(t, w.call(t, "GET", "/api/v1/data_sources", w.viewer, nil, http.StatusOK)); !slices.Equal(got, []int64{id, admID(t, bare)}) {
+	list := w.call(t, "GET", "/api/v1/data_sources", w.viewer, nil, http.StatusOK)
+	if got := admIDs(t, list); !slices.Equal(got, []int64{id, admID(t, bare)}) {
 		t.Errorf("list: %v", got)
+	}
+	// Each item carries its own scopes (read for the whole page at once).
+	if items := admList(t, list, "results"); fmt.Sprint(items[0]) != fmt.Sprint(created) || fmt.Sprint(items[1]) != fmt.Sprint(bare) {
+		t.Errorf("list items %v, want %v and %v", items, created, bare)
 	}
 	w.call(t, "GET", "/api/v1/data_sources/9999", w.admin, nil, http.StatusNotFound)
 
