@@ -217,17 +217,29 @@ func readDocument(ctx context.Context, path string, size int64, br *bufio.Reader
 	if _, err := dec.Token(); err != nil {
 		return bad(err)
 	}
+	// Anything after the document is refused, not skipped: NDJSON saved
+	// as .json would otherwise import its first line only.
+	_, err := dec.Token()
+	trailing := !errors.Is(err, io.EOF)
 	if resourceType != "Bundle" {
-		return emit(&record{file: path, size: size, body: joinMembers(members)})
-	}
-	for _, m := range members {
-		if m.key == "entry" && !streamed {
-			err := streamEntries(ctx, path, json.NewDecoder(bytes.NewReader(m.value)), &entries, emit)
-			if errors.Is(err, errBrokenFile) {
-				return nil
-			}
+		if err := emit(&record{file: path, size: size, body: joinMembers(members)}); err != nil || !trailing {
 			return err
 		}
+	} else {
+		for _, m := range members {
+			if m.key == "entry" && !streamed {
+				err := streamEntries(ctx, path, json.NewDecoder(bytes.NewReader(m.value)), &entries, emit)
+				if errors.Is(err, errBrokenFile) {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if trailing {
+		return bad(errors.New("more follows the first JSON value (one resource per line belongs in a .ndjson file)"))
 	}
 	return nil
 }
@@ -253,7 +265,7 @@ func streamEntries(ctx context.Context, path string, dec *json.Decoder, entries 
 		r := &record{file: path, at: *entries}
 		if err := dec.Decode(&e); err != nil {
 			var syntax *json.SyntaxError
-			if errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) {
+			if errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				r.err = fmt.Errorf("the Bundle breaks off: %v", err)
 				return cmp.Or(emit(r), errBrokenFile)
 			}

@@ -60,6 +60,10 @@ func TestReadInputs(t *testing.T) {
 		{"an entry that is not an object", "b.json", `{"resourceType":"Bundle","entry":["x",{"resource":{"resourceType":"Patient"}}]}`,
 			[]string{` entry 1: error the entry is not a Bundle entry: json: cannot unmarshal string into Go value of type struct { FullURL string "json:\"fullUrl\""; Resource json.RawMessage "json:\"resource\"" }`, ` entry 2: {"resourceType":"Patient"}`}},
 		{"not JSON", "x.json", `hello`, []string{`: error the file is not a JSON object: invalid character 'h' looking for beginning of value`}},
+		{"NDJSON saved as .json", "x.json", "{\"resourceType\":\"Patient\"}\n{\"resourceType\":\"Observation\"}\n",
+			[]string{`: {"resourceType":"Patient"}`, `: error the file is not a JSON object: more follows the first JSON value (one resource per line belongs in a .ndjson file)`}},
+		{"a Bundle that breaks off after a comma", "b.json", `{"resourceType":"Bundle","entry":[{"resource":{"resourceType":"Patient"}},`,
+			[]string{` entry 1: {"resourceType":"Patient"}`, ` entry 2: error the Bundle breaks off: EOF`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, size := readAllOf(t, tc.file, tc.content)
@@ -155,28 +159,26 @@ func TestReadSources(t *testing.T) {
 		"reference,source\n# upstream ids\nPatient/p1, 3\nurn:uuid:u2,4\n",
 		"Patient/p1,3\nurn:uuid:u2,4",
 	} {
-		got, err := readSources(write("s", content))
+		got, _, err := readSources(write("s", content))
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("%q: %v %v", content, got, err)
 		}
 	}
 	for _, content := range []string{"", `{"Patient/p1": "three"}`, `{"Patient/p1": 0}`, "Patient/p1,3\nPatient/p2,x\n", "Patient/p1,3,4\n"} {
-		if got, err := readSources(write("s", content)); err == nil {
+		if got, _, err := readSources(write("s", content)); err == nil {
 			t.Errorf("%q: accepted as %v", content, got)
 		}
 	}
 }
 
 // However many sources the input spreads over, no more than pendingCap
-// records wait in open batches; batches open in record order.
+// records wait in open batches; a batch's first record is its earliest,
+// which the checkpoint's mark relies on.
 func TestBatcherBoundsWhatWaits(t *testing.T) {
 	bt := &batcher{size: 10, bytes: 1 << 20, pendingCap: 40, pendingBytesCap: 1 << 20, open: map[int64]*batch{}}
 	var out []*batch
 	for seq := range int64(1000) {
-		b, opened := bt.add(&record{seq: seq, source: seq % 97, body: []byte("{}")})
-		if opened && b.first != seq {
-			t.Fatalf("batch opened by record %d starts at %d", seq, b.first)
-		}
+		bt.add(&record{seq: seq, source: seq % 97, body: []byte("{}")})
 		if bt.pending > bt.pendingCap {
 			t.Fatalf("%d records wait", bt.pending)
 		}
@@ -190,13 +192,13 @@ func TestBatcherBoundsWhatWaits(t *testing.T) {
 			t.Errorf("a batch of %d", len(b.records))
 		}
 		for _, r := range b.records {
-			if r.source != b.source {
-				t.Fatalf("record of source %d in a batch of %d", r.source, b.source)
+			if r.source != b.source || r.seq < b.first {
+				t.Fatalf("record %d of source %d in a batch of source %d starting at %d", r.seq, r.source, b.source, b.first)
 			}
 		}
 	}
-	if n != 1000 || len(bt.open) != 0 {
-		t.Errorf("%d records batched, %d batches left open", n, len(bt.open))
+	if n != 1000 || bt.pending != 0 || bt.pendingBytes != 0 {
+		t.Errorf("%d records batched, %d records (%d bytes) still counted as waiting", n, bt.pending, bt.pendingBytes)
 	}
 	// A record larger than the byte cap goes alone.
 	bt = &batcher{size: 10, bytes: 100, pendingCap: 40, pendingBytesCap: 1000, open: map[int64]*batch{}}

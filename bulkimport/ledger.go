@@ -158,6 +158,7 @@ func (l *ledger) answered(b *batch, answers []answer) {
 		l.answerLocked(r, answers[i])
 	}
 	b.answered = true
+	b.records = nil // only first and answered matter now: memory stays flat behind a slow batch
 	l.keep(l.saveLocked(false))
 }
 
@@ -253,6 +254,13 @@ func (l *ledger) saveLocked(force bool) error {
 		return err
 	}
 	return os.Rename(tmp, l.cpPath)
+}
+
+// allAnswered says whether every batch opened has its answers.
+func (l *ledger) allAnswered() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !slices.ContainsFunc(l.open, func(b *batch) bool { return !b.answered })
 }
 
 // close ends the run's records: the checkpoint is removed when every

@@ -72,7 +72,6 @@ func (p *barProgress) finish(s Summary, at position) {
 	if s.Interrupted {
 		_ = p.bar.Set64(min(at.done, p.bar.GetMax64()))
 		_ = p.bar.Exit()
-		fmt.Fprintln(p.bar)
 		return
 	}
 	_ = p.bar.Finish()

@@ -2,6 +2,7 @@ package bulkimport
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -55,7 +56,9 @@ func (rt *router) route(r *record) error {
 	}
 	var refs []string
 	if r.resourceType == "Patient" {
-		refs = append(refs, r.fullURL)
+		if r.fullURL != "" {
+			refs = append(refs, r.fullURL)
+		}
 		if r.id != "" {
 			refs = append(refs, "Patient/"+r.id)
 		}
@@ -105,29 +108,29 @@ func referenceKeys(ref string) []string {
 
 // readSources reads a sources file: a JSON object of patient reference ->
 // FHIR source id, or CSV lines `reference,source id` (# starts a comment;
-// a header line is allowed).
-func readSources(path string) (map[string]int64, error) {
+// a header line is allowed), and the SHA-256 of what it read.
+func readSources(path string) (map[string]int64, string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	out := map[string]int64{}
 	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' {
 		if err := json.Unmarshal(trimmed, &out); err != nil {
-			return nil, fmt.Errorf("%s: want a JSON object of patient reference -> FHIR source id: %v", path, err)
+			return nil, "", fmt.Errorf("%s: want a JSON object of patient reference -> FHIR source id: %v", path, err)
 		}
 	} else if err := readSourcesCSV(bytes.NewReader(data), out); err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
+		return nil, "", fmt.Errorf("%s: %v", path, err)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no patient references in it", path)
+		return nil, "", fmt.Errorf("%s: no patient references in it", path)
 	}
 	for ref, id := range out {
 		if id <= 0 {
-			return nil, fmt.Errorf("%s: the FHIR source of %s is %d, not a positive id", path, ref, id)
+			return nil, "", fmt.Errorf("%s: the FHIR source of %s is %d, not a positive id", path, ref, id)
 		}
 	}
-	return out, nil
+	return out, fmt.Sprintf("%x", sha256.Sum256(data)), nil
 }
 
 func readSourcesCSV(r io.Reader, out map[string]int64) error {

@@ -3,13 +3,11 @@ package bulkimport
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -99,20 +97,6 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// routing names how resources are routed, for the checkpoint: a resumed
-// run must route as the interrupted one did.
-func (o *Options) routing() (string, error) {
-	r := fmt.Sprintf("source=%d", o.Source)
-	if o.SourcesFile != "" {
-		data, err := os.ReadFile(o.SourcesFile)
-		if err != nil {
-			return "", err
-		}
-		r += fmt.Sprintf(" sources=%x", sha256.Sum256(data))
-	}
-	return r, nil
-}
-
 // ErrUnauthorized: the service refused the token; nothing more can be sent.
 var ErrUnauthorized = errors.New("the service refused the token (401): create a new one with `exchange token create`")
 
@@ -158,14 +142,15 @@ func prepare(ctx context.Context, o *Options) (*importRun, error) {
 	if r.inputs, err = listInputs(o.Input, o.Report); err != nil {
 		return nil, err
 	}
+	// routing names how resources are routed, for the checkpoint: a
+	// resumed run must route as the interrupted one did.
+	routing := fmt.Sprintf("source=%d", o.Source)
 	if o.SourcesFile != "" {
-		if r.router.byPatient, err = readSources(o.SourcesFile); err != nil {
+		var digest string
+		if r.router.byPatient, digest, err = readSources(o.SourcesFile); err != nil {
 			return nil, err
 		}
-	}
-	routing, err := o.routing()
-	if err != nil {
-		return nil, err
+		routing += " sources=" + digest
 	}
 	r.client = &client{base: o.URL, token: o.Token, http: o.Client, retries: o.Retries, backoff: o.Backoff}
 	who, err := r.client.check(ctx, o.Source)
@@ -196,6 +181,9 @@ func prepare(ctx context.Context, o *Options) (*importRun, error) {
 	}
 	r.ledger = &ledger{started: time.Now(), cpPath: cpPath, cp: checkpoint{Inputs: r.inputs, Routing: routing},
 		progress: newProgress(o.Progress, o.Terminal, total, o.ProgressEvery)}
+	// Until the reader passes the earlier run's mark, the checkpoint keeps
+	// it: a run stopped while skipping must not move it back.
+	r.ledger.nextSeq = r.resumeAt
 	if err := r.ledger.openReport(o.Report, r.resumeAt > 0); err != nil {
 		return nil, err
 	}
@@ -262,25 +250,13 @@ func (r *importRun) execute(ctx context.Context) (Summary, error) {
 	case readErr != nil && cause == nil && l.broken() == nil:
 		fatal = readErr // an input file could not be read
 	}
-	l.mu.Lock()
-	complete := readErr == nil && allAnswered(l.open)
-	l.mu.Unlock()
-	summary, err := l.close(complete)
+	summary, err := l.close(readErr == nil && l.allAnswered())
 	return summary, errors.Join(fatal, err)
 }
 
 func isUnauthorized(err error) bool {
 	re, ok := errors.AsType[*requestError](err)
 	return ok && re.code == http.StatusUnauthorized
-}
-
-func allAnswered(open []*batch) bool {
-	for _, b := range open {
-		if !b.answered {
-			return false
-		}
-	}
-	return true
 }
 
 // readAll reads every file, skips the records an earlier run answered,

@@ -138,7 +138,7 @@ func (c *client) importBatch(ctx, sendCtx context.Context, b *batch) ([]answer, 
 // backoff doubles from half a second up to 30 s, with jitter so that
 // workers do not retry in step.
 func backoff(n int) time.Duration {
-	d := min(500*time.Millisecond<<(n-1), 30*time.Second)
+	d := min(500*time.Millisecond<<min(n-1, 6), 30*time.Second) // the shift capped: no overflow however many retries
 	return d/2 + rand.N(d/2+1)
 }
 

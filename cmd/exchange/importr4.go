@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
+
 	"fmt"
 	"log/slog"
 	"os"
@@ -40,23 +40,17 @@ func importCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio,
 		fmt.Fprintln(fs.Output(), "usage: exchange import r4 [flags] FILE|DIR...\n\nSends R4 NDJSON files, Bundles or directories of them to a running service's /fhir-import/R4.")
 		fs.PrintDefaults()
 	}
-	// Flags may follow the files (import r4 data/ --source 3).
-	rest := args[1:]
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return usageError(err.Error())
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		o.Input = append(o.Input, fs.Arg(0))
-		rest = fs.Args()[1:]
+	var err error
+	if o.Input, err = parseFlagsAndArgs(fs, args[1:]); err != nil {
+		return err
 	}
-	if len(o.Input) == 0 {
+	switch {
+	case len(o.Input) == 0:
 		return usageError("import r4: name the R4 files or directories to import")
+	case o.Workers < 1 || o.BatchSize < 1 || o.Retries < 0:
+		return usageError("import r4: --workers and --batch are at least 1, --retries at least 0")
+	case o.Retries == 0:
+		o.Retries = -1 // none: Options reads 0 as its default
 	}
 	if f, ok := io.err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		o.Terminal = true

@@ -119,13 +119,36 @@ func newFlags(name string, io stdio) *flag.FlagSet {
 // parseFlags parses args, turning a bad command line into a usageError.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError(err.Error())
+		return flagError(err)
 	}
 	if fs.NArg() > 0 {
 		return usageError(fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0)))
 	}
 	return nil
+}
+
+// parseFlagsAndArgs parses args whose flags may come before, between or
+// after the positional arguments (import r4 data/ --source 3), and
+// returns the positional ones.
+func parseFlagsAndArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, flagError(err)
+		}
+		if fs.NArg() == 0 {
+			return positional, nil
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// flagError is a flag parsing error as the command reports it: -h asks
+// for help, anything else is a usageError.
+func flagError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError(err.Error())
 }

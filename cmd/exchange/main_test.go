@@ -186,7 +186,7 @@ func TestProgram(t *testing.T) {
 	if data, err := os.ReadFile(report); err != nil || strings.Count(string(data), "\n") != 2 {
 		t.Errorf("report: %q %v", data, err)
 	}
-	for _, args := range [][]string{{"import"}, {"import", "r4"}, {"import", "r4", input, "--workers"}} {
+	for _, args := range [][]string{{"import"}, {"import", "r4"}, {"import", "r4", input, "--workers"}, {"import", "r4", input, "--workers", "0"}, {"import", "r4", input, "--retries", "-1"}} {
 		if err := run(ctx, args, importEnv, nil, io.Discard, io.Discard); !errors.As(err, new(usageError)) {
 			t.Errorf("%v: %v", args, err)
 		}
