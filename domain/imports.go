@@ -26,9 +26,6 @@ type R4Conversion struct {
 	Body []byte
 	// Dropped are the R4 paths whose values the R5 output lost.
 	Dropped []string
-	// Native: an Observation coded to Open mHealth or IEEE 1752, whose
-	// subject is the source's patient; it takes the native path.
-	Native bool
 }
 
 // ImportSource is the FHIR source an R4 import writes to, named by the
@@ -63,21 +60,30 @@ func (s *Service) MapSet() string {
 // Observation becomes the source's patient's. wantType, when set, is the
 // type the request URL names.
 func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4Conversion, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var resource map[string]any
-	if err := dec.Decode(&resource); err != nil || resource == nil || dec.More() {
-		return nil, Errorf(CodeInvalid, "the R4 resource is not a JSON object")
+	if s.converter == nil {
+		return nil, Errorf(CodeNotSupported, "R4 import is not available: the R4 -> R5 maps or the FHIR packages are not installed (run scripts/setup)")
 	}
-	rt, _ := resource["resourceType"].(string)
-	if rt == "" {
+	// Read as strictly as an R5 create reads: a member named twice or
+	// anything after the object is refused, not settled by a map.
+	in, err := parseJSONObject(body)
+	if err != nil {
+		return nil, Errorf(CodeInvalid, "the R4 resource is refused: %v", err)
+	}
+	var rt string
+	if raw, ok := in.get("resourceType"); !ok || json.Unmarshal(raw, &rt) != nil || rt == "" {
 		return nil, FieldErrorf("resourceType", "the R4 resource has no resourceType")
 	}
 	if wantType != "" && rt != wantType {
 		return nil, FieldErrorf(rt+".resourceType", "is %s, but the URL names %s", rt, wantType)
 	}
-	upstream, hasID := resource["id"]
-	delete(resource, "id")
+	upstream, hasID := in.get("id")
+	in.remove("id")
+	dec := json.NewDecoder(bytes.NewReader(in.marshal()))
+	dec.UseNumber()
+	var resource map[string]any
+	if err := dec.Decode(&resource); err != nil {
+		return nil, Errorf(CodeInvalid, "the R4 resource is not valid JSON")
+	}
 	conv, err := s.converter.ConvertR4(resource)
 	if err != nil {
 		return nil, err
@@ -87,10 +93,9 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 		return nil, err
 	}
 	if hasID {
-		obj.set("id", mustJSON(upstream))
+		obj.set("id", upstream)
 	}
 	if conv.Type == "Observation" && IsNativeObservation(conv.Body) {
-		conv.Native = true
 		obj.set("subject", mustJSON(map[string]string{"reference": "Patient/" + strconv.FormatInt(src.PatientID, 10)}))
 		if src.DataSourceID != 0 {
 			obj.set("device", mustJSON(map[string]string{"reference": "Device/" + strconv.FormatInt(src.DataSourceID, 10)}))

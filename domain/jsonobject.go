@@ -34,15 +34,17 @@ func parseJSONObject(data []byte) (jsonObject, error) {
 		return nil, errors.New("not a JSON object")
 	}
 	var o jsonObject
+	seen := map[string]bool{} // not o.get: a body of many members would take quadratic time
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return nil, fmt.Errorf("not valid JSON: %w", err)
 		}
 		key := tok.(string) // the decoder only yields strings as object keys
-		if _, dup := o.get(key); dup {
+		if seen[key] {
 			return nil, fmt.Errorf("the member %q appears twice", key)
 		}
+		seen[key] = true
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("not valid JSON: %w", err)

@@ -31,26 +31,37 @@ func decodeJSON(c *fiber.Ctx, v any) error {
 	return nil
 }
 
-// jsonError turns a decoding error into a message that names the field.
-func jsonError(err error) error {
+// jsonError turns a decoding error of the request body into a message
+// that names the field.
+func jsonError(err error) error { return jsonErrorAbout("the request body", "", err) }
+
+// fhirJSONError is jsonError for a FHIR resource: fields are named as
+// element paths (Bundle.entry, Observation.code).
+func fhirJSONError(resourceType string, err error) error {
+	return jsonErrorAbout("the "+resourceType, resourceType+".", err)
+}
+
+// jsonErrorAbout words a decoding error of subject; field names get the
+// prefix. Never Go's own text, which names Go types.
+func jsonErrorAbout(subject, prefix string, err error) error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
-			return domain.Errorf(domain.CodeInvalid, "the request body must be a JSON object")
+			return domain.Errorf(domain.CodeInvalid, "%s must be a JSON object", subject)
 		}
-		return domain.FieldErrorf(field, "must be %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+		return domain.FieldErrorf(prefix+field, "must be %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
 	case errors.As(err, &syntaxErr):
-		return domain.Errorf(domain.CodeInvalid, "the request body is not valid JSON (at byte %d)", syntaxErr.Offset)
+		return domain.Errorf(domain.CodeInvalid, "%s is not valid JSON (at byte %d)", subject, syntaxErr.Offset)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return domain.FieldErrorf(field, "is not a known field")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return domain.Errorf(domain.CodeInvalid, "the request body is truncated JSON")
+		return domain.FieldErrorf(prefix+field, "is not a known field")
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return domain.Errorf(domain.CodeInvalid, "%s is truncated JSON", subject)
 	default:
-		return domain.Errorf(domain.CodeInvalid, "the request body is not valid JSON: %v", err)
+		return domain.Errorf(domain.CodeInvalid, "%s is not valid JSON", subject)
 	}
 }
 

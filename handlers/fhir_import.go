@@ -34,12 +34,9 @@ func (s *server) importR4(c *fiber.Ctx) error {
 	resourceType := c.Params("type")
 	entries := []entryRequest{{Resource: c.Body()}}
 	if resourceType == "" {
-		var in batchIn
-		if err := json.Unmarshal(c.Body(), &in); err != nil {
-			return fhirJSONError("Bundle", err)
-		}
-		if in.ResourceType != "Bundle" {
-			return domain.FieldErrorf("Bundle.resourceType", "must be Bundle, not %q: POST one resource to /fhir-import/R4/<type>", in.ResourceType)
+		in, err := decodeBundle(c, ": POST one resource to /fhir-import/R4/<type>")
+		if err != nil {
+			return err
 		}
 		entries = in.Entry
 	}

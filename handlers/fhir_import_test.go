@@ -85,6 +85,26 @@ func TestImportR4RequestChecks(t *testing.T) {
 	if resp, _ := fxDo(t, w.env, "POST", fxImportBase+"/Patient", nil, patient); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("no token: %d", resp.StatusCode)
 	}
+	// Bodies refused whole, in words a client can act on (no Go type names).
+	tooMany := `{"resourceType":"Bundle","type":"batch","entry":[` + strings.Repeat(`{},`, 10_000) + `{}]}`
+	for _, c := range []struct{ name, path, body, want string }{
+		{"a Bundle that is an array", "", `[1,2]`, "the Bundle must be a JSON object"},
+		{"a Bundle that is a string", "", `"x"`, "the Bundle must be a JSON object"},
+		{"a Bundle cut short", "", `{"resourceType":"Bundle","entry":[`, "the Bundle is not valid JSON"},
+		{"an entry that is not an object", "", `{"resourceType":"Bundle","entry":[1]}`, "must be an object"},
+		{"more than 10,000 entries", "", tooMany, "at most 10000"},
+	} {
+		status, out := w.importR4(t, "doc", src, c.path, c.body)
+		text := fmt.Sprint(out)
+		if status != 400 || !strings.Contains(text, c.want) || strings.Contains(text, "handlers.") || strings.Contains(text, "Go value") {
+			t.Errorf("%s: %d %v", c.name, status, out)
+		}
+	}
+	// A member named twice is refused, as an R5 create refuses it.
+	status, out := w.importR4(t, "doc", src, "/Patient", `{"resourceType": "Patient", "id": "p2", "gender": "female", "gender": "male"}`)
+	if entries := fxArr(out["entry"]); status != 200 || len(entries) != 1 || !strings.Contains(fmt.Sprint(entries[0]), `the member "gender" appears twice`) {
+		t.Errorf("duplicate member: %d %v", status, out)
+	}
 	if n := w.count(t); n != 0 {
 		t.Errorf("%d resources stored by refused requests", n)
 	}
@@ -215,7 +235,11 @@ func TestImportR4MissingResources(t *testing.T) {
 	w := fxNewImported(t)
 	src := fmt.Sprint(w.aliceSrc.ID)
 	_, out := w.importR4(t, "doc", src, "", `{"resourceType": "Bundle", "type": "batch", "entry": [{"resource": null}, {}]}`)
-	for i, e := range fxImportEntries(t, out) {
+	entries := fxImportEntries(t, out)
+	if len(entries) != 2 {
+		t.Fatalf("%d entries answered for 2: %v", len(entries), out)
+	}
+	for i, e := range entries {
 		if e.status != "400 Bad Request" || fmt.Sprint(e.issues[0]["expression"]) != fmt.Sprintf("[Bundle.entry[%d].resource]", i) ||
 			!strings.Contains(fmt.Sprint(e.issues[0]["diagnostics"]), "is required") {
 			t.Errorf("entry %d: %+v", i, e)

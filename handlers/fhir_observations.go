@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -83,15 +82,6 @@ func decodeObservation(raw json.RawMessage) (*domain.NewObservation, error) {
 	return n, nil
 }
 
-// fhirJSONError names the element a JSON decoding error is about.
-func fhirJSONError(resourceType string, err error) error {
-	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) && typeErr.Field != "" {
-		return domain.FieldErrorf(resourceType+"."+typeErr.Field, "must be %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
-	}
-	return domain.Errorf(domain.CodeInvalid, "the %s is not valid JSON: %v", resourceType, err)
-}
-
 // statusLine is the status of a batch entry, as FHIR writes it.
 func statusLine(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) }
 
@@ -118,6 +108,27 @@ type batchIn struct {
 	ResourceType string         `json:"resourceType"`
 	Type         string         `json:"type"`
 	Entry        []entryRequest `json:"entry"`
+}
+
+// maxBundleEntries bounds the entries of one request Bundle: every entry
+// costs its answer, and a 64 MiB body of empty entries would otherwise
+// hold gigabytes. Larger uploads go in several requests.
+const maxBundleEntries = 10_000
+
+// decodeBundle reads a request Bundle (batch, or R4 import); hint says
+// where a body that is not a Bundle belongs.
+func decodeBundle(c *fiber.Ctx, hint string) (*batchIn, error) {
+	var in batchIn
+	if err := json.Unmarshal(c.Body(), &in); err != nil {
+		return nil, fhirJSONError("Bundle", err)
+	}
+	if in.ResourceType != "Bundle" {
+		return nil, domain.FieldErrorf("Bundle.resourceType", "must be Bundle, not %q%s", in.ResourceType, hint)
+	}
+	if len(in.Entry) > maxBundleEntries {
+		return nil, domain.FieldErrorf("Bundle.entry", "has %d entries; at most %d are taken in one request", len(in.Entry), maxBundleEntries)
+	}
+	return &in, nil
 }
 
 // entryRequest is one entry of a request Bundle, as much as is read.
@@ -153,12 +164,9 @@ func (e entryRequest) resource(i int) (json.RawMessage, error) {
 // other resources go to the imported store under the FHIR source the
 // request's header or each resource's meta.source names.
 func (s *server) fhirBatch(c *fiber.Ctx) error {
-	var in batchIn
-	if err := json.Unmarshal(c.Body(), &in); err != nil {
-		return fhirJSONError("Bundle", err)
-	}
-	if in.ResourceType != "Bundle" {
-		return domain.FieldErrorf("Bundle.resourceType", "must be Bundle, not %q", in.ResourceType)
+	in, err := decodeBundle(c, "")
+	if err != nil {
+		return err
 	}
 	if in.Type != "batch" {
 		return domain.FieldErrorf("Bundle.type", "must be batch, not %q (transactions are not supported)", in.Type)
