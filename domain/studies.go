@@ -361,7 +361,9 @@ func (s *Service) UnenrollPatients(ctx context.Context, actor *Actor, studyID in
 	}
 	for i, e := range es {
 		if err := s.store.DeleteEnrollment(ctx, studyID, e.PatientID); err != nil {
-			return s.undo(ctx, err, restore(i))
+			// The failed delete may have happened (a lost reply): restore
+			// it too; a restore of what is still there is a duplicate, ignored.
+			return s.undo(ctx, err, restore(i+1))
 		}
 	}
 	return nil

@@ -11,14 +11,19 @@ import (
 )
 
 // failingEnrollments is the real store, except that removing the
-// enrollment of one patient fails, as an interrupted request would.
+// enrollment of one patient fails, as an interrupted request would; with
+// lostReply the removal happens and only its answer is lost.
 type failingEnrollments struct {
 	*repo.DB
 	patientID int64
+	lostReply bool
 }
 
 func (s *failingEnrollments) DeleteEnrollment(ctx context.Context, studyID, patientID int64) error {
 	if patientID == s.patientID {
+		if s.lostReply {
+			_ = s.DB.DeleteEnrollment(ctx, studyID, patientID)
+		}
 		return errors.New("injected failure")
 	}
 	return s.DB.DeleteEnrollment(ctx, studyID, patientID)
@@ -86,12 +91,14 @@ func TestUnenrollPatientsIsAllOrNone(t *testing.T) {
 		return enrolled, answered
 	}
 
-	failing := domain.NewService(domain.Config{Store: &failingEnrollments{DB: f.db, patientID: ids[1]}})
-	if err := failing.UnenrollPatients(ctx, sys, st.ID, ids); err == nil {
-		t.Fatal("the injected failure was not reported")
-	}
-	if enrolled, answered := state(); !reflect.DeepEqual(enrolled, ids) || !reflect.DeepEqual(answered, ids) {
-		t.Errorf("after a failed removal: enrolled %v, consented %v; want both %v", enrolled, answered, ids)
+	for _, lostReply := range []bool{false, true} {
+		failing := domain.NewService(domain.Config{Store: &failingEnrollments{DB: f.db, patientID: ids[1], lostReply: lostReply}})
+		if err := failing.UnenrollPatients(ctx, sys, st.ID, ids); err == nil {
+			t.Fatal("the injected failure was not reported")
+		}
+		if enrolled, answered := state(); !reflect.DeepEqual(enrolled, ids) || !reflect.DeepEqual(answered, ids) {
+			t.Errorf("after a failed removal (reply lost: %t): enrolled %v, consented %v; want both %v", lostReply, enrolled, answered, ids)
+		}
 	}
 	if err := f.svc.UnenrollPatients(ctx, sys, st.ID, ids); err != nil {
 		t.Fatalf("retry: %v", err)

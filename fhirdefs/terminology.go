@@ -14,7 +14,7 @@ import (
 type Terminology struct {
 	dir string
 
-	mu   sync.Mutex
+	mu   sync.RWMutex          // every coded element of every validation reads sets
 	sets map[string]*expansion // by canonical URL; nil: not enumerable here
 }
 
@@ -50,12 +50,18 @@ func (t *Terminology) Contains(valueSet, system, code string) (contains, known b
 }
 
 func (t *Terminology) expansion(url string) *expansion {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e, ok := t.sets[url]; ok {
+	t.mu.RLock()
+	e, ok := t.sets[url]
+	t.mu.RUnlock()
+	if ok {
 		return e
 	}
-	e, _ := t.load(url)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.sets[url]; ok { // loaded while this one waited
+		return e
+	}
+	e, _ = t.load(url)
 	t.sets[url] = e
 	return e
 }

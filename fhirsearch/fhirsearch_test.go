@@ -154,6 +154,7 @@ func TestParseRefusesMalformedValues(t *testing.T) {
 		"_lastUpdated=yesterday", "_count=-1", "_count=1001", "_count=ten", "_summary=true", "_total=some",
 		"_sort=code", "_sort=date,_lastUpdated", "_elements=code%3Bdrop", "code:text=x", "code=", "code=|",
 		"patient.identifier=justavalue", "patient.identifier=|v", "patient=", "_cursor=forged.signature",
+		"patient=" + strings.Repeat("1,", fhirsearch.MaxValues) + "1", "code=" + strings.Repeat("x,", fhirsearch.MaxValues) + "x",
 	} {
 		v, _ := url.ParseQuery(query)
 		_, err := translator().Parse("Observation", v, false)
@@ -204,7 +205,8 @@ func TestDateRangesFollowPrecision(t *testing.T) {
 		"2024-02-29":                    `{"$gte":{"$date":"2024-02-29T00:00:00Z"}}..{"$lt":{"$date":"2024-03-01T00:00:00Z"}}`,
 		"2024-02-29T23:59:59+02:00":     `{"$gte":{"$date":"2024-02-29T21:59:59Z"}}..{"$lt":{"$date":"2024-02-29T22:00:00Z"}}`,
 		"2024-02-29T23:59:59.5Z":        `{"$gte":{"$date":"2024-02-29T23:59:59.5Z"}}..{"$lt":{"$date":"2024-02-29T23:59:59.6Z"}}`,
-		"eq2024-02-29T10:00:00.123456Z": `{"$gte":{"$date":"2024-02-29T10:00:00.123Z"}}..{"$lt":{"$date":"2024-02-29T10:00:00.123Z"}}`,
+		// Finer than stored (milliseconds): the millisecond it falls in.
+		"eq2024-02-29T10:00:00.123456Z": `{"$gte":{"$date":"2024-02-29T10:00:00.123Z"}}..{"$lt":{"$date":"2024-02-29T10:00:00.124Z"}}`,
 	} {
 		plan, err := parse(t, "Observation", "date="+url.QueryEscape(value)).Plan(domain.Scope{})
 		if err != nil {

@@ -181,11 +181,17 @@ func storeName(k domain.StoreKind) string {
 }
 
 // add adds one occurrence of a parameter (its values OR'ed).
+// MaxValues bounds the comma-separated values of one parameter.
+const MaxValues = 100
+
 func (q *Query) add(p *Param, modifier, v string) error {
 	if p.control {
 		return q.control(p.Name, v)
 	}
 	values := splitOR(v)
+	if len(values) > MaxValues {
+		return domain.Errorf(domain.CodeInvalid, "%s: %d values; at most %d are taken (each one of patient, study or organization is a lookup)", p.Name, len(values), MaxValues)
+	}
 	if p.Join != "" && !(q.store.Kind == domain.StoreImported && p.Join != domain.JoinPatient) {
 		return q.addJoin(p, values)
 	}

@@ -168,7 +168,12 @@ func parseDate(param, v string) (DateRange, error) {
 	default:
 		high = low.Add(time.Duration(math.Pow10(9 - len(m[7]))))
 	}
-	r.Low, r.High = low.UTC(), high.UTC()
+	// Stored dates keep milliseconds: a finer value widens to the
+	// milliseconds it touches, or [low, high) would round to nothing.
+	if t := high.Truncate(time.Millisecond); !t.Equal(high) {
+		high = t.Add(time.Millisecond)
+	}
+	r.Low, r.High = low.Truncate(time.Millisecond).UTC(), high.UTC()
 	return r, nil
 }
 

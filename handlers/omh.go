@@ -13,7 +13,7 @@ import (
 // without the OMH schemas.
 func (s *server) schemasInstalled() error {
 	if s.schemas == nil {
-		return fiber.NewError(fiber.StatusServiceUnavailable, "the Open mHealth schemas are not installed on this server (scripts/setup, OMH_SCHEMA_DIR)")
+		return domain.Errorf(domain.CodeNotSupported, "the Open mHealth schemas are not installed on this server (scripts/setup, OMH_SCHEMA_DIR)")
 	}
 	return nil
 }
