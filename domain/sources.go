@@ -114,6 +114,13 @@ func (s *Service) DataSourceByID(ctx context.Context, id int64) (*DataSourceView
 	return s.dataSourceView(ctx, d)
 }
 
+// DeviceByID is a data source as the Device projection shows it: the
+// catalogue is readable by every user, patients included, so the actor
+// is not consulted. Unlike DataSourceByID it reads no scope codes.
+func (s *Service) DeviceByID(ctx context.Context, _ *Actor, id int64) (*DataSource, error) {
+	return s.store.DataSourceByID(ctx, id)
+}
+
 // DataSourceByName returns the data source of that name.
 func (s *Service) DataSourceByName(ctx context.Context, name string) (*DataSource, error) {
 	return s.store.DataSourceByName(ctx, name)

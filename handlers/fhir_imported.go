@@ -169,13 +169,9 @@ func (s *server) fhirReadImported(c *fiber.Ctx) error {
 // searchImported runs a search of the imported store; the resources go
 // into the Bundle as stored.
 func (s *server) searchImported(ctx context.Context, a *domain.Actor, q *fhirsearch.Query) ([]searchHit, bool, *int64, error) {
-	res, err := s.service.SearchResources(ctx, a, q)
-	if err != nil {
-		return nil, false, nil, err
-	}
-	return hits(res.Items, func(r *domain.Resource) (any, fhirsearch.Position) {
+	return searchWith(s.service.SearchResources, func(r *domain.Resource) (any, fhirsearch.Position) {
 		return json.RawMessage(r.JSON), fhirsearch.Position{UUID: r.ID, Date: r.Index.SortDate, LastUpdated: r.LastUpdated}
-	}), res.More, res.Total, nil
+	})(ctx, a, q)
 }
 
 // decodeExact decodes JSON keeping numbers as written (json.Number), so

@@ -100,14 +100,21 @@ type nativeType struct {
 	read   func(context.Context, *domain.Actor, int64) (resource any, lastUpdated time.Time, err error)
 }
 
-// readWith reads one record and renders it.
-func readWith[T any](get func(context.Context, *domain.Actor, int64) (*T, error), render func(*T) any, updated func(*T) time.Time) func(context.Context, *domain.Actor, int64) (any, time.Time, error) {
-	return func(ctx context.Context, a *domain.Actor, id int64) (any, time.Time, error) {
-		r, err := get(ctx, a, id)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		return render(r), updated(r), nil
+// nativeOf serves one native type from its domain search and read; hit
+// renders a record and says where a next page continues (its lastUpdated
+// is also the read's Last-Modified).
+func nativeOf[T any](search func(context.Context, *domain.Actor, domain.Search) (domain.SearchResult[T], error),
+	read func(context.Context, *domain.Actor, int64) (*T, error), hit func(*T) (any, fhirsearch.Position)) nativeType {
+	return nativeType{
+		search: searchWith(search, hit),
+		read: func(ctx context.Context, a *domain.Actor, id int64) (any, time.Time, error) {
+			r, err := read(ctx, a, id)
+			if err != nil {
+				return nil, time.Time{}, err
+			}
+			resource, pos := hit(r)
+			return resource, pos.LastUpdated, nil
+		},
 	}
 }
 
@@ -115,59 +122,29 @@ func readWith[T any](get func(context.Context, *domain.Actor, int64) (*T, error)
 func (s *server) nativeTypes() map[string]nativeType {
 	at := func(t time.Time, id int64) fhirsearch.Position { return fhirsearch.Position{ID: id, LastUpdated: t} }
 	return map[string]nativeType{
-		"Observation": {
-			search: searchWith(s.service.SearchObservations, func(o *domain.Observation) (any, fhirsearch.Position) {
-				pos := at(o.LastUpdated, o.ID)
-				if o.Effective != nil {
-					start := o.Effective.Start
-					pos.Date = &start
-				}
-				return observationFHIR(o), pos
-			}),
-			read: readWith(s.service.ObservationByID, func(o *domain.Observation) any { return observationFHIR(o) },
-				func(o *domain.Observation) time.Time { return o.LastUpdated }),
-		},
-		"Patient": {
-			search: searchWith(s.service.SearchPatients, func(p *domain.Patient) (any, fhirsearch.Position) {
-				return patientFHIR(p), at(p.LastUpdated, p.ID)
-			}),
-			read: readWith(s.service.PatientByID, func(p *domain.Patient) any { return patientFHIR(p) },
-				func(p *domain.Patient) time.Time { return p.LastUpdated }),
-		},
-		"Practitioner": {
-			search: searchWith(s.service.SearchPractitioners, func(u *domain.User) (any, fhirsearch.Position) {
-				return practitionerFHIR(u), at(u.LastUpdated, u.ID)
-			}),
-			read: readWith(s.service.PractitionerProjection, func(u *domain.User) any { return practitionerFHIR(u) },
-				func(u *domain.User) time.Time { return u.LastUpdated }),
-		},
-		"Organization": {
-			search: searchWith(s.service.SearchOrganizations, func(o *domain.Organization) (any, fhirsearch.Position) {
-				return organizationFHIR(o), at(o.LastUpdated, o.ID)
-			}),
-			read: readWith(s.service.Organization, func(o *domain.Organization) any { return organizationFHIR(o) },
-				func(o *domain.Organization) time.Time { return o.LastUpdated }),
-		},
-		"Group": {
-			search: searchWith(s.service.SearchGroups, func(g *domain.GroupView) (any, fhirsearch.Position) {
-				return groupFHIR(g), at(g.LastUpdated, g.ID)
-			}),
-			read: readWith(s.service.GroupByID, func(g *domain.GroupView) any { return groupFHIR(g) },
-				func(g *domain.GroupView) time.Time { return g.LastUpdated }),
-		},
-		"Device": {
-			search: searchWith(s.service.SearchDevices, func(d *domain.DataSource) (any, fhirsearch.Position) {
-				return deviceFHIR(d), at(d.LastUpdated, d.ID)
-			}),
-			// Devices are readable by every user, as data sources are.
-			read: func(ctx context.Context, _ *domain.Actor, id int64) (any, time.Time, error) {
-				d, err := s.service.DataSourceByID(ctx, id)
-				if err != nil {
-					return nil, time.Time{}, err
-				}
-				return deviceFHIR(&d.DataSource), d.LastUpdated, nil
-			},
-		},
+		"Observation": nativeOf(s.service.SearchObservations, s.service.ObservationByID, func(o *domain.Observation) (any, fhirsearch.Position) {
+			pos := at(o.LastUpdated, o.ID)
+			if o.Effective != nil {
+				start := o.Effective.Start
+				pos.Date = &start
+			}
+			return observationFHIR(o), pos
+		}),
+		"Patient": nativeOf(s.service.SearchPatients, s.service.PatientByID, func(p *domain.Patient) (any, fhirsearch.Position) {
+			return patientFHIR(p), at(p.LastUpdated, p.ID)
+		}),
+		"Practitioner": nativeOf(s.service.SearchPractitioners, s.service.PractitionerProjection, func(u *domain.User) (any, fhirsearch.Position) {
+			return practitionerFHIR(u), at(u.LastUpdated, u.ID)
+		}),
+		"Organization": nativeOf(s.service.SearchOrganizations, s.service.Organization, func(o *domain.Organization) (any, fhirsearch.Position) {
+			return organizationFHIR(o), at(o.LastUpdated, o.ID)
+		}),
+		"Group": nativeOf(s.service.SearchGroups, s.service.GroupByID, func(g *domain.GroupView) (any, fhirsearch.Position) {
+			return groupFHIR(g), at(g.LastUpdated, g.ID)
+		}),
+		"Device": nativeOf(s.service.SearchDevices, s.service.DeviceByID, func(d *domain.DataSource) (any, fhirsearch.Position) {
+			return deviceFHIR(d), at(d.LastUpdated, d.ID)
+		}),
 	}
 }
 
