@@ -315,12 +315,12 @@ func parseOperand(s string) (operand, bool) {
 	return operand{}, false
 }
 
-// ResourceTypes lists the R4 resource types the maps convert: those with
-// a <<type+>> group that are resources in R4B, sorted.
+// ResourceTypes lists the R4 resource types the engine converts (those
+// Supports accepts), sorted.
 func (e *Engine) ResourceTypes() []string {
 	var out []string
 	for t := range e.typePlus {
-		if sd, err := e.r4.Type(t); err == nil && sd.Kind == "resource" && !sd.Abstract {
+		if e.Supports(t) == nil {
 			out = append(out, t)
 		}
 	}

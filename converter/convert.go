@@ -38,7 +38,7 @@ func (e *Engine) Supports(resourceType string) error {
 	if g == nil {
 		return fmt.Errorf("%w: no R4 -> R5 map converts %q", ErrNotSupported, resourceType)
 	}
-	if sd, err := e.r4.Type(resourceType); err != nil || sd.Kind != "resource" {
+	if sd, err := e.r4.Type(resourceType); err != nil || sd.Kind != "resource" || sd.Abstract {
 		return fmt.Errorf("%w: %q is not an R4 resource type", ErrNotSupported, resourceType)
 	}
 	return nil

@@ -1,6 +1,8 @@
 package converter
 
 import (
+	"exchange/fhirdefs"
+
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -239,33 +241,21 @@ func (p *parser) atString() bool {
 	return p.pos < len(p.src) && (p.src[p.pos] == '\'' || p.src[p.pos] == '"')
 }
 
-// balanced reads a parenthesised text, quotes respected, and returns it
-// without the outer parentheses.
+// balanced reads a parenthesised FHIRPath text, its string literals
+// respected (fhirdefs' scanner: 'it\'s' included), and returns it without
+// the outer parentheses.
 func (p *parser) balanced() (string, error) {
 	if err := p.expect("("); err != nil {
 		return "", err
 	}
-	start, depth := p.pos, 1
-	for i := p.pos; i < len(p.src); i++ {
-		switch c := p.src[i]; c {
-		case '\'', '"':
-			end := strings.IndexByte(p.src[i+1:], c)
-			if end < 0 {
-				return "", p.errorf("unterminated string")
-			}
-			i += end + 1
-		case '\n':
-			p.line++
-		case '(':
-			depth++
-		case ')':
-			if depth--; depth == 0 {
-				p.pos = i + 1
-				return strings.TrimSpace(p.src[start:i]), nil
-			}
-		}
+	open := p.pos - 1
+	end := fhirdefs.MatchingParen(p.src, open)
+	if end < 0 {
+		return "", p.errorf("unbalanced parentheses")
 	}
-	return "", p.errorf("unbalanced parentheses")
+	p.line += strings.Count(p.src[open:end], "\n")
+	p.pos = end + 1
+	return strings.TrimSpace(p.src[open+1 : end]), nil
 }
 
 func (p *parser) parseFile(m *mapFile) error {

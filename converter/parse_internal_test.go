@@ -80,6 +80,14 @@ func TestParseRuleForms(t *testing.T) {
 	if r[4].Targets[0].Transform.Kind != "evaluate" {
 		t.Errorf("rule 5 %+v", r[4])
 	}
+	// A string literal in a condition may hold parentheses and an escaped
+	// quote; the text after it is still read as the rest of the rule.
+	m, err = parseFML("q.fml", "group Q(source src, target tgt) {\n"+
+		"  src.a as s where (s.text = 'it\\'s (odd') -> tgt.b = s \"quoted\";\n"+
+		"  src.c -> tgt.d;\n}\n")
+	if err != nil || len(m.Groups[0].Rules) != 2 || m.Groups[0].Rules[0].Sources[0].Where != `s.text = 'it\'s (odd'` || m.Groups[0].Rules[0].Name != "quoted" {
+		t.Errorf("a quoted condition: %+v %v", m, err)
+	}
 	for _, bad := range []string{"group {", "group G(source src) { src.a -> tgt.b }", "group G(middle src) {}", "uses 'x' as", "group G(source s) { s.a -> t.b = 'open; }"} {
 		if _, err := parseFML("bad.fml", bad); err == nil {
 			t.Errorf("%q parsed", bad)

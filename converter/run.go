@@ -287,10 +287,12 @@ func (e *Engine) makeChild(parent *tval, name, typ string, reuse bool) (*tval, e
 // element takes that type, else a <<types>> group of the pair.
 func (e *Engine) dispatch(src *snode, el *fhirdefs.Element) (string, *cgroup, error) {
 	if src.sd != nil && src.sd.Kind == "resource" {
-		if g := e.typePlus[src.typ]; g != nil {
-			return g.targetType, g, nil
+		// A resource inside another (contained, Bundle.entry, Parameters)
+		// passes the same gate as one imported alone.
+		if err := e.Supports(src.typ); err != nil {
+			return "", nil, err
 		}
-		return "", nil, fmt.Errorf("%w: resource %s", errNoGroup, src.typ)
+		return e.typePlus[src.typ].targetType, e.typePlus[src.typ], nil
 	}
 	candidates := el.Types
 	if !el.Choice() {
