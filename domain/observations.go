@@ -108,6 +108,9 @@ type ObservationStore interface {
 	// PatientHoldsObservations reports whether any observation belongs to
 	// the patient.
 	PatientHoldsObservations(ctx context.Context, patientID int64) (bool, error)
+	// DataSourceHoldsObservations reports whether any observation came
+	// from the data source (its FHIR Device).
+	DataSourceHoldsObservations(ctx context.Context, dataSourceID int64) (bool, error)
 }
 
 // writerCheck caches, within one batch, what the rules of a create need to

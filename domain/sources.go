@@ -166,8 +166,8 @@ func (s *Service) UpdateDataSource(ctx context.Context, actor *Actor, id int64, 
 	return s.dataSourceView(ctx, d)
 }
 
-// DeleteDataSource removes a data source no study and no FHIR source uses
-// (CodeConflict otherwise); superusers only.
+// DeleteDataSource removes a data source no study, no FHIR source and no
+// observation uses (CodeConflict otherwise); superusers only.
 func (s *Service) DeleteDataSource(ctx context.Context, actor *Actor, id int64) error {
 	if err := requireSuperuser(actor, "delete data sources"); err != nil {
 		return err
@@ -185,6 +185,16 @@ func (s *Service) DeleteDataSource(ctx context.Context, actor *Actor, id int64) 
 	}
 	if len(links) > 0 || sources.Total > 0 {
 		return Errorf(CodeConflict, "data source %d is used by %d studies and %d FHIR sources", id, len(links), sources.Total)
+	}
+	// Observations name their data source as their Device: it stays while
+	// any does. (Check, then delete: FerretDB has no transactions; an
+	// upload in between is the narrow race left.)
+	holds, err := s.store.DataSourceHoldsObservations(ctx, id)
+	if err != nil {
+		return err
+	}
+	if holds {
+		return Errorf(CodeConflict, "data source %d is the Device of stored observations", id)
 	}
 	return s.store.DeleteDataSource(ctx, id)
 }

@@ -438,6 +438,15 @@ func TestImportedWritesOnNativeRecordsAre405(t *testing.T) {
 	if resp.StatusCode != http.StatusConflict {
 		t.Errorf("deleting a FHIR source that holds resources: %d %v", resp.StatusCode, out)
 	}
+	// Nor a data source that is the Device of stored observations, even
+	// once no study collects from it.
+	for _, st := range []*domain.Study{w.s1, w.s2, w.s3} {
+		_ = w.env.Service.RemoveStudyDataSource(w.ctx, fxSys, st.ID, w.watch) // linked or not
+	}
+	resp, out = w.env.Send(t, "DELETE", fmt.Sprintf("/api/v1/data_sources/%d", w.watch), w.tok["super"], nil)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(fmt.Sprint(out["detail"]), "Device of stored observations") {
+		t.Errorf("deleting the Device of observations: %d %v", resp.StatusCode, out)
+	}
 }
 
 // fxTypeCase is one type of testdata/imported_types.json: a resource each

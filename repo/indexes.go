@@ -58,6 +58,7 @@ var indexes = []index{
 	{colObservations, "patient_date_desc", bson.D{{Key: "patientId", Value: 1}, {Key: "sortDesc", Value: -1}, {Key: "_id", Value: -1}}, false},
 	{colObservations, "patient_lastUpdated", bson.D{{Key: "patientId", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
 	{colObservations, "patient_id", bson.D{{Key: "patientId", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "dataSource", bson.D{{Key: "dataSourceId", Value: 1}}, false}, // may a data source go (DeleteDataSource)
 	{colObservationIdentifier, "system_value_unique", bson.D{{Key: "system", Value: 1}, {Key: "value", Value: 1}}, true},
 	{colObservationIdentifier, "observation", bson.D{{Key: "observationId", Value: 1}}, false},
 	// The imported store: the type and source first (every search has the

@@ -327,7 +327,18 @@ func (d *DB) ObservationByID(ctx context.Context, id int64) (*domain.Observation
 // PatientHoldsObservations implements domain.ObservationStore: one
 // lookup on the patient_id index, limited to one document.
 func (d *DB) PatientHoldsObservations(ctx context.Context, patientID int64) (bool, error) {
-	err := d.c(colObservations).FindOne(ctx, bson.D{{Key: "patientId", Value: patientID}},
+	return d.anyObservation(ctx, "patientId", patientID)
+}
+
+// DataSourceHoldsObservations implements domain.ObservationStore: one
+// lookup on the dataSource index.
+func (d *DB) DataSourceHoldsObservations(ctx context.Context, dataSourceID int64) (bool, error) {
+	return d.anyObservation(ctx, "dataSourceId", dataSourceID)
+}
+
+// anyObservation reports whether an observation has field = id.
+func (d *DB) anyObservation(ctx context.Context, field string, id int64) (bool, error) {
+	err := d.c(colObservations).FindOne(ctx, bson.D{{Key: field, Value: id}},
 		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return false, nil
