@@ -422,13 +422,21 @@ func (s *Service) groupViews(ctx context.Context, studies []Study) ([]GroupView,
 	if err != nil {
 		return nil, err
 	}
+	ids := make([]int64, len(views))
+	for i, v := range views {
+		ids[i] = v.ID
+	}
+	es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: ids}) // one read for the page
+	if err != nil {
+		return nil, err
+	}
+	members := map[int64]int{}
+	for _, e := range es {
+		members[e.StudyID]++
+	}
 	out := make([]GroupView, len(views))
 	for i, v := range views {
-		es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{v.ID}})
-		if err != nil {
-			return nil, err
-		}
-		out[i] = GroupView{StudyView: v, Members: len(es)}
+		out[i] = GroupView{StudyView: v, Members: members[v.ID]}
 	}
 	return out, nil
 }

@@ -132,19 +132,27 @@ func (s *Service) StudyByID(ctx context.Context, actor *Actor, id int64) (*Study
 	return &views[0], nil
 }
 
+// studyViews adds each study's organization, read once for the page.
 func (s *Service) studyViews(ctx context.Context, studies []Study) ([]StudyView, error) {
+	ids := make([]int64, len(studies))
+	for i, st := range studies {
+		ids[i] = st.OrganizationID
+	}
+	found, err := s.store.OrganizationsByIDs(ctx, slices.Compact(slices.Sorted(slices.Values(ids))))
+	if err != nil {
+		return nil, err
+	}
+	orgs := map[int64]Organization{}
+	for _, o := range found {
+		orgs[o.ID] = o
+	}
 	out := make([]StudyView, len(studies))
-	orgs := map[int64]*Organization{}
 	for i, st := range studies {
 		o, ok := orgs[st.OrganizationID]
 		if !ok {
-			var err error
-			if o, err = s.store.OrganizationByID(ctx, st.OrganizationID); err != nil {
-				return nil, err
-			}
-			orgs[st.OrganizationID] = o
+			return nil, Errorf(CodeNotFound, "organization %d does not exist", st.OrganizationID)
 		}
-		out[i] = StudyView{Study: st, Organization: *o}
+		out[i] = StudyView{Study: st, Organization: o}
 	}
 	return out, nil
 }

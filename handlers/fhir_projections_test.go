@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"exchange/domain"
 )
 
 // fxRefs names the fixture's records as FHIR ids, per type.
@@ -304,6 +307,19 @@ func TestFHIRReads(t *testing.T) {
 			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" || fxDecode(t, raw)["resourceType"] != "OperationOutcome" {
 				t.Errorf("%s %s: %d Allow %q %s", method, c.ref, resp.StatusCode, resp.Header.Get("Allow"), raw)
 			}
+		}
+	}
+	// Several groups on one page each count their own members.
+	status, bundle := w.search(t, w.tok["doc"], "/Group")
+	groups := fxMatches(t, bundle)
+	if status != http.StatusOK || len(groups) < 2 {
+		t.Fatalf("Group search: %d %v", status, bundle)
+	}
+	for _, g := range groups {
+		id, _ := strconv.ParseInt(fmt.Sprint(g["id"]), 10, 64)
+		members, err := w.env.Service.StudyPatients(w.ctx, fxSys, id, domain.Page{Number: 1, Size: 100})
+		if err != nil || g["quantity"] != float64(members.Total) {
+			t.Errorf("Group/%d quantity %v, want %d (%v)", id, g["quantity"], members.Total, err)
 		}
 	}
 	// A patient reads their own records and those related to them.
