@@ -85,13 +85,7 @@ func (s *Service) enrolled(ctx context.Context, studies []int64) ([]int64, error
 	if err != nil {
 		return nil, err
 	}
-	ids := []int64{}
-	for _, e := range es {
-		if !slices.Contains(ids, e.PatientID) {
-			ids = append(ids, e.PatientID)
-		}
-	}
-	return ids, nil
+	return idsOf(es, func(e Enrollment) int64 { return e.PatientID }), nil
 }
 
 func nonNil(ids []int64) []int64 {
@@ -99,6 +93,21 @@ func nonNil(ids []int64) []int64 {
 		return []int64{}
 	}
 	return ids
+}
+
+// uniqueIDs returns the distinct ids, sorted; never nil (an empty set
+// matches nothing, where nil would mean no filter).
+func uniqueIDs(ids []int64) []int64 {
+	return nonNil(slices.Compact(slices.Sorted(slices.Values(ids))))
+}
+
+// idsOf returns the distinct ids of items, sorted; never nil.
+func idsOf[T any](items []T, id func(T) int64) []int64 {
+	out := make([]int64, len(items))
+	for i, x := range items {
+		out[i] = id(x)
+	}
+	return uniqueIDs(out)
 }
 
 // readablePatientIDs returns the patients the actor may read: nil for a
@@ -225,32 +234,22 @@ func (s *Service) relatedScope(ctx context.Context, actor *Actor, joins []Join, 
 // patients' organizations, the organizations themselves, the studies'
 // organizations.
 func (s *Service) organizationsOf(ctx context.Context, t joinTarget) ([]int64, error) {
-	out := []int64{}
-	add := func(id int64) {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
+	out := slices.Clone(t.organizations)
 	for _, id := range t.patients {
 		p, err := s.store.PatientByID(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		for _, o := range p.OrganizationIDs {
-			add(o)
-		}
-	}
-	for _, id := range t.organizations {
-		add(id)
+		out = append(out, p.OrganizationIDs...)
 	}
 	for _, id := range t.studies {
 		st, err := s.store.StudyByID(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		add(st.OrganizationID)
+		out = append(out, st.OrganizationID)
 	}
-	return out, nil
+	return uniqueIDs(out), nil
 }
 
 // studiesOf returns the studies a join target relates to: the patients'
@@ -275,8 +274,7 @@ func (s *Service) studiesOf(ctx context.Context, t joinTarget) ([]int64, error) 
 			out = append(out, st.ID)
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return uniqueIDs(out), nil
 }
 
 // membersOf returns the practitioners who are members of the organizations.
@@ -285,13 +283,7 @@ func (s *Service) membersOf(ctx context.Context, orgs []int64) ([]int64, error) 
 	if err != nil {
 		return nil, err
 	}
-	out := []int64{}
-	for _, m := range ms.Items {
-		if !slices.Contains(out, m.UserID) {
-			out = append(out, m.UserID)
-		}
-	}
-	return out, nil
+	return idsOf(ms.Items, func(m Membership) int64 { return m.UserID }), nil
 }
 
 // SearchPractitioners runs a search of the Practitioner projection: the
@@ -467,13 +459,7 @@ func (s *Service) SearchDevices(ctx context.Context, actor *Actor, q Search) (Se
 		if err != nil {
 			return nil, err
 		}
-		out := []int64{}
-		for _, l := range links {
-			if !slices.Contains(out, l.DataSourceID) {
-				out = append(out, l.DataSourceID)
-			}
-		}
-		return out, nil
+		return idsOf(links, func(l StudyDataSource) int64 { return l.DataSourceID }), nil
 	})
 	if err != nil {
 		return SearchResult[DataSource]{}, err

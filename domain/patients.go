@@ -31,7 +31,7 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 		FamilyName:      strings.TrimSpace(in.FamilyName),
 		GivenNames:      trimAll(in.GivenNames),
 		BirthDate:       strings.TrimSpace(in.BirthDate),
-		OrganizationIDs: slices.Compact(slices.Sorted(slices.Values(in.OrganizationIDs))),
+		OrganizationIDs: uniqueIDs(in.OrganizationIDs),
 	}
 	email, err := NormalizeEmail("email", in.Email)
 	if err != nil {
@@ -225,7 +225,7 @@ func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in 
 		identifiers = *in.Identifiers
 	}
 	if in.OrganizationIDs != nil {
-		p.OrganizationIDs = slices.Compact(slices.Sorted(slices.Values(*in.OrganizationIDs)))
+		p.OrganizationIDs = uniqueIDs(*in.OrganizationIDs)
 		for _, org := range symmetricDifference(old.OrganizationIDs, p.OrganizationIDs) {
 			if !actor.CanManageDataIn(org) {
 				return nil, Errorf(CodeForbidden, "you may not move patients into or out of organization %d", org)

@@ -91,12 +91,7 @@ func (s *Service) practitioners(ctx context.Context, users []User) ([]Practition
 	if err != nil {
 		return nil, err
 	}
-	var orgIDs []int64
-	for _, m := range ms {
-		if !slices.Contains(orgIDs, m.OrganizationID) {
-			orgIDs = append(orgIDs, m.OrganizationID)
-		}
-	}
+	orgIDs := idsOf(ms, func(m Membership) int64 { return m.OrganizationID })
 	orgs := map[int64]Organization{}
 	if len(orgIDs) > 0 {
 		found, err := s.store.OrganizationsByIDs(ctx, orgIDs)
@@ -202,12 +197,7 @@ func (s *Service) ListPractitioners(ctx context.Context, actor *Actor, organizat
 		if err != nil {
 			return List[Practitioner]{}, err
 		}
-		q.IDs = []int64{}
-		for _, m := range ms.Items {
-			if !slices.Contains(q.IDs, m.UserID) {
-				q.IDs = append(q.IDs, m.UserID)
-			}
-		}
+		q.IDs = idsOf(ms.Items, func(m Membership) int64 { return m.UserID })
 	}
 	users, err := s.store.ListUsers(ctx, q, p)
 	if err != nil {

@@ -36,7 +36,7 @@ func (s *Service) validateDataSource(ctx context.Context, d *DataSource) error {
 	if !slices.Contains(dataSourceTypes, d.Type) {
 		return FieldErrorf("type", "%q is not a data source type (personal_device, medical_device, patient_app)", d.Type)
 	}
-	d.SupportedScopeCodeIDs = slices.Compact(slices.Sorted(slices.Values(d.SupportedScopeCodeIDs)))
+	d.SupportedScopeCodeIDs = uniqueIDs(d.SupportedScopeCodeIDs)
 	codes, err := s.store.ScopeCodesByIDs(ctx, d.SupportedScopeCodeIDs)
 	if err != nil {
 		return err
@@ -88,7 +88,7 @@ func (s *Service) dataSourceViews(ctx context.Context, ds []DataSource) ([]DataS
 	for _, d := range ds {
 		ids = append(ids, d.SupportedScopeCodeIDs...)
 	}
-	codes, err := s.store.ScopeCodesByIDs(ctx, slices.Compact(slices.Sorted(slices.Values(ids))))
+	codes, err := s.store.ScopeCodesByIDs(ctx, uniqueIDs(ids))
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func (s *Service) studyViews(ctx context.Context, studies []Study) ([]StudyView,
 	for i, st := range studies {
 		ids[i] = st.OrganizationID
 	}
-	found, err := s.store.OrganizationsByIDs(ctx, slices.Compact(slices.Sorted(slices.Values(ids))))
+	found, err := s.store.OrganizationsByIDs(ctx, uniqueIDs(ids))
 	if err != nil {
 		return nil, err
 	}
