@@ -23,6 +23,7 @@ import (
 	"exchange/domain"
 	"exchange/handlers"
 	"exchange/handlers/handlerstest"
+	"exchange/repo"
 	"exchange/repo/repotest"
 )
 
@@ -180,10 +181,8 @@ func BenchmarkRawDriverInsert(b *testing.B) {
 		var claimDocs, docs []any
 		for k := i; k < i+benchBatch; k++ {
 			o := handlers.BenchStored("raw", k, firstID+int64(k), w.patient.ID, w.device, now)
-			doc, cs := handlers.BenchDocuments(o)
-			for _, c := range cs {
-				claimDocs = append(claimDocs, c)
-			}
+			doc, cs := repo.ObservationDocuments(o)
+			claimDocs = append(claimDocs, cs...)
 			docs = append(docs, doc)
 		}
 		b.StartTimer()
@@ -204,8 +203,9 @@ func BenchmarkRawDriverInsert(b *testing.B) {
 }
 
 // checkDocuments creates one observation through HTTP and checks that
-// handlers.BenchDocuments builds exactly the documents the service stored
-// for it, so that the raw inserts are equivalent.
+// repo.ObservationDocuments of the benchmark's observation are exactly the
+// documents the service stored for it, so that the raw inserts are
+// equivalent.
 func (w *benchWorld) checkDocuments(b *testing.B) {
 	ctx := context.Background()
 	w.post(b, handlers.BenchBatch("shape", 0, 1, w.patient.ID, w.device), 1)
@@ -226,7 +226,7 @@ func (w *benchWorld) checkDocuments(b *testing.B) {
 	id := stored.Lookup("_id").Int64()
 	micros := stored.Lookup("lastUpdatedMicros").Int64()
 	o := handlers.BenchStored("shape", 0, id, w.patient.ID, w.device, time.UnixMicro(micros).UTC())
-	doc, claims := handlers.BenchDocuments(o)
+	doc, claims := repo.ObservationDocuments(o)
 	for name, pair := range map[string][2]any{"observation": {doc, stored}, "claim": {claims[0], bson.Raw(claim)}} {
 		want, err := bson.Marshal(pair[0])
 		if err != nil {

@@ -30,6 +30,7 @@ import (
 	"exchange/domain"
 	"exchange/fhirsearch"
 	"exchange/omh"
+	"exchange/repo"
 )
 
 // BenchIdentifierSystem is the identifier system of benchmark observations.
@@ -124,101 +125,6 @@ func BenchStored(run string, i int, id, patientID, deviceID int64, lastUpdated t
 		ContentType: "application/json", Payload: payload, DataPoint: dp.Document, Effective: tf, LastUpdated: lastUpdated}
 }
 
-// BenchDocuments builds the documents repo.CreateObservations inserts for
-// an observation: its observation document and one identifier claim per
-// identifier, field for field as repo's observationDoc and
-// observationIdentifierDoc (repo keeps those unexported). The raw-driver
-// benchmark checks the bytes against a document the service stored.
-func BenchDocuments(o *domain.Observation) (doc bson.D, claims []bson.D) {
-	var codings, identifiers bson.A
-	var codeTokens []string
-	add := func(keys ...string) {
-		for _, k := range keys {
-			if !slices.Contains(codeTokens, k) {
-				codeTokens = append(codeTokens, k)
-			}
-		}
-	}
-	for _, c := range o.Codings {
-		cd := bson.D{{Key: "system", Value: c.System}, {Key: "code", Value: c.Code}}
-		if c.Display != "" {
-			cd = append(cd, bson.E{Key: "display", Value: c.Display})
-		}
-		codings = append(codings, cd)
-		if domain.IsNativeSystem(c.System) {
-			add(fhirsearch.TokenKeys(domain.SystemOpenMHealth, c.Code)...)
-			add(fhirsearch.TokenKeys(domain.SystemIEEE1752, c.Code)...)
-		} else {
-			add(fhirsearch.TokenKeys(c.System, c.Code)...)
-		}
-	}
-	idTokens := []string{}
-	identifiers = bson.A{}
-	for _, id := range o.Identifiers {
-		identifiers = append(identifiers, bson.D{{Key: "system", Value: id.System}, {Key: "value", Value: id.Value}})
-		idTokens = append(idTokens, fhirsearch.TokenKeys(id.System, id.Value)...)
-		claims = append(claims, bson.D{{Key: "system", Value: id.System}, {Key: "value", Value: id.Value},
-			{Key: "observationId", Value: o.ID}, {Key: "claimedAt", Value: o.LastUpdated.Truncate(time.Millisecond)}})
-	}
-	var effective, start, end any
-	sortAsc, sortDesc := domain.SortLastAscending, domain.SortLastDescending
-	if tf := o.Effective; tf != nil {
-		e := bson.D{}
-		for _, f := range [][2]string{{"dateTime", tf.DateTime}, {"start", tf.PeriodStart}, {"end", tf.PeriodEnd}} {
-			if f[1] != "" {
-				e = append(e, bson.E{Key: f[0], Value: f[1]})
-			}
-		}
-		effective, start, end, sortAsc, sortDesc = e, tf.Start.UTC(), tf.End.UTC(), tf.Start.UTC(), tf.Start.UTC()
-	}
-	doc = bson.D{
-		{Key: "_id", Value: o.ID}, {Key: "patientId", Value: o.PatientID}, {Key: "dataSourceId", Value: o.DataSourceID},
-		{Key: "status", Value: o.Status}, {Key: "code", Value: o.Code}, {Key: "codings", Value: codings},
-		{Key: "codeTokens", Value: codeTokens}, {Key: "identifiers", Value: identifiers}, {Key: "identifierTokens", Value: idTokens},
-		{Key: "contentType", Value: o.ContentType}, {Key: "payload", Value: o.Payload},
-	}
-	if o.DataPoint != nil {
-		doc = append(doc, bson.E{Key: "omh", Value: benchBSON(o.DataPoint)})
-	}
-	doc = append(doc, bson.D{
-		{Key: "effective", Value: effective}, {Key: "effectiveStart", Value: start}, {Key: "effectiveEnd", Value: end},
-		{Key: "sortAsc", Value: sortAsc}, {Key: "sortDesc", Value: sortDesc},
-		{Key: "lastUpdated", Value: o.LastUpdated.Truncate(time.Millisecond)}, {Key: "lastUpdatedMicros", Value: o.LastUpdated.UnixMicro()},
-	}...)
-	return doc, claims
-}
-
-// benchBSON converts decoded JSON as repo does: sorted keys, integers as
-// int64, other numbers as doubles.
-func benchBSON(v any) any {
-	switch v := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		d := make(bson.D, len(keys))
-		for i, k := range keys {
-			d[i] = bson.E{Key: k, Value: benchBSON(v[k])}
-		}
-		return d
-	case []any:
-		a := make(bson.A, len(v))
-		for i, x := range v {
-			a[i] = benchBSON(x)
-		}
-		return a
-	case json.Number:
-		if n, err := v.Int64(); err == nil {
-			return n
-		}
-		f, _ := v.Float64()
-		return f
-	}
-	return v
-}
-
 // benchSchemas opens the official Open mHealth schemas: OMH_SCHEMA_DIR, or
 // standards/omh/schemas (scripts/setup prepares it). handlerstest.Schemas
 // does the same but cannot be imported here (it imports this package).
@@ -303,7 +209,7 @@ func (s *benchStore) CreateObservations(_ context.Context, obs []*domain.Observa
 	for _, o := range obs {
 		s.nextID++
 		o.ID, o.LastUpdated = s.nextID, now
-		doc, claims := BenchDocuments(o)
+		doc, claims := repo.ObservationDocuments(o)
 		for _, c := range claims {
 			data, _ := bson.Marshal(c)
 			s.bytes += len(data)
@@ -397,19 +303,6 @@ func BenchmarkObservationCPU(b *testing.B) {
 		for b.Loop() {
 			if _, ok := omh.EffectiveTimeFrame(dp.Body); !ok {
 				b.Fatal("no time frame")
-			}
-		}
-	})
-	b.Run("documents", func(b *testing.B) { // the observation and claim documents, BSON-marshalled
-		o := BenchStored("cpu", 7, 1, 1, 1, time.Now())
-		b.ReportAllocs()
-		for b.Loop() {
-			doc, claims := BenchDocuments(o)
-			if _, err := bson.Marshal(doc); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := bson.Marshal(claims[0]); err != nil {
-				b.Fatal(err)
 			}
 		}
 	})

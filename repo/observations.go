@@ -175,6 +175,27 @@ func bsonValue(v any) any {
 	return v
 }
 
+// identifierClaims are the observation_identifiers documents that claim
+// the observation's identifiers.
+func identifierClaims(o *domain.Observation) []observationIdentifierDoc {
+	out := make([]observationIdentifierDoc, len(o.Identifiers))
+	for i, id := range o.Identifiers {
+		out[i] = observationIdentifierDoc{id.System, id.Value, o.ID, o.LastUpdated.Truncate(time.Millisecond)}
+	}
+	return out
+}
+
+// ObservationDocuments are the documents CreateObservations inserts for
+// an observation whose ID and LastUpdated are set: the observation and its
+// identifier claims. Benchmarks insert them with the raw driver to
+// compare against the service.
+func ObservationDocuments(o *domain.Observation) (doc any, claims []any) {
+	for _, c := range identifierClaims(o) {
+		claims = append(claims, c)
+	}
+	return toObservationDoc(o), claims
+}
+
 // CreateObservations implements domain.ObservationStore. It reserves the
 // batch's ids at once, claims every identifier in one unordered insert
 // (the unique index refuses taken ones) and inserts the observations that
@@ -194,8 +215,8 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	var claimOwner []int
 	for i, o := range obs {
 		o.ID, o.LastUpdated = first+int64(i), now
-		for _, id := range o.Identifiers {
-			claims = append(claims, observationIdentifierDoc{id.System, id.Value, o.ID, now.Truncate(time.Millisecond)})
+		for _, c := range identifierClaims(o) {
+			claims = append(claims, c)
 			claimOwner = append(claimOwner, i)
 		}
 	}
