@@ -230,6 +230,7 @@ func (s *benchStore) SearchObservations(context.Context, *domain.SearchPlan) (do
 func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server) {
 	svc := domain.NewService(domain.Config{Store: store, Schemas: benchSchemas(b)})
 	s := &server{service: svc, search: fhirsearch.NewTranslator([]byte("bench cursor key"), "https://exchange.example.org/fhir-source", nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s.native = s.nativeTypes() // as New builds it
 	a, err := svc.Actor(context.Background(), store.manager.ID)
 	if err != nil {
 		b.Fatal(err)
