@@ -21,7 +21,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"exchange/bulkimport"
 	"exchange/domain"
@@ -58,12 +57,7 @@ func newFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(repotest.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(ctx) })
-	f.resources = client.Database(env.DB.Name()).Collection("resources")
+	f.resources = repotest.Collection(t, env.DB, "resources")
 	return f
 }
 

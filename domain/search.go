@@ -75,7 +75,6 @@ type Scope struct {
 // makes them. The domain reads its joins, resolves them into a Scope, and
 // hands the plan it gets back to the store without reading it.
 type Search interface {
-	ResourceType() string
 	// Store says which store the search reads.
 	Store() StoreSelection
 	Joins() []Join

@@ -314,9 +314,6 @@ func (q *Query) control(name, v string) error {
 	return nil
 }
 
-// ResourceType returns the searched type.
-func (q *Query) ResourceType() string { return q.resource.Type }
-
 // Joins returns the parameters the domain resolves.
 func (q *Query) Joins() []domain.Join { return q.joins }
 
@@ -331,6 +328,3 @@ func (q *Query) Elements() []string { return q.elements }
 
 // Store returns the store the search reads.
 func (q *Query) Store() domain.StoreSelection { return q.store }
-
-// Count returns the page size.
-func (q *Query) Count() int { return q.count }

@@ -14,7 +14,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
@@ -40,9 +39,7 @@ func fxNewImported(t *testing.T) *fxImported {
 	w := &fxImported{fxWorld: fxNewWorld(t)}
 	w.aliceSrc = fxMust(w.env.Service.CreateFHIRSource(w.ctx, fxSys, w.alice.ID, 0, "Hospital EHR"))
 	w.carolSrc = fxMust(w.env.Service.CreateFHIRSource(w.ctx, fxSys, w.carol.ID, 0, "Clinic EHR"))
-	client := fxMust(mongo.Connect(options.Client().ApplyURI(repotest.URI())))
-	t.Cleanup(func() { _ = client.Disconnect(w.ctx) })
-	w.resources = client.Database(w.env.DB.Name()).Collection("resources")
+	w.resources = repotest.Collection(t, w.env.DB, "resources")
 	return w
 }
 

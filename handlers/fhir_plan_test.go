@@ -1,7 +1,6 @@
 package handlers_test
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"exchange/domain"
 	"exchange/fhirsearch"
 	"exchange/handlers/handlerstest"
+	"exchange/repo/repotest"
 )
 
 // TestFHIRObservationPlansUseIndexes plans representative Observation
@@ -26,9 +26,9 @@ import (
 func TestFHIRObservationPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	env := handlerstest.Start(t)
-	indexes, err := env.DB.IndexKeys(context.Background(), "observations")
-	if err != nil || len(indexes) < 2 {
-		t.Fatalf("indexes of observations: %v %v", indexes, err)
+	indexes := repotest.IndexKeys(t, env.DB, "observations")
+	if len(indexes) < 2 {
+		t.Fatalf("indexes of observations: %v", indexes)
 	}
 	tr := fhirsearch.NewTranslator([]byte("plan test key"), "https://exchange.example.org/fhir-source", time.Now)
 	hr, bp := "omh:heart-rate:2.0", "omh:blood-pressure:4.0"

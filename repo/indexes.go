@@ -144,25 +144,3 @@ func (d *DB) IndexNames(ctx context.Context, collection string) ([]string, error
 	}
 	return names, nil
 }
-
-// IndexKeys returns the key fields of every index of a collection, in
-// index order: what a test checks the planner's $match against.
-func (d *DB) IndexKeys(ctx context.Context, collection string) ([][]string, error) {
-	cur, err := d.c(collection).Indexes().List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var specs []struct {
-		Key bson.D `bson:"key"`
-	}
-	if err := cur.All(ctx, &specs); err != nil {
-		return nil, err
-	}
-	out := make([][]string, len(specs))
-	for i, s := range specs {
-		for _, e := range s.Key {
-			out[i] = append(out[i], e.Key)
-		}
-	}
-	return out, nil
-}

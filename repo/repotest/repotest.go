@@ -96,7 +96,51 @@ func NewDB(t testing.TB) *repo.DB {
 var (
 	clientOnce sync.Once
 	client     *mongo.Client
+	clientErr  error
 )
+
+// sharedClient is one driver client of the package's database for the
+// helpers below (a test's repo.DB keeps its own unexported).
+func sharedClient(t testing.TB) *mongo.Client {
+	t.Helper()
+	clientOnce.Do(func() {
+		client, clientErr = mongo.Connect(options.Client().ApplyURI(URI()))
+	})
+	if clientErr != nil {
+		t.Fatal(clientErr)
+	}
+	return client
+}
+
+// Collection is a collection of db, for tests that read what the service
+// stored directly.
+func Collection(t testing.TB, db *repo.DB, name string) *mongo.Collection {
+	t.Helper()
+	return sharedClient(t).Database(db.Name()).Collection(name)
+}
+
+// IndexKeys returns the key fields of every index of a collection, in
+// index order: what a test checks the planner's $match against.
+func IndexKeys(t testing.TB, db *repo.DB, collection string) [][]string {
+	t.Helper()
+	cur, err := Collection(t, db, collection).Indexes().List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs []struct {
+		Key bson.D `bson:"key"`
+	}
+	if err := cur.All(context.Background(), &specs); err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]string, len(specs))
+	for i, s := range specs {
+		for _, e := range s.Key {
+			out[i] = append(out[i], e.Key)
+		}
+	}
+	return out
+}
 
 // Snapshot returns every document of the database, collection by
 // collection in _id order, as extended JSON: what a test compares to show
@@ -104,14 +148,8 @@ var (
 // counters are left out, since authenticating a request may touch them.
 func Snapshot(t testing.TB, db *repo.DB) map[string][]string {
 	t.Helper()
-	clientOnce.Do(func() {
-		var err error
-		if client, err = mongo.Connect(options.Client().ApplyURI(URI())); err != nil {
-			t.Fatal(err)
-		}
-	})
 	ctx := context.Background()
-	d := client.Database(db.Name())
+	d := sharedClient(t).Database(db.Name())
 	names, err := d.ListCollectionNames(ctx, bson.D{})
 	if err != nil {
 		t.Fatal(err)
