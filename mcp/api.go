@@ -275,7 +275,8 @@ type toolFunc func(ctx context.Context, req mcpgo.CallToolRequest) (any, error)
 
 // handle adapts a toolFunc to mcp-go: user-actionable failures (tool
 // errors, the service's 4xx answers) become error results, faults stay Go
-// errors (a JSON-RPC error).
+// errors, which guardTools hides behind a JSON-RPC error (or, for an
+// outage, requireToken behind a 503).
 func handle(f toolFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcpgo.CallToolRequest) (*mcpgo.CallToolResult, error) {
 		out, err := f(ctx, req)

@@ -105,8 +105,9 @@ const retryAfterSeconds = "10"
 
 // requireToken guards /mcp: a valid bearer token of the service, or 401
 // (the service refused it, or there is none), 503 (the service is
-// unreachable, throttling or failing) or 500 (the gateway is
-// misconfigured). Only a 401 carries WWW-Authenticate.
+// unreachable, throttling or failing, when the token is checked or during
+// the call) or 500 (the gateway is misconfigured). Only a 401 carries
+// WWW-Authenticate.
 func (g *Gateway) requireToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, ok := bearerToken(r)
@@ -119,8 +120,25 @@ func (g *Gateway) requireToken(next http.Handler) http.Handler {
 			g.writeValidationError(w, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithToken(r.Context(), token)))
+		// A token validated from the cache does not ask the service: an
+		// outage shows only in the call itself, and is answered as one.
+		ctx, outcome := withOutcome(WithToken(r.Context(), token))
+		held := newHeldResponse(w)
+		next.ServeHTTP(held, r.WithContext(ctx))
+		if outcome.unavailable.Load() && !held.streamed() {
+			writeUnavailable(w, "The service is unavailable; try again shortly.")
+			return
+		}
+		held.release()
 	})
+}
+
+// writeUnavailable answers the 503 of a service that does not answer, or
+// answers 429 or 5xx: Retry-After and an OAuth-style JSON error, without
+// WWW-Authenticate (the token may well be good).
+func writeUnavailable(w http.ResponseWriter, desc string) {
+	w.Header().Set("Retry-After", retryAfterSeconds)
+	writeJSON(w, http.StatusServiceUnavailable, oauthErrorBody{Error: "temporarily_unavailable", Description: desc})
 }
 
 func (g *Gateway) writeValidationError(w http.ResponseWriter, err error) {
@@ -140,9 +158,7 @@ func (g *Gateway) writeValidationError(w http.ResponseWriter, err error) {
 			Description: "The gateway cannot validate tokens with the service it is configured for; an operator must check its settings."})
 	default:
 		g.log.Warn("token validation failed: the service is unavailable", "error", err)
-		w.Header().Set("Retry-After", retryAfterSeconds)
-		writeJSON(w, http.StatusServiceUnavailable, oauthErrorBody{Error: "temporarily_unavailable",
-			Description: "The service that validates tokens is unavailable; try again shortly."})
+		writeUnavailable(w, "The service that validates tokens is unavailable; try again shortly.")
 	}
 }
 

@@ -4,14 +4,14 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"html/template"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"golang.org/x/oauth2"
 )
@@ -44,15 +44,21 @@ type clientRegistration struct {
 	IssuedAt     int64    `json:"i"`
 }
 
-// pendingAuthorization is sealed into the state the service carries
-// through its login page (kindState).
-type pendingAuthorization struct {
+// clientRequest is a client's authorization request as /authorize
+// accepted it: the redirect URI is one the client registered.
+type clientRequest struct {
 	ClientID    string `json:"c"`
 	RedirectURI string `json:"r"`
 	State       string `json:"s,omitempty"` // the client's own state
 	Challenge   string `json:"p"`           // the client's PKCE challenge
 	Resource    string `json:"a,omitempty"`
-	Verifier    string `json:"v"` // the gateway's PKCE verifier at the service
+}
+
+// pendingAuthorization is sealed into the state the service carries
+// through its login page (kindState).
+type pendingAuthorization struct {
+	clientRequest
+	Verifier string `json:"v"` // the gateway's PKCE verifier at the service
 }
 
 // codeGrant is sealed into the gateway's authorization code (kindCode).
@@ -147,7 +153,7 @@ func (g *Gateway) register(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	name := shorten(req.ClientName, maxClientNameLen)
+	name := shorten(displayable(req.ClientName), maxClientNameLen)
 	reg := clientRegistration{RedirectURIs: req.RedirectURIs, Name: name, IssuedAt: g.cfg.Now().Unix()}
 	clientID, err := g.seal.seal(kindClient, clientLifetime, reg)
 	if err != nil {
@@ -173,20 +179,28 @@ func registrationError(w http.ResponseWriter, code, desc string) {
 }
 
 // redirectRefused says why a redirect URI may not be registered, or ""
-// when it may: https, http on a loopback address, or one of
-// MCP_ALLOWED_REDIRECTS exactly.
+// when it may: one of MCP_ALLOWED_REDIRECTS exactly, https, or http on a
+// loopback address (RFC 8252 7.3); never with a fragment or userinfo
+// (RFC 6749 3.1.2, RFC 7591 2). A redirect URI is where the user's access
+// goes, and the approval page shows its host: it must be unambiguous, so
+// it is plain ASCII (an internationalized host in its punycode form, not
+// a look-alike) with a host and a valid port.
 func (g *Gateway) redirectRefused(raw string) string {
 	if slices.Contains(g.cfg.AllowedRedirects, raw) {
 		return ""
 	}
 	u, err := url.Parse(raw)
 	switch {
-	case err != nil || len(raw) > maxRedirectURILen || !u.IsAbs() || u.Host == "":
-		return "A redirect URI must be an absolute URL of at most 512 characters."
+	case err != nil || len(raw) > maxRedirectURILen || !u.IsAbs() || u.Opaque != "" || u.Hostname() == "":
+		return "A redirect URI must be an absolute URL with a host, of at most 512 characters."
+	case strings.IndexFunc(raw, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0:
+		return "A redirect URI must be ASCII without spaces (RFC 3986): write an internationalized host in its punycode (xn--) form."
 	case u.Fragment != "" || strings.Contains(raw, "#"):
 		return "A redirect URI must not have a fragment."
 	case u.User != nil:
 		return "A redirect URI must not carry credentials."
+	case !validPort(u.Port()):
+		return "A redirect URI's port must be a number from 1 to 65535."
 	case u.Scheme == "https":
 		return ""
 	case u.Scheme == "http" && isLoopback(u.Hostname()):
@@ -195,12 +209,31 @@ func (g *Gateway) redirectRefused(raw string) string {
 	return "Redirect URIs must use https, or http on a loopback address (127.0.0.1, [::1], localhost); others must be listed in the gateway's MCP_ALLOWED_REDIRECTS."
 }
 
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
+// validPort reports whether the port of a URL is absent or 1-65535.
+func validPort(port string) bool {
+	if port == "" {
 		return true
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+// isLoopback reports whether host is one of the loopback hosts RFC 8252
+// names for native apps' redirects: 127.0.0.1, ::1 or localhost.
+func isLoopback(host string) bool {
+	return host == "127.0.0.1" || host == "::1" || strings.EqualFold(host, "localhost")
+}
+
+// displayable drops the control and format characters (bidirectional
+// overrides, zero-width joiners) from a client's name: the approval page
+// shows it, and such characters could make it read as another name.
+func displayable(name string) string {
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return -1
+		}
+		return r
+	}, name))
 }
 
 // redirectMatches reports whether a redirect URI of a request is one
@@ -230,9 +263,10 @@ func (g *Gateway) acceptedResource(resource string) bool {
 	return resource == "" || r == g.resource || r == g.issuer
 }
 
-// authorize starts the flow: it checks the client's request, then sends
-// the browser to the service's login with the gateway's own client, PKCE
-// and a sealed state that remembers the client's request.
+// authorize starts the flow: it checks the client's request, then asks
+// the user on the approval page unless this browser already approved the
+// client and redirect URI (approval.go); with the approval, forward sends
+// the browser on to the service.
 func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	clientID := q.Get("client_id")
@@ -261,23 +295,32 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
 	case !g.acceptedResource(q.Get("resource")):
 		fail("invalid_target", "resource must be this gateway's MCP endpoint, "+g.resource)
 	default:
-		verifier := oauth2.GenerateVerifier()
-		sealed, err := g.seal.seal(kindState, stateLifetime, pendingAuthorization{
-			ClientID: clientID, RedirectURI: redirectURI, State: state, Challenge: q.Get("code_challenge"),
-			Resource: q.Get("resource"), Verifier: verifier,
-		})
-		if err != nil {
-			g.log.Error("sealing an authorization state failed", "error", err)
-			fail("server_error", "")
+		req := clientRequest{ClientID: clientID, RedirectURI: redirectURI, State: state, Challenge: q.Get("code_challenge"), Resource: q.Get("resource")}
+		if g.approvedBefore(r, req) {
+			g.forward(w, r, req)
 			return
 		}
-		to := url.Values{
-			"response_type": {"code"}, "client_id": {g.cfg.ClientID}, "redirect_uri": {g.callbackURL},
-			"scope": {serviceScopes}, "state": {sealed},
-			"code_challenge": {oauth2.S256ChallengeFromVerifier(verifier)}, "code_challenge_method": {"S256"},
-		}
-		http.Redirect(w, r, g.browserURL+"/o/authorize/?"+to.Encode(), http.StatusFound)
+		g.askApproval(w, r, reg, req)
 	}
+}
+
+// forward sends the browser to the service's login with the gateway's own
+// client, PKCE and a sealed state that remembers the client's request:
+// only ever for a request the user approved.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, req clientRequest) {
+	verifier := oauth2.GenerateVerifier()
+	sealed, err := g.seal.seal(kindState, stateLifetime, pendingAuthorization{clientRequest: req, Verifier: verifier})
+	if err != nil {
+		g.log.Error("sealing an authorization state failed", "error", err)
+		redirectError(w, r, req.RedirectURI, req.State, "server_error", "")
+		return
+	}
+	to := url.Values{
+		"response_type": {"code"}, "client_id": {g.cfg.ClientID}, "redirect_uri": {g.callbackURL},
+		"scope": {serviceScopes}, "state": {sealed},
+		"code_challenge": {oauth2.S256ChallengeFromVerifier(verifier)}, "code_challenge_method": {"S256"},
+	}
+	http.Redirect(w, r, g.browserURL+"/o/authorize/?"+to.Encode(), http.StatusFound)
 }
 
 // callback receives the service's answer, and hands the client a code of
@@ -444,20 +487,6 @@ func withQuery(raw string, add url.Values) string {
 	}
 	u.RawQuery = q.Encode()
 	return u.String()
-}
-
-var errorPageTemplate = template.Must(template.New("error").Parse(`<!doctype html>
-<html lang="en"><meta charset="utf-8"><title>{{.Title}}</title>
-<h1>{{.Title}}</h1><p>{{.Message}}</p></html>
-`))
-
-// errorPage tells the user what went wrong when there is no trustworthy
-// client to redirect to.
-func errorPage(w http.ResponseWriter, status int, title, message string) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = errorPageTemplate.Execute(w, struct{ Title, Message string }{title, message})
 }
 
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

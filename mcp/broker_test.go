@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -92,16 +93,11 @@ func TestBrokerFlow(t *testing.T) {
 		t.Errorf("redirect_uris %s", uris)
 	}
 
-	// /authorize sends the browser to the service's authorization endpoint
-	// with the gateway's client and its own PKCE.
+	// /authorize asks the user; Allow sends the browser to the service's
+	// authorization endpoint with the gateway's client and its own PKCE.
 	verifier := oauth2.GenerateVerifier()
 	cfg := g.oauthConfig(clientID)
-	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Get(cfg.AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := allow(t, stepper(t), cfg.AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier)))
 	to, _ := url.Parse(resp.Header.Get("Location"))
 	if resp.StatusCode != http.StatusFound || !strings.HasPrefix(to.String(), s.env.URL+"/o/authorize/") {
 		t.Fatalf("authorize: %d to %s", resp.StatusCode, to)
@@ -172,16 +168,11 @@ func tamper(blob string) string {
 	return string(b)
 }
 
-// authorizeState starts an authorization and returns the sealed state the
-// gateway sends to the service.
+// authorizeState starts an authorization, allows it, and returns the
+// sealed state the gateway sends to the service.
 func authorizeState(t *testing.T, g *gateway, clientID, verifier string) string {
 	t.Helper()
-	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Get(g.oauthConfig(clientID).AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := allow(t, stepper(t), g.oauthConfig(clientID).AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier)))
 	to, _ := url.Parse(resp.Header.Get("Location"))
 	state := to.Query().Get("state")
 	if resp.StatusCode != http.StatusFound || state == "" {
@@ -373,34 +364,64 @@ func TestBlobKindsCannotBeReplayedAsOneAnother(t *testing.T) {
 	}
 }
 
-func TestRedirectRules(t *testing.T) {
+// TestRegistrationRedirectRules: DCR accepts redirect URIs that are
+// loopback http, https, or listed in MCP_ALLOWED_REDIRECTS, and refuses
+// the rest with invalid_redirect_uri (RFC 7591 3.2.2), including what
+// would make the approval page's host ambiguous.
+func TestRegistrationRedirectRules(t *testing.T) {
 	s := newStack(t)
 	g := s.startGateway(t, func(c *mcp.Config) {
-		c.AllowedRedirects = []string{"cursor://anysphere.cursor-retrieval/oauth/callback"}
+		c.AllowedRedirects = []string{"cursor://anysphere.cursor-retrieval/oauth/callback", "com.example.app:/oauth"}
 	})
 	for _, c := range []struct {
 		uri string
 		ok  bool
 	}{
 		{"https://claude.ai/api/mcp/auth_callback", true},
+		{"https://attacker.example/cb", true}, // https: allowed, and the approval page shows its host
+		{"https://xn--clude-6ve.ai/cb", true}, // punycode, as the page shows it
 		{"http://127.0.0.1:33418/callback", true},
+		{"http://127.0.0.1/callback", true},
 		{"http://localhost:6274/oauth/callback", true},
+		{"HTTP://LOCALHOST:6274/oauth/callback", true},
 		{"http://[::1]:8080/cb", true},
 		{"cursor://anysphere.cursor-retrieval/oauth/callback", true}, // MCP_ALLOWED_REDIRECTS
+		{"com.example.app:/oauth", true},                             // MCP_ALLOWED_REDIRECTS, no host
 		{"http://client.example.com/callback", false},                // http, not loopback
-		{"vscode://publisher.ext/callback", false},                   // not allowed
+		{"http://localhost.attacker.example/cb", false},              // not loopback, whatever its name
+		{"http://127.0.0.2:8080/cb", false},                          // loopback, but not one RFC 8252 names
+		{"http://[::ffff:127.0.0.1]:8080/cb", false},
+		{"vscode://publisher.ext/callback", false}, // not allowed
+		{"cursor://anysphere.cursor-retrieval/oauth/callback?x=1", false},
 		{"https://client.example.com/cb#frag", false},
+		{"https://client.example.com/cb#", false},
 		{"https://user:pw@client.example.com/cb", false},
+		{"https://@client.example.com/cb", false}, // empty userinfo
+		{"https://claude.ai%2f@attacker.example/cb", false},
+		{"https://:443/cb", false},              // no host
+		{"https:attacker.example/cb", false},    // opaque
+		{"https://clаude.ai/cb", false},         // a Cyrillic а: a look-alike host
+		{"https://attacker.example/‮cb", false}, // a bidirectional override
+		{"https://attacker.example/c b", false},
+		{"https://attacker.example:99999/cb", false},
+		{"https://attacker.example:0/cb", false},
+		{"http://localhost:0/cb", false},
+		{"https://" + strings.Repeat("a", 510) + ".example/cb", false},
 		{"/relative", false},
 		{"javascript:alert(1)", false},
+		{"", false},
 	} {
 		status, body := g.register(t, c.uri)
 		if c.ok != (status == http.StatusCreated) {
-			t.Errorf("register %s: %d %v", c.uri, status, body)
+			t.Errorf("register %q: %d %v", c.uri, status, body)
 		}
-		if !c.ok && body["error"] != "invalid_redirect_uri" {
-			t.Errorf("register %s: error %v", c.uri, body["error"])
+		if !c.ok && (body["error"] != "invalid_redirect_uri" || body["error_description"] == "") {
+			t.Errorf("register %q: error %v", c.uri, body)
 		}
+	}
+	// One refused redirect URI refuses the registration.
+	if status, body := g.register(t, clientRedirect, "http://client.example.com/callback"); status != http.StatusBadRequest || body["error"] != "invalid_redirect_uri" {
+		t.Errorf("a good and a bad redirect URI: %d %v", status, body)
 	}
 	if status, body := g.register(t); status != http.StatusBadRequest {
 		t.Errorf("no redirect_uris: %d %v", status, body)
@@ -421,13 +442,17 @@ func TestRedirectRules(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("a body that is not JSON: %d", resp.StatusCode)
 	}
+}
 
+func TestAuthorizeRedirectRules(t *testing.T) {
+	s := newStack(t)
+	g := s.startGateway(t, nil)
 	// At /authorize: only a registered redirect URI, any port on loopback;
 	// an unregistered one is never redirected to.
 	clientID := g.registerClient(t)
 	verifier := oauth2.GenerateVerifier()
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	authorize := func(edit func(url.Values)) (int, *url.URL) {
+	authorize := func(edit func(url.Values)) (int, *url.URL, string) {
 		t.Helper()
 		q := url.Values{"client_id": {clientID}, "redirect_uri": {clientRedirect}, "response_type": {"code"}, "state": {clientState},
 			"code_challenge": {oauth2.S256ChallengeFromVerifier(verifier)}, "code_challenge_method": {"S256"}}
@@ -436,18 +461,19 @@ func TestRedirectRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
+		page, _ := io.ReadAll(resp.Body)
 		loc, _ := url.Parse(resp.Header.Get("Location"))
-		return resp.StatusCode, loc
+		return resp.StatusCode, loc, approvalForm(string(page))
 	}
-	if status, loc := authorize(func(q url.Values) { q.Set("redirect_uri", "https://attacker.example/cb") }); status != http.StatusBadRequest || loc.String() != "" {
+	if status, loc, _ := authorize(func(q url.Values) { q.Set("redirect_uri", "https://attacker.example/cb") }); status != http.StatusBadRequest || loc.String() != "" {
 		t.Errorf("unregistered redirect_uri: %d to %s", status, loc)
 	}
-	if status, loc := authorize(func(q url.Values) { q.Set("redirect_uri", "http://127.0.0.1:4242/callback") }); status != http.StatusFound || !strings.HasPrefix(loc.String(), s.env.URL) {
-		t.Errorf("the registered loopback redirect on another port: %d to %s", status, loc)
+	if status, loc, form := authorize(func(q url.Values) { q.Set("redirect_uri", "http://127.0.0.1:4242/callback") }); status != http.StatusOK || form == "" {
+		t.Errorf("the registered loopback redirect on another port: %d to %s, want the approval page", status, loc)
 	}
-	if status, loc := authorize(func(q url.Values) { q.Del("redirect_uri") }); status != http.StatusFound || !strings.HasPrefix(loc.String(), s.env.URL) {
-		t.Errorf("no redirect_uri with one registered: %d to %s", status, loc)
+	if status, loc, form := authorize(func(q url.Values) { q.Del("redirect_uri") }); status != http.StatusOK || form == "" {
+		t.Errorf("no redirect_uri with one registered: %d to %s, want the approval page", status, loc)
 	}
 	// Errors in a request with a good redirect URI go back to the client.
 	for name, c := range map[string]struct {
@@ -459,19 +485,19 @@ func TestRedirectRules(t *testing.T) {
 		"implicit grant":   {func(q url.Values) { q.Set("response_type", "token") }, "unsupported_response_type"},
 		"foreign resource": {func(q url.Values) { q.Set("resource", "https://elsewhere.example/mcp") }, "invalid_target"},
 	} {
-		status, loc := authorize(c.edit)
+		status, loc, _ := authorize(c.edit)
 		if status != http.StatusFound || !strings.HasPrefix(loc.String(), clientRedirect) || loc.Query().Get("error") != c.code || loc.Query().Get("state") != clientState {
 			t.Errorf("%s: %d to %s", name, status, loc)
 		}
 	}
 	for _, resource := range []string{g.URL + "/mcp", g.URL, g.URL + "/"} {
-		if status, loc := authorize(func(q url.Values) { q.Set("resource", resource) }); status != http.StatusFound || !strings.HasPrefix(loc.String(), s.env.URL) {
-			t.Errorf("resource %s: %d to %s", resource, status, loc)
+		if status, loc, form := authorize(func(q url.Values) { q.Set("resource", resource) }); status != http.StatusOK || form == "" {
+			t.Errorf("resource %s: %d to %s, want the approval page", resource, status, loc)
 		}
 	}
 	// The service's refusal (a user who denied, say) reaches the client.
 	state := authorizeState(t, g, clientID, verifier)
-	resp, err = noFollow.Get(g.URL + "/oauth/callback?" + url.Values{"state": {state}, "error": {"access_denied"}}.Encode())
+	resp, err := noFollow.Get(g.URL + "/oauth/callback?" + url.Values{"state": {state}, "error": {"access_denied"}}.Encode())
 	if err != nil {
 		t.Fatal(err)
 	}

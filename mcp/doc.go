@@ -2,7 +2,7 @@
 // ChatGPT connectors, IDEs) query the exchange as the user who signed in,
 // through tools built on github.com/mark3labs/mcp-go.
 //
-// It owns three things:
+// It owns four things:
 //
 //   - An OAuth broker towards the assistant client: protected resource
 //     metadata (RFC 9728), authorization server metadata (RFC 8414),
@@ -16,12 +16,21 @@
 //     The gateway's code holds the exchange's code, redeemed only when the
 //     client redeems the gateway's: the exchange's single use of codes and
 //     its refresh token rotation apply unchanged.
+//   - The user's consent to each client (approval.go): the exchange trusts
+//     the gateway's one client, so /authorize asks the user on the
+//     gateway's own approval page before it forwards, CSRF-protected with a
+//     sealed double-submit cookie and never framed, and remembers an Allow
+//     per client id and redirect URI in a sealed browser cookie.
 //   - Token validation on every /mcp request: the exchange's introspection
 //     (active, client_id, aud) and userinfo, cached for 30 seconds. A
 //     refused token is a 401 with WWW-Authenticate; an unreachable,
 //     throttling or failing exchange a 503 with Retry-After; an answer that
 //     shows the gateway is misconfigured (404, not JSON, invalid_client) a
 //     500. The 5xx carry an OAuth-style JSON error and no WWW-Authenticate.
+//     An outage met during a tool call (the token validated from the cache)
+//     is the same 503; other faults reach the client without the
+//     service's address or Go's error text (faults.go). /health reports
+//     whether the service answers and accepts the gateway's credentials.
 //   - The tools: studies, patients, observations, Open mHealth schemas
 //     (also MCP resources) and FHIR capabilities, each a constructor that
 //     returns (mcp.Tool, server.ToolHandlerFunc). They call the exchange's

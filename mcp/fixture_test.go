@@ -6,10 +6,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"html"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -67,7 +69,7 @@ func (s *stack) startGateway(t *testing.T, edit func(*mcp.Config)) *gateway {
 	}
 	g := &gateway{URL: "http://" + ln.Addr().String(), clock: &handlerstest.Clock{}}
 	cfg := mcp.Config{ServiceURL: s.env.URL, ClientID: gatewayClientID, ClientSecret: gatewaySecret,
-		ResourceURL: g.URL, BrokerKey: brokerKey, Now: g.clock.Now}
+		ResourceURL: g.URL, BrokerKey: brokerKey, ApprovalLifetime: mcp.DefaultApprovalLifetime, Now: g.clock.Now}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -142,15 +144,46 @@ func clientCallback(t *testing.T, resp *http.Response, body string) url.Values {
 
 const clientState = "client-state-0123456789"
 
-// signIn runs the browser part: the gateway's /authorize, the service's
-// login page, back through the gateway's callback to the client. It
-// returns the gateway's authorization code.
+// stepper is a browser that follows no redirect: each step of a flow
+// shows.
+func stepper(t *testing.T) *handlerstest.Browser {
+	return handlerstest.NewBrowser(t, func(*url.URL) bool { return true })
+}
+
+// approvalForm is the sealed request of an approval page's form, or ""
+// when the page is not the gateway's approval page.
+func approvalForm(page string) string {
+	if !strings.Contains(page, `name="decision" value="allow"`) {
+		return ""
+	}
+	m := regexp.MustCompile(`<input type="hidden" name="request" value="([^"]+)">`).FindStringSubmatch(page)
+	if m == nil {
+		return ""
+	}
+	return html.UnescapeString(m[1])
+}
+
+// allow opens an authorization URL in the browser, which must show the
+// gateway's approval page, and clicks Allow. It returns the answer to the
+// click and its body.
+func allow(t *testing.T, b *handlerstest.Browser, authURL string) (*http.Response, string) {
+	t.Helper()
+	resp, page := b.Do("GET", authURL, nil)
+	if resp.StatusCode != http.StatusOK || approvalForm(page) == "" {
+		t.Fatalf("%s: want the approval page, got %d Location %q\n%s", authURL, resp.StatusCode, resp.Header.Get("Location"), page)
+	}
+	return b.Submit(page, url.Values{"decision": {"allow"}})
+}
+
+// signIn runs the browser part: the gateway's /authorize and its approval
+// page, the service's login page, back through the gateway's callback to
+// the client. It returns the gateway's authorization code.
 func (g *gateway) signIn(t *testing.T, clientID, verifier, email string) string {
 	t.Helper()
 	cfg := g.oauthConfig(clientID)
 	b := newBrowser(t)
-	_, page := b.Do("GET", cfg.AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier),
-		oauth2.SetAuthURLParam("resource", g.URL+"/mcp")), nil)
+	_, page := allow(t, b, cfg.AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier),
+		oauth2.SetAuthURLParam("resource", g.URL+"/mcp")))
 	resp, page := b.Login(page, email, handlerstest.Password)
 	q := clientCallback(t, resp, page)
 	if q.Get("state") != clientState || q.Get("code") == "" {

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,6 +39,11 @@ type Config struct {
 	// RequireAudience refuses tokens that introspection does not show as
 	// issued to ClientID (MCP_REQUIRE_AUDIENCE); needs ClientSecret.
 	RequireAudience bool
+	// ApprovalLifetime is how long a browser remembers that its user
+	// allowed a client and redirect URI on the approval page
+	// (MCP_APPROVAL_LIFETIME, DefaultApprovalLifetime); zero: never, the
+	// page asks every time.
+	ApprovalLifetime time.Duration
 
 	HTTPClient *http.Client     // calls to the exchange; nil: a client with timeouts
 	Now        func() time.Time // nil: time.Now; tests move it
@@ -56,7 +60,9 @@ type Gateway struct {
 	callbackURL string // ResourceURL/oauth/callback, registered at the exchange
 	browserURL  string // the exchange's origin as browsers see it
 	seal        *sealer
+	cookies     cookieSettings // of the approval page
 	svc         *service
+	health      *healthCheck
 	validator   *validator
 	tools       *server.MCPServer
 	log         *slog.Logger
@@ -105,9 +111,10 @@ func New(cfg Config) (*Gateway, error) {
 		cfg: cfg, issuer: issuer, resource: issuer + "/mcp",
 		metadataURL: issuer + "/.well-known/oauth-protected-resource/mcp",
 		callbackURL: svc.redirectURI, browserURL: strings.TrimRight(cfg.ServiceBrowserURL, "/"),
-		seal: seal, svc: svc, log: logger(cfg.Log),
+		seal: seal, cookies: newCookieSettings(issuer), svc: svc, log: logger(cfg.Log),
 		validator: &validator{svc: svc, requireAudience: cfg.RequireAudience, now: cfg.Now, cache: map[[32]byte]time.Time{}},
 	}
+	g.health = &healthCheck{svc: svc, now: cfg.Now}
 	g.tools = newToolServer(svc, cfg.Now, g.log)
 	return g, nil
 }
@@ -135,13 +142,23 @@ var baseURLs = map[string]string{
 
 // Handler serves everything the gateway answers.
 func (g *Gateway) Handler() http.Handler {
+	// Decisions on the approval page come from the page itself: a post from
+	// another site is refused by its Sec-Fetch-Site or Origin, before the
+	// CSRF cookie is even looked at.
+	sameOrigin := http.NewCrossOriginProtection()
+	if u, err := url.Parse(g.issuer); err == nil {
+		_ = sameOrigin.AddTrustedOrigin(u.Scheme + "://" + u.Host) // the public origin, when a proxy changes Host
+	}
+	sameOrigin.SetDenyHandler(http.HandlerFunc(crossOriginRefused))
+
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", g.health)
+	mux.HandleFunc("GET /health", g.serveHealth)
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource", g.protectedResourceMetadata)
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", g.protectedResourceMetadata)
 	mux.HandleFunc("GET /.well-known/oauth-authorization-server", g.authorizationServerMetadata)
 	mux.HandleFunc("POST /register", g.register)
 	mux.HandleFunc("GET /authorize", g.authorize)
+	mux.Handle("POST /authorize", sameOrigin.Handler(http.HandlerFunc(g.decide)))
 	mux.HandleFunc("GET /oauth/callback", g.callback)
 	mux.HandleFunc("POST /token", g.token)
 	// Stateless: every request stands alone, so any gateway replica can
@@ -149,27 +166,6 @@ func (g *Gateway) Handler() http.Handler {
 	mux.Handle("/mcp", g.requireToken(server.NewStreamableHTTPServer(g.tools,
 		server.WithStateLess(true), server.WithStreamableHTTPLogger(g.log))))
 	return mux
-}
-
-// health answers 200 while the gateway runs; "service" says whether the
-// exchange answers its own /health.
-func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-	defer cancel()
-	status := "ok"
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.svc.base+"/health", nil)
-	resp, err := g.svc.http.Do(req)
-	switch {
-	case err != nil:
-		status = "unreachable"
-	case resp.StatusCode != http.StatusOK:
-		status = fmt.Sprintf("HTTP %d", resp.StatusCode)
-	}
-	if resp != nil {
-		resp.Body.Close()
-	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "service": status})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

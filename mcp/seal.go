@@ -27,6 +27,14 @@ const (
 	kindState   blobKind = "state"   // the state of a pending authorization at the service
 	kindCode    blobKind = "code"    // the gateway's authorization code
 	kindRefresh blobKind = "refresh" // a wrapped refresh token of the service
+
+	// The approval page's: the request it asks about (a form field), the
+	// browser's CSRF nonce (a cookie) and the approvals the browser
+	// remembers (a cookie). Each of them opens only as itself, so a cookie
+	// of one kind cannot stand in for the other, nor for a form field.
+	kindApprovalRequest blobKind = "approval-request"
+	kindCSRF            blobKind = "csrf"
+	kindApprovals       blobKind = "approvals"
 )
 
 // Errors of Open. Neither says why a blob failed to authenticate: a

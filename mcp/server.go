@@ -37,7 +37,8 @@ func newToolServer(svc *service, now func() time.Time, log *slog.Logger) *server
 		server.WithResourceCapabilities(false, false),
 		server.WithInputSchemaValidation(),
 		server.WithStrictInputSchemaDefault(),
-		server.WithRecovery(),
+		server.WithToolHandlerMiddleware(guardTools(log)),
+		server.WithResourceHandlerMiddleware(guardResources(log)),
 	)
 	for _, build := range toolConstructors {
 		s.AddTool(build(a))

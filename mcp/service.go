@@ -238,7 +238,8 @@ func (e *apiError) Error() string { return e.detail }
 
 // get sends GET path?query with the user's token and decodes the JSON
 // answer into out. 4xx answers are *apiError with the service's own
-// explanation; anything else that fails is a plain error.
+// explanation; no answer, 429 and 5xx a *serviceError of kind
+// failUnavailable; anything else that fails is a plain error.
 func (s *service) get(ctx context.Context, token, path string, query url.Values, out any) error {
 	u := s.base + path
 	if len(query) > 0 {
@@ -258,28 +259,41 @@ func (s *service) getURL(ctx context.Context, token, u string, out any) error {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.Header.Set("Accept", "application/json")
+	op := "GET " + req.URL.Path // never the query: it may hold names a user searched for
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("the service is unreachable: %w", err)
+		return &serviceError{kind: failUnavailable, op: op, detail: transportCause(err)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxServiceBody))
 	if err != nil {
-		return fmt.Errorf("reading the service's answer: %w", err)
+		return &serviceError{kind: failUnavailable, op: op, status: resp.StatusCode, detail: transportCause(err)}
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		if err := json.Unmarshal(body, out); err != nil {
-			return fmt.Errorf("GET %s: the answer is not the JSON expected: %w", req.URL.Path, err)
+			return fmt.Errorf("%s: the answer is not the JSON expected: %w", op, err)
 		}
 		return nil
 	case resp.StatusCode == http.StatusUnauthorized:
 		return &apiError{resp.StatusCode, "the service no longer accepts this sign-in (expired or revoked): sign in again"}
-	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests:
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return &serviceError{kind: failUnavailable, op: op, status: resp.StatusCode}
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		return &apiError{resp.StatusCode, explain(resp.StatusCode, body)}
 	default:
-		return fmt.Errorf("GET %s: the service answered HTTP %d", req.URL.Path, resp.StatusCode)
+		return fmt.Errorf("%s: the service answered HTTP %d", op, resp.StatusCode)
 	}
+}
+
+// transportCause is what went wrong in a request to the service, without
+// the request's URL (and so its query) that *url.Error adds.
+func transportCause(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
 }
 
 // explain turns an admin API ({"detail"}) or FHIR (OperationOutcome)

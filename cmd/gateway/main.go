@@ -18,7 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,7 +48,7 @@ const usage = `usage: gateway [serve | stdio | healthcheck | help]
 
   serve        MCP over Streamable HTTP at /mcp with the OAuth broker (default)
   stdio        MCP over stdin/stdout, acting with SERVICE_ACCESS_TOKEN
-  healthcheck  exit 0 if the gateway on MCP_HTTP_PORT answers /health`
+  healthcheck  exit 0 if the gateway on MCP_HTTP_ADDR answers /health`
 
 // run is the whole program: settings come through getenv and output goes
 // to the given streams, so tests run it as users do.
@@ -88,14 +88,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		ServiceURL: s.ServiceURL, ServiceBrowserURL: s.ServicePublicURL,
 		ClientID: s.ClientID, ClientSecret: s.ClientSecret,
 		ResourceURL: s.ResourceURL, BrokerKey: s.BrokerKey, AllowedRedirects: s.AllowedRedirects,
-		RequireAudience: s.RequireAudience, Log: log,
+		RequireAudience: s.RequireAudience, ApprovalLifetime: s.ApprovalLifetime, Log: log,
 	})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(s.Port))
+	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
-		return fmt.Errorf("MCP_HTTP_PORT: %w", err)
+		return fmt.Errorf("MCP_HTTP_ADDR: %w", err)
 	}
 	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	log.Info("gateway listening", "addr", ln.Addr().String(), "mcp", s.ResourceURL+"/mcp", "service", s.ServiceURL,
@@ -133,12 +133,20 @@ func stdio(ctx context.Context, getenv func(string) string, in io.Reader, out io
 	return err
 }
 
-// healthcheck probes the local gateway's /health.
+// healthcheck probes the local gateway's /health: on its loopback address
+// when it listens on every interface.
 func healthcheck(ctx context.Context, getenv func(string) string) error {
-	port := get(getenv, "MCP_HTTP_PORT", strconv.Itoa(defaultPort))
+	addr, _, err := listenAddr(getenv)
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+port+"/health", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/health", nil)
 	if err != nil {
 		return err
 	}
@@ -148,7 +156,8 @@ func healthcheck(ctx context.Context, getenv func(string) string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/health answered %d", resp.StatusCode)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return fmt.Errorf("/health answered %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	return nil
 }

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"exchange/domain"
 	"exchange/handlers/handlerstest"
+	"exchange/mcp"
+	"exchange/oauth"
 	"exchange/repo/repotest"
 )
 
@@ -42,6 +45,11 @@ func TestSettingsRefusedAtStartUp(t *testing.T) {
 		{"SERVICE_BASE_URL", "ftp://service", "SERVICE_BASE_URL"},
 		{"SERVICE_CLIENT_ID", "", "SERVICE_CLIENT_ID: required"},
 		{"MCP_HTTP_PORT", "eighty", "MCP_HTTP_PORT"},
+		{"MCP_HTTP_ADDR", "8401", "MCP_HTTP_ADDR"},
+		{"MCP_HTTP_ADDR", "127.0.0.1:http", "MCP_HTTP_ADDR"},
+		{"MCP_HTTP_ADDR", "127.0.0.1:70000", "MCP_HTTP_ADDR"},
+		{"MCP_APPROVAL_LIFETIME", "30d", "MCP_APPROVAL_LIFETIME"},
+		{"MCP_APPROVAL_LIFETIME", "-1h", "MCP_APPROVAL_LIFETIME"},
 		{"MCP_REQUIRE_AUDIENCE", "maybe", "MCP_REQUIRE_AUDIENCE"},
 		{"MCP_ALLOWED_REDIRECTS", "https://ok.example/cb,https://bad.example/cb#frag", "MCP_ALLOWED_REDIRECTS"},
 	} {
@@ -62,6 +70,46 @@ func TestSettingsRefusedAtStartUp(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"frobnicate"}, env(vars), nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "unknown command") {
 		t.Errorf("unknown command: %v", err)
+	}
+	vars = goodVars()
+	vars["MCP_HTTP_ADDR"], vars["MCP_HTTP_PORT"] = "127.0.0.1:8401", "8401"
+	if err := run(context.Background(), nil, env(vars), nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "set MCP_HTTP_ADDR only") {
+		t.Errorf("both MCP_HTTP_ADDR and MCP_HTTP_PORT: %v", err)
+	}
+}
+
+// TestListenAddress: loopback unless told otherwise; the MCP_HTTP_PORT of
+// earlier versions keeps its meaning (every interface) with a warning.
+func TestListenAddress(t *testing.T) {
+	for _, c := range []struct {
+		vars    map[string]string
+		addr    string
+		warning string
+	}{
+		{nil, "127.0.0.1:8401", ""},
+		{map[string]string{"MCP_HTTP_ADDR": "0.0.0.0:8401"}, "0.0.0.0:8401", ""},
+		{map[string]string{"MCP_HTTP_ADDR": "[::1]:9000"}, "[::1]:9000", ""},
+		{map[string]string{"MCP_HTTP_PORT": "9000"}, ":9000", "MCP_HTTP_PORT is deprecated: set MCP_HTTP_ADDR=0.0.0.0:9000"},
+	} {
+		vars := goodVars()
+		for k, v := range c.vars {
+			vars[k] = v
+		}
+		s, warnings, err := loadSettings(env(vars))
+		if err != nil {
+			t.Fatalf("%v: %v", c.vars, err)
+		}
+		if s.Addr != c.addr || (c.warning == "") != (len(warnings) == 0) || (c.warning != "" && !strings.Contains(strings.Join(warnings, "\n"), c.warning)) {
+			t.Errorf("%v: addr %q warnings %q, want %q %q", c.vars, s.Addr, warnings, c.addr, c.warning)
+		}
+		if s.ApprovalLifetime != mcp.DefaultApprovalLifetime {
+			t.Errorf("MCP_APPROVAL_LIFETIME default %v", s.ApprovalLifetime)
+		}
+	}
+	vars := goodVars()
+	vars["MCP_APPROVAL_LIFETIME"] = "0"
+	if s, _, err := loadSettings(env(vars)); err != nil || s.ApprovalLifetime != 0 {
+		t.Errorf("MCP_APPROVAL_LIFETIME=0: %v %v", s, err)
 	}
 }
 
@@ -91,7 +139,13 @@ var listening = regexp.MustCompile(`msg="gateway listening" addr=\S*:(\d+)`)
 func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 	svc := handlerstest.Start(t)
 	vars := goodVars()
-	vars["SERVICE_BASE_URL"], vars["MCP_HTTP_PORT"] = svc.URL, "0"
+	vars["SERVICE_BASE_URL"], vars["MCP_HTTP_ADDR"] = svc.URL, "127.0.0.1:0"
+	// The gateway's client at the service, so /health finds its
+	// credentials accepted.
+	if _, err := svc.OAuth.SaveClient(context.Background(), oauth.ClientRegistration{ID: vars["SERVICE_CLIENT_ID"], Secret: vars["SERVICE_CLIENT_SECRET"],
+		Name: "MCP gateway", Type: domain.ClientConfidential, RedirectURIs: []string{defaultResourceURL + "/oauth/callback"}, SkipAuthorization: true}); err != nil {
+		t.Fatal(err)
+	}
 	delete(vars, "MCP_RESOURCE_URL")
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
@@ -120,8 +174,11 @@ func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 	if prm["resource"] != "http://localhost:8401/mcp" {
 		t.Errorf("resource %v", prm["resource"])
 	}
-	if err := healthcheck(context.Background(), env(map[string]string{"MCP_HTTP_PORT": port})); err != nil {
+	if err := healthcheck(context.Background(), env(map[string]string{"MCP_HTTP_ADDR": "0.0.0.0:" + port})); err != nil {
 		t.Errorf("healthcheck: %v", err)
+	}
+	if !strings.Contains(logs.String(), `addr=127.0.0.1:`+port) {
+		t.Errorf("the gateway does not listen on loopback only:\n%s", logs.String())
 	}
 	cancel()
 	select {
