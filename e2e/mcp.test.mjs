@@ -1,7 +1,7 @@
 // The MCP gateway as assistant clients meet it: the official TypeScript
 // SDK's client signs in through the gateway's OAuth broker (dynamic client
-// registration, PKCE) with the service's login page driven in headless
-// Chromium, then calls every tool; the MCP Inspector's CLI lists the tools
+// registration, PKCE) with the gateway's approval page and the service's
+// login page driven in headless Chromium, then calls every tool; the MCP Inspector's CLI lists the tools
 // with a bearer header; the official conformance suite runs its server
 // scenarios, with the failures expected of this server listed below.
 import { after, before, describe, it } from 'node:test';
@@ -120,10 +120,11 @@ class MemoryProvider {
 }
 
 /**
- * Signs in through the authorization URL in Chromium: the gateway sends the
- * browser to the service's login page; after it, the service (the
- * gateway's client is trusted: no consent page) returns to the gateway,
- * which returns to the client's redirect URI. Returns that redirect.
+ * Signs in through the authorization URL in Chromium: the gateway asks on
+ * its approval page, and Allow sends the browser to the service's login
+ * page; after it, the service (the gateway's client is trusted: no consent
+ * page) returns to the gateway, which returns to the client's redirect URI.
+ * Returns that redirect.
  */
 async function browserSignIn(authorizationUrl, { email, password }) {
   const context = await browser.newContext();
@@ -134,7 +135,12 @@ async function browserSignIn(authorizationUrl, { email, password }) {
   );
   try {
     const first = await page.goto(authorizationUrl.href);
-    assert.equal(first.status(), 200, 'the gateway leads to the service login page');
+    assert.equal(first.status(), 200, 'the gateway shows its approval page');
+    assert.equal(new URL(page.url()).origin, gateway, 'the approval page is the gateway');
+    await page.getByRole('heading', { name: 'Allow “e2e MCP SDK client” to read your data?' }).waitFor();
+    await page.screenshot({ path: join(artifactsDir(), 'mcp-approval.png'), fullPage: true });
+    await page.getByRole('button', { name: 'Allow' }).click();
+    await page.waitForURL((u) => u.origin === env('EXCHANGE_URL'));
     assert.equal(new URL(page.url()).origin, env('EXCHANGE_URL'), 'the login page is the service');
     await page.getByRole('heading', { name: 'Sign in' }).waitFor();
     await page.screenshot({ path: join(artifactsDir(), 'mcp-login.png'), fullPage: true });
