@@ -15,8 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -30,6 +28,7 @@ import (
 	"exchange/domain"
 	"exchange/fhirsearch"
 	"exchange/omh"
+	"exchange/omh/omhtest"
 	"exchange/repo"
 )
 
@@ -125,21 +124,6 @@ func BenchStored(run string, i int, id, patientID, deviceID int64, lastUpdated t
 		ContentType: "application/json", Payload: payload, DataPoint: dp.Document, Effective: tf, LastUpdated: lastUpdated}
 }
 
-// benchSchemas opens the official Open mHealth schemas: OMH_SCHEMA_DIR, or
-// standards/omh/schemas (scripts/setup prepares it). handlerstest.Schemas
-// does the same but cannot be imported here (it imports this package).
-func benchSchemas(b *testing.B) *omh.Registry {
-	dir := os.Getenv("OMH_SCHEMA_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "standards", "omh", "schemas")
-	}
-	r, err := omh.OpenRegistry(dir)
-	if err != nil {
-		b.Fatalf("%v: run scripts/setup first", err)
-	}
-	return r
-}
-
 // benchStore is the store of the CPU benchmarks: one organization with a
 // manager and a patient who consented to heart rate, one device. Creates
 // marshal the documents repo would insert and keep nothing; searches answer
@@ -228,7 +212,7 @@ func (s *benchStore) SearchObservations(context.Context, *domain.SearchPlan) (do
 // with the actor set as authenticate would (the bearer token lookup and the
 // actor's loading are database work, left out).
 func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server) {
-	svc := domain.NewService(domain.Config{Store: store, Schemas: benchSchemas(b)})
+	svc := domain.NewService(domain.Config{Store: store, Schemas: omhtest.Registry(b)})
 	s := &server{service: svc, search: fhirsearch.NewTranslator([]byte("bench cursor key"), "https://exchange.example.org/fhir-source", nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	s.native = s.nativeTypes() // as New builds it
 	a, err := svc.Actor(context.Background(), store.manager.ID)
@@ -264,14 +248,14 @@ func perObservation(b *testing.B, n int, loop func()) {
 // entry's decoding and create rules, the documents built and BSON-marshalled,
 // the batch-response Bundle encoded), reported per observation.
 func BenchmarkObservationCPU(b *testing.B) {
-	schemas := benchSchemas(b)
+	schemas := omhtest.Registry(b)
 	raw := BenchObservation("cpu", 7, 1, 1)
 	data := BenchHeartRate("cpu", 7)
 	dp, err := omh.Parse(data)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := schemas.Validate(dp); err != nil { // compiles the schemas, once
+	if err := schemas.Validate(dp); err != nil {
 		b.Fatal(err)
 	}
 

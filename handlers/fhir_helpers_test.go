@@ -32,6 +32,7 @@ const (
 	fxBP      = "omh:blood-pressure:4.0"
 	fxSteps   = "omh:step-count:3.0"
 	fxIEEEPA  = "ieee:physical-activity:1.0"
+	fxPA      = "omh:physical-activity:1.2" // its time frame is optional
 	fxStatusS = "http://hl7.org/fhir/observation-status"
 )
 
@@ -52,10 +53,10 @@ func fxMust[T any](v T, err error) T {
 //	practitioners: super (superuser), doc (member of A), viewer (viewer of
 //	A), nurse (member of A1), outsider (manager of B)
 //	patients: alice (A and A1), bob (A), dave (A), carol (B)
-//	studies: S1 of A (heart rate, blood pressure, steps, IEEE physical
-//	activity; Watch), S2 of A (heart rate, blood pressure; Cuff), S3 of B
-//	(heart rate; Cuff, Scale)
-//	alice in S1 consents to all four; bob in S1 to heart rate (blood
+//	studies: S1 of A (heart rate, blood pressure, steps, IEEE and Open
+//	mHealth physical activity; Watch), S2 of A (heart rate, blood pressure;
+//	Cuff), S3 of B (heart rate; Cuff, Scale)
+//	alice in S1 consents to all five; bob in S1 to heart rate (blood
 //	pressure refused), in S2 to blood pressure; dave in S1 answers nothing,
 //	in S2 consents to heart rate; carol in S3 consents to heart rate.
 type fxWorld struct {
@@ -69,7 +70,7 @@ type fxWorld struct {
 	tok                                 map[string]string
 
 	alice, bob, carol, dave *domain.Patient
-	hr, bp, steps, ieee     *domain.ScopeCode
+	hr, bp, steps, ieee, pa *domain.ScopeCode
 	watch, cuff, scale      int64
 	s1, s2, s3              *domain.Study
 }
@@ -122,6 +123,7 @@ func fxNewWorld(t *testing.T) *fxWorld {
 	// systems are interchangeable for consent.
 	w.steps = fxMust(svc.EnsureScopeCode(ctx, fxIEEE, fxSteps, "Step count"))
 	w.ieee = fxMust(svc.EnsureScopeCode(ctx, fxIEEE, fxIEEEPA, "Physical activity"))
+	w.pa = fxMust(svc.EnsureScopeCode(ctx, fxOMH, fxPA, "Physical activity (Open mHealth)"))
 	source := func(name string, typ domain.DataSourceType) int64 {
 		return fxMust(svc.CreateDataSource(ctx, fxSys, domain.NewDataSource{Name: name, Type: typ})).ID
 	}
@@ -141,11 +143,11 @@ func fxNewWorld(t *testing.T) *fxWorld {
 		}
 		return st
 	}
-	w.s1 = study(w.orgA.ID, "Sleep and heart", []*domain.ScopeCode{w.hr, w.bp, w.steps, w.ieee}, w.watch)
+	w.s1 = study(w.orgA.ID, "Sleep and heart", []*domain.ScopeCode{w.hr, w.bp, w.steps, w.ieee, w.pa}, w.watch)
 	w.s2 = study(w.orgA.ID, "Pressure", []*domain.ScopeCode{w.hr, w.bp}, w.cuff)
 	w.s3 = study(w.orgB.ID, "Elsewhere study", []*domain.ScopeCode{w.hr}, w.cuff, w.scale)
 
-	w.consent(w.alice, w.s1, map[*domain.ScopeCode]bool{w.hr: true, w.bp: true, w.steps: true, w.ieee: true})
+	w.consent(w.alice, w.s1, map[*domain.ScopeCode]bool{w.hr: true, w.bp: true, w.steps: true, w.ieee: true, w.pa: true})
 	w.consent(w.bob, w.s1, map[*domain.ScopeCode]bool{w.hr: true, w.bp: false})
 	w.consent(w.bob, w.s2, map[*domain.ScopeCode]bool{w.bp: true})
 	w.consent(w.dave, w.s1, nil)
@@ -176,18 +178,28 @@ func (w *fxWorld) consent(p *domain.Patient, st *domain.Study, answers map[*doma
 
 var fxDataPointSeq atomic.Int64
 
-// fxDataPoint returns a data point of the native code with the body,
-// indented so that its bytes differ from any re-encoding.
-func fxDataPoint(code string, body map[string]any) []byte {
+// fxDataPoint returns a data point of the native code with the body and an
+// Open mHealth header, indented so that its bytes differ from any
+// re-encoding.
+func fxDataPoint(code string, body any) []byte {
+	return fxDataPointWith(map[string]any{"id": fmt.Sprintf("dp-%d", fxDataPointSeq.Add(1)), "creation_date_time": "2024-06-01T12:00:00Z"}, code, body)
+}
+
+// fxIEEEDataPoint is fxDataPoint with an IEEE 1752 header, as JupyterHealth
+// Exchange's clients send them.
+func fxIEEEDataPoint(code string, body any) []byte {
+	n := fxDataPointSeq.Add(1)
+	return fxDataPointWith(map[string]any{"uuid": fmt.Sprintf("%08x-7d1c-4c3a-9b2e-%012x", n, n), "source_creation_date_time": "2024-06-01T05:00:00-07:00",
+		"modality": "sensed"}, code, body)
+}
+
+// fxDataPointWith returns a data point with the header members given (and
+// the schema_id of the code) and the body; a json.RawMessage body is kept
+// as it is.
+func fxDataPointWith(header map[string]any, code string, body any) []byte {
 	parts := strings.Split(code, ":")
-	dp := map[string]any{
-		"header": map[string]any{
-			"id":                 fmt.Sprintf("dp-%d", fxDataPointSeq.Add(1)),
-			"creation_date_time": "2024-06-01T12:00:00Z",
-			"schema_id":          map[string]any{"namespace": parts[0], "name": parts[1], "version": parts[2]},
-		},
-		"body": body,
-	}
+	header["schema_id"] = map[string]any{"namespace": parts[0], "name": parts[1], "version": parts[2]}
+	dp := map[string]any{"header": header, "body": body}
 	data, err := json.MarshalIndent(dp, "", "   ")
 	if err != nil {
 		panic(err)

@@ -42,8 +42,8 @@ func TestFHIRPagingThroughAThousandObservations(t *testing.T) {
 		}
 		switch {
 		case i%10 == 1 && i%3 != 0: // alice's, without a time frame
-			o.system, o.code = fxIEEE, fxIEEEPA
-			o.payload = fxDataPoint(fxIEEEPA, map[string]any{"activity_name": "walking"})
+			o.code = fxPA
+			o.payload = fxDataPoint(fxPA, map[string]any{"activity_name": "walking"})
 		default: // four observations per hour: ties
 			date = base.Add(time.Duration(i/4) * time.Hour)
 			o.payload = fxDataPoint(fxHR, fxHeartRate(fxAt(date.Format(time.RFC3339))))

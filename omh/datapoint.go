@@ -37,18 +37,31 @@ func ParseCode(code string) (SchemaID, error) {
 // Code returns the native code of the schema id.
 func (s SchemaID) Code() string { return s.Namespace + ":" + s.Name + ":" + s.Version }
 
-// DataPoint is a parsed Open mHealth data point.
+// DataPoint is a parsed data point, with an Open mHealth or an IEEE 1752
+// header.
 type DataPoint struct {
 	Schema SchemaID
 	// Body is the body as decoded JSON (numbers as json.Number).
 	Body map[string]any
 	// Document is the whole data point as decoded JSON.
 	Document map[string]any
+	// ieeeHeader is set when the header is an IEEE 1752 header.
+	ieeeHeader bool
 }
 
+// The members of each kind of header that tell them apart (both have a
+// schema_id): Open mHealth's header-1.x and IEEE 1752's metadata/header-1.0.
+var (
+	omhHeaderMembers  = []string{"id", "creation_date_time"}
+	ieeeHeaderMembers = []string{"uuid", "source_creation_date_time"}
+)
+
 // Parse reads a data point: a JSON object with a header carrying a
-// schema_id {namespace, name, version}, and a body object. The error says
-// what is wrong in terms of the JSON.
+// schema_id {namespace, name, version}, and a body object. The header is
+// an IEEE 1752 header when it has uuid and source_creation_date_time, else
+// an Open mHealth header when it has id and creation_date_time; one that is
+// neither is refused, naming what each kind lacks. The error says what is
+// wrong in terms of the JSON.
 func Parse(data []byte) (*DataPoint, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -73,6 +86,10 @@ func Parse(data []byte) (*DataPoint, error) {
 			return nil, fmt.Errorf("header.schema_id.%s must be a non-empty string", key)
 		}
 	}
+	ieee, err := headerKind(header)
+	if err != nil {
+		return nil, err
+	}
 	body, ok := doc["body"].(map[string]any)
 	if !ok {
 		return nil, errors.New("the data point has no body object")
@@ -80,7 +97,31 @@ func Parse(data []byte) (*DataPoint, error) {
 	if err := checkKeys("", doc); err != nil {
 		return nil, err
 	}
-	return &DataPoint{Schema: id, Body: body, Document: doc}, nil
+	return &DataPoint{Schema: id, Body: body, Document: doc, ieeeHeader: ieee}, nil
+}
+
+// headerKind reports whether a header is an IEEE 1752 header (true) or an
+// Open mHealth one (false), by the members it has; the schema of its kind
+// then checks their values.
+func headerKind(header map[string]any) (ieee bool, err error) {
+	missing := func(members []string) []string {
+		var out []string
+		for _, m := range members {
+			if _, ok := header[m]; !ok {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	noIEEE, noOMH := missing(ieeeHeaderMembers), missing(omhHeaderMembers)
+	switch {
+	case len(noIEEE) == 0:
+		return true, nil
+	case len(noOMH) == 0:
+		return false, nil
+	}
+	return false, fmt.Errorf("the header is neither an Open mHealth header (id, creation_date_time, schema_id; it has no %s) nor an IEEE 1752 header (uuid, source_creation_date_time, schema_id; it has no %s)",
+		strings.Join(noOMH, ", "), strings.Join(noIEEE, ", "))
 }
 
 // ErrUnstorable marks what a document database cannot store: a key with a

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path"
@@ -11,43 +12,77 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 )
 
-// SchemaInfo describes one schema of the registry.
+// SchemaInfo describes one Open mHealth schema of the registry.
 type SchemaInfo struct {
 	Name    string
 	Version string
 	Title   string // the schema's description
 }
 
-// Registry is the set of official Open mHealth schemas in a directory. It
-// is safe for concurrent use; schemas are compiled once, on first use.
+// Registry is the set of official schemas: the Open mHealth schemas of
+// one directory and the IEEE 1752 schemas of another, all compiled when
+// it is opened. It is safe for concurrent use.
 type Registry struct {
-	dir     string
-	schemas []SchemaInfo
-
-	mu       sync.Mutex
-	compiled map[string]*jsonschema.Schema // by file name
+	omhDir string
+	// omh lists the Open mHealth schemas, by name and version.
+	omh []SchemaInfo
+	// schemas holds every schema of both namespaces, by its identifier.
+	schemas map[SchemaID]*jsonschema.Schema
+	// The data point schemas of each kind of header.
+	omhDataPoint, ieeeDataPoint *jsonschema.Schema
 }
 
 // A schema file is <name>-<major>.<minor>.json; <name>-<major>.x.json files
 // are the "latest minor" aliases that references use.
-var schemaFile = regexp.MustCompile(`^([a-z0-9]+(?:-[a-z0-9]+)*)-([0-9]+\.[0-9]+)\.json$`)
+var (
+	schemaFile = regexp.MustCompile(`^([a-z0-9]+(?:-[a-z0-9]+)*)-([0-9]+\.[0-9]+)\.json$`)
+	aliasFile  = regexp.MustCompile(`^[a-z0-9]+(?:-[a-z0-9]+)*-[0-9]+\.x\.json$`)
+)
 
-// OpenRegistry indexes the schemas in dir. A missing or empty directory is
-// an error: run scripts/setup, or set OMH_SCHEMA_DIR.
-func OpenRegistry(dir string) (*Registry, error) {
-	entries, err := os.ReadDir(dir)
+// The base URLs the schemas are published under, and reference each
+// other by: Open mHealth's, and IEEE 1752's as Open mHealth's schemas
+// reference them. Schemas are compiled from these URLs, so that relative
+// references resolve among the registry's files.
+const (
+	omhBase  = "https://w3id.org/openmhealth/schemas/omh/"
+	ieeeBase = "https://w3id.org/ieee/ieee-1752-schema/"
+)
+
+// IEEEDirBeside is where the IEEE 1752 schemas are by default: the folder
+// ieee-1752 beside the Open mHealth schema directory, as scripts/setup and
+// the shared standards folder lay them out.
+func IEEEDirBeside(omhDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Clean(omhDir)), "ieee-1752")
+}
+
+// ErrNotInstalled is returned by OpenRegistry when the Open mHealth schema
+// directory is missing or holds no schemas: scripts/setup has not run.
+var ErrNotInstalled = errors.New("the Open mHealth schemas are not installed")
+
+// OpenRegistry reads the Open mHealth schemas of omhDir (one flat folder)
+// and the IEEE 1752 schemas under ieeeDir (their upstream subfolders; file
+// names are unique), and compiles every one of them, so that a schema that
+// is malformed or references a schema the two folders do not hold fails
+// here, by name, and never while a data point is checked. An error wraps
+// ErrNotInstalled when omhDir holds no schemas.
+func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
+	loader := schemaLoader{omhDir: omhDir, ieee: map[string]string{}}
+	entries, err := os.ReadDir(omhDir)
 	if err != nil {
-		return nil, fmt.Errorf("OMH_SCHEMA_DIR: %w (run scripts/setup)", err)
+		return nil, fmt.Errorf("%w: %w (run scripts/setup, or set OMH_SCHEMA_DIR)", ErrNotInstalled, err)
 	}
-	r := &Registry{dir: dir, compiled: map[string]*jsonschema.Schema{}}
+	r := &Registry{omhDir: omhDir, schemas: map[SchemaID]*jsonschema.Schema{}}
+	var urls []string // every file of both folders, aliases too
 	for _, e := range entries {
+		if aliasFile.MatchString(e.Name()) {
+			urls = append(urls, omhBase+e.Name())
+		}
 		m := schemaFile.FindStringSubmatch(e.Name())
 		if m == nil {
 			continue
@@ -55,44 +90,90 @@ func OpenRegistry(dir string) (*Registry, error) {
 		var head struct {
 			Description string `json:"description"`
 		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		data, err := os.ReadFile(filepath.Join(omhDir, e.Name()))
 		if err != nil {
 			return nil, err
 		}
 		if err := json.Unmarshal(data, &head); err != nil {
-			return nil, fmt.Errorf("OMH schema %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("Open mHealth schema %s: %w", e.Name(), err)
 		}
-		r.schemas = append(r.schemas, SchemaInfo{Name: m[1], Version: m[2], Title: head.Description})
+		r.omh = append(r.omh, SchemaInfo{Name: m[1], Version: m[2], Title: head.Description})
+		urls = append(urls, omhBase+e.Name())
 	}
-	if len(r.schemas) == 0 {
-		return nil, fmt.Errorf("OMH_SCHEMA_DIR: no schemas in %s (run scripts/setup)", dir)
+	if len(r.omh) == 0 {
+		return nil, fmt.Errorf("%w: no schemas in %s (run scripts/setup, or set OMH_SCHEMA_DIR)", ErrNotInstalled, omhDir)
 	}
-	slices.SortFunc(r.schemas, func(a, b SchemaInfo) int {
+	slices.SortFunc(r.omh, func(a, b SchemaInfo) int {
 		return strings.Compare(a.Name+" "+a.Version, b.Name+" "+b.Version)
 	})
+	// os.DirFS follows ieeeDir itself when it is a link, as scripts/setup
+	// makes it.
+	err = fs.WalkDir(os.DirFS(ieeeDir), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !schemaFile.MatchString(d.Name()) {
+			return err
+		}
+		if other, ok := loader.ieee[d.Name()]; ok {
+			return fmt.Errorf("%s and %s have the same name, by which the schemas reference them", other, p)
+		}
+		loader.ieee[d.Name()] = filepath.Join(ieeeDir, filepath.FromSlash(p))
+		urls = append(urls, ieeeBase+d.Name())
+		return nil
+	})
+	if err == nil && len(loader.ieee) == 0 {
+		err = fmt.Errorf("no schemas in %s", ieeeDir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("OMH_IEEE_SCHEMA_DIR: %w (run scripts/setup)", err)
+	}
+
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	c.UseLoader(loader)
+	for _, u := range urls {
+		sch, err := c.Compile(u)
+		if err != nil {
+			return nil, fmt.Errorf("compile schema %s: %w", path.Base(u), err)
+		}
+		if m := schemaFile.FindStringSubmatch(path.Base(u)); m != nil {
+			ns := NamespaceOMH
+			if strings.HasPrefix(u, ieeeBase) {
+				ns = NamespaceIEEE
+			}
+			r.schemas[SchemaID{Namespace: ns, Name: m[1], Version: m[2]}] = sch
+		}
+	}
+	var ok bool
+	if r.omhDataPoint, ok = r.schemas[SchemaID{NamespaceOMH, "data-point", "1.0"}]; !ok {
+		return nil, fmt.Errorf("%w: no data-point-1.0.json in %s", ErrNotInstalled, omhDir)
+	}
+	if r.ieeeDataPoint, ok = r.schemas[SchemaID{NamespaceIEEE, "data-point", "1.0"}]; !ok {
+		return nil, fmt.Errorf("OMH_IEEE_SCHEMA_DIR: no data-point-1.0.json under %s (run scripts/setup)", ieeeDir)
+	}
 	return r, nil
 }
 
-// Schemas lists the schemas by name and version.
-func (r *Registry) Schemas() []SchemaInfo { return r.schemas }
+// Schemas lists the Open mHealth schemas by name and version.
+func (r *Registry) Schemas() []SchemaInfo { return r.omh }
 
-// Has reports whether the registry has the schema of that name and version.
-func (r *Registry) Has(name, version string) bool {
-	return slices.ContainsFunc(r.schemas, func(s SchemaInfo) bool { return s.Name == name && s.Version == version })
+// Has reports whether the registry has the schema, of either namespace.
+func (r *Registry) Has(id SchemaID) bool {
+	_, ok := r.schemas[id]
+	return ok
 }
 
 // ErrNoSchema is returned for a schema the registry does not have.
 var ErrNoSchema = errors.New("no such schema")
 
-// Schema returns the schema file's JSON.
+// Schema returns the Open mHealth schema file's JSON, as published.
 func (r *Registry) Schema(name, version string) ([]byte, error) {
-	if !r.Has(name, version) {
+	if !r.Has(SchemaID{Namespace: NamespaceOMH, Name: name, Version: version}) {
 		return nil, ErrNoSchema
 	}
-	return os.ReadFile(filepath.Join(r.dir, name+"-"+version+".json"))
+	return os.ReadFile(filepath.Join(r.omhDir, name+"-"+version+".json"))
 }
 
-// ValidationError lists why a data point fails its schema.
+// ValidationError lists why a data point fails its schemas. Each problem
+// names where it is, as a JSON pointer into the data point.
 type ValidationError struct {
 	Schema   string
 	Problems []string
@@ -102,99 +183,129 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("the data point does not conform to %s: %s", e.Schema, strings.Join(e.Problems, "; "))
 }
 
-// Validate checks a data point: its header against the data point schema,
-// and, for Open mHealth namespaces, its body against the schema its header
-// names when the registry has it. Data points of other namespaces (IEEE
-// 1752, whose schemas are not here) and of unknown versions are checked for
-// structure only, as Parse did. Returns a *ValidationError when the data
-// point does not conform.
+// Validate checks a data point: the whole against the data point schema
+// of its header's kind (Open mHealth's data-point-1.0, whose header is
+// header-1.x, or IEEE 1752's metadata/data-point-1.0, whose header is
+// metadata/header-1.0), and its body against the schema its header names,
+// in the namespace the header names. Returns a *ValidationError when the
+// data point does not conform, or names a schema the registry does not
+// have.
 func (r *Registry) Validate(dp *DataPoint) error {
-	if err := r.validate("data-point-1.0.json", dp.Document); err != nil {
+	doc, header := r.omhDataPoint, "omh:data-point:1.0"
+	if dp.ieeeHeader {
+		doc, header = r.ieeeDataPoint, "ieee:data-point:1.0"
+	}
+	if err := validate(doc, header, "", dp.Document); err != nil {
 		return err
 	}
-	if dp.Schema.Namespace != NamespaceOMH || !r.Has(dp.Schema.Name, dp.Schema.Version) {
-		return nil
+	body, ok := r.schemas[dp.Schema]
+	if !ok {
+		return &ValidationError{Schema: dp.Schema.Code(), Problems: []string{
+			fmt.Sprintf("at /header/schema_id: there is no schema %s among the official %s schemas", dp.Schema.Code(), namespaceTitle(dp.Schema.Namespace))}}
 	}
-	return r.validate(dp.Schema.Name+"-"+dp.Schema.Version+".json", dp.Body)
+	return validate(body, dp.Schema.Code(), "/body", dp.Body)
 }
 
-func (r *Registry) validate(file string, doc any) error {
-	sch, err := r.compile(file)
-	if err != nil {
-		return err
+func namespaceTitle(ns string) string {
+	if ns == NamespaceIEEE {
+		return "IEEE 1752"
 	}
+	return "Open mHealth"
+}
+
+// ValidateInstance checks any JSON value (as jsonschema.UnmarshalJSON
+// decodes it) against one schema of the registry: a body, or a component
+// such as a unit value, as the schemas' own test data holds them.
+func (r *Registry) ValidateInstance(id SchemaID, v any) error {
+	sch, ok := r.schemas[id]
+	if !ok {
+		return ErrNoSchema
+	}
+	return validate(sch, id.Code(), "", v)
+}
+
+// validate checks v against sch; problems are located under at.
+func validate(sch *jsonschema.Schema, name, at string, v any) error {
 	// Parse decoded the data point as the validator's own decoder does
 	// (objects, arrays, json.Number), so it is validated as it is.
-	err = sch.Validate(doc)
+	err := sch.Validate(v)
 	var ve *jsonschema.ValidationError
 	if errors.As(err, &ve) {
-		return &ValidationError{Schema: strings.TrimSuffix(file, ".json"), Problems: leafErrors(ve)}
+		return &ValidationError{Schema: name, Problems: leafErrors(at, ve)}
 	}
 	return err
 }
 
 var english = message.NewPrinter(language.English)
 
+// maxProblems bounds the problems a ValidationError lists.
+const maxProblems = 10
+
 // leafErrors flattens a validation error tree into its most specific
 // messages, with where they apply.
-func leafErrors(ve *jsonschema.ValidationError) []string {
+func leafErrors(at string, ve *jsonschema.ValidationError) []string {
 	if len(ve.Causes) == 0 {
-		loc := "/" + strings.Join(ve.InstanceLocation, "/")
+		loc := at + "/" + strings.Join(ve.InstanceLocation, "/")
+		if len(ve.InstanceLocation) == 0 && at != "" {
+			loc = at
+		}
 		return []string{fmt.Sprintf("at %s: %s", loc, ve.ErrorKind.LocalizedString(english))}
 	}
 	var out []string
 	for _, c := range ve.Causes {
-		out = append(out, leafErrors(c)...)
-		if len(out) >= 10 {
-			break
+		out = append(out, leafErrors(at, c)...)
+		if len(out) >= maxProblems {
+			return out[:maxProblems]
 		}
 	}
 	return out
 }
 
-// compile returns the compiled schema of a file of the registry.
-func (r *Registry) compile(file string) (*jsonschema.Schema, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if sch, ok := r.compiled[file]; ok {
-		return sch, nil
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	c.UseLoader(schemaLoader{dir: r.dir})
-	sch, err := c.Compile(localURL + file)
-	if err != nil {
-		return nil, fmt.Errorf("compile OMH schema %s: %w", file, err)
-	}
-	r.compiled[file] = sch
-	return sch, nil
+// schemaLoader resolves schema URLs to the registry's files: an Open
+// mHealth URL by its file name in the Open mHealth directory, an IEEE 1752
+// URL by its file name among the IEEE files. Nothing else is available: a
+// reference to anything else fails the compilation.
+type schemaLoader struct {
+	omhDir string
+	ieee   map[string]string // file name -> path
 }
-
-// localURL is the base every schema is compiled from, so that relative
-// references ("time-frame-1.x.json") resolve among the registry's files.
-const localURL = "https://w3id.org/openmhealth/schemas/omh/"
-
-// schemaLoader resolves schema URLs to the registry's files: any Open
-// mHealth URL by its file name. IEEE 1752 schemas are not available here;
-// a reference to one accepts any value.
-type schemaLoader struct{ dir string }
 
 func (l schemaLoader) Load(rawURL string) (any, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	name := path.Base(u.Path)
-	switch {
-	case strings.Contains(u.Path, "/ieee-1752-schema/"):
-		return map[string]any{}, nil
-	case u.Host == "w3id.org" && strings.Contains(u.Path, "/openmhealth/"):
-		f, err := os.Open(filepath.Join(l.dir, name))
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		return jsonschema.UnmarshalJSON(f)
+	var file string
+	switch name := path.Base(u.Path); {
+	case strings.HasPrefix(rawURL, ieeeBase) && l.ieee[name] != "":
+		file = l.ieee[name]
+	case strings.HasPrefix(rawURL, omhBase) && schemaOrAlias(name):
+		file = filepath.Join(l.omhDir, name)
+	default:
+		return nil, fmt.Errorf("the schema %s is not among the installed schemas", rawURL)
 	}
-	return nil, fmt.Errorf("the schema %s is not available offline", rawURL)
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	// A schema is what its file name says. Some files' $id says otherwise
+	// (body-weight-3.0.json claims to be body-weight-2.0.json; the IEEE
+	// schemas claim unversioned names): compiled as published, two files
+	// would share one identity. References resolve the same either way,
+	// as every $id names the same folder as the file's own URL.
+	if obj, ok := doc.(map[string]any); ok {
+		if _, ok := obj["$id"]; ok {
+			obj["$id"] = rawURL
+		}
+	}
+	return doc, nil
+}
+
+func schemaOrAlias(name string) bool {
+	return schemaFile.MatchString(name) || aliasFile.MatchString(name)
 }

@@ -43,13 +43,15 @@ func formatFHIR(t time.Time) string {
 // EffectiveTimeFrame reads body.effective_time_frame. It returns false when
 // the body has none or it is not a shape this package knows: a date_time;
 // a time_interval with start and end, start and duration, end and duration,
-// or a date and part_of_day.
+// or (Open mHealth only) a date and part_of_day. IEEE 1752's time-frame-1.0
+// has the same shapes but the last, so it reads the same.
 func EffectiveTimeFrame(body map[string]any) (*TimeFrame, bool) {
 	tf, err := ParseTimeFrame(body["effective_time_frame"])
 	return tf, err == nil
 }
 
-// ParseTimeFrame reads an OMH time frame object, saying what is wrong.
+// ParseTimeFrame reads an Open mHealth or IEEE 1752 time frame object,
+// saying what is wrong.
 func ParseTimeFrame(v any) (*TimeFrame, error) {
 	frame, ok := v.(map[string]any)
 	if !ok {

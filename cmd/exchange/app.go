@@ -98,16 +98,26 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 	return a, nil
 }
 
-// openModels loads what checks and converts requests: the Open mHealth
-// schemas, the R5 definitions (validation and search indexes) and the R4
-// maps. Missing standards data is a warning (scripts/setup), a map that
-// does not compile an error.
+// openModels loads what checks and converts requests: the Open mHealth and
+// IEEE 1752 schemas (every one compiled now), the R5 definitions
+// (validation and search indexes) and the R4 maps. Missing standards data
+// is a warning (scripts/setup); a schema or map that does not compile, or
+// Open mHealth schemas without the IEEE 1752 schemas they reference, an
+// error.
 func (a *app) openModels(config *domain.Config) error {
 	s, log := a.settings, a.log
 	var err error
-	if a.schemas, err = omh.OpenRegistry(s.OMHSchemaDir); err != nil {
+	a.schemas, err = omh.OpenRegistry(s.OMHSchemaDir, s.OMHIEEESchemaDir)
+	switch {
+	case errors.Is(err, omh.ErrNotInstalled):
+		a.schemas = nil
 		log.Warn("Open mHealth schemas are not installed: data points are checked for structure only; run scripts/setup", "error", err)
-	} else {
+	case err != nil:
+		// Installed but incomplete (the IEEE 1752 schemas they reference
+		// are missing) or broken: checking data points against part of a
+		// schema would accept what the schema refuses.
+		return err
+	default:
 		config.Schemas = a.schemas
 	}
 	defs, validator, err := fhirdefs.OpenR5(s.FHIRPackagesDir)

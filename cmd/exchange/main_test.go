@@ -54,6 +54,7 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		{"EMBEDDED_MONGO_ADDR", "27017"},
 		{"FHIR_SOURCE_BASE", "ftp://x.example.org"},
 		{"OMH_SCHEMA_DIR", "/nonexistent/schemas"},
+		{"OMH_IEEE_SCHEMA_DIR", "/nonexistent/ieee-1752"},
 		{"FHIR_XVER_PACKAGE_DIR", "/nonexistent/maps"},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -70,6 +71,17 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 	// A matching pair of one's own is accepted.
 	if _, err := loadSettings(env(map[string]string{"PATIENT_AUTHORIZATION_CODE_VERIFIER": verifier, "PATIENT_AUTHORIZATION_CODE_CHALLENGE": s256(verifier)})); err != nil {
 		t.Errorf("matching PKCE pair: %v", err)
+	}
+}
+
+// The Open mHealth schemas reference IEEE 1752 schemas: without them the
+// server does not start (it would accept anything where they apply), and
+// says which setting to fix.
+func TestIEEESchemasRequired(t *testing.T) {
+	err := run(context.Background(), nil, env(map[string]string{"DATA_DIR": t.TempDir(), "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0",
+		"OMH_SCHEMA_DIR": filepath.Join("..", "..", "standards", "omh", "schemas"), "OMH_IEEE_SCHEMA_DIR": t.TempDir()}), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "OMH_IEEE_SCHEMA_DIR") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("started without the IEEE 1752 schemas, or said so unclearly: %v", err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"exchange/oauth"
+	"exchange/omh"
 )
 
 // settings are the service's environment variables, parsed and checked. The
@@ -36,6 +37,7 @@ type settings struct {
 	XverPackageDir    string
 	XverPatchesDir    string
 	OMHSchemaDir      string
+	OMHIEEESchemaDir  string
 	FHIRPackagesDir   string
 }
 
@@ -137,6 +139,7 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 	}{
 		{"FHIR_XVER_PACKAGE_DIR", defaultXverPackageDir, &s.XverPackageDir},
 		{"OMH_SCHEMA_DIR", defaultOMHSchemaDir, &s.OMHSchemaDir},
+		{"OMH_IEEE_SCHEMA_DIR", "", &s.OMHIEEESchemaDir},
 		{"FHIR_PACKAGES_DIR", defaultFHIRPackagesDir, &s.FHIRPackagesDir},
 		{"FHIR_XVER_PATCHES_DIR", "", &s.XverPatchesDir},
 	} {
@@ -151,6 +154,11 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 		} else {
 			*d.dest = d.def
 		}
+	}
+	// The IEEE 1752 schemas are read beside the Open mHealth ones unless
+	// named: setting OMH_SCHEMA_DIR alone moves both.
+	if s.OMHIEEESchemaDir == "" {
+		s.OMHIEEESchemaDir = omh.IEEEDirBeside(s.OMHSchemaDir)
 	}
 	return s, nil
 }

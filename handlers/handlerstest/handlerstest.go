@@ -25,6 +25,7 @@ import (
 	"exchange/handlers"
 	"exchange/oauth"
 	"exchange/omh"
+	"exchange/omh/omhtest"
 	"exchange/repo"
 	"exchange/repo/repotest"
 )
@@ -74,28 +75,11 @@ type Env struct {
 var (
 	keyOnce sync.Once
 	key     *rsa.PrivateKey
-
-	schemasOnce sync.Once
-	schemas     *omh.Registry
-	schemasErr  error
 )
 
-// Schemas returns the official Open mHealth schemas: OMH_SCHEMA_DIR, or
-// standards/omh/schemas of the repository (scripts/setup prepares it).
-func Schemas(t testing.TB) *omh.Registry {
-	t.Helper()
-	schemasOnce.Do(func() {
-		dir := os.Getenv("OMH_SCHEMA_DIR")
-		if dir == "" {
-			dir = filepath.Join(RepoRoot(), "standards", "omh", "schemas")
-		}
-		schemas, schemasErr = omh.OpenRegistry(dir)
-	})
-	if schemasErr != nil {
-		t.Fatalf("%v: run scripts/setup first", schemasErr)
-	}
-	return schemas
-}
+// Schemas returns the official Open mHealth and IEEE 1752 schemas (see
+// omhtest.Registry).
+func Schemas(t testing.TB) *omh.Registry { return omhtest.Registry(t) }
 
 // r5 is the R5 validator and indexer, opened once per test binary.
 var r5 = sync.OnceValues(func() (*r5Model, error) {
