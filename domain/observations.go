@@ -55,6 +55,20 @@ type NewObservation struct {
 	Identifiers []Identifier
 	ContentType string
 	Data        []byte // the attachment's data, decoded from Base64
+	// Effective is the effective[x] the request gave, if any. The data
+	// point's time frame decides effective[x]: one that disagrees with it
+	// is refused, not dropped.
+	Effective *EffectiveClaim
+}
+
+// EffectiveClaim is an effective[x] given with a native Observation:
+// Element names its form (effectiveDateTime, effectiveInstant or
+// effectivePeriod); DateTime is set for the first two, Start and End for a
+// period.
+type EffectiveClaim struct {
+	Element    string
+	DateTime   string
+	Start, End string
 }
 
 // ObservationStatuses is FHIR's observation-status value set.
@@ -127,9 +141,12 @@ type writerCheck struct {
 // write that patient's data (CodeForbidden), who consented to the
 // observation's scope in at least one study (CodeForbidden); the device is
 // Device/<data source id>; exactly one coding is native, of the form
-// namespace:name:version; the attachment is an application/json OMH data
-// point whose header.schema_id agrees with that code and that passes its
-// official schema (CodeUnprocessable); identifiers are unique across
+// namespace:name:version; the attachment is an application/json data point,
+// with an Open mHealth or an IEEE 1752 header, whose header.schema_id agrees
+// with that code, that passes the data point schema of its header's kind
+// and whose body passes the official schema the code names
+// (CodeUnprocessable); an effective[x] given agrees with the data point's
+// time frame (CodeUnprocessable); identifiers are unique across
 // observations (CodeDuplicate). Unknown patients and devices are
 // CodeNotFound.
 func (s *Service) CreateObservations(ctx context.Context, actor *Actor, in []NewObservation) []ObservationOutcome {
@@ -197,8 +214,12 @@ func (s *Service) checkObservation(ctx context.Context, actor *Actor, n NewObser
 	if err := s.schemas.Validate(dp); err != nil {
 		var ve *omh.ValidationError
 		if errors.As(err, &ve) {
-			return nil, &Error{Code: CodeUnprocessable, Field: "Observation.valueAttachment.data", Message: "Observation.valueAttachment.data: " + ve.Error()}
+			return nil, dataPointError(ve)
 		}
+		return nil, err
+	}
+	tf, _ := omh.EffectiveTimeFrame(dp.Body)
+	if err := effectiveAgrees(n.Effective, tf); err != nil {
 		return nil, err
 	}
 	check, ok := patients[patientID]
@@ -223,9 +244,46 @@ func (s *Service) checkObservation(ctx context.Context, actor *Actor, n NewObser
 	if devErr != nil {
 		return nil, devErr
 	}
-	tf, _ := omh.EffectiveTimeFrame(dp.Body)
 	return &Observation{PatientID: patientID, DataSourceID: deviceID, Status: n.Status, Codings: n.Codings, Code: code,
 		Identifiers: n.Identifiers, ContentType: n.ContentType, Payload: n.Data, DataPoint: dp.Document, Effective: tf}, nil
+}
+
+// dataPointError refuses a data point that fails its schemas: one issue
+// per problem, each saying where in the data point it is.
+func dataPointError(ve *omh.ValidationError) error {
+	const field = "Observation.valueAttachment.data"
+	details := make([]Detail, len(ve.Problems))
+	for i, p := range ve.Problems {
+		details[i] = Detail{Field: field, Message: fmt.Sprintf("%s: the data point does not conform to %s: %s", field, ve.Schema, p)}
+	}
+	return &Error{Code: CodeUnprocessable, Field: field, Message: field + ": " + ve.Error(), Details: details}
+}
+
+// effectiveAgrees checks an effective[x] the request gave against the data
+// point's time frame, from which effective[x] comes: the same form (an
+// instant for effectiveDateTime and effectiveInstant, a period for
+// effectivePeriod) and the same instants, in any UTC offset.
+func effectiveAgrees(claim *EffectiveClaim, tf *omh.TimeFrame) error {
+	if claim == nil {
+		return nil
+	}
+	same := func(s string, t time.Time) bool {
+		v, err := time.Parse(time.RFC3339Nano, s)
+		return err == nil && v.Equal(t)
+	}
+	field := "Observation." + claim.Element
+	switch {
+	case tf == nil:
+		return &Error{Code: CodeUnprocessable, Field: field, Message: field + ": the data point has no time frame the service recognises, so the Observation has no effective[x]; leave it out"}
+	case claim.Element == "effectivePeriod" && !tf.IsInstant() && same(claim.Start, tf.Start) && same(claim.End, tf.End),
+		claim.Element != "effectivePeriod" && tf.IsInstant() && same(claim.DateTime, tf.Start):
+		return nil
+	}
+	frame := "the instant " + tf.DateTime
+	if !tf.IsInstant() {
+		frame = "the period " + tf.PeriodStart + " to " + tf.PeriodEnd
+	}
+	return &Error{Code: CodeUnprocessable, Field: field, Message: field + ": disagrees with the data point's time frame, " + frame + ", from which effective[x] comes; leave it out or make it agree"}
 }
 
 // writerCheck loads what the create rules need of a patient.

@@ -7,9 +7,9 @@ import (
 	"exchange/omh"
 )
 
-// SchemaValidator checks an Open mHealth data point against its official
-// schema; *omh.Registry is one. It returns an *omh.ValidationError when the
-// data point does not conform.
+// SchemaValidator checks a data point (Open mHealth or IEEE 1752 header)
+// against the official schemas; *omh.Registry is one. It returns an
+// *omh.ValidationError when the data point does not conform.
 type SchemaValidator interface {
 	Validate(dp *omh.DataPoint) error
 }
@@ -36,7 +36,7 @@ type Service struct {
 // Config is what a Service is made of.
 type Config struct {
 	Store Store
-	// Schemas validates Open mHealth payloads; nil: structure only.
+	// Schemas validates data points; nil: structure only.
 	Schemas SchemaValidator
 	// SourceBase is FHIR_SOURCE_BASE: FHIR source n is SourceBase/n.
 	SourceBase string

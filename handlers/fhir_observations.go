@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,12 +18,20 @@ import (
 	"exchange/fhirsearch"
 )
 
-// observationIn is the part of a FHIR Observation the native store reads.
-// Other elements are accepted and not kept: the native record is the data
-// point, and effective[x] comes from it.
+// observationIn is what the native store reads of a FHIR Observation: the
+// elements it keeps (identifier, status, code, subject, device,
+// valueAttachment), those it derives from the data point and checks
+// (effective[x]), and those FHIR's create tells a server to ignore (id,
+// meta.versionId, meta.lastUpdated). Any other element would be lost, so
+// it is refused.
 type observationIn struct {
 	ResourceType string `json:"resourceType"`
-	Identifier   []struct {
+	ID           string `json:"id"`
+	Meta         *struct {
+		VersionID   string `json:"versionId"`
+		LastUpdated string `json:"lastUpdated"`
+	} `json:"meta"`
+	Identifier []struct {
 		System string `json:"system"`
 		Value  string `json:"value"`
 	} `json:"identifier"`
@@ -39,18 +49,87 @@ type observationIn struct {
 			Display string `json:"display"`
 		} `json:"coding"`
 	} `json:"code"`
+	EffectiveDateTime *string `json:"effectiveDateTime"`
+	EffectiveInstant  *string `json:"effectiveInstant"`
+	EffectivePeriod   *struct {
+		Start string `json:"start"`
+		End   string `json:"end"`
+	} `json:"effectivePeriod"`
 	ValueAttachment *struct {
 		ContentType string `json:"contentType"`
 		Data        string `json:"data"`
 	} `json:"valueAttachment"`
 }
 
+// elements names the members of a FHIR JSON object a reader knows, each
+// with the members of its own value when that is an object (or an array
+// of objects); nil for a primitive.
+type elements map[string]elements
+
+// elementsOf lists the elements a decoding struct reads, by its json tags.
+func elementsOf(t reflect.Type) elements {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	out := elements{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		out[name] = elementsOf(f.Type)
+	}
+	return out
+}
+
+// nativeElements are the elements of an Observation the native store
+// reads: those of observationIn.
+var nativeElements = elementsOf(reflect.TypeFor[observationIn]())
+
+// unknownElements returns the FHIR paths (under at) of the members of the
+// JSON object raw that known does not name, at any depth, sorted. Values
+// of the wrong JSON type are left to the typed decoding to report.
+func unknownElements(at string, raw []byte, known elements) []string {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) != nil {
+		return nil
+	}
+	var out []string
+	for name, value := range members {
+		path := at + "." + name
+		inner, ok := known[name]
+		switch {
+		case !ok:
+			out = append(out, path)
+		case inner == nil:
+		case len(value) > 0 && value[0] == '[':
+			var items []json.RawMessage
+			if json.Unmarshal(value, &items) == nil {
+				for i, item := range items {
+					out = append(out, unknownElements(fmt.Sprintf("%s[%d]", path, i), item, inner)...)
+				}
+			}
+		default:
+			out = append(out, unknownElements(path, value, inner)...)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // decodeObservation reads one FHIR Observation into the input of the
-// native create; a JSON error names the element at fault.
+// native create; a JSON error names the element at fault, and elements
+// the native store does not keep are refused by name.
 func decodeObservation(raw json.RawMessage) (*domain.NewObservation, error) {
 	var in observationIn
 	dec := json.NewDecoder(bytes.NewReader(raw))
+	// Refusing unknown fields makes the common case, an Observation with
+	// none, cost nothing more; the paths are sought only when there are.
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
+		if unknown := unknownElements("Observation", raw, nativeElements); len(unknown) > 0 {
+			return nil, unknownElementsError(unknown)
+		}
 		return nil, fhirJSONError("Observation", err)
 	}
 	if in.ResourceType != "Observation" {
@@ -71,15 +150,58 @@ func decodeObservation(raw json.RawMessage) (*domain.NewObservation, error) {
 			n.Codings = append(n.Codings, domain.Coding{System: c.System, Code: c.Code, Display: c.Display})
 		}
 	}
+	var given []string
+	if in.EffectiveDateTime != nil {
+		given = append(given, "effectiveDateTime")
+		n.Effective = &domain.EffectiveClaim{Element: "effectiveDateTime", DateTime: *in.EffectiveDateTime}
+	}
+	if in.EffectiveInstant != nil {
+		given = append(given, "effectiveInstant")
+		n.Effective = &domain.EffectiveClaim{Element: "effectiveInstant", DateTime: *in.EffectiveInstant}
+	}
+	if p := in.EffectivePeriod; p != nil {
+		given = append(given, "effectivePeriod")
+		n.Effective = &domain.EffectiveClaim{Element: "effectivePeriod", Start: p.Start, End: p.End}
+	}
+	if len(given) > 1 {
+		return nil, domain.FieldErrorf("Observation.effective[x]", "has one form, not %s", strings.Join(given, " and "))
+	}
 	if v := in.ValueAttachment; v != nil {
 		n.ContentType = v.ContentType
-		data, err := base64.StdEncoding.DecodeString(v.Data)
+		data, err := decodeBase64Binary(v.Data)
 		if err != nil {
 			return nil, domain.FieldErrorf("Observation.valueAttachment.data", "is not Base64")
 		}
 		n.Data = data
 	}
 	return n, nil
+}
+
+// unknownElementsError refuses the elements of a native Observation that
+// its store would not keep, each by its path.
+func unknownElementsError(paths []string) error {
+	const kept = "the native store keeps identifier (system, value), status, code.coding (system, code, display), subject.reference, " +
+		"device.reference and valueAttachment (contentType, data); effective[x] comes from the data point"
+	details := make([]domain.Detail, len(paths))
+	for i, p := range paths {
+		details[i] = domain.Detail{Field: p, Message: p + ": is not an element of a native Observation (" + kept + ")"}
+	}
+	return &domain.Error{Code: domain.CodeInvalid, Field: paths[0], Details: details,
+		Message: "unknown elements of a native Observation: " + strings.Join(paths, ", ") + " (" + kept + ")"}
+}
+
+// decodeBase64Binary reads a FHIR base64Binary, which may hold whitespace
+// (line breaks of MIME-style Base64 among it) between its characters.
+func decodeBase64Binary(s string) ([]byte, error) {
+	if strings.ContainsAny(s, " \t\r\n") {
+		s = strings.Map(func(r rune) rune {
+			if r == ' ' || r == '\t' || r == '\r' || r == '\n' {
+				return -1
+			}
+			return r
+		}, s)
+	}
+	return base64.StdEncoding.DecodeString(s)
 }
 
 // statusLine is the status of a batch entry, as FHIR writes it.
