@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code classifies an error. The values are FHIR issue-type codes
@@ -35,6 +36,9 @@ type Error struct {
 	Message string
 	Field   string
 	Details []Detail
+	// RetryAfter says when a CodeThrottled request may be repeated; the
+	// transport layers send it as Retry-After.
+	RetryAfter time.Duration
 }
 
 // Detail is one problem of an input: the element at fault and what is
@@ -68,6 +72,16 @@ func ErrorCode(err error) Code {
 		return e.Code
 	}
 	return CodeInternal
+}
+
+// RetryAfter returns the RetryAfter of the first *Error in err's chain:
+// zero when there is none.
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
 }
 
 // IsCode reports whether err carries the code.

@@ -58,3 +58,15 @@ type OAuthToken struct {
 	ExpiresAt time.Time // the sweeper deletes the record after this
 	Request   []byte    // the serialized authorization request, owned by package oauth
 }
+
+// LoginSession is a browser signed in at the exchange's login page. Its
+// cookie carries a random value; the record is found by the value's hash,
+// so the database never holds a usable cookie. Ending the record ends the
+// session on every instance of the exchange at once.
+type LoginSession struct {
+	ID        string // hex SHA-256 of the cookie value
+	UserID    int64
+	AuthTime  time.Time // when the user typed their password
+	LastUsed  time.Time // the last use recorded (at most every few minutes)
+	ExpiresAt time.Time // when it ends unless used again; the sweeper deletes the record after this
+}

@@ -34,6 +34,17 @@ func (a *Actor) CanAdministerOrganization(organizationID int64) bool {
 	return r == RoleManager || r == RoleSuperUser
 }
 
+// managesAnOrganization reports whether the actor is a manager somewhere:
+// who may look up practitioners to add as members.
+func (a *Actor) managesAnOrganization() bool {
+	for _, r := range a.roles {
+		if r == RoleManager {
+			return true
+		}
+	}
+	return a.IsSuperuser()
+}
+
 // CanManageDataIn reports whether the actor may write patient data within
 // the organization.
 func (a *Actor) CanManageDataIn(organizationID int64) bool {

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"log/slog"
 	"strings"
 	"time"
 
@@ -31,6 +32,8 @@ type Service struct {
 	indexer    ResourceIndexer
 	converter  R4Converter
 	now        func() time.Time
+	log        *slog.Logger
+	signIns    keyLocks // sign-in attempts in progress, by account and address
 }
 
 // Config is what a Service is made of.
@@ -51,6 +54,9 @@ type Config struct {
 	// Now is the clock; nil means time.Now. Tests inject a clock to step
 	// over expiry without sleeping.
 	Now func() time.Time
+	// Logger receives security events (refused sign-ins); nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // NewService returns a Service as configured.
@@ -58,11 +64,14 @@ func NewService(c Config) *Service {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	if c.Schemas == nil {
 		c.Schemas = StructureOnly{}
 	}
 	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
-		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, now: c.Now}
+		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, now: c.Now, log: c.Logger}
 }
 
 // Now returns the service clock's time in UTC.

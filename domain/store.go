@@ -23,6 +23,7 @@ type Store interface {
 	ProjectionStore
 	ResourceStore
 	LoginThrottle
+	CredentialStore
 }
 
 // ProjectionStore runs searches over the admin collections that FHIR shows
@@ -166,13 +167,32 @@ type FHIRSourceStore interface {
 	DeleteFHIRSource(ctx context.Context, id int64) error
 }
 
-// LoginThrottle counts failed logins in fixed windows. A key names what is
-// counted, such as an account or a client address.
+// LoginThrottle keeps the counts behind sign-in throttling. A key names
+// what is counted (an account, a client address, both); now is the
+// caller's clock, against which records expire.
 type LoginThrottle interface {
-	// LoginFailures returns the failures counted for key in the window that
-	// starts at windowStart.
-	LoginFailures(ctx context.Context, key string, windowStart time.Time) (int, error)
-	// RecordLoginFailure adds one failure for key in the window that starts at
-	// windowStart; the count is forgotten after expires.
-	RecordLoginFailure(ctx context.Context, key string, windowStart, expires time.Time) error
+	// LoginFailures returns the failures counted for key and when the last
+	// was; none once the count is forgotten.
+	LoginFailures(ctx context.Context, key string, now time.Time) (n int, last time.Time, err error)
+	// RecordLoginFailure counts a failure for key at now, to be forgotten
+	// at forgetAt unless another comes first. A forgotten count starts
+	// again from one. Instances may record the same key at once: on MongoDB
+	// no failure is lost.
+	RecordLoginFailure(ctx context.Context, key string, now, forgetAt time.Time) error
+	// ForgetLoginFailures drops the count of key; none is not an error.
+	ForgetLoginFailures(ctx context.Context, key string) error
+	// RememberLogin marks key known until then; KnownLogin tells.
+	RememberLogin(ctx context.Context, key string, until time.Time) error
+	KnownLogin(ctx context.Context, key string, now time.Time) (bool, error)
+}
+
+// CredentialStore ends what lets a user act without typing their password
+// again: login sessions and OAuth grants.
+type CredentialStore interface {
+	// DeleteLoginSessionsOfUser ends every login session of the user; none
+	// is not an error.
+	DeleteLoginSessionsOfUser(ctx context.Context, userID int64) error
+	// DeactivateOAuthTokensOfUser revokes every authorization code, access
+	// and refresh token issued for the user; none is not an error.
+	DeactivateOAuthTokensOfUser(ctx context.Context, userID int64) error
 }

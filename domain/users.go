@@ -71,7 +71,11 @@ func (s *Service) CreateUser(ctx context.Context, in NewUser) (*User, error) {
 	return u, nil
 }
 
-// SetPassword replaces the password of the user with that email.
+// SetPassword replaces the password of the user with that email, then
+// ends their login sessions and revokes their OAuth tokens: whoever held
+// the old password, or a session or token obtained with it, is out. The
+// credentials go after the password changes, so none made with the old
+// password in between survives; a failure is safe to retry.
 func (s *Service) SetPassword(ctx context.Context, email, password string) error {
 	email, err := NormalizeEmail("email", email)
 	if err != nil {
@@ -84,7 +88,46 @@ func (s *Service) SetPassword(ctx context.Context, email, password string) error
 	if u.PasswordHash, err = checkedPasswordHash(password); err != nil {
 		return err
 	}
-	return s.store.UpdateUser(ctx, u)
+	if err := s.store.UpdateUser(ctx, u); err != nil {
+		return err
+	}
+	return s.endCredentials(ctx, u.ID)
+}
+
+// SetUserActive activates or deactivates a user; only a superuser may, and
+// not for themselves (no superuser locks themselves out by a slip).
+// Deactivating ends the user's login sessions and revokes their OAuth
+// tokens, after the user is marked inactive. Returns CodeNotFound if there
+// is no such user.
+func (s *Service) SetUserActive(ctx context.Context, actor *Actor, id int64, active bool) (*User, error) {
+	if !actor.IsSuperuser() {
+		return nil, Errorf(CodeForbidden, "only a superuser may activate or deactivate users")
+	}
+	if id == actor.User.ID && !active {
+		return nil, FieldErrorf("isActive", "you may not deactivate yourself")
+	}
+	u, err := s.store.UserByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if u.IsActive != active {
+		u.IsActive = active
+		if err := s.store.UpdateUser(ctx, u); err != nil {
+			return nil, err
+		}
+	}
+	if !active {
+		return u, s.endCredentials(ctx, u.ID)
+	}
+	return u, nil
+}
+
+// endCredentials ends the user's login sessions and revokes their tokens.
+func (s *Service) endCredentials(ctx context.Context, userID int64) error {
+	if err := s.store.DeleteLoginSessionsOfUser(ctx, userID); err != nil {
+		return err
+	}
+	return s.store.DeactivateOAuthTokensOfUser(ctx, userID)
 }
 
 // MakeSuperuser grants superuser and staff status to the practitioner with
@@ -112,39 +155,25 @@ func checkedPasswordHash(password string) (string, error) {
 	return HashPassword(password)
 }
 
-// Login throttling: failures are counted per account and per client address
-// in fixed windows; past the limit, logins are refused until the window ends,
-// even with the right password.
-const (
-	loginWindow          = 15 * time.Minute
-	maxFailuresAccount   = 5
-	maxFailuresAddress   = 50
-	throttleAccountKey   = "account:"
-	throttleAddressKey   = "address:"
-	incorrectCredentials = "the email or password is incorrect"
-)
-
 // Authenticate checks an email and password typed into the login page from
-// the client address addr. Returns CodeThrottled while the account or the
-// address is locked out, and CodeLogin for a wrong email or password or an
-// inactive account, without saying which.
+// the client address addr. Returns CodeThrottled (with RetryAfter) while a
+// throttle holds the attempt back, without checking the password, and
+// CodeLogin for a wrong email or password or an inactive account, without
+// saying which: both cost the same whether or not the account exists, and
+// an unknown email is throttled like a known one. Refusals are logged with
+// the user's id when known, never with the password or the email.
 func (s *Service) Authenticate(ctx context.Context, email, password, addr string) (*User, error) {
-	now := s.Now()
-	window := now.Truncate(loginWindow)
 	email = strings.ToLower(strings.TrimSpace(email))
-	keys := []struct {
-		key   string
-		limit int
-	}{{throttleAccountKey + email, maxFailuresAccount}, {throttleAddressKey + addr, maxFailuresAddress}}
-	for _, k := range keys {
-		n, err := s.store.LoginFailures(ctx, k.key, window)
+	k := newLoginKeys(email, addr)
+	defer s.signIns.lock(k.account, k.address)()
+	now := s.Now()
+	if wait, err := s.loginWait(ctx, k, now); err != nil || wait > 0 {
 		if err != nil {
 			return nil, err
 		}
-		if n >= k.limit {
-			wait := window.Add(loginWindow).Sub(now).Round(time.Minute)
-			return nil, Errorf(CodeThrottled, "too many failed logins; try again in %d minutes", max(int(wait/time.Minute), 1))
-		}
+		s.log.Warn("sign-in throttled", "account", k.accountLog, "address", addr, "retryAfter", wait.String())
+		return nil, &Error{Code: CodeThrottled, RetryAfter: wait,
+			Message: fmt.Sprintf("too many failed sign-ins; try again in %s", waitText(wait))}
 	}
 	u, err := s.store.UserByEmail(ctx, email)
 	if err != nil && !IsCode(err, CodeNotFound) {
@@ -155,14 +184,57 @@ func (s *Service) Authenticate(ctx context.Context, email, password, addr string
 		hash = u.PasswordHash
 	}
 	if passwordMatches(password, hash) {
-		return u, nil
+		if err := s.store.ForgetLoginFailures(ctx, k.pair); err != nil {
+			return nil, err
+		}
+		return u, s.store.RememberLogin(ctx, k.known, now.Add(knownLoginPeriod))
 	}
-	for _, k := range keys {
-		if err := s.store.RecordLoginFailure(ctx, k.key, window, window.Add(loginWindow)); err != nil {
+	for _, r := range loginThrottles {
+		if err := s.store.RecordLoginFailure(ctx, r.key(k), now, now.Add(loginFailureMemory)); err != nil {
 			return nil, err
 		}
 	}
+	attrs := []any{"account", k.accountLog, "address", addr}
+	if u != nil {
+		attrs = append(attrs, "user", u.ID)
+	}
+	s.log.Info("sign-in refused: incorrect credentials", attrs...)
 	return nil, Errorf(CodeLogin, incorrectCredentials)
+}
+
+const incorrectCredentials = "the email or password is incorrect"
+
+// loginWait returns how long the attempt of k must wait: the longest delay
+// of the throttles that apply to it.
+func (s *Service) loginWait(ctx context.Context, k loginKeys, now time.Time) (time.Duration, error) {
+	known, err := s.store.KnownLogin(ctx, k.known, now)
+	if err != nil {
+		return 0, err
+	}
+	var wait time.Duration
+	for _, r := range loginThrottles {
+		if known && r.spareKnown {
+			continue
+		}
+		n, last, err := s.store.LoginFailures(ctx, r.key(k), now)
+		if err != nil {
+			return 0, err
+		}
+		wait = max(wait, last.Add(r.delay(n)).Sub(now))
+	}
+	return wait, nil
+}
+
+// waitText says a wait in whole seconds or minutes, rounded up.
+func waitText(d time.Duration) string {
+	if d <= time.Minute {
+		n := int((d + time.Second - 1) / time.Second)
+		if n == 1 {
+			return "1 second"
+		}
+		return fmt.Sprintf("%d seconds", n)
+	}
+	return fmt.Sprintf("%d minutes", int((d+time.Minute-1)/time.Minute))
 }
 
 // UserByID returns the user; CodeNotFound if there is none.
@@ -179,13 +251,31 @@ func (s *Service) UserByEmail(ctx context.Context, email string) (*User, error) 
 	return s.store.UserByEmail(ctx, email)
 }
 
-// ListUsers finds users by a part of their email; for practitioners and
-// superusers (to add members, for one), not patients.
-func (s *Service) ListUsers(ctx context.Context, actor *Actor, emailContains string, p Page) (List[User], error) {
-	if actor.User.Type != UserPractitioner {
-		return List[User]{}, Errorf(CodeForbidden, "patients may not search users")
+// ListUsers is the user directory. A superuser finds users by a part of
+// their email, or lists them all. A practitioner who manages an
+// organization may look up a colleague to add to it by their exact email:
+// they get that practitioner's id, email and type, nothing more, and
+// never a patient, so the directory cannot be scraped for who uses the
+// exchange. Anyone else is refused.
+func (s *Service) ListUsers(ctx context.Context, actor *Actor, email string, p Page) (List[User], error) {
+	if actor.IsSuperuser() {
+		return s.store.ListUsers(ctx, UserQuery{EmailContains: strings.TrimSpace(email)}, p)
 	}
-	return s.store.ListUsers(ctx, UserQuery{EmailContains: strings.TrimSpace(emailContains)}, p)
+	if !actor.managesAnOrganization() {
+		return List[User]{}, Errorf(CodeForbidden, "only superusers and managers of an organization may look up users")
+	}
+	email, err := NormalizeEmail("email", email)
+	if err != nil {
+		return List[User]{}, err
+	}
+	u, err := s.store.UserByEmail(ctx, email)
+	if IsCode(err, CodeNotFound) || (err == nil && u.Type != UserPractitioner) {
+		return List[User]{Items: []User{}}, nil
+	}
+	if err != nil {
+		return List[User]{}, err
+	}
+	return List[User]{Total: 1, Items: []User{{ID: u.ID, Email: u.Email, Type: u.Type}}}, nil
 }
 
 // CountUsers returns how many users exist.

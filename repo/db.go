@@ -33,6 +33,7 @@ const (
 	colOAuthClients       = "oauth_clients"
 	colOAuthTokens        = "oauth_tokens"
 	colLoginThrottle      = "login_throttle"
+	colLoginSessions      = "sessions"
 )
 
 // DB is the exchange's database. It is safe for concurrent use.

@@ -162,3 +162,12 @@ func (d *DB) DeleteOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTo
 	_, err := d.c(colOAuthTokens).DeleteMany(ctx, bson.M{"requestId": requestID, "kind": string(kind)})
 	return err
 }
+
+// DeactivateOAuthTokensOfUser implements domain.CredentialStore: every
+// record of the user, of every kind, becomes inactive, as revocation
+// leaves them (fosite then refuses them, and a refresh with one revokes
+// the rest of its grant).
+func (d *DB) DeactivateOAuthTokensOfUser(ctx context.Context, userID int64) error {
+	_, err := d.c(colOAuthTokens).UpdateMany(ctx, bson.M{"userId": userID, "active": true}, bson.M{"$set": bson.M{"active": false}})
+	return err
+}

@@ -176,9 +176,17 @@ func TestSweepRemovesOnlyExpired(t *testing.T) {
 	if err := db.RecordLoginFailure(ctx, "account:x", now.Add(-time.Hour), now.Add(-time.Second)); err != nil {
 		t.Fatal(err)
 	}
+	for id, exp := range map[string]time.Time{"ended": now.Add(-time.Second), "live": now.Add(time.Minute)} {
+		if err := db.CreateLoginSession(ctx, &domain.LoginSession{ID: id, UserID: 1, ExpiresAt: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n, err := db.Sweep(ctx, now)
-	if err != nil || n != 2 {
-		t.Fatalf("Sweep = %d, %v; want 2", n, err)
+	if err != nil || n != 3 {
+		t.Fatalf("Sweep = %d, %v; want 3", n, err)
+	}
+	if _, err := db.LoginSession(ctx, "live"); err != nil {
+		t.Errorf("live session swept: %v", err)
 	}
 	if _, err := db.OAuthToken(ctx, domain.TokenAccess, "fresh"); err != nil {
 		t.Errorf("fresh token swept: %v", err)
@@ -188,20 +196,95 @@ func TestSweepRemovesOnlyExpired(t *testing.T) {
 	}
 }
 
-func TestLoginThrottleCountsPerWindow(t *testing.T) {
+// Failures count on while the record lives and start again once it is
+// forgotten; a known login is known until it expires.
+func TestLoginThrottleCounts(t *testing.T) {
 	db := repotest.NewDB(t)
 	ctx := context.Background()
-	w := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
 	for i := 0; i < 3; i++ {
-		if err := db.RecordLoginFailure(ctx, "account:a", w, w.Add(15*time.Minute)); err != nil {
+		at := t0.Add(time.Duration(i) * time.Minute)
+		if err := db.RecordLoginFailure(ctx, "account:a", at, at.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n, err := db.LoginFailures(ctx, "account:a", w); err != nil || n != 3 {
-		t.Errorf("failures = %d, %v; want 3", n, err)
+	if n, last, err := db.LoginFailures(ctx, "account:a", t0.Add(time.Hour)); err != nil || n != 3 || !last.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("failures = %d (last %v), %v; want 3 at %v", n, last, err, t0.Add(2*time.Minute))
 	}
-	if n, _ := db.LoginFailures(ctx, "account:a", w.Add(15*time.Minute)); n != 0 {
-		t.Errorf("next window failures = %d, want 0", n)
+	later := t0.Add(2*time.Minute + time.Hour)
+	if n, _, _ := db.LoginFailures(ctx, "account:a", later); n != 0 {
+		t.Errorf("failures once forgotten = %d, want 0", n)
+	}
+	if err := db.RecordLoginFailure(ctx, "account:a", later, later.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := db.LoginFailures(ctx, "account:a", later); n != 1 {
+		t.Errorf("a failure after the count was forgotten: %d, want 1", n)
+	}
+	if err := db.ForgetLoginFailures(ctx, "account:a"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := db.LoginFailures(ctx, "account:a", later); n != 0 {
+		t.Errorf("failures after ForgetLoginFailures = %d", n)
+	}
+
+	if err := db.RememberLogin(ctx, "known:a", t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if known, err := db.KnownLogin(ctx, "known:a", t0); err != nil || !known {
+		t.Errorf("KnownLogin before expiry = %v, %v", known, err)
+	}
+	if known, _ := db.KnownLogin(ctx, "known:a", t0.Add(time.Hour)); known {
+		t.Error("KnownLogin after expiry = true")
+	}
+}
+
+// A user's sessions and tokens end together, and a touch never moves a
+// session back or revives an ended one.
+func TestCredentialsOfUser(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for id, user := range map[string]int64{"s1": 7, "s2": 7, "other": 8} {
+		if err := db.CreateLoginSession(ctx, &domain.LoginSession{ID: id, UserID: user, AuthTime: now, LastUsed: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.TouchLoginSession(ctx, "s1", now.Add(-time.Minute), now); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := db.LoginSession(ctx, "s1"); err != nil || !s.LastUsed.Equal(now) || !s.ExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Errorf("a touch moved the session back: %+v, %v", s, err)
+	}
+	for kind, user := range map[domain.OAuthTokenKind]int64{domain.TokenAccess: 7, domain.TokenRefresh: 7, domain.TokenAuthorizeCode: 8} {
+		if err := db.CreateOAuthToken(ctx, &domain.OAuthToken{Kind: kind, Signature: "sig", RequestID: "r", UserID: user, Active: true, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.DeleteLoginSessionsOfUser(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeactivateOAuthTokensOfUser(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		if _, err := db.LoginSession(ctx, id); !domain.IsCode(err, domain.CodeNotFound) {
+			t.Errorf("session %s of the user: %v", id, err)
+		}
+	}
+	if err := db.TouchLoginSession(ctx, "s1", now, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.LoginSession(ctx, "s1"); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("a touch revived an ended session: %v", err)
+	}
+	if _, err := db.LoginSession(ctx, "other"); err != nil {
+		t.Errorf("another user's session: %v", err)
+	}
+	for kind, active := range map[domain.OAuthTokenKind]bool{domain.TokenAccess: false, domain.TokenRefresh: false, domain.TokenAuthorizeCode: true} {
+		if tok, err := db.OAuthToken(ctx, kind, "sig"); err != nil || tok.Active != active {
+			t.Errorf("%s: %+v, %v; want active %v", kind, tok, err, active)
+		}
 	}
 }
 
