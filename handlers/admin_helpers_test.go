@@ -133,12 +133,16 @@ type admWorld struct {
 	org                            *domain.Organization
 }
 
+// behindLoopbackProxy trusts the tests' own address as a reverse proxy, so
+// that they can check the URLs built from X-Forwarded-Proto and -Host.
+var behindLoopbackProxy = handlerstest.Options{TrustedProxies: "127.0.0.1"}
+
 // admNewWorld marks the test parallel: each test has its own database, and
 // the admin tests overlap their waits on it.
 func admNewWorld(t *testing.T) *admWorld {
 	t.Helper()
 	t.Parallel()
-	env := handlerstest.Start(t)
+	env := handlerstest.StartWith(t, behindLoopbackProxy)
 	ctx := context.Background()
 	sys := domain.SystemActor()
 	w := &admWorld{env: env}

@@ -29,6 +29,10 @@ type Config struct {
 	// Ping checks the database for /health.
 	Ping   func(ctx context.Context) error
 	Logger *slog.Logger
+	// TrustedProxies are the peers whose X-Forwarded-Proto and
+	// X-Forwarded-Host give the origin of absolute URLs (the OAuth
+	// provider's setting).
+	TrustedProxies oauth.TrustedProxies
 }
 
 // server carries the dependencies of the route handlers.
@@ -40,6 +44,7 @@ type server struct {
 	ping    func(ctx context.Context) error
 	log     *slog.Logger
 	native  map[string]nativeType // by FHIR type
+	proxies oauth.TrustedProxies
 }
 
 // New returns the Fiber application with every route.
@@ -47,7 +52,7 @@ func New(c Config) *fiber.App {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, schemas: c.Schemas, ping: c.Ping, log: c.Logger}
+	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, schemas: c.Schemas, ping: c.Ping, log: c.Logger, proxies: c.TrustedProxies}
 	s.native = s.nativeTypes()
 	app := fiber.New(fiber.Config{
 		AppName:               "exchange",
@@ -61,7 +66,7 @@ func New(c Config) *fiber.App {
 		IdleTimeout:           2 * time.Minute,
 		JSONEncoder:           marshalJSON,
 	})
-	app.Use(recover.New())
+	app.Use(recover.New(), s.withProxies)
 	app.Get("/health", s.health)
 	app.All("/o/*", adaptor.HTTPHandler(c.OAuth.Handler()))
 	s.registerFHIR(app, fhirCanonical)
@@ -71,6 +76,7 @@ func New(c Config) *fiber.App {
 	api := app.Group("/api/v1", s.authenticate)
 	api.Get("/users/profile", s.profile)
 	api.Get("/users", s.listUsers)
+	api.Patch("/users/:id", s.updateUser)
 
 	api.Get("/organizations", s.listOrganizations)
 	api.Post("/organizations", s.createOrganization)

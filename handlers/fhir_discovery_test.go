@@ -18,7 +18,7 @@ import (
 func fxEnv(t *testing.T) (*handlerstest.Env, string) {
 	t.Helper()
 	t.Parallel()
-	env := handlerstest.Start(t)
+	env := handlerstest.StartWith(t, behindLoopbackProxy)
 	doc := env.Practitioner(t, "doc@example.org", false)
 	return env, env.Token(t, doc.ID)
 }

@@ -80,7 +80,7 @@ type fxWorld struct {
 func fxNewWorld(t *testing.T) *fxWorld {
 	t.Helper()
 	t.Parallel()
-	env := handlerstest.Start(t)
+	env := handlerstest.StartWith(t, behindLoopbackProxy)
 	w := &fxWorld{t: t, env: env, ctx: context.Background(), tok: map[string]string{}}
 	svc, ctx := env.Service, w.ctx
 	w.orgA = fxMust(svc.CreateOrganization(ctx, fxSys, domain.NewOrganization{Name: "Clinic", Type: "prov"}))

@@ -40,9 +40,28 @@ func pageOf(c *fiber.Ctx) (domain.Page, error) {
 	return p, nil
 }
 
-// origin is the scheme://host the client used, as behind a proxy.
+// proxiesKey holds the TRUSTED_PROXIES of the request's server in its
+// Locals, so the helpers that build absolute URLs need no server.
+const proxiesKey = "trustedProxies"
+
+// withProxies is the first middleware: it hands the trusted proxies to the
+// request.
+func (s *server) withProxies(c *fiber.Ctx) error {
+	c.Locals(proxiesKey, s.proxies)
+	return c.Next()
+}
+
+// origin is the scheme://host the client used: as forwarded by a trusted
+// proxy, else the connection's own.
 func origin(c *fiber.Ctx) string {
-	return oauth.Origin(c.Context().IsTLS(), string(c.Request().Host()), c.Get("X-Forwarded-Proto"), c.Get("X-Forwarded-Host"))
+	proxies, _ := c.Locals(proxiesKey).(oauth.TrustedProxies)
+	return proxies.Origin(c.Context().RemoteAddr().String(), c.Context().IsTLS(), string(c.Request().Host()), func(name string) []string {
+		var values []string
+		for _, v := range c.Request().Header.PeekAll(name) {
+			values = append(values, string(v))
+		}
+		return values
+	})
 }
 
 // pageURL is the absolute URL of the request with another page number.

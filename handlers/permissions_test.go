@@ -190,8 +190,11 @@ func matrixRows(w *world) map[string]matrixRow {
 	A, P, S := w.orgA.ID, w.patient.ID, w.study.ID
 	yes, no := true, false
 	return map[string]matrixRow{
-		"GET profile":       {"GET", at("/api/v1/users/profile"), allRead},
-		"GET users":         {"GET", at("/api/v1/users?email=example"), staffRead},
+		"GET profile": {"GET", at("/api/v1/users/profile"), allRead},
+		"GET users":   {"GET", at("/api/v1/users?email=member@example.org"), "200 200 403 403 200 403 403 401 401"},
+		"PATCH user": {"PATCH", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/users/%d", w.newPractitioner()), map[string]any{"isActive": false}
+		}, swap(onlySuper, "201", "200")},
 		"GET organizations": {"GET", at("/api/v1/organizations"), allRead},
 		"POST top-level org": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/organizations", map[string]any{"name": w.name("Org "), "type": "prov"}

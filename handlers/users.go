@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"github.com/gofiber/fiber/v2"
+
+	"exchange/domain"
 )
 
 // profileJSON is the body of GET /api/v1/users/profile.
@@ -27,7 +29,8 @@ func (s *server) profile(c *fiber.Ctx) error {
 	return c.JSON(out)
 }
 
-// listUsers finds users by email, for practitioners adding members.
+// listUsers is the user directory: superusers find users by a part of
+// their email; managers look up a practitioner to add by their exact email.
 func (s *server) listUsers(c *fiber.Ctx) error {
 	p, err := pageOf(c)
 	if err != nil {
@@ -38,4 +41,33 @@ func (s *server) listUsers(c *fiber.Ctx) error {
 		return err
 	}
 	return writeList(c, p, l, toUserJSON)
+}
+
+// userStatusJSON is the answer of PATCH /api/v1/users/:id.
+type userStatusJSON struct {
+	userJSON
+	IsActive bool `json:"isActive"`
+}
+
+// updateUser activates or deactivates a user (superusers); deactivating
+// ends their sessions and revokes their tokens.
+func (s *server) updateUser(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		IsActive *bool `json:"isActive"`
+	}
+	if err := decodeJSON(c, &in); err != nil {
+		return err
+	}
+	if in.IsActive == nil {
+		return domain.FieldErrorf("isActive", "is required")
+	}
+	u, err := s.service.SetUserActive(c.UserContext(), actor(c), id, *in.IsActive)
+	if err != nil {
+		return err
+	}
+	return c.JSON(userStatusJSON{userJSON: toUserJSON(*u), IsActive: u.IsActive})
 }

@@ -77,15 +77,9 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prompt := fosite.RemoveEmpty(strings.Split(query.Get("prompt"), " "))
-	sess, loggedIn := p.session(r)
+	sess, user, loggedIn := p.session(r)
 	if loggedIn && maxAgeExceeded(query.Get("max_age"), sess.AuthTime, p.now()) {
 		loggedIn = false
-	}
-	var user *domain.User
-	if loggedIn {
-		if user, err = p.users.UserByID(ctx, sess.UserID); err != nil || !user.IsActive {
-			loggedIn = false
-		}
 	}
 	if !loggedIn || (slices.Contains(prompt, "login") && r.Method == http.MethodGet) {
 		if slices.Contains(prompt, "none") {
@@ -247,7 +241,7 @@ func (p *Provider) userinfo(w http.ResponseWriter, r *http.Request) {
 // discovery serves the OpenID Provider Metadata, with absolute URLs on the
 // origin the client used.
 func (p *Provider) discovery(w http.ResponseWriter, r *http.Request) {
-	issuer := requestOrigin(r) + "/o"
+	issuer := p.proxies.RequestOrigin(r) + "/o"
 	w.Header().Set("Cache-Control", "public, max-age=3600")
 	// The document depends on these headers: a shared cache must not serve
 	// one client's version to another.
@@ -286,19 +280,18 @@ func (p *Provider) jwksHandler(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, p.key.jwks())
 }
 
-// login serves the login page. next, a local /o/ path, is where a
-// successful login goes; without it the page says who is logged in.
+// login serves the login page. next, a local path, is where a successful
+// login goes; without it the page says who is signed in. A refusal by the
+// throttle says when to try again, in Retry-After and on the page.
 func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 	next := r.FormValue("next")
 	if !localNext(next) {
 		next = ""
 	}
 	if r.Method == http.MethodGet {
-		if sess, ok := p.session(r); ok && next == "" {
-			if u, err := p.users.UserByID(r.Context(), sess.UserID); err == nil {
-				p.renderSignedIn(w, r, u.Email)
-				return
-			}
+		if _, u, ok := p.session(r); ok && next == "" {
+			p.renderSignedIn(w, r, u.Email)
+			return
 		}
 		p.renderLogin(w, r, http.StatusOK, loginPage{Next: next})
 		return
@@ -309,12 +302,16 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 		p.renderLogin(w, r, http.StatusForbidden, page)
 		return
 	}
-	u, err := p.users.Authenticate(r.Context(), page.Email, r.PostFormValue("password"), clientAddress(r))
+	u, err := p.users.Authenticate(r.Context(), page.Email, r.PostFormValue("password"), p.proxies.RequestClientAddress(r).String())
+	if err == nil {
+		err = p.startSession(w, r, u.ID)
+	}
 	if err != nil {
 		status := http.StatusUnauthorized
 		switch domain.ErrorCode(err) {
 		case domain.CodeThrottled:
 			status = http.StatusTooManyRequests
+			w.Header().Set("Retry-After", strconv.Itoa(int((domain.RetryAfter(err)+time.Second-1)/time.Second)))
 		case domain.CodeLogin:
 		default:
 			p.log.Error("login failed", "error", err)
@@ -324,33 +321,41 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 		p.renderLogin(w, r, status, page)
 		return
 	}
-	p.setSession(w, r, u.ID)
 	if next == "" {
 		next = "/o/login/"
 	}
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// localNext accepts only paths under /o/, so the login page cannot be used
-// to redirect elsewhere.
+// localNext accepts only a path on this origin, so the login page cannot be
+// used to send anyone elsewhere: it starts with one slash ("//host" is
+// another origin to a browser, and so is "/\host" to some), and carries no
+// control characters.
 func localNext(next string) bool {
-	return strings.HasPrefix(next, "/o/") && !strings.ContainsAny(next, "\\\r\n") && !strings.Contains(next, "/../")
-}
-
-func clientAddress(r *http.Request) string {
-	host := r.RemoteAddr
-	if i := strings.LastIndexByte(host, ':'); i > 0 {
-		host = host[:i]
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\") {
+		return false
 	}
-	return strings.Trim(host, "[]")
+	for _, c := range next {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	u, err := url.Parse(next)
+	return err == nil && u.Scheme == "" && u.Host == "" && u.User == nil
 }
 
+// logout ends the login session at the server, then goes to next (a local
+// path) or says so.
 func (p *Provider) logout(w http.ResponseWriter, r *http.Request) {
 	if !csrfValid(r) {
 		p.renderMessage(w, r, http.StatusForbidden, "Form expired", "This form has expired. Reload the page and try again.")
 		return
 	}
-	p.clearSession(w, r)
+	p.endSession(w, r)
+	if next := r.PostFormValue("next"); localNext(next) {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
 	p.renderMessage(w, r, http.StatusOK, "Signed out", "You are signed out.")
 }
 
@@ -358,7 +363,7 @@ func (p *Provider) logout(w http.ResponseWriter, r *http.Request) {
 // superusers.
 func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	sess, ok := p.session(r)
+	sess, _, ok := p.session(r)
 	var actor *domain.Actor
 	if ok {
 		var err error

@@ -26,7 +26,6 @@ const (
 	RefreshTokenLifespan  = 30 * 24 * time.Hour
 	AuthorizeCodeLifespan = 10 * time.Minute
 	IDTokenLifespan       = time.Hour
-	loginSessionLifespan  = 12 * time.Hour
 )
 
 // Users is what the provider needs from the domain: password logins and
@@ -46,8 +45,8 @@ type Users interface {
 type Config struct {
 	Store Store
 	Users Users
-	// SecretKey is the installation's SECRET_KEY: the HMAC key of tokens and
-	// of the login cookie derive from it. At least 32 bytes.
+	// SecretKey is the installation's SECRET_KEY: the HMAC key of tokens
+	// derives from it. At least 32 bytes.
 	SecretKey []byte
 	// SigningKey signs ID tokens (RS256).
 	SigningKey *rsa.PrivateKey
@@ -57,6 +56,13 @@ type Config struct {
 	// PatientCodeTTL is how long a patient authorization code stays valid.
 	PatientCodeTTL time.Duration
 	Logger         *slog.Logger
+	// TrustedProxies are the peers whose forwarding headers give the
+	// client's address and origin; none by default.
+	TrustedProxies TrustedProxies
+	// SessionLifetime and SessionIdleTimeout end login sessions: so long
+	// after sign-in, or after so long unused. Zero: the defaults.
+	SessionLifetime    time.Duration
+	SessionIdleTimeout time.Duration
 	// Now is the clock of login sessions and of the codes and tokens this
 	// package issues itself; nil means time.Now. fosite's own expiry checks
 	// use the wall clock.
@@ -71,11 +77,13 @@ type Provider struct {
 	store            Store
 	users            Users
 	key              signingKey
-	cookieKey        []byte
 	patientChallenge string
 	log              *slog.Logger
 	now              func() time.Time
 	pages            *template.Template
+	proxies          TrustedProxies
+
+	sessionLifetime, sessionIdleTimeout time.Duration
 }
 
 // MinSecretKeyLength is the shortest SECRET_KEY accepted.
@@ -101,9 +109,11 @@ func New(c Config) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	cookieKey, err := deriveKey(c.SecretKey, "exchange login cookie")
-	if err != nil {
-		return nil, err
+	if c.SessionLifetime <= 0 {
+		c.SessionLifetime = DefaultSessionLifetime
+	}
+	if c.SessionIdleTimeout <= 0 {
+		c.SessionIdleTimeout = DefaultSessionIdleTimeout
 	}
 	base := &fosite.Config{
 		AccessTokenLifespan:            AccessTokenLifespan,
@@ -121,7 +131,7 @@ func New(c Config) (*Provider, error) {
 		ClientSecretsHasher:      secretHasher{},
 		MinParameterEntropy:      fosite.MinParameterEntropy,
 	}
-	cfg := &providerConfig{Config: base, patientCodeTTL: c.PatientCodeTTL, now: c.Now}
+	cfg := &providerConfig{Config: base, patientCodeTTL: c.PatientCodeTTL, now: c.Now, proxies: c.TrustedProxies}
 	key := newSigningKey(c.SigningKey)
 	keyGetter := func(context.Context) (any, error) { return key.private, nil }
 	strategy := &compose.CommonStrategy{
@@ -157,8 +167,9 @@ func New(c Config) (*Provider, error) {
 	}
 	return &Provider{
 		oauth2: provider, strategy: strategy, storage: storage, store: c.Store, users: c.Users,
-		key: key, cookieKey: cookieKey, patientChallenge: c.PatientCodeChallenge,
-		log: c.Logger, now: c.Now, pages: pageTemplates,
+		key: key, patientChallenge: c.PatientCodeChallenge,
+		log: c.Logger, now: c.Now, pages: pageTemplates, proxies: c.TrustedProxies,
+		sessionLifetime: c.SessionLifetime, sessionIdleTimeout: c.SessionIdleTimeout,
 	}, nil
 }
 
@@ -172,6 +183,7 @@ type providerConfig struct {
 	*fosite.Config
 	patientCodeTTL time.Duration
 	now            func() time.Time
+	proxies        TrustedProxies
 }
 
 type patientCodeKey struct{}
@@ -191,7 +203,7 @@ func (c *providerConfig) GetAuthorizeCodeLifespan(ctx context.Context) time.Dura
 // host name (or proxy) it came through.
 func (c *providerConfig) GetIDTokenIssuer(ctx context.Context) string {
 	if r, ok := ctx.Value(fosite.RequestContextKey).(*http.Request); ok {
-		return requestOrigin(r) + "/o"
+		return c.proxies.RequestOrigin(r) + "/o"
 	}
 	return c.Config.GetIDTokenIssuer(ctx)
 }

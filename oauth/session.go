@@ -1,83 +1,136 @@
 package oauth
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
-	"fmt"
+	"encoding/hex"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"exchange/domain"
 )
 
-// The login session is a signed cookie, not a server-side record: it holds
-// the user id, when they logged in and when the session ends. It is
-// HttpOnly, SameSite=Lax (so it follows the top-level redirect from a client
-// to /o/authorize/) and Secure whenever the public origin is https.
+// The login session is a server-side record (domain.LoginSession) named
+// by a random value in an HttpOnly, SameSite=Lax cookie (Lax so it follows
+// the top-level redirect from a client to /o/authorize/; Secure whenever
+// the public origin is https). A record, not a signed cookie, so that
+// signing out, a password change or a deactivation ends the session on
+// every instance at once, and a copy of the cookie is worth nothing after.
+// The cookie's path is the whole origin so the web console receives it;
+// the API never takes it as a credential (bearer tokens only), so it
+// cannot be used to forge API requests.
 const (
 	sessionCookie = "exchange_session"
 	csrfCookie    = "exchange_csrf"
 	csrfField     = "csrf_token"
-	cookiePath    = "/o/"
+	csrfPath      = "/o/"
 )
 
-// loginSession is the content of the session cookie.
-type loginSession struct {
-	UserID   int64
-	AuthTime time.Time
-	Expires  time.Time
-}
+// Session defaults: LOGIN_SESSION_LIFETIME and LOGIN_SESSION_IDLE_TIMEOUT.
+const (
+	DefaultSessionLifetime    = 12 * time.Hour
+	DefaultSessionIdleTimeout = 30 * time.Minute
+	// maxTouchInterval bounds how often a session's last use is written:
+	// often enough for the idle timeout, not a write per request.
+	maxTouchInterval = 5 * time.Minute
+)
 
-func (p *Provider) sign(payload string) string {
-	m := hmac.New(sha256.New, p.cookieKey)
-	m.Write([]byte(payload))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// setSession starts a login session for the user.
-func (p *Provider) setSession(w http.ResponseWriter, r *http.Request, userID int64) {
+// startSession signs the user in with a new session: a new random value
+// at every sign-in, so a value planted in the browser beforehand (session
+// fixation) never becomes a signed-in session. The browser's previous
+// session, if any, ends.
+func (p *Provider) startSession(w http.ResponseWriter, r *http.Request, userID int64) error {
+	p.endSessions(r)
 	now := p.now().UTC()
-	payload := fmt.Sprintf("%d|%d|%d", userID, now.Unix(), now.Add(loginSessionLifespan).Unix())
-	value := base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + p.sign(payload)
-	http.SetCookie(w, p.cookie(r, sessionCookie, value, int(loginSessionLifespan/time.Second)))
+	value := randomToken(32)
+	s := &domain.LoginSession{ID: sessionID(value), UserID: userID, AuthTime: now, LastUsed: now, ExpiresAt: p.sessionEnd(now, now)}
+	if err := p.store.CreateLoginSession(r.Context(), s); err != nil {
+		return err
+	}
+	http.SetCookie(w, p.cookie(r, sessionCookie, value, "/", int(p.sessionLifetime/time.Second)))
+	return nil
 }
 
-// clearSession ends the login session.
-func (p *Provider) clearSession(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, p.cookie(r, sessionCookie, "", -1))
+// endSession signs the browser out: its session records go, and the
+// cookie with them.
+func (p *Provider) endSession(w http.ResponseWriter, r *http.Request) {
+	p.endSessions(r)
+	http.SetCookie(w, p.cookie(r, sessionCookie, "", "/", -1))
 }
 
-// session returns the request's valid login session, if any.
-func (p *Provider) session(r *http.Request) (loginSession, bool) {
-	c, err := r.Cookie(sessionCookie)
-	if err != nil {
-		return loginSession{}, false
-	}
-	enc, sig, ok := strings.Cut(c.Value, ".")
-	if !ok {
-		return loginSession{}, false
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || subtle.ConstantTimeCompare([]byte(sig), []byte(p.sign(string(raw)))) != 1 {
-		return loginSession{}, false
-	}
-	parts := strings.Split(string(raw), "|")
-	if len(parts) != 3 {
-		return loginSession{}, false
-	}
-	var n [3]int64
-	for i, part := range parts {
-		if n[i], err = strconv.ParseInt(part, 10, 64); err != nil {
-			return loginSession{}, false
+func (p *Provider) endSessions(r *http.Request) {
+	for _, c := range r.CookiesNamed(sessionCookie) {
+		if err := p.store.DeleteLoginSession(r.Context(), sessionID(c.Value)); err != nil {
+			p.log.Error("ending a login session failed", "error", err)
 		}
 	}
-	s := loginSession{UserID: n[0], AuthTime: time.Unix(n[1], 0).UTC(), Expires: time.Unix(n[2], 0).UTC()}
-	if !p.now().Before(s.Expires) {
-		return loginSession{}, false
+}
+
+// sessionID is the record id of a cookie value: its SHA-256, so that the
+// database never holds a usable cookie.
+func sessionID(value string) string {
+	sum := sha256.Sum256([]byte(value))
+	return hex.EncodeToString(sum[:])
+}
+
+// sessionEnd is when a session that began at authTime and was last used at
+// lastUsed ends: at the lifetime's end or after the idle timeout,
+// whichever comes first.
+func (p *Provider) sessionEnd(authTime, lastUsed time.Time) time.Time {
+	end := authTime.Add(p.sessionLifetime)
+	if idle := lastUsed.Add(p.sessionIdleTimeout); idle.Before(end) {
+		return idle
 	}
-	return s, true
+	return end
+}
+
+// session returns the request's live login session and its active user.
+// Every cookie of the name is tried (an older cookie of another path may
+// come first). A use is recorded when the last recorded one is a touch
+// interval old.
+func (p *Provider) session(r *http.Request) (*domain.LoginSession, *domain.User, bool) {
+	ctx := r.Context()
+	now := p.now().UTC()
+	for _, c := range r.CookiesNamed(sessionCookie) {
+		s, err := p.store.LoginSession(ctx, sessionID(c.Value))
+		if err != nil {
+			if !domain.IsCode(err, domain.CodeNotFound) {
+				p.log.Error("reading a login session failed", "error", err)
+			}
+			continue
+		}
+		if !now.Before(p.sessionEnd(s.AuthTime, s.LastUsed)) {
+			continue
+		}
+		u, err := p.users.UserByID(ctx, s.UserID)
+		if err != nil || !u.IsActive {
+			continue
+		}
+		if now.Sub(s.LastUsed) >= p.touchInterval() {
+			if err := p.store.TouchLoginSession(ctx, s.ID, now, p.sessionEnd(s.AuthTime, now)); err != nil {
+				p.log.Error("recording a login session's use failed", "error", err)
+			}
+		}
+		return s, u, true
+	}
+	return nil, nil, false
+}
+
+func (p *Provider) touchInterval() time.Duration {
+	return min(maxTouchInterval, p.sessionIdleTimeout/4)
+}
+
+// SessionUser returns the user signed in with the request's login session:
+// a live session (not signed out, within its lifetime and idle timeout)
+// of a user who is still active. It counts as a use of the session. The
+// web console calls it; the API never does.
+func (p *Provider) SessionUser(r *http.Request) (userID int64, ok bool) {
+	s, _, ok := p.session(r)
+	if !ok {
+		return 0, false
+	}
+	return s.UserID, true
 }
 
 // csrfToken returns the request's CSRF token, setting a new cookie when
@@ -87,7 +140,7 @@ func (p *Provider) csrfToken(w http.ResponseWriter, r *http.Request) string {
 		return c.Value
 	}
 	token := randomToken(32)
-	http.SetCookie(w, p.cookie(r, csrfCookie, token, 0))
+	http.SetCookie(w, p.cookie(r, csrfCookie, token, csrfPath, 0))
 	return token
 }
 
@@ -98,39 +151,10 @@ func csrfValid(r *http.Request) bool {
 	return err == nil && c.Value != "" && subtle.ConstantTimeCompare([]byte(c.Value), []byte(form)) == 1
 }
 
-func (p *Provider) cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
+func (p *Provider) cookie(r *http.Request, name, value, path string, maxAge int) *http.Cookie {
 	return &http.Cookie{
-		Name: name, Value: value, Path: cookiePath, MaxAge: maxAge,
+		Name: name, Value: value, Path: path, MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode,
-		Secure: strings.HasPrefix(requestOrigin(r), "https://"),
+		Secure: strings.HasPrefix(p.proxies.RequestOrigin(r), "https://"),
 	}
-}
-
-// VaryForwarded is the Vary header of responses built from Origin.
-const VaryForwarded = "X-Forwarded-Proto, X-Forwarded-Host"
-
-// Origin returns the scheme://host a client used to reach the service,
-// honouring the X-Forwarded-Proto and X-Forwarded-Host set by a reverse
-// proxy (their first value when a chain of proxies appended several).
-func Origin(tls bool, host, forwardedProto, forwardedHost string) string {
-	scheme := "http"
-	if tls {
-		scheme = "https"
-	}
-	if v := firstValue(forwardedProto); v == "http" || v == "https" {
-		scheme = v
-	}
-	if v := firstValue(forwardedHost); v != "" {
-		host = v
-	}
-	return scheme + "://" + host
-}
-
-func firstValue(header string) string {
-	v, _, _ := strings.Cut(header, ",")
-	return strings.ToLower(strings.TrimSpace(v))
-}
-
-func requestOrigin(r *http.Request) string {
-	return Origin(r.TLS != nil, r.Host, r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-Host"))
 }

@@ -33,6 +33,14 @@ type Store interface {
 	DeactivateOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error
 	DeleteOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error
 	DeleteOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error
+
+	CreateLoginSession(ctx context.Context, s *domain.LoginSession) error
+	LoginSession(ctx context.Context, id string) (*domain.LoginSession, error)
+	// TouchLoginSession records a use; it never moves a session's last use
+	// or end back, nor revives an ended session.
+	TouchLoginSession(ctx context.Context, id string, lastUsed, expiresAt time.Time) error
+	// DeleteLoginSession ends a session; a missing one is not an error.
+	DeleteLoginSession(ctx context.Context, id string) error
 }
 
 // fositeStore adapts Store to the storage interfaces of the fosite handlers

@@ -71,7 +71,7 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
-	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase}
+	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase, Logger: log}
 	// The models (schemas, R5 definitions, R4 maps: ~0.6 s) serve requests;
 	// the administration commands write none of what they check.
 	if !command {
@@ -90,6 +90,7 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
 		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log,
+		TrustedProxies: s.TrustedProxies, SessionLifetime: s.SessionLifetime, SessionIdleTimeout: s.SessionIdle,
 	})
 	if err != nil {
 		a.Close()

@@ -36,15 +36,9 @@ func createSuperuserCommand(ctx context.Context, s *settings, log *slog.Logger, 
 	if *email == "" {
 		return usageError("createsuperuser: --email is required")
 	}
-	pw := *password
-	if pw == "" {
-		pw = io.getenv("EXCHANGE_SUPERUSER_PASSWORD")
-	}
-	if pw == "" {
-		var err error
-		if pw, err = promptPassword(io); err != nil {
-			return err
-		}
+	pw, err := passwordOf(io, *password, "EXCHANGE_SUPERUSER_PASSWORD")
+	if err != nil {
+		return err
 	}
 	a, err := openApp(ctx, s, log, true)
 	if err != nil {
@@ -58,6 +52,46 @@ func createSuperuserCommand(ctx context.Context, s *settings, log *slog.Logger, 
 	}
 	fmt.Fprintf(io.out, "Superuser %s created (id %d).\n", u.Email, u.ID)
 	return nil
+}
+
+// changePasswordCommand sets a user's password. Their login sessions end
+// and their OAuth tokens are revoked (domain.Service.SetPassword).
+func changePasswordCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
+	fs := newFlags("changepassword", io)
+	email := fs.String("email", "", "the user's email address (required)")
+	password := fs.String("password", "", "the new password; else EXCHANGE_NEW_PASSWORD, else asked for on the terminal")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *email == "" {
+		return usageError("changepassword: --email is required")
+	}
+	pw, err := passwordOf(io, *password, "EXCHANGE_NEW_PASSWORD")
+	if err != nil {
+		return err
+	}
+	a, err := openApp(ctx, s, log, true)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	if err := a.service.SetPassword(ctx, *email, pw); err != nil {
+		return err
+	}
+	fmt.Fprintf(io.out, "Password of %s changed; their sessions and tokens are ended.\n", *email)
+	return nil
+}
+
+// passwordOf returns the password of a flag, else of the environment
+// variable env, else asked for.
+func passwordOf(io stdio, flag, env string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if v := io.getenv(env); v != "" {
+		return v, nil
+	}
+	return promptPassword(io)
 }
 
 // promptPassword asks for a password twice on a terminal, or reads one line

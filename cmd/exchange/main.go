@@ -4,6 +4,7 @@
 //	exchange [serve]            run the service (the default)
 //	exchange seed [--flush]     load the demo data (idempotent)
 //	exchange createsuperuser    create a superuser
+//	exchange changepassword     set a user's password
 //	exchange clients ...        register and list OAuth clients
 //	exchange token create ...   print a bearer token for scripts
 //	exchange invitation ...     print a patient's invitation link
@@ -62,6 +63,7 @@ var commands = map[string]command{
 	"serve":           serveCommand,
 	"seed":            seedCommand,
 	"createsuperuser": createSuperuserCommand,
+	"changepassword":  changePasswordCommand,
 	"clients":         clientsCommand,
 	"token":           tokenCommand,
 	"invitation":      invitationCommand,
@@ -99,6 +101,7 @@ commands:
   serve            run the service (default)
   seed             load the demo data; --flush empties the database first
   createsuperuser  create a superuser: --email E [--password P]
+  changepassword   set a user's password, ending their sessions and tokens: --email E [--password P]
   clients          register | list | rotate-secret OAuth clients
   token create     print a bearer token: --email E [--ttl 24h]
   invitation       print a patient's invitation link: --patient-id N --client-id C

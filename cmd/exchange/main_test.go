@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,8 +27,14 @@ func TestSettingsDefaults(t *testing.T) {
 	}
 	if s.Port != 8000 || s.MongoURI != "" || s.MongoDatabase != "exchange" || s.DataDir != "data" ||
 		s.EmbeddedMongoAddr != "127.0.0.1:27017" || s.PatientCodeTTL != 7*24*time.Hour ||
-		s.MCPRedirectURI != defaultMCPRedirectURI || s.PatientChallenge != s256(s.PatientVerifier) {
+		s.MCPRedirectURI != defaultMCPRedirectURI || s.PatientChallenge != s256(s.PatientVerifier) ||
+		s.SessionLifetime != 12*time.Hour || s.SessionIdle != 30*time.Minute || s.TrustedProxies.Trusts(netip.MustParseAddr("127.0.0.1")) {
 		t.Errorf("defaults: %+v", s)
+	}
+	s, err = loadSettings(env(map[string]string{"TRUSTED_PROXIES": "10.0.0.0/8, 127.0.0.1", "LOGIN_SESSION_LIFETIME": "1d", "LOGIN_SESSION_IDLE_TIMEOUT": "15m"}))
+	if err != nil || !s.TrustedProxies.Trusts(netip.MustParseAddr("10.2.3.4")) || !s.TrustedProxies.Trusts(netip.MustParseAddr("127.0.0.1")) ||
+		s.TrustedProxies.Trusts(netip.MustParseAddr("127.0.0.2")) || s.SessionLifetime != 24*time.Hour || s.SessionIdle != 15*time.Minute {
+		t.Errorf("proxies and sessions: %+v %v", s, err)
 	}
 	s, err = loadSettings(env(map[string]string{"PATIENT_AUTHORIZATION_CODE_TTL": "36h", "FHIR_SOURCE_BASE": "https://x.example.org/src/"}))
 	if err != nil || s.PatientCodeTTL != 36*time.Hour || s.FHIRSourceBase != "https://x.example.org/src" {
@@ -56,6 +63,10 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		{"OMH_SCHEMA_DIR", "/nonexistent/schemas"},
 		{"OMH_IEEE_SCHEMA_DIR", "/nonexistent/ieee-1752"},
 		{"FHIR_XVER_PACKAGE_DIR", "/nonexistent/maps"},
+		{"TRUSTED_PROXIES", "proxy.example.org"},
+		{"TRUSTED_PROXIES", "10.0.0.0/40"},
+		{"LOGIN_SESSION_LIFETIME", "forever"},
+		{"LOGIN_SESSION_IDLE_TIMEOUT", "10s"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), nil, env(map[string]string{tc.name: tc.value, "DATA_DIR": t.TempDir()}), nil, &stdout, &stderr)
@@ -128,6 +139,24 @@ func TestProgram(t *testing.T) {
 		t.Fatalf("token create: %v", err)
 	}
 	adminToken := strings.TrimSpace(out.String())
+	// Changing a password revokes the user's tokens.
+	out.Reset()
+	if err := run(ctx, []string{"token", "create", "--email", "bob@example.org"}, getenv, nil, &out, io.Discard); err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	bobToken := strings.TrimSpace(out.String())
+	out.Reset()
+	if err := run(ctx, []string{"changepassword", "--email", "bob@example.org", "--password", "short"}, getenv, nil, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "password") {
+		t.Errorf("changepassword to a short password: %v", err)
+	}
+	if err := run(ctx, []string{"changepassword", "--password", "a new password 123"}, getenv, nil, io.Discard, io.Discard); !errors.As(err, new(usageError)) {
+		t.Errorf("changepassword without --email: %v", err)
+	}
+	if err := run(ctx, []string{"changepassword", "--email", "bob@example.org"}, getenv, strings.NewReader("a new password 123\n"), &out, io.Discard); err != nil ||
+		!strings.Contains(out.String(), "Password of bob@example.org changed") {
+		t.Fatalf("changepassword: %v\n%s", err, out.String())
+	}
 	for _, name := range []string{"secret_key", "oidc_rsa_private_key.pem"} {
 		fi, err := os.Stat(filepath.Join(dataDir, name))
 		if err != nil || fi.Mode().Perm() != 0o600 {
@@ -177,6 +206,14 @@ func TestProgram(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || profile["email"] != "alice@example.org" || profile["patient"] == nil {
 		t.Fatalf("profile: %d %v", resp.StatusCode, profile)
+	}
+	req.Header.Set("Authorization", "Bearer "+bobToken)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the token of a user whose password changed: %d, want 401", resp.StatusCode)
 	}
 
 	// The bulk import, as scripts/import-r4 runs it: flags after the

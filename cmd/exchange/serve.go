@@ -33,7 +33,8 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 		return err
 	}
 	defer a.Close()
-	web := handlers.New(handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping, Logger: log})
+	web := handlers.New(handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping, Logger: log,
+		TrustedProxies: s.TrustedProxies})
 
 	sweepCtx, stopSweeping := context.WithCancel(ctx)
 	defer stopSweeping()

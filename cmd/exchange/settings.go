@@ -39,6 +39,9 @@ type settings struct {
 	OMHSchemaDir      string
 	OMHIEEESchemaDir  string
 	FHIRPackagesDir   string
+	TrustedProxies    oauth.TrustedProxies
+	SessionLifetime   time.Duration
+	SessionIdle       time.Duration
 }
 
 // defaultPatientVerifier is the reference PKCE verifier of patient
@@ -117,6 +120,24 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 	}
 	if s.PatientCodeTTL, err = parseDays(get("PATIENT_AUTHORIZATION_CODE_TTL", "7d")); err != nil || s.PatientCodeTTL <= 0 {
 		return nil, fmt.Errorf("PATIENT_AUTHORIZATION_CODE_TTL: %q is not a positive duration (such as 7d, 36h or 3600)", getenv("PATIENT_AUTHORIZATION_CODE_TTL"))
+	}
+	if s.TrustedProxies, err = oauth.ParseTrustedProxies(getenv("TRUSTED_PROXIES")); err != nil {
+		return nil, fmt.Errorf("TRUSTED_PROXIES: %v (a list of CIDR prefixes such as 10.0.0.0/8, 127.0.0.1)", err)
+	}
+	for _, d := range []struct {
+		name string
+		def  time.Duration
+		dest *time.Duration
+	}{
+		{"LOGIN_SESSION_LIFETIME", oauth.DefaultSessionLifetime, &s.SessionLifetime},
+		{"LOGIN_SESSION_IDLE_TIMEOUT", oauth.DefaultSessionIdleTimeout, &s.SessionIdle},
+	} {
+		*d.dest = d.def
+		if v := strings.TrimSpace(getenv(d.name)); v != "" {
+			if *d.dest, err = parseDays(v); err != nil || *d.dest < time.Minute {
+				return nil, fmt.Errorf("%s: %q is not a duration of at least a minute (such as 12h, 30m, 1d or 3600)", d.name, v)
+			}
+		}
 	}
 	if (s.MCPClientID == "") != (s.MCPClientSecret == "") {
 		return nil, errors.New("MCP_OAUTH_CLIENT_ID and MCP_OAUTH_CLIENT_SECRET: set both, or neither")

@@ -15,10 +15,16 @@ import (
 // it keeps cookies, follows redirects except those its stop function
 // refuses, and fills in forms. It is not safe for concurrent use.
 type Browser struct {
+	// Header is added to every request (such as the X-Forwarded-For a
+	// proxy would add).
+	Header http.Header
 	t      testing.TB
 	client *http.Client
 	at     *url.URL // the URL of the last response: where form actions resolve
 }
+
+// Jar returns the browser's cookies.
+func (b *Browser) Jar() http.CookieJar { return b.client.Jar }
 
 // NewBrowser returns a browser without cookies. It follows every redirect
 // except those to a URL for which stop reports true: Do answers those
@@ -44,6 +50,9 @@ func (b *Browser) Do(method, rawURL string, form url.Values) (*http.Response, st
 	req, err := http.NewRequest(method, rawURL, body)
 	if err != nil {
 		b.t.Fatal(err)
+	}
+	for k, v := range b.Header {
+		req.Header[k] = v
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")

@@ -9,6 +9,7 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -30,16 +31,22 @@ import (
 	"exchange/repo/repotest"
 )
 
-// Clock is a test clock: the wall clock moved by an offset.
+// Clock is a test clock: the wall clock moved by an offset, or, once
+// stopped, a fixed time that only Advance moves.
 type Clock struct {
-	mu     sync.Mutex
-	offset time.Duration
+	mu      sync.Mutex
+	offset  time.Duration
+	stopped bool
+	at      time.Time
 }
 
-// Now returns the wall clock plus the offset.
+// Now returns the wall clock plus the offset, or the stopped time.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stopped {
+		return c.at
+	}
 	return time.Now().Add(c.offset)
 }
 
@@ -48,6 +55,16 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.offset += d
+	c.at = c.at.Add(d)
+}
+
+// Stop holds the clock at its current time, so that a test sees exactly
+// the delays it steps over.
+func (c *Clock) Stop() {
+	now := c.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped, c.at = true, now
 }
 
 // PatientVerifier is the PKCE verifier of patient authorization codes in
@@ -169,25 +186,49 @@ func signingKey(t testing.TB) *rsa.PrivateKey {
 	return key
 }
 
+// Options are the settings a test may change; the zero value is the
+// service's defaults.
+type Options struct {
+	// TrustedProxies is TRUSTED_PROXIES (the test's requests come from
+	// 127.0.0.1).
+	TrustedProxies string
+	// SessionLifetime and SessionIdleTimeout are LOGIN_SESSION_LIFETIME and
+	// LOGIN_SESSION_IDLE_TIMEOUT; zero: the defaults.
+	SessionLifetime, SessionIdleTimeout time.Duration
+	// Logger receives the service's logs; nil: slog.Default().
+	Logger *slog.Logger
+}
+
 // Start runs the exchange over a new database named after the test, and
 // stops it when the test ends. The package's TestMain must call
 // repotest.Main.
 func Start(t testing.TB) *Env {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with settings.
+func StartWith(t testing.TB, o Options) *Env {
+	t.Helper()
+	proxies, err := oauth.ParseTrustedProxies(o.TrustedProxies)
+	if err != nil {
+		t.Fatal(err)
+	}
 	db := repotest.NewDB(t)
 	clock := &Clock{}
 	validator, indexer := R5(t)
 	svc := domain.NewService(domain.Config{Store: db, Schemas: Schemas(t), SourceBase: SourceBase,
-		Validator: validator, Indexer: indexer, Converter: r5Models(t).importer, Now: clock.Now})
+		Validator: validator, Indexer: indexer, Converter: r5Models(t).importer, Now: clock.Now, Logger: o.Logger})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
+		Logger: o.Logger, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t),
-		Search: fhirsearch.NewTranslator([]byte("test cursor key"), SourceBase, clock.Now)})
+	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t), Logger: o.Logger,
+		TrustedProxies: proxies, Search: fhirsearch.NewTranslator([]byte("test cursor key"), SourceBase, clock.Now)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
