@@ -438,3 +438,48 @@ describe('login page', () => {
     }
   });
 });
+
+describe('login session', () => {
+  // A copy of the session cookie (stolen from a shared computer, a proxy
+  // log) is what silent sign-in trusts: signing out must end it at the
+  // server, not only in the browser that signs out.
+  it('ends at the server on sign-out: a cookie copied before is refused after', { timeout: 90_000 }, async () => {
+    const { context, page } = await newPage();
+    const thief = await newPage();
+    try {
+      await page.goto(`${base}/o/login/`);
+      const login = await signIn(page, 'norole@example.org', patient.password);
+      assert.equal(login.status(), 303);
+      await page.getByText('You are signed in as norole@example.org').waitFor();
+      const session = (await context.cookies(base)).find((c) => c.name === 'exchange_session');
+      assert.ok(session, 'a session cookie');
+      assert.equal(session.path, '/', 'the whole origin (the console) receives it');
+      assert.ok(session.httpOnly, 'HttpOnly');
+      assert.equal(session.sameSite, 'Lax');
+      assert.equal(
+        (await fetch(`${base}/api/v1/users/profile`, { headers: { Cookie: `exchange_session=${session.value}` } })).status,
+        401,
+        'the API never takes the cookie',
+      );
+
+      // The copy works in another browser while the session lives...
+      await thief.context.addCookies([{ name: session.name, value: session.value, url: base }]);
+      const silent = async (state) => {
+        const req = await authorizationRequest({ prompt: 'none', state });
+        const callback = nextCallback(thief.page);
+        await thief.page.goto(req.url.href).catch(() => {});
+        return (await callback).searchParams.get('error');
+      };
+      assert.notEqual(await silent('state-before-sign-out'), 'login_required', 'the copied cookie signs in before sign-out');
+
+      // ...and not after the owner signs out.
+      await page.getByRole('button', { name: 'Sign out' }).click();
+      await page.getByText('You are signed out').waitFor();
+      assert.equal((await context.cookies(base)).find((c) => c.name === 'exchange_session'), undefined, 'the browser drops the cookie');
+      assert.equal(await silent('state-after-sign-out'), 'login_required', 'the copied cookie is refused after sign-out');
+    } finally {
+      await context.close();
+      await thief.context.close();
+    }
+  });
+});
