@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -30,13 +31,7 @@ func createSuperuserCommand(ctx context.Context, s *settings, log *slog.Logger, 
 	password := fs.String("password", "", "the password; else EXCHANGE_SUPERUSER_PASSWORD, else asked for on the terminal")
 	first := fs.String("first-name", "", "first name")
 	last := fs.String("last-name", "", "last name")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *email == "" {
-		return usageError("createsuperuser: --email is required")
-	}
-	pw, err := passwordOf(io, *password, "EXCHANGE_SUPERUSER_PASSWORD")
+	pw, err := emailAndPassword(fs, args, io, email, password, "EXCHANGE_SUPERUSER_PASSWORD")
 	if err != nil {
 		return err
 	}
@@ -60,13 +55,7 @@ func changePasswordCommand(ctx context.Context, s *settings, log *slog.Logger, i
 	fs := newFlags("changepassword", io)
 	email := fs.String("email", "", "the user's email address (required)")
 	password := fs.String("password", "", "the new password; else EXCHANGE_NEW_PASSWORD, else asked for on the terminal")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *email == "" {
-		return usageError("changepassword: --email is required")
-	}
-	pw, err := passwordOf(io, *password, "EXCHANGE_NEW_PASSWORD")
+	pw, err := emailAndPassword(fs, args, io, email, password, "EXCHANGE_NEW_PASSWORD")
 	if err != nil {
 		return err
 	}
@@ -82,11 +71,18 @@ func changePasswordCommand(ctx context.Context, s *settings, log *slog.Logger, i
 	return nil
 }
 
-// passwordOf returns the password of a flag, else of the environment
-// variable env, else asked for.
-func passwordOf(io stdio, flag, env string) (string, error) {
-	if flag != "" {
-		return flag, nil
+// emailAndPassword parses the flags of a command that sets a user's
+// password: --email is required, and the password is that of --password,
+// else of the environment variable env, else asked for.
+func emailAndPassword(fs *flag.FlagSet, args []string, io stdio, email, password *string, env string) (string, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return "", err
+	}
+	if *email == "" {
+		return "", usageError(fs.Name() + ": --email is required")
+	}
+	if *password != "" {
+		return *password, nil
 	}
 	if v := io.getenv(env); v != "" {
 		return v, nil
