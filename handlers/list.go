@@ -51,17 +51,30 @@ func (s *server) withProxies(c *fiber.Ctx) error {
 	return c.Next()
 }
 
-// origin is the scheme://host the client used: as forwarded by a trusted
-// proxy, else the connection's own.
-func origin(c *fiber.Ctx) string {
-	proxies, _ := c.Locals(proxiesKey).(oauth.TrustedProxies)
-	return proxies.Origin(c.Context().RemoteAddr().String(), c.Context().IsTLS(), string(c.Request().Host()), func(name string) []string {
+// proxies returns the request's trusted proxies: with the connection's
+// peer and requestHeader, what oauth.TrustedProxies needs to work out the
+// client's address and origin.
+func proxies(c *fiber.Ctx) oauth.TrustedProxies {
+	t, _ := c.Locals(proxiesKey).(oauth.TrustedProxies)
+	return t
+}
+
+// requestHeader returns every value of a request header, across repeated
+// lines.
+func requestHeader(c *fiber.Ctx) oauth.Header {
+	return func(name string) []string {
 		var values []string
 		for _, v := range c.Request().Header.PeekAll(name) {
 			values = append(values, string(v))
 		}
 		return values
-	})
+	}
+}
+
+// origin is the scheme://host the client used: as forwarded by a trusted
+// proxy, else the connection's own.
+func origin(c *fiber.Ctx) string {
+	return proxies(c).Origin(c.Context().RemoteAddr().String(), c.Context().IsTLS(), string(c.Request().Host()), requestHeader(c))
 }
 
 // pageURL is the absolute URL of the request with another page number.
