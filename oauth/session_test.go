@@ -119,6 +119,16 @@ func TestLoginNextGoesOnlyToLocalPaths(t *testing.T) {
 			t.Errorf("next=%q: %d to %q, want %q", next, resp.StatusCode, got, want)
 		}
 	}
+	// Signing out goes to a local next too, and says so otherwise.
+	b := handlerstest.NewBrowser(t, func(*url.URL) bool { return true })
+	_, page := b.Do("GET", env.URL+"/o/login/", nil)
+	_, fields := handlerstest.Form(t, page)
+	for next, want := range map[string]string{"/console/": "/console/", "//evil.example/": ""} {
+		resp, body := b.Do("POST", env.URL+"/o/logout/", url.Values{"csrf_token": fields["csrf_token"], "next": {next}})
+		if got := resp.Header.Get("Location"); got != want || (want == "" && !strings.Contains(body, "You are signed out")) {
+			t.Errorf("sign out with next=%q: %d to %q, want %q", next, resp.StatusCode, got, want)
+		}
+	}
 }
 
 // The session cookie reaches every path of the origin (the console's), and
