@@ -25,6 +25,19 @@ type User struct {
 	IsActive     bool
 	DateJoined   time.Time
 	LastUpdated  time.Time
+	// CredentialsChangedAt is when the password last changed or the user
+	// was deactivated: sessions and tokens from sign-ins before are void.
+	CredentialsChangedAt time.Time
+}
+
+// StillSignedIn reports whether a login session or token that comes from a
+// sign-in at authTime still stands: the user is active, and neither has
+// their password changed nor were they deactivated since. Stored times
+// keep milliseconds, so a sign-in within the millisecond of a change is
+// void. Checking this on every use, not only ending the credentials at the
+// change, voids those that a sign-in racing the change creates after.
+func (u *User) StillSignedIn(authTime time.Time) bool {
+	return u.IsActive && authTime.Truncate(time.Millisecond).After(u.CredentialsChangedAt)
 }
 
 // Role is a practitioner's role in one organization. The empty role is a

@@ -74,8 +74,9 @@ func (s *Service) CreateUser(ctx context.Context, in NewUser) (*User, error) {
 // SetPassword replaces the password of the user with that email, then
 // ends their login sessions and revokes their OAuth tokens: whoever held
 // the old password, or a session or token obtained with it, is out. The
-// credentials go after the password changes, so none made with the old
-// password in between survives; a failure is safe to retry.
+// change is stamped on the user (CredentialsChangedAt), which voids any
+// session or token a sign-in racing the change creates after the
+// credentials went (User.StillSignedIn); a failure is safe to retry.
 func (s *Service) SetPassword(ctx context.Context, email, password string) error {
 	email, err := NormalizeEmail("email", email)
 	if err != nil {
@@ -88,6 +89,7 @@ func (s *Service) SetPassword(ctx context.Context, email, password string) error
 	if u.PasswordHash, err = checkedPasswordHash(password); err != nil {
 		return err
 	}
+	u.CredentialsChangedAt = s.Now()
 	if err := s.store.UpdateUser(ctx, u); err != nil {
 		return err
 	}
@@ -112,6 +114,9 @@ func (s *Service) SetUserActive(ctx context.Context, actor *Actor, id int64, act
 	}
 	if u.IsActive != active {
 		u.IsActive = active
+		if !active {
+			u.CredentialsChangedAt = s.Now()
+		}
 		if err := s.store.UpdateUser(ctx, u); err != nil {
 			return nil, err
 		}

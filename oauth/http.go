@@ -302,9 +302,10 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 		p.renderLogin(w, r, http.StatusForbidden, page)
 		return
 	}
+	checkedAt := p.now().UTC()
 	u, err := p.users.Authenticate(r.Context(), page.Email, r.PostFormValue("password"), p.proxies.RequestClientAddress(r).String())
 	if err == nil {
-		err = p.startSession(w, r, u.ID)
+		err = p.startSession(w, r, u.ID, checkedAt)
 	}
 	if err != nil {
 		status := http.StatusUnauthorized

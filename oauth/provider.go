@@ -139,7 +139,7 @@ func New(c Config) (*Provider, error) {
 		OpenIDConnectTokenStrategy: compose.NewOpenIDConnectStrategy(keyGetter, cfg),
 		Signer:                     &jwt.DefaultSigner{GetPrivateKey: keyGetter},
 	}
-	storage := &fositeStore{store: c.Store, refreshTokenLife: RefreshTokenLifespan, authorizeCodeLife: AuthorizeCodeLifespan}
+	storage := &fositeStore{store: c.Store, users: c.Users, refreshTokenLife: RefreshTokenLifespan, authorizeCodeLife: AuthorizeCodeLifespan}
 	provider := fosite.NewOAuth2Provider(storage, cfg)
 	for _, factory := range []compose.Factory{
 		compose.OAuth2AuthorizeExplicitFactory,

@@ -39,12 +39,13 @@ const (
 // startSession signs the user in with a new session: a new random value
 // at every sign-in, so a value planted in the browser beforehand (session
 // fixation) never becomes a signed-in session. The browser's previous
-// session, if any, ends.
-func (p *Provider) startSession(w http.ResponseWriter, r *http.Request, userID int64) error {
+// session, if any, ends. authTime is when the password check began: a
+// password change after it voids the session (domain.User.StillSignedIn).
+func (p *Provider) startSession(w http.ResponseWriter, r *http.Request, userID int64, authTime time.Time) error {
 	p.endSessions(r)
 	now := p.now().UTC()
 	value := randomToken(32)
-	s := &domain.LoginSession{ID: sessionID(value), UserID: userID, AuthTime: now, LastUsed: now, ExpiresAt: p.sessionEnd(now, now)}
+	s := &domain.LoginSession{ID: sessionID(value), UserID: userID, AuthTime: authTime, LastUsed: now, ExpiresAt: p.sessionEnd(authTime, now)}
 	if err := p.store.CreateLoginSession(r.Context(), s); err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func (p *Provider) session(r *http.Request) (*domain.LoginSession, *domain.User,
 			continue
 		}
 		u, err := p.users.UserByID(ctx, s.UserID)
-		if err != nil || !u.IsActive {
+		if err != nil || !u.StillSignedIn(s.AuthTime) {
 			continue
 		}
 		if now.Sub(s.LastUsed) >= p.touchInterval() {
@@ -123,7 +124,7 @@ func (p *Provider) touchInterval() time.Duration {
 
 // SessionUser returns the user signed in with the request's login session:
 // a live session (not signed out, within its lifetime and idle timeout)
-// of a user who is still active. It counts as a use of the session. The
+// of a user who is still active and has not changed their password since. It counts as a use of the session. The
 // web console calls it; the API never does.
 func (p *Provider) SessionUser(r *http.Request) (userID int64, ok bool) {
 	s, _, ok := p.session(r)

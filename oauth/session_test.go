@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"golang.org/x/oauth2"
 
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
 	"exchange/oauth"
+	"exchange/repo/repotest"
 )
 
 // sessionOf returns the login session cookie a browser holds for a path of
@@ -247,6 +249,56 @@ func TestPasswordChangeAndDeactivationEndSessionsAndTokens(t *testing.T) {
 	if resp, out := env.Send(t, "PATCH", path, admin, map[string]any{"isActive": true}); resp.StatusCode != http.StatusOK || out["isActive"] != true {
 		t.Fatalf("reactivation: %d %v", resp.StatusCode, out)
 	}
+	signInBrowser(t, env, "doc@example.org", "a new password 123")
+}
+
+// A sign-in or grant racing a password change can store its session or
+// tokens after the change ended the rest: they are void all the same, as
+// they come from a sign-in before the change. (The race is played by
+// putting the records back after the change.)
+func TestCredentialsStoredAfterAPasswordChangeAreVoid(t *testing.T) {
+	env := handlerstest.Start(t)
+	ctx := context.Background()
+	doc := env.Practitioner(t, "doc@example.org", false)
+	client, secret := env.Client(t, oauth.ClientRegistration{Name: "App", Type: domain.ClientConfidential, RedirectURIs: []string{redirectURI}, SkipAuthorization: true})
+	cfg := oauthConfig(env, client.ID, secret)
+	b := signInBrowser(t, env, "doc@example.org", handlerstest.Password)
+	cookie := sessionOf(t, env, b, "/")
+	verifier := oauth2.GenerateVerifier()
+	resp, _ := b.Do("GET", cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier)), nil)
+	tok, err := cfg.Exchange(ctx, redirectParams(t, resp).Get("code"), oauth2.VerifierOption(verifier))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, tokens := repotest.Collection(t, env.DB, "sessions"), repotest.Collection(t, env.DB, "oauth_tokens")
+	var stored []bson.M
+	cur, err := sessions.Find(ctx, bson.M{"userId": doc.ID})
+	if err != nil || cur.All(ctx, &stored) != nil || len(stored) != 1 {
+		t.Fatalf("the session record: %v %v", stored, err)
+	}
+
+	if err := env.Service.SetPassword(ctx, "doc@example.org", "a new password 123"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessions.InsertOne(ctx, stored[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.UpdateMany(ctx, bson.M{"userId": doc.ID}, bson.M{"$set": bson.M{"active": true}}); err != nil {
+		t.Fatal(err)
+	}
+	if signedInWith(t, env, cookie) {
+		t.Error("a session stored after the password change signs in")
+	}
+	for _, token := range []string{tok.AccessToken, tok.RefreshToken} {
+		if _, body := introspectAs(t, env, client.ID, secret, token); body["active"] != false {
+			t.Errorf("a token stored after the password change introspects as %v", body)
+		}
+	}
+	profile(t, env, tok.AccessToken, http.StatusUnauthorized)
+	if _, err := refresh(ctx, cfg, tok.RefreshToken); !isOAuthError(err, "invalid_grant") {
+		t.Errorf("refresh with a token stored after the password change: %v", err)
+	}
+	// A sign-in after the change stands.
 	signInBrowser(t, env, "doc@example.org", "a new password 123")
 }
 

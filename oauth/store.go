@@ -47,6 +47,7 @@ type Store interface {
 // the provider composes.
 type fositeStore struct {
 	store             Store
+	users             Users
 	refreshTokenLife  time.Duration
 	authorizeCodeLife time.Duration
 }
@@ -151,7 +152,33 @@ func (s *fositeStore) get(ctx context.Context, kind domain.OAuthTokenKind, signa
 	if !t.Active {
 		return r, inactive
 	}
+	if ok, err := s.stillSignedIn(ctx, t.UserID, session); err != nil || !ok {
+		if err != nil {
+			return nil, err
+		}
+		return r, inactive
+	}
 	return r, nil
+}
+
+// stillSignedIn reports whether the user of a grant still stands by the
+// sign-in it came from (domain.User.StillSignedIn, against the sign-in time
+// its ID token claims carry): a password change or deactivation voids
+// every code and token of the user, even one stored after the change
+// revoked the rest. A grant without a user is left to fosite.
+func (s *fositeStore) stillSignedIn(ctx context.Context, userID int64, session fosite.Session) (bool, error) {
+	claims, ok := session.(openid.Session)
+	if userID == 0 || !ok || claims.IDTokenClaims() == nil {
+		return true, nil
+	}
+	u, err := s.users.UserByID(ctx, userID)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return u.StillSignedIn(claims.IDTokenClaims().AuthTime), nil
 }
 
 func (s *fositeStore) deactivate(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {

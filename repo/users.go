@@ -15,27 +15,29 @@ import (
 
 // userDoc is a document of the users collection.
 type userDoc struct {
-	ID           int64     `bson:"_id"`
-	Email        string    `bson:"email"`
-	PasswordHash string    `bson:"passwordHash"`
-	UserType     string    `bson:"userType"`
-	FirstName    string    `bson:"firstName"`
-	LastName     string    `bson:"lastName"`
-	IsSuperuser  bool      `bson:"isSuperuser"`
-	IsStaff      bool      `bson:"isStaff"`
-	IsActive     bool      `bson:"isActive"`
-	DateJoined   time.Time `bson:"dateJoined"`
-	LastUpdated  time.Time `bson:"lastUpdated"`
+	ID                   int64     `bson:"_id"`
+	Email                string    `bson:"email"`
+	PasswordHash         string    `bson:"passwordHash"`
+	UserType             string    `bson:"userType"`
+	FirstName            string    `bson:"firstName"`
+	LastName             string    `bson:"lastName"`
+	IsSuperuser          bool      `bson:"isSuperuser"`
+	IsStaff              bool      `bson:"isStaff"`
+	IsActive             bool      `bson:"isActive"`
+	DateJoined           time.Time `bson:"dateJoined"`
+	LastUpdated          time.Time `bson:"lastUpdated"`
+	CredentialsChangedAt time.Time `bson:"credentialsChangedAt"` // absent: never changed
 }
 
 func toUserDoc(u *domain.User) userDoc {
-	return userDoc{u.ID, u.Email, u.PasswordHash, string(u.Type), u.FirstName, u.LastName, u.IsSuperuser, u.IsStaff, u.IsActive, u.DateJoined, u.LastUpdated}
+	return userDoc{u.ID, u.Email, u.PasswordHash, string(u.Type), u.FirstName, u.LastName, u.IsSuperuser, u.IsStaff, u.IsActive,
+		u.DateJoined, u.LastUpdated, u.CredentialsChangedAt.UTC().Truncate(time.Millisecond)}
 }
 
 func (x userDoc) user() *domain.User {
 	return &domain.User{ID: x.ID, Email: x.Email, PasswordHash: x.PasswordHash, Type: domain.UserType(x.UserType),
 		FirstName: x.FirstName, LastName: x.LastName, IsSuperuser: x.IsSuperuser, IsStaff: x.IsStaff, IsActive: x.IsActive,
-		DateJoined: x.DateJoined.UTC(), LastUpdated: x.LastUpdated.UTC()}
+		DateJoined: x.DateJoined.UTC(), LastUpdated: x.LastUpdated.UTC(), CredentialsChangedAt: x.CredentialsChangedAt.UTC()}
 }
 
 // CreateUser implements domain.UserStore.
@@ -99,6 +101,7 @@ func (d *DB) UpdateUser(ctx context.Context, u *domain.User) error {
 	res, err := d.c(colUsers).UpdateOne(ctx, bson.M{"_id": u.ID}, bson.M{"$set": bson.M{
 		"passwordHash": doc.PasswordHash, "firstName": doc.FirstName, "lastName": doc.LastName,
 		"isSuperuser": doc.IsSuperuser, "isStaff": doc.IsStaff, "isActive": doc.IsActive, "lastUpdated": doc.LastUpdated,
+		"credentialsChangedAt": doc.CredentialsChangedAt,
 	}})
 	if err != nil {
 		return err
