@@ -710,3 +710,60 @@ func TestIDTokenCarriesEmailOnlyWithEmailScope(t *testing.T) {
 		t.Errorf("ID token without the email scope: %v", claims)
 	}
 }
+
+// TestLoginNextAndSessionUser: a login returns to any local path (the
+// console's), never to another origin; the session cookie covers the whole
+// origin, and SessionUser names its user while the user is active.
+func TestLoginNextAndSessionUser(t *testing.T) {
+	env := handlerstest.Start(t)
+	u := env.Practitioner(t, "doc@example.org", false)
+	for _, tc := range []struct{ next, want string }{
+		{"/console/studies/?page=2", "/console/studies/?page=2"},
+		{"/o/applications/register/", "/o/applications/register/"},
+		{"https://evil.example/", "/o/login/"},
+		{"//evil.example/x", "/o/login/"},
+		{"/\\evil.example/x", "/o/login/"},
+		{"console/", "/o/login/"},
+	} {
+		b := handlerstest.NewBrowser(t, func(*url.URL) bool { return true })
+		_, page := b.Do("GET", env.URL+"/o/login/?next="+url.QueryEscape(tc.next), nil)
+		resp, _ := b.Login(page, "doc@example.org", handlerstest.Password)
+		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != tc.want {
+			t.Errorf("next %q: %d Location %q, want %q", tc.next, resp.StatusCode, resp.Header.Get("Location"), tc.want)
+		}
+		var session *http.Cookie
+		for _, c := range resp.Cookies() {
+			if c.Name == "exchange_session" {
+				session = c
+			}
+		}
+		if session == nil || session.Path != "/" || !session.HttpOnly {
+			t.Fatalf("next %q: session cookie %+v, want HttpOnly with Path /", tc.next, session)
+		}
+		req, _ := http.NewRequest("GET", env.URL+"/console/", nil)
+		req.AddCookie(session)
+		if id, ok := env.OAuth.SessionUser(req); !ok || id != u.ID {
+			t.Errorf("SessionUser = %d, %v; want %d", id, ok, u.ID)
+		}
+		if tc.next == "console/" {
+			// A forged or inactive session names nobody.
+			forged := *session
+			forged.Value = strings.Replace(session.Value, ".", "x.", 1)
+			req, _ = http.NewRequest("GET", env.URL+"/console/", nil)
+			req.AddCookie(&forged)
+			if _, ok := env.OAuth.SessionUser(req); ok {
+				t.Error("a forged session names a user")
+			}
+			stored, _ := env.DB.UserByID(context.Background(), u.ID)
+			stored.IsActive = false
+			if err := env.DB.UpdateUser(context.Background(), stored); err != nil {
+				t.Fatal(err)
+			}
+			req, _ = http.NewRequest("GET", env.URL+"/console/", nil)
+			req.AddCookie(session)
+			if _, ok := env.OAuth.SessionUser(req); ok {
+				t.Error("an inactive user's session names them")
+			}
+		}
+	}
+}
