@@ -1,0 +1,17 @@
+package oauth
+
+import "net/http"
+
+// CSRFField is the form field that carries the CSRF token on every form of
+// the exchange's pages, /o/ and the web console alike: one double-submit
+// cookie for the origin, so a console page can post to /o/logout/.
+const CSRFField = csrfField
+
+// CSRFToken returns the request's CSRF token for a form, setting its cookie
+// when there is none.
+func (p *Provider) CSRFToken(w http.ResponseWriter, r *http.Request) string {
+	return p.csrfToken(w, r)
+}
+
+// CSRFValid reports whether a form post carries the token of its cookie.
+func (p *Provider) CSRFValid(r *http.Request) bool { return csrfValid(r) }
