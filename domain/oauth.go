@@ -57,6 +57,9 @@ type OAuthToken struct {
 	IssuedAt  time.Time
 	ExpiresAt time.Time // the sweeper deletes the record after this
 	Request   []byte    // the serialized authorization request, owned by package oauth
+	// Invitation marks an authorization code issued for a patient out of
+	// band: an invitation link, which practitioners list and cancel.
+	Invitation bool
 }
 
 // LoginSession is a browser signed in at the exchange's login page. Its

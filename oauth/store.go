@@ -41,6 +41,11 @@ type Store interface {
 	TouchLoginSession(ctx context.Context, id string, lastUsed, expiresAt time.Time) error
 	// DeleteLoginSession ends a session; a missing one is not an error.
 	DeleteLoginSession(ctx context.Context, id string) error
+	// Invitations returns the invitation codes of the users.
+	Invitations(ctx context.Context, userIDs []int64) ([]domain.OAuthToken, error)
+	// ConsumeOAuthToken marks an active record inactive, once;
+	// domain.CodeNotFound if it is not active.
+	ConsumeOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error
 }
 
 // fositeStore adapts Store to the storage interfaces of the fosite handlers
@@ -116,6 +121,7 @@ func (s *fositeStore) create(ctx context.Context, kind domain.OAuthTokenKind, si
 	return s.store.CreateOAuthToken(ctx, &domain.OAuthToken{
 		Kind: kind, Signature: signature, RequestID: r.GetID(), ClientID: r.GetClient().GetID(), UserID: userID,
 		Active: true, IssuedAt: time.Now().UTC(), ExpiresAt: expires, Request: payload,
+		Invitation: kind == domain.TokenAuthorizeCode && ctx.Value(patientCodeKey{}) != nil,
 	})
 }
 

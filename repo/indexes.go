@@ -77,7 +77,7 @@ var indexes = []index{
 	{colUsers, "userType_lastUpdated", bson.D{{Key: "userType", Value: 1}, {Key: "lastUpdated", Value: 1}}, false},
 	{colOAuthTokens, "request_kind", bson.D{{Key: "requestId", Value: 1}, {Key: "kind", Value: 1}}, false},
 	{colOAuthTokens, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
-	{colOAuthTokens, "user", bson.D{{Key: "userId", Value: 1}}, false}, // revoke a user's tokens
+	{colOAuthTokens, "user_kind", bson.D{{Key: "userId", Value: 1}, {Key: "kind", Value: 1}}, false}, // revoke a user's tokens; a patient's invitations
 	{colLoginThrottle, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colLoginSessions, "user", bson.D{{Key: "userId", Value: 1}}, false}, // end a user's sessions
 	{colLoginSessions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},

@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -107,6 +108,8 @@ type oauthTokenDoc struct {
 	IssuedAt  time.Time `bson:"issuedAt"`
 	ExpiresAt time.Time `bson:"expiresAt"`
 	Request   string    `bson:"request"` // JSON, owned by package oauth
+	// Invitation marks a patient's invitation code (absent on others).
+	Invitation bool `bson:"invitation,omitempty"`
 }
 
 func tokenID(kind domain.OAuthTokenKind, signature string) string {
@@ -117,7 +120,7 @@ func tokenID(kind domain.OAuthTokenKind, signature string) string {
 // is taken.
 func (d *DB) CreateOAuthToken(ctx context.Context, t *domain.OAuthToken) error {
 	doc := oauthTokenDoc{tokenID(t.Kind, t.Signature), string(t.Kind), t.RequestID, t.ClientID, t.UserID, t.Active,
-		t.IssuedAt.UTC(), t.ExpiresAt.UTC(), string(t.Request)}
+		t.IssuedAt.UTC(), t.ExpiresAt.UTC(), string(t.Request), t.Invitation}
 	return d.insertUnique(ctx, colOAuthTokens, doc, "the token already exists")
 }
 
@@ -127,8 +130,47 @@ func (d *DB) OAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signatu
 	if err := d.findOne(ctx, colOAuthTokens, bson.M{"_id": tokenID(kind, signature)}, &x, "no such token"); err != nil {
 		return nil, err
 	}
-	return &domain.OAuthToken{Kind: domain.OAuthTokenKind(x.Kind), Signature: signature, RequestID: x.RequestID, ClientID: x.ClientID,
-		UserID: x.UserID, Active: x.Active, IssuedAt: x.IssuedAt.UTC(), ExpiresAt: x.ExpiresAt.UTC(), Request: []byte(x.Request)}, nil
+	return x.token(), nil
+}
+
+func (x oauthTokenDoc) token() *domain.OAuthToken {
+	kind, signature, _ := strings.Cut(x.ID, ":")
+	return &domain.OAuthToken{Kind: domain.OAuthTokenKind(kind), Signature: signature, RequestID: x.RequestID, ClientID: x.ClientID,
+		UserID: x.UserID, Active: x.Active, IssuedAt: x.IssuedAt.UTC(), ExpiresAt: x.ExpiresAt.UTC(), Request: []byte(x.Request),
+		Invitation: x.Invitation}
+}
+
+// Invitations returns the invitation codes of the users, oldest first,
+// expired ones included until the sweeper removes them.
+func (d *DB) Invitations(ctx context.Context, userIDs []int64) ([]domain.OAuthToken, error) {
+	filter := bson.D{{Key: "userId", Value: bson.M{"$in": userIDs}}, {Key: "kind", Value: string(domain.TokenAuthorizeCode)},
+		{Key: "invitation", Value: true}}
+	cur, err := d.c(colOAuthTokens).Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "issuedAt", Value: 1}, {Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	var docs []oauthTokenDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, err
+	}
+	out := make([]domain.OAuthToken, len(docs))
+	for i, x := range docs {
+		out[i] = *x.token()
+	}
+	return out, nil
+}
+
+// ConsumeOAuthToken marks an active record inactive, once: CodeNotFound if
+// there is none or it is inactive already (a concurrent use won).
+func (d *DB) ConsumeOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {
+	res, err := d.c(colOAuthTokens).UpdateOne(ctx, bson.M{"_id": tokenID(kind, signature), "active": true}, bson.M{"$set": bson.M{"active": false}})
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount == 0 {
+		return domain.Errorf(domain.CodeNotFound, "no such active token")
+	}
+	return nil
 }
 
 // DeactivateOAuthToken marks one record inactive; CodeNotFound if none.

@@ -1,0 +1,188 @@
+package oauth
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/ory/fosite"
+
+	"exchange/domain"
+)
+
+// ConsoleClientID is the built-in client of invitations to the web console:
+// its codes are not redeemed by an app at /o/token/ but by the patient in
+// the console, who sets a password there. Its redirect URI is the console's
+// local invitation path, so IssuePatientCode gives a link relative to the
+// origin, and no browser flow can ever use the client (fosite accepts only
+// absolute redirect URIs).
+const ConsoleClientID = "exchange-console"
+
+// ConsoleInvitationPath is the console page an invitation of
+// ConsoleClientID opens (with ?code=).
+const ConsoleInvitationPath = "/console/invitation/"
+
+// consoleClient returns the console's client, created on first use.
+func (p *Provider) consoleClient(ctx context.Context) (*domain.OAuthClient, error) {
+	c, err := p.store.OAuthClient(ctx, ConsoleClientID)
+	if !domain.IsCode(err, domain.CodeNotFound) {
+		return c, err
+	}
+	c = &domain.OAuthClient{ID: ConsoleClientID, Name: "Exchange web console", Type: domain.ClientPublic,
+		RedirectURIs: []string{ConsoleInvitationPath}, GrantTypes: []string{"authorization_code"},
+		TokenEndpointAuthMethod: "none", Algorithm: "RS256", Scopes: []string{"openid"}, CreatedAt: p.now().UTC()}
+	if err := p.store.CreateOAuthClient(ctx, c); err != nil && !domain.IsCode(err, domain.CodeDuplicate) {
+		return nil, err
+	}
+	return c, nil
+}
+
+// IssueConsoleInvitation issues a patient's invitation to the web console:
+// a patient authorization code of ConsoleClientID (single use, valid for
+// PATIENT_AUTHORIZATION_CODE_TTL). Its Link is relative to the origin.
+func (p *Provider) IssueConsoleInvitation(ctx context.Context, userID int64) (*PatientCode, error) {
+	if _, err := p.consoleClient(ctx); err != nil {
+		return nil, err
+	}
+	return p.IssuePatientCode(ctx, userID, ConsoleClientID)
+}
+
+// Invitation is a patient authorization code issued out of band, as
+// listed: the code itself is never kept, so a link is shown only when
+// issued.
+type Invitation struct {
+	ID        string // the grant's request id: what cancels it
+	UserID    int64
+	ClientID  string
+	IssuedAt  time.Time
+	ExpiresAt time.Time
+	Redeemed  bool // used by the app, or in the console (or cancelled by a replay)
+}
+
+// Pending reports whether the invitation can still be redeemed at now.
+func (i Invitation) Pending(now time.Time) bool { return !i.Redeemed && now.Before(i.ExpiresAt) }
+
+// Invitations lists the unexpired invitations of the users (patient user
+// ids), oldest first. Callers check who may see them (domain).
+func (p *Provider) Invitations(ctx context.Context, userIDs []int64) ([]Invitation, error) {
+	if len(userIDs) == 0 {
+		return nil, nil
+	}
+	tokens, err := p.store.Invitations(ctx, userIDs)
+	if err != nil {
+		return nil, err
+	}
+	now := p.now()
+	var out []Invitation
+	for _, t := range tokens {
+		if now.Before(t.ExpiresAt) {
+			out = append(out, Invitation{ID: t.RequestID, UserID: t.UserID, ClientID: t.ClientID, IssuedAt: t.IssuedAt,
+				ExpiresAt: t.ExpiresAt, Redeemed: !t.Active})
+		}
+	}
+	return out, nil
+}
+
+// CancelInvitation withdraws an invitation of the user: its code and the
+// PKCE and OpenID Connect records beside it go, so the link no longer
+// works. Returns domain.CodeNotFound if the user has no such invitation.
+// Callers check who may cancel it (domain).
+func (p *Provider) CancelInvitation(ctx context.Context, userID int64, id string) error {
+	invitations, err := p.Invitations(ctx, []int64{userID})
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(invitations, func(i Invitation) bool { return i.ID == id }) {
+		return domain.Errorf(domain.CodeNotFound, "invitation %q does not exist", id)
+	}
+	for _, kind := range []domain.OAuthTokenKind{domain.TokenAuthorizeCode, domain.TokenPKCE, domain.TokenOIDC} {
+		if err := p.store.DeleteOAuthTokensOfRequest(ctx, kind, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReissueInvitation cancels an invitation of the user and issues a new one
+// for the same client: a lost or leaked link is replaced.
+func (p *Provider) ReissueInvitation(ctx context.Context, userID int64, id string) (*PatientCode, error) {
+	invitations, err := p.Invitations(ctx, []int64{userID})
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(invitations, func(i Invitation) bool { return i.ID == id })
+	if i < 0 {
+		return nil, domain.Errorf(domain.CodeNotFound, "invitation %q does not exist", id)
+	}
+	if err := p.CancelInvitation(ctx, userID, id); err != nil {
+		return nil, err
+	}
+	return p.IssuePatientCode(ctx, userID, invitations[i].ClientID)
+}
+
+// errInvitationGone is how every unusable console invitation answers: the
+// holder of a code learns no more than that it does not work.
+var errInvitationGone = domain.Errorf(domain.CodeNotFound, "this invitation link does not work: it was used, cancelled or has expired; ask for a new one")
+
+// consoleInvitation checks a console invitation code: an unexpired,
+// unused invitation of ConsoleClientID whose HMAC is right.
+func (p *Provider) consoleInvitation(ctx context.Context, code string) (*domain.OAuthToken, error) {
+	signature := p.strategy.AuthorizeCodeSignature(ctx, code)
+	t, err := p.store.OAuthToken(ctx, domain.TokenAuthorizeCode, signature)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return nil, errInvitationGone
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !t.Invitation || !t.Active || t.ClientID != ConsoleClientID || !p.now().Before(t.ExpiresAt) {
+		return nil, errInvitationGone
+	}
+	req, err := p.storage.GetAuthorizeCodeSession(ctx, signature, emptySession())
+	if err != nil {
+		return nil, errInvitationGone
+	}
+	// The signature found the record; the whole code must match it too.
+	if err := p.strategy.ValidateAuthorizeCode(ctx, req, code); err != nil && !fosite.ErrTokenExpired.Is(err) {
+		return nil, errInvitationGone
+	}
+	return t, nil
+}
+
+// ConsoleInvitationUser returns the user a console invitation code is for,
+// without using it. Returns domain.CodeNotFound for a code that does not
+// work.
+func (p *Provider) ConsoleInvitationUser(ctx context.Context, code string) (int64, error) {
+	t, err := p.consoleInvitation(ctx, code)
+	if err != nil {
+		return 0, err
+	}
+	return t.UserID, nil
+}
+
+// RedeemConsoleInvitation uses a console invitation code, once (of two
+// concurrent redemptions one wins), and returns its user. Returns
+// domain.CodeNotFound for a code that does not work.
+func (p *Provider) RedeemConsoleInvitation(ctx context.Context, code string) (int64, error) {
+	t, err := p.consoleInvitation(ctx, code)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.store.ConsumeOAuthToken(ctx, domain.TokenAuthorizeCode, t.Signature); err != nil {
+		if domain.IsCode(err, domain.CodeNotFound) {
+			return 0, errInvitationGone
+		}
+		return 0, err
+	}
+	return t.UserID, nil
+}
+
+// AbsoluteLink makes an invitation link absolute on the origin a request
+// came to (a console invitation's link is a local path).
+func AbsoluteLink(link, origin string) string {
+	if u, err := url.Parse(link); err == nil && !u.IsAbs() {
+		return origin + link
+	}
+	return link
+}
