@@ -125,6 +125,12 @@ type ObservationStore interface {
 	// DataSourceHoldsObservations reports whether any observation came
 	// from the data source (its FHIR Device).
 	DataSourceHoldsObservations(ctx context.Context, dataSourceID int64) (bool, error)
+	// ObservationCodes returns the distinct native codes of the patient's
+	// observations, sorted.
+	ObservationCodes(ctx context.Context, patientID int64) ([]string, error)
+	// DataSourcesWithObservations returns, among dataSourceIDs, those that
+	// are the Device of an observation of one of the patients, sorted.
+	DataSourcesWithObservations(ctx context.Context, dataSourceIDs, patientIDs []int64) ([]int64, error)
 }
 
 // writerCheck caches, within one batch, what the rules of a create need to
@@ -419,4 +425,58 @@ func (s *Service) ObservationByID(ctx context.Context, actor *Actor, id int64) (
 		return nil, Errorf(CodeForbidden, "you may not read Observation/%d", id)
 	}
 	return o, nil
+}
+
+// CodeObservations is one native code's share of a patient's observations.
+type CodeObservations struct {
+	Code         string
+	Observations []Observation
+	// More says that the search's page size cut the list: more
+	// observations of the code match.
+	More bool
+}
+
+// ObservationsByCode runs a search of one patient's native observations
+// once per code the patient has observations of, and returns the pages in
+// code order: a patient's data grouped by kind, for charts. The search
+// names one patient (patient=) and may name a study
+// (patient._has:Group:member:_id=): then only the codes the patient
+// consented to share with the study are searched, exactly as a FHIR study
+// search limits them (none when the patient is not enrolled). Its other
+// parameters (dates, sort, page size) apply to each code. Returns
+// CodeInvalid unless the search names exactly one patient, and
+// CodeForbidden when the actor may not read the patient or the study.
+func (s *Service) ObservationsByCode(ctx context.Context, actor *Actor, q Search) ([]CodeObservations, error) {
+	joins := q.Joins()
+	if !slices.ContainsFunc(joins, func(j Join) bool { return j.Kind == JoinPatient && len(j.IDs) == 1 && len(j.Identifiers) == 0 }) {
+		return nil, FieldErrorf("patient", "name exactly one patient")
+	}
+	scope, err := s.patientScope(ctx, actor, joins)
+	if err != nil {
+		return nil, err
+	}
+	if len(scope.PatientIDs) != 1 {
+		return []CodeObservations{}, nil // an unknown patient, or one outside the study
+	}
+	patientID := scope.PatientIDs[0]
+	codes, err := s.store.ObservationCodes(ctx, patientID)
+	if err != nil {
+		return nil, err
+	}
+	if scope.Codes != nil {
+		codes = intersectStrings(codes, scope.Codes[patientID])
+	}
+	out := make([]CodeObservations, 0, len(codes))
+	for _, code := range codes {
+		plan, err := q.Plan(Scope{PatientIDs: scope.PatientIDs, Codes: map[int64][]string{patientID: {code}}})
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.store.SearchObservations(ctx, plan)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, CodeObservations{Code: code, Observations: res.Items, More: res.More})
+	}
+	return out, nil
 }

@@ -315,6 +315,36 @@ func (s *Service) AddMember(ctx context.Context, actor *Actor, organizationID, u
 	return s.store.CreateMembership(ctx, &Membership{OrganizationID: organizationID, UserID: userID, Role: role})
 }
 
+// AddMemberByEmail adds the practitioner with exactly that email (any
+// case) to the organization with a role: how a manager adds a colleague
+// without searching the user directory. The actor's right is checked
+// before the email is looked up, so only administrators learn whether an
+// address has an account. Returns CodeInvalid (field email) for an email
+// without a practitioner, CodeDuplicate for a member.
+func (s *Service) AddMemberByEmail(ctx context.Context, actor *Actor, organizationID int64, email string, role Role) (*User, error) {
+	if err := validRole(role); err != nil {
+		return nil, err
+	}
+	if _, err := s.administered(ctx, actor, organizationID); err != nil {
+		return nil, err
+	}
+	email, err := NormalizeEmail("email", email)
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.store.UserByEmail(ctx, email)
+	if IsCode(err, CodeNotFound) || (err == nil && u.Type != UserPractitioner) {
+		return nil, FieldErrorf("email", "no practitioner has the email %s", email)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.AddMember(ctx, actor, organizationID, u.ID, role); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
 // Membership returns one membership (after a write, to answer it).
 func (s *Service) Membership(ctx context.Context, organizationID, userID int64) (*Membership, error) {
 	return s.store.Membership(ctx, organizationID, userID)

@@ -97,6 +97,24 @@ type ResourceStore interface {
 	// SourceHoldsResources reports whether any resource is tied to the
 	// FHIR source.
 	SourceHoldsResources(ctx context.Context, sourceID int64) (bool, error)
+	// ResourceTypeCounts returns how many resources of each type the FHIR
+	// source holds, by type name.
+	ResourceTypeCounts(ctx context.Context, sourceID int64) ([]ResourceTypeCount, error)
+}
+
+// ResourceTypeCount is how many imported resources of one type there are.
+type ResourceTypeCount struct {
+	Type  string
+	Count int64
+}
+
+// SourceResourceTypes returns how many resources of each type a FHIR
+// source the actor may read holds (CodeForbidden otherwise): what to list.
+func (s *Service) SourceResourceTypes(ctx context.Context, actor *Actor, sourceID int64) ([]ResourceTypeCount, error) {
+	if _, err := s.FHIRSourceByID(ctx, actor, sourceID); err != nil {
+		return nil, err
+	}
+	return s.store.ResourceTypeCounts(ctx, sourceID)
 }
 
 // ResourceWrite is a create or replacement of an imported resource, as the

@@ -515,3 +515,60 @@ func (s *Service) RemoveStudyDataSource(ctx context.Context, actor *Actor, study
 func (s *Service) Enroll(ctx context.Context, actor *Actor, study *Study, p *Patient) error {
 	return s.EnrollPatients(ctx, actor, study.ID, []int64{p.ID})
 }
+
+// ConsentState is a patient's answer to one scope a study requests.
+type ConsentState string
+
+// The consent states.
+const (
+	ConsentPending ConsentState = "pending"
+	ConsentGiven   ConsentState = "given"
+	ConsentRefused ConsentState = "refused"
+)
+
+// EnrolledPatient is a patient enrolled in a study with the state of each
+// scope the study requests, in the order of the study's scope codes.
+type EnrolledPatient struct {
+	Patient Patient
+	States  []ConsentState
+}
+
+// StudyEnrollment is a page of a study's enrolled patients with their
+// consent states: what the study asks for and how each patient answered.
+type StudyEnrollment struct {
+	Scopes   []ScopeCode
+	Patients List[EnrolledPatient]
+}
+
+// StudyEnrollment lists a page of the patients enrolled in a study with
+// the state (pending, given, refused) of each scope it requests; for
+// practitioners who may read its organization (as StudyPatients).
+func (s *Service) StudyEnrollment(ctx context.Context, actor *Actor, studyID int64, p Page) (*StudyEnrollment, error) {
+	patients, err := s.StudyPatients(ctx, actor, studyID, p)
+	if err != nil {
+		return nil, err
+	}
+	scopes, err := s.requestedScopes(ctx, studyID)
+	if err != nil {
+		return nil, err
+	}
+	ids := idsOf(patients.Items, func(p Patient) int64 { return p.ID })
+	answers, err := s.store.Consents(ctx, ConsentQuery{PatientIDs: ids, StudyIDs: []int64{studyID}})
+	if err != nil {
+		return nil, err
+	}
+	out := &StudyEnrollment{Scopes: scopes, Patients: List[EnrolledPatient]{Total: patients.Total, Items: []EnrolledPatient{}}}
+	for _, pt := range patients.Items {
+		ep := EnrolledPatient{Patient: pt, States: make([]ConsentState, len(scopes))}
+		for i, sc := range scopes {
+			ep.States[i] = ConsentPending
+			for _, a := range answers {
+				if a.PatientID == pt.ID && a.ScopeCodeID == sc.ID {
+					ep.States[i] = map[bool]ConsentState{true: ConsentGiven, false: ConsentRefused}[a.Consented]
+				}
+			}
+		}
+		out.Patients.Items = append(out.Patients.Items, ep)
+	}
+	return out, nil
+}

@@ -154,10 +154,43 @@ func (s *Service) MakeSuperuser(ctx context.Context, email string) (*User, error
 }
 
 func checkedPasswordHash(password string) (string, error) {
-	if len([]rune(password)) < MinPasswordLength {
-		return "", FieldErrorf("password", "must be at least %d characters", MinPasswordLength)
+	if err := CheckNewPassword(password); err != nil {
+		return "", err
 	}
 	return HashPassword(password)
+}
+
+// CheckNewPassword reports whether a password may be chosen; CodeInvalid
+// (field password) when not. Checking first lets a caller refuse a
+// password before it spends something single-use (an invitation).
+func CheckNewPassword(password string) error {
+	if len([]rune(password)) < MinPasswordLength {
+		return FieldErrorf("password", "must be at least %d characters", MinPasswordLength)
+	}
+	return nil
+}
+
+// SetInvitedPatientPassword sets the password of an active patient user
+// who has just redeemed an invitation: the invitation is the patient's
+// proof, so the caller must have redeemed it (oauth) before. Like any
+// password change it ends the user's sessions and revokes their tokens.
+// Returns CodeNotFound for a user who is no active patient.
+func (s *Service) SetInvitedPatientPassword(ctx context.Context, userID int64, password string) (*User, error) {
+	u, err := s.store.UserByID(ctx, userID)
+	if err == nil && (u.Type != UserPatient || !u.IsActive) {
+		err = Errorf(CodeNotFound, "user %d is no active patient", userID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if u.PasswordHash, err = checkedPasswordHash(password); err != nil {
+		return nil, err
+	}
+	u.CredentialsChangedAt = s.Now()
+	if err := s.store.UpdateUser(ctx, u); err != nil {
+		return nil, err
+	}
+	return u, s.endCredentials(ctx, u.ID)
 }
 
 // Authenticate checks an email and password typed into the login page from

@@ -424,3 +424,27 @@ func (d *DB) SearchStudies(ctx context.Context, plan *domain.SearchPlan) (domain
 func (d *DB) SearchDataSources(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.DataSource], error) {
 	return runSearch(ctx, d, plan, dataSourceDoc.dataSource)
 }
+
+// ObservationCodes implements domain.ObservationStore: a distinct over the
+// patient's observations (the patient_* indexes narrow it on MongoDB).
+func (d *DB) ObservationCodes(ctx context.Context, patientID int64) ([]string, error) {
+	var codes []string
+	if err := d.c(colObservations).Distinct(ctx, "code", bson.D{{Key: "patientId", Value: patientID}}).Decode(&codes); err != nil {
+		return nil, err
+	}
+	slices.Sort(codes)
+	return codes, nil
+}
+
+// DataSourcesWithObservations implements domain.ObservationStore: a
+// distinct of dataSourceId over the patients' observations from those
+// data sources.
+func (d *DB) DataSourcesWithObservations(ctx context.Context, dataSourceIDs, patientIDs []int64) ([]int64, error) {
+	filter := bson.D{{Key: "patientId", Value: bson.M{"$in": patientIDs}}, {Key: "dataSourceId", Value: bson.M{"$in": dataSourceIDs}}}
+	var ids []int64
+	if err := d.c(colObservations).Distinct(ctx, "dataSourceId", filter).Decode(&ids); err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	return ids, nil
+}

@@ -169,3 +169,29 @@ func (d *DB) SourceHoldsResources(ctx context.Context, sourceID int64) (bool, er
 	}
 	return err == nil, err
 }
+
+// ResourceTypeCounts implements domain.ResourceStore: one $group over the
+// source's resources (the source index), counted with $sum, which FerretDB
+// supports.
+func (d *DB) ResourceTypeCounts(ctx context.Context, sourceID int64) ([]domain.ResourceTypeCount, error) {
+	cur, err := d.c(colResources).Aggregate(ctx, bson.A{
+		bson.D{{Key: "$match", Value: bson.D{{Key: "sourceId", Value: sourceID}}}},
+		bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$resourceType"}, {Key: "count", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
+		bson.D{{Key: "$sort", Value: bson.D{{Key: "_id", Value: 1}}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var rows []struct {
+		Type  string `bson:"_id"`
+		Count int64  `bson:"count"`
+	}
+	if err := cur.All(ctx, &rows); err != nil {
+		return nil, err
+	}
+	out := make([]domain.ResourceTypeCount, len(rows))
+	for i, r := range rows {
+		out[i] = domain.ResourceTypeCount{Type: r.Type, Count: r.Count}
+	}
+	return out, nil
+}

@@ -1,0 +1,296 @@
+package domain_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"testing"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+)
+
+// world is a small organization with a study, two enrolled patients and
+// practitioners in three roles, for the use cases the console reads.
+type world struct {
+	f                         *fixture
+	org, other                *domain.Organization
+	study                     *domain.Study
+	hr, steps                 *domain.ScopeCode
+	device                    *domain.DataSourceView
+	patient, second           *domain.Patient
+	manager, viewer, outsider *domain.Actor
+	patientActor              *domain.Actor
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	f := newFixture(t)
+	ctx := context.Background()
+	sys := domain.SystemActor()
+	w := &world{f: f}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	w.org, err = f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	must(err)
+	w.other, err = f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"})
+	must(err)
+	w.hr, err = f.svc.EnsureScopeCode(ctx, domain.SystemOpenMHealth, "omh:heart-rate:2.0", "Heart rate")
+	must(err)
+	w.steps, err = f.svc.EnsureScopeCode(ctx, domain.SystemOpenMHealth, "omh:step-count:3.0", "Step count")
+	must(err)
+	w.device, err = f.svc.CreateDataSource(ctx, sys, domain.NewDataSource{Name: "Tracker", Type: domain.DataSourcePersonalDevice})
+	must(err)
+	w.study, err = f.svc.CreateStudy(ctx, sys, domain.NewStudy{OrganizationID: w.org.ID, Name: "Study"})
+	must(err)
+	for _, c := range []*domain.ScopeCode{w.hr, w.steps} {
+		_, err = f.svc.AddScopeRequest(ctx, sys, w.study.ID, domain.ScopeRef{ID: c.ID})
+		must(err)
+	}
+	_, err = f.svc.AddStudyDataSource(ctx, sys, w.study.ID, w.device.ID)
+	must(err)
+	for i, email := range []string{"p@example.org", "q@example.org"} {
+		p, err := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: email, FamilyName: "P", GivenNames: []string{"Pat"}, OrganizationIDs: []int64{w.org.ID}})
+		must(err)
+		must(f.svc.EnrollPatients(ctx, sys, w.study.ID, []int64{p.ID}))
+		if i == 0 {
+			w.patient = p
+		} else {
+			w.second = p
+		}
+	}
+	actor := func(email string, orgID int64, role domain.Role) *domain.Actor {
+		u, err := f.svc.CreateUser(ctx, domain.NewUser{Email: email, Type: domain.UserPractitioner})
+		must(err)
+		must(f.svc.AddMember(ctx, sys, orgID, u.ID, role))
+		a, err := f.svc.Actor(ctx, u.ID)
+		must(err)
+		return a
+	}
+	w.manager = actor("m@example.org", w.org.ID, domain.RoleManager)
+	w.viewer = actor("v@example.org", w.org.ID, domain.RoleViewer)
+	w.outsider = actor("o@example.org", w.other.ID, domain.RoleManager)
+	w.patientActor, err = f.svc.Actor(ctx, w.patient.UserID)
+	must(err)
+	return w
+}
+
+func answer(t *testing.T, w *world, actor *domain.Actor, p *domain.Patient, code *domain.ScopeCode, consented bool) {
+	t.Helper()
+	err := w.f.svc.AnswerConsents(context.Background(), actor, p.ID, []domain.StudyScopeConsents{{StudyID: w.study.ID,
+		Scopes: []domain.ScopeConsent{{System: code.System, Code: code.Code, Consented: &consented}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// upload stores an observation of the code for the patient through the use
+// case (the patient must have consented to share the code).
+func upload(t *testing.T, w *world, p *domain.Patient, code, body string, n int) {
+	t.Helper()
+	name := map[string]string{"omh:heart-rate:2.0": "heart-rate", "omh:step-count:3.0": "step-count"}[code]
+	version := code[len(code)-3:]
+	dp := fmt.Sprintf(`{"header": {"id": "%s-%d", "creation_date_time": "2025-03-01T00:00:00Z", "schema_id": {"namespace": "omh", "name": "%s", "version": "%s"}}, "body": %s}`,
+		name, n, name, version, body)
+	res := w.f.svc.CreateObservations(context.Background(), domain.SystemActor(), []domain.NewObservation{{
+		Subject: fmt.Sprintf("Patient/%d", p.ID), Device: fmt.Sprintf("Device/%d", w.device.ID), Status: "final",
+		Codings:     []domain.Coding{{System: domain.SystemOpenMHealth, Code: code}},
+		Identifiers: []domain.Identifier{{System: "urn:test", Value: fmt.Sprintf("%s-%d-%d", code, p.ID, n)}},
+		ContentType: "application/json", Data: []byte(dp)}})
+	if res[0].Err != nil {
+		t.Fatalf("upload %s: %v", code, res[0].Err)
+	}
+}
+
+// TestObservationsByCode: a patient's data grouped by code, in the patient
+// view (every code) and in a study view (only what was consented to the
+// study, as the FHIR study search), within what the actor may read.
+func TestObservationsByCode(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	answer(t, w, w.patientActor, w.patient, w.hr, true)
+	answer(t, w, w.patientActor, w.patient, w.steps, true)
+	for i, day := range []string{"01", "02", "03"} {
+		upload(t, w, w.patient, "omh:heart-rate:2.0", `{"heart_rate": {"value": 7`+fmt.Sprint(i)+`, "unit": "beats/min"}, "effective_time_frame": {"date_time": "2025-03-`+day+`T08:00:00Z"}}`, i)
+	}
+	upload(t, w, w.patient, "omh:step-count:3.0", `{"step_count": {"value": 1200, "unit": "steps"}, "effective_time_frame": {"time_interval": {"start_date_time": "2025-03-02T06:00:00Z", "end_date_time": "2025-03-02T07:00:00Z"}}}`, 9)
+	// Withdrawing step count from the study keeps the data, out of the study view.
+	no := false
+	if err := w.f.svc.UpdateConsents(ctx, w.patientActor, w.patient.ID, []domain.StudyScopeConsents{{StudyID: w.study.ID,
+		Scopes: []domain.ScopeConsent{{System: w.steps.System, Code: w.steps.Code, Consented: &no}}}}); err != nil {
+		t.Fatal(err)
+	}
+	tr := fhirsearch.NewTranslator([]byte("key"), "https://exchange.example.org/fhir-source", nil)
+	search := func(actor *domain.Actor, params string) ([]domain.CodeObservations, error) {
+		q, err := url.ParseQuery(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		query, err := tr.Parse("Observation", q, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.f.svc.ObservationsByCode(ctx, actor, query)
+	}
+	codes := func(groups []domain.CodeObservations) (out []string) {
+		for _, g := range groups {
+			out = append(out, fmt.Sprintf("%s:%d", g.Code, len(g.Observations)))
+		}
+		return out
+	}
+	pid := fmt.Sprint(w.patient.ID)
+	for _, tc := range []struct {
+		name   string
+		actor  *domain.Actor
+		params string
+		want   []string
+	}{
+		{"patient view", w.manager, "patient=" + pid, []string{"omh:heart-rate:2.0:3", "omh:step-count:3.0:1"}},
+		{"the patient", w.patientActor, "patient=" + pid, []string{"omh:heart-rate:2.0:3", "omh:step-count:3.0:1"}},
+		{"a viewer", w.viewer, "patient=" + pid, []string{"omh:heart-rate:2.0:3", "omh:step-count:3.0:1"}},
+		{"study view", w.manager, "patient=" + pid + "&patient._has:Group:member:_id=" + fmt.Sprint(w.study.ID), []string{"omh:heart-rate:2.0:3"}},
+		{"date range", w.manager, "patient=" + pid + "&date=ge2025-03-02&date=lt2025-03-03", []string{"omh:heart-rate:2.0:1", "omh:step-count:3.0:1"}},
+		{"page size per code", w.manager, "patient=" + pid + "&_count=2&_sort=-date", []string{"omh:heart-rate:2.0:2", "omh:step-count:3.0:1"}},
+		{"another patient without data", w.manager, "patient=" + fmt.Sprint(w.second.ID), nil},
+	} {
+		got, err := search(tc.actor, tc.params)
+		if err != nil || !slices.Equal(codes(got), tc.want) {
+			t.Errorf("%s: %v, %v; want %v", tc.name, codes(got), err, tc.want)
+		}
+		if tc.name == "page size per code" && (!got[0].More || got[1].More || got[0].Observations[0].Effective.DateTime != "2025-03-03T08:00:00Z") {
+			t.Errorf("%s: the newest first and More on the cut list: %+v", tc.name, got)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		actor  *domain.Actor
+		params string
+		code   domain.Code
+	}{
+		{"another organization", w.outsider, "patient=" + pid, domain.CodeForbidden},
+		{"another patient's data", mustActor(t, w, w.second), "patient=" + pid, domain.CodeForbidden},
+		{"no patient", w.manager, "date=ge2025-01-01", domain.CodeInvalid},
+		{"two patients", w.manager, "patient=" + pid + "," + fmt.Sprint(w.second.ID), domain.CodeInvalid},
+	} {
+		if _, err := search(tc.actor, tc.params); !domain.IsCode(err, tc.code) {
+			t.Errorf("%s: %v, want %s", tc.name, err, tc.code)
+		}
+	}
+}
+
+func mustActor(t *testing.T, w *world, p *domain.Patient) *domain.Actor {
+	t.Helper()
+	a, err := w.f.svc.Actor(context.Background(), p.UserID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestStudyEnrollmentAndTodos: each enrolled patient's state per requested
+// scope, and the to-dos that follow from them (pending answers, data
+// sources without data), for the practitioner and the patient.
+func TestStudyEnrollmentAndTodos(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	answer(t, w, w.patientActor, w.patient, w.hr, true)
+	answer(t, w, w.patientActor, w.patient, w.steps, false)
+	got, err := w.f.svc.StudyEnrollment(ctx, w.viewer, w.study.ID, domain.Page{Number: 1, Size: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Scopes) != 2 || got.Scopes[0].ID != w.hr.ID || got.Patients.Total != 2 {
+		t.Fatalf("enrollment: %+v", got)
+	}
+	states := map[int64][]domain.ConsentState{}
+	for _, p := range got.Patients.Items {
+		states[p.Patient.ID] = p.States
+	}
+	if want := []domain.ConsentState{domain.ConsentGiven, domain.ConsentRefused}; !slices.Equal(states[w.patient.ID], want) {
+		t.Errorf("answered patient: %v, want %v", states[w.patient.ID], want)
+	}
+	if want := []domain.ConsentState{domain.ConsentPending, domain.ConsentPending}; !slices.Equal(states[w.second.ID], want) {
+		t.Errorf("pending patient: %v, want %v", states[w.second.ID], want)
+	}
+	if _, err := w.f.svc.StudyEnrollment(ctx, w.outsider, w.study.ID, domain.Page{Number: 1, Size: 10}); !domain.IsCode(err, domain.CodeForbidden) {
+		t.Errorf("outsider: %v", err)
+	}
+
+	todos, err := w.f.svc.Todos(ctx, w.manager)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(todos.PendingConsents) != 1 || todos.PendingConsents[0].Patient.ID != w.second.ID || len(todos.PendingConsents[0].Pending) != 2 {
+		t.Errorf("pending consents: %+v", todos.PendingConsents)
+	}
+	if len(todos.IdleDataSources) != 1 || todos.IdleDataSources[0].DataSource.ID != w.device.ID {
+		t.Errorf("idle data sources: %+v", todos.IdleDataSources)
+	}
+	upload(t, w, w.patient, "omh:heart-rate:2.0", `{"heart_rate": {"value": 70, "unit": "beats/min"}, "effective_time_frame": {"date_time": "2025-03-01T08:00:00Z"}}`, 1)
+	if todos, _ = w.f.svc.Todos(ctx, w.manager); len(todos.IdleDataSources) != 0 {
+		t.Errorf("a data source with data is idle: %+v", todos.IdleDataSources)
+	}
+	if todos, _ = w.f.svc.Todos(ctx, w.outsider); len(todos.PendingConsents)+len(todos.IdleDataSources) != 0 {
+		t.Errorf("another organization's to-dos: %+v", todos)
+	}
+	second := mustActor(t, w, w.second)
+	if todos, _ = w.f.svc.Todos(ctx, second); len(todos.PendingConsents) != 1 || todos.PendingConsents[0].Study.ID != w.study.ID {
+		t.Errorf("the patient's own to-dos: %+v", todos)
+	}
+	if todos, _ = w.f.svc.Todos(ctx, w.patientActor); len(todos.PendingConsents) != 0 {
+		t.Errorf("a patient who answered everything: %+v", todos)
+	}
+}
+
+// TestAddMemberByEmail: only an administrator may add, by exact email; the
+// lookup comes after the permission check.
+func TestAddMemberByEmail(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	if _, err := w.f.svc.CreateUser(ctx, domain.NewUser{Email: "new@example.org", Type: domain.UserPractitioner}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.f.svc.AddMemberByEmail(ctx, w.viewer, w.org.ID, "nobody@example.org", domain.RoleMember); !domain.IsCode(err, domain.CodeForbidden) {
+		t.Errorf("a viewer probing an email: %v, want forbidden", err)
+	}
+	for _, email := range []string{"new@example", "nobody@example.org", "p@example.org"} {
+		if _, err := w.f.svc.AddMemberByEmail(ctx, w.manager, w.org.ID, email, domain.RoleMember); !domain.IsCode(err, domain.CodeInvalid) || fieldOf(err) != "email" {
+			t.Errorf("%s: %v, want invalid email", email, err)
+		}
+	}
+	u, err := w.f.svc.AddMemberByEmail(ctx, w.manager, w.org.ID, " NEW@example.org", domain.RoleViewer)
+	if err != nil || u.Email != "new@example.org" {
+		t.Fatalf("add: %v, %v", u, err)
+	}
+	if m, err := w.f.svc.Membership(ctx, w.org.ID, u.ID); err != nil || m.Role != domain.RoleViewer {
+		t.Errorf("membership: %+v, %v", m, err)
+	}
+	if _, err := w.f.svc.AddMemberByEmail(ctx, w.manager, w.org.ID, "new@example.org", domain.RoleViewer); !domain.IsCode(err, domain.CodeDuplicate) {
+		t.Errorf("again: %v", err)
+	}
+}
+
+// TestSetInvitedPatientPassword: a short password is refused before
+// anything changes; only patients get one this way.
+func TestSetInvitedPatientPassword(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	if err := domain.CheckNewPassword("short"); !domain.IsCode(err, domain.CodeInvalid) {
+		t.Errorf("short password: %v", err)
+	}
+	if _, err := w.f.svc.SetInvitedPatientPassword(ctx, w.manager.User.ID, "long enough password"); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("a practitioner: %v", err)
+	}
+	if _, err := w.f.svc.SetInvitedPatientPassword(ctx, w.patient.UserID, "long enough password"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.f.svc.Authenticate(ctx, "p@example.org", "long enough password", "10.0.0.1"); err != nil {
+		t.Errorf("sign in with the new password: %v", err)
+	}
+}
