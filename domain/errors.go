@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -26,6 +27,31 @@ const (
 	CodeVersionMismatch Code = "version-mismatch" // the expected version (If-Match) is not the current one: 412
 	CodeInternal        Code = "exception"        // a fault of ours: 500, logged in full
 )
+
+// statuses is the HTTP status of each code: one table for every transport
+// (the admin API, FHIR, the web console), so a refusal answers alike.
+var statuses = map[Code]int{
+	CodeInvalid:         http.StatusBadRequest,
+	CodeNotFound:        http.StatusNotFound,
+	CodeConflict:        http.StatusConflict,
+	CodeDuplicate:       http.StatusConflict,
+	CodeForbidden:       http.StatusForbidden,
+	CodeLogin:           http.StatusUnauthorized,
+	CodeThrottled:       http.StatusTooManyRequests,
+	CodeNotSupported:    http.StatusBadRequest,
+	CodeUnprocessable:   http.StatusUnprocessableEntity,
+	CodeVersionMismatch: http.StatusPreconditionFailed,
+	CodeInternal:        http.StatusInternalServerError,
+}
+
+// HTTPStatus returns the HTTP status of err's code; 500 for an error
+// that is no domain error.
+func HTTPStatus(err error) int {
+	if st, ok := statuses[ErrorCode(err)]; ok {
+		return st
+	}
+	return http.StatusInternalServerError
+}
 
 // Error is the error type of the domain. Field names the input at fault
 // (a JSON field of the admin API or a FHIRPath expression) when there is one.

@@ -9,29 +9,6 @@ import (
 	"exchange/domain"
 )
 
-// statusOf maps a domain error code to its HTTP status.
-var statusOf = map[domain.Code]int{
-	domain.CodeInvalid:         fiber.StatusBadRequest,
-	domain.CodeNotFound:        fiber.StatusNotFound,
-	domain.CodeConflict:        fiber.StatusConflict,
-	domain.CodeDuplicate:       fiber.StatusConflict,
-	domain.CodeForbidden:       fiber.StatusForbidden,
-	domain.CodeLogin:           fiber.StatusUnauthorized,
-	domain.CodeThrottled:       fiber.StatusTooManyRequests,
-	domain.CodeNotSupported:    fiber.StatusBadRequest,
-	domain.CodeUnprocessable:   fiber.StatusUnprocessableEntity,
-	domain.CodeVersionMismatch: fiber.StatusPreconditionFailed,
-	domain.CodeInternal:        fiber.StatusInternalServerError,
-}
-
-// statusOfError is the HTTP status of a domain error.
-func statusOfError(err error) int {
-	if st, ok := statusOf[domain.ErrorCode(err)]; ok {
-		return st
-	}
-	return fiber.StatusInternalServerError
-}
-
 // issueType is the FHIR issue type of a domain error code.
 func issueType(code domain.Code) string {
 	if code == domain.CodeVersionMismatch {
@@ -108,7 +85,7 @@ func isFHIRPath(path string) bool {
 
 // handleError is the one place that turns an error into a response.
 func (s *server) handleError(c *fiber.Ctx, err error) error {
-	status := statusOfError(err)
+	status := domain.HTTPStatus(err)
 	var fe *fiber.Error
 	if errors.As(err, &fe) && !errors.As(err, new(*domain.Error)) {
 		status = fe.Code

@@ -393,5 +393,5 @@ func batchEntry(i int, e entryRequest) (string, error) {
 
 // errorEntry is the batch-response entry of a refused request entry.
 func errorEntry(err error) bundleEntry {
-	return bundleEntry{Response: &bundleResponse{Status: statusLine(statusOfError(err)), Outcome: outcome(err)}}
+	return bundleEntry{Response: &bundleResponse{Status: statusLine(domain.HTTPStatus(err)), Outcome: outcome(err)}}
 }

@@ -283,3 +283,21 @@ func (secretHasher) Compare(_ context.Context, hash, data []byte) error {
 	}
 	return nil
 }
+
+// RotateClientSecretAs replaces a client's secret on behalf of an actor: a
+// superuser, or the staff member who registered it. Returns
+// domain.CodeForbidden otherwise (also for a client the actor may not see,
+// as ClientsOf would not list it), domain.CodeNotFound for no such client.
+func (p *Provider) RotateClientSecretAs(ctx context.Context, actor *domain.Actor, id string) (string, error) {
+	if !actor.CanRegisterClients() {
+		return "", domain.Errorf(domain.CodeForbidden, "only staff members and superusers may rotate client secrets")
+	}
+	c, err := p.store.OAuthClient(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !actor.IsSuperuser() && c.UserID != actor.User.ID {
+		return "", domain.Errorf(domain.CodeForbidden, "only a superuser or the staff member who registered client %q may rotate its secret", id)
+	}
+	return p.RotateClientSecret(ctx, id)
+}
