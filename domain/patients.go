@@ -306,9 +306,10 @@ func symmetricDifference(a, b []int64) []int64 {
 	return append(missingIDs(a, b), missingIDs(b, a)...)
 }
 
-// canManagePatient: a superuser, or a practitioner with patient.manage_data
+// CanManagePatient reports whether the actor may manage the patient (delete
+// them, invite them): a superuser, or a practitioner with patient.manage_data
 // in one of the patient's organizations; not the patient.
-func (a *Actor) canManagePatient(p *Patient) bool {
+func (a *Actor) CanManagePatient(p *Patient) bool {
 	return a.IsSuperuser() || slices.ContainsFunc(p.OrganizationIDs, a.CanManageDataIn)
 }
 
@@ -321,7 +322,7 @@ func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) err
 	if err != nil {
 		return err
 	}
-	if !actor.canManagePatient(p) {
+	if !actor.CanManagePatient(p) {
 		return Errorf(CodeForbidden, "you may not delete patient %d", id)
 	}
 	sources, err := s.store.ListFHIRSources(ctx, FHIRSourceQuery{PatientIDs: []int64{id}}, Page{Number: 1, Size: 1})
@@ -363,7 +364,7 @@ func (s *Service) PatientForInvitation(ctx context.Context, actor *Actor, id int
 	if err != nil {
 		return nil, err
 	}
-	if !actor.canManagePatient(p) {
+	if !actor.CanManagePatient(p) {
 		return nil, Errorf(CodeForbidden, "you may not invite patient %d", id)
 	}
 	return p, nil

@@ -310,6 +310,15 @@ func (s *Service) ListFHIRSources(ctx context.Context, actor *Actor, p Page) (Li
 	return s.store.ListFHIRSources(ctx, q, p)
 }
 
+// FHIRSourcesOfPatient lists the FHIR sources of a patient the actor may
+// read (CodeForbidden otherwise).
+func (s *Service) FHIRSourcesOfPatient(ctx context.Context, actor *Actor, patientID int64, p Page) (List[FHIRSource], error) {
+	if _, err := s.PatientByID(ctx, actor, patientID); err != nil {
+		return List[FHIRSource]{}, err
+	}
+	return s.store.ListFHIRSources(ctx, FHIRSourceQuery{PatientIDs: []int64{patientID}}, p)
+}
+
 // DeleteFHIRSource removes a FHIR source; the actor must be able to write
 // its patient's data.
 func (s *Service) DeleteFHIRSource(ctx context.Context, actor *Actor, id int64) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -33,6 +34,9 @@ type Config struct {
 	// X-Forwarded-Host give the origin of absolute URLs (the OAuth
 	// provider's setting).
 	TrustedProxies oauth.TrustedProxies
+	// Console is the web console served under /console/ (package
+	// console); nil: not served.
+	Console http.Handler
 }
 
 // server carries the dependencies of the route handlers.
@@ -69,6 +73,11 @@ func New(c Config) *fiber.App {
 	app.Use(recover.New(), s.withProxies)
 	app.Get("/health", s.health)
 	app.All("/o/*", adaptor.HTTPHandler(c.OAuth.Handler()))
+	if c.Console != nil {
+		console := adaptor.HTTPHandler(c.Console)
+		app.All("/console", console)
+		app.All("/console/*", console)
+	}
 	s.registerFHIR(app, fhirCanonical)
 	s.registerFHIR(app, fhirAlias)
 	s.registerImport(app)

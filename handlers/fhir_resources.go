@@ -95,6 +95,10 @@ type observationResource struct {
 
 // observationFHIR renders a native observation: effective[x] from the data
 // point's own times, the payload Base64 as it was uploaded.
+// ObservationResource renders a native observation as the FHIR API
+// serves it (the web console's NDJSON download).
+func ObservationResource(o *domain.Observation) any { return observationFHIR(o) }
+
 func observationFHIR(o *domain.Observation) observationResource {
 	r := observationResource{ResourceType: "Observation", ID: strconv.FormatInt(o.ID, 10), Meta: metaOf(o.LastUpdated),
 		Identifier: identifiers(o.Identifiers), Status: o.Status, Subject: fhirReference{Reference: "Patient/" + strconv.FormatInt(o.PatientID, 10)}}

@@ -186,3 +186,16 @@ func AbsoluteLink(link, origin string) string {
 	}
 	return link
 }
+
+// ClientName returns the name of a client an invitation is for, to show
+// it; the id itself when the client is gone.
+func (p *Provider) ClientName(ctx context.Context, id string) (string, error) {
+	c, err := p.store.OAuthClient(ctx, id)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return id, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return c.Name, nil
+}

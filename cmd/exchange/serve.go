@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"exchange/console"
 	"exchange/handlers"
 	"exchange/repo"
 )
@@ -34,7 +35,9 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	}
 	defer a.Close()
 	web := handlers.New(handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping, Logger: log,
-		TrustedProxies: s.TrustedProxies})
+		TrustedProxies: s.TrustedProxies,
+		Console: console.New(console.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas,
+			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log})})
 
 	sweepCtx, stopSweeping := context.WithCancel(ctx)
 	defer stopSweeping()

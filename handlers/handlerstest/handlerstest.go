@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"exchange/console"
 	"exchange/converter"
 	"exchange/domain"
 	"exchange/fhirdefs"
@@ -227,8 +228,11 @@ func StartWith(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	search := fhirsearch.NewTranslator([]byte("test cursor key"), SourceBase, clock.Now)
 	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t), Logger: o.Logger,
-		TrustedProxies: proxies, Search: fhirsearch.NewTranslator([]byte("test cursor key"), SourceBase, clock.Now)})
+		TrustedProxies: proxies, Search: search,
+		Console: console.New(console.Config{Service: svc, OAuth: provider, Search: search, Schemas: Schemas(t),
+			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: o.Logger})})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -237,6 +241,9 @@ func StartWith(t testing.TB, o Options) *Env {
 	t.Cleanup(func() { _ = app.ShutdownWithTimeout(5 * time.Second) })
 	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock}
 }
+
+// GatewayClientID is the MCP gateway's client id the console is told of.
+const GatewayClientID = "test-mcp-gateway"
 
 // Password is the password of the users the helpers create.
 const Password = "correct horse battery staple"

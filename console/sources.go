@@ -1,0 +1,188 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+	"exchange/omh"
+)
+
+type sourcesPage struct {
+	DataSources    []domain.DataSourceView
+	DataPager      pager
+	FHIRSources    []domain.FHIRSource
+	FHIRPager      pager
+	Patients       map[int64]domain.Patient // of the FHIR sources, and those the user may add one for
+	Writable       []domain.Patient
+	AllDataSources []domain.DataSourceView
+	ScopeCodes     []domain.ScopeCode
+	NewSchemas     []omh.SchemaInfo // schemas without a scope code, for superusers
+	Types          []domain.DataSourceType
+}
+
+func (c *Console) sources(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx := r.Context()
+	p := listPage(r)
+	page := sourcesPage{Patients: map[int64]domain.Patient{},
+		Types: []domain.DataSourceType{domain.DataSourcePersonalDevice, domain.DataSourceMedicalDevice, domain.DataSourcePatientApp}}
+	ds, err := c.Service.ListDataSources(ctx, p)
+	if err != nil {
+		return err
+	}
+	page.DataSources, page.DataPager = ds.Items, pagerOf(r, p, ds.Total)
+	fs, err := c.Service.ListFHIRSources(ctx, s.actor, p)
+	if err != nil {
+		return err
+	}
+	page.FHIRSources, page.FHIRPager = fs.Items, pagerOf(r, p, fs.Total)
+	all, err := c.Service.ListDataSources(ctx, domain.Page{Number: 1, Size: domain.MaxPageSize})
+	if err != nil {
+		return err
+	}
+	page.AllDataSources = all.Items
+	patients, err := c.Service.ListPatients(ctx, s.actor, domain.PatientFilter{}, domain.Page{Number: 1, Size: domain.MaxPageSize})
+	if err != nil {
+		return err
+	}
+	for _, pt := range patients.Items {
+		page.Patients[pt.ID] = pt
+		if s.actor.Patient == nil && s.actor.CanWritePatientData(&pt) {
+			page.Writable = append(page.Writable, pt)
+		}
+	}
+	if s.actor.IsSuperuser() {
+		codes, err := c.Service.ListScopeCodes(ctx, domain.Page{Number: 1, Size: domain.MaxPageSize})
+		if err != nil {
+			return err
+		}
+		page.ScopeCodes = codes.Items
+		if c.Schemas != nil {
+			for _, sc := range c.Schemas.Schemas() {
+				code := omh.SchemaID{Namespace: omh.NamespaceOMH, Name: sc.Name, Version: sc.Version}.Code()
+				if !slices.ContainsFunc(codes.Items, func(x domain.ScopeCode) bool { return x.Code == code }) {
+					page.NewSchemas = append(page.NewSchemas, sc)
+				}
+			}
+		}
+	}
+	c.render(w, r, s, http.StatusOK, "sources.html", "Data sources", "sources", page)
+	return nil
+}
+
+func (c *Console) createDataSource(w http.ResponseWriter, r *http.Request, s *session) error {
+	var scopes []int64
+	for _, v := range r.PostForm["scopes"] {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return domain.FieldErrorf("scopes", "%q is not a scope code", v)
+		}
+		scopes = append(scopes, id)
+	}
+	in := domain.NewDataSource{Name: r.PostFormValue("name"), Type: domain.DataSourceType(r.PostFormValue("type")), SupportedScopeCodeIDs: scopes}
+	if _, err := c.Service.CreateDataSource(r.Context(), s.actor, in); err != nil {
+		return err
+	}
+	return seeOther(w, r, Prefix+"sources/", "created")
+}
+
+// createScopeCode adds a scope code for an Open mHealth schema the
+// exchange knows: its code is the schema's, its text the schema's title.
+func (c *Console) createScopeCode(w http.ResponseWriter, r *http.Request, s *session) error {
+	name, version, _ := strings.Cut(r.PostFormValue("schema"), ":")
+	if c.Schemas == nil || !c.Schemas.Has(name, version) {
+		return domain.FieldErrorf("schema", "choose a schema the exchange knows")
+	}
+	code := omh.SchemaID{Namespace: omh.NamespaceOMH, Name: name, Version: version}.Code()
+	text := strings.TrimSpace(r.PostFormValue("text"))
+	if text == "" {
+		text = strings.ReplaceAll(name, "-", " ")
+		text = strings.ToUpper(text[:1]) + text[1:]
+	}
+	if _, err := c.Service.CreateScopeCode(r.Context(), s.actor, domain.SystemOpenMHealth, code, text); err != nil {
+		return err
+	}
+	return seeOther(w, r, Prefix+"sources/", "created")
+}
+
+func (c *Console) createFHIRSource(w http.ResponseWriter, r *http.Request, s *session) error {
+	var patient, dataSource int64
+	var err error
+	if v := r.PostFormValue("patient"); v != "" {
+		if patient, err = formID(r, "patient"); err != nil {
+			return err
+		}
+	}
+	if v := r.PostFormValue("dataSource"); v != "" {
+		if dataSource, err = formID(r, "dataSource"); err != nil {
+			return err
+		}
+	}
+	src, err := c.Service.CreateFHIRSource(r.Context(), s.actor, patient, dataSource, r.PostFormValue("label"))
+	if err != nil {
+		return err
+	}
+	return seeOther(w, r, fmt.Sprintf("%sfhir-sources/%d/", Prefix, src.ID), "created")
+}
+
+type fhirSourcePage struct {
+	Source    *domain.FHIRSource
+	URI       string
+	Patient   *domain.Patient
+	Types     []domain.ResourceTypeCount
+	Type      string
+	Resources []domain.Resource
+	Next      string
+}
+
+// fhirSource lists a FHIR source's imported resources by type, with their
+// JSON as stored, paged with the FHIR search's cursor.
+func (c *Console) fhirSource(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx := r.Context()
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	src, err := c.Service.FHIRSourceByID(ctx, s.actor, id)
+	if err != nil {
+		return err
+	}
+	page := fhirSourcePage{Source: src, URI: domain.SourceURI(c.Service.SourceBase(), id)}
+	if page.Patient, err = c.Service.PatientByID(ctx, s.actor, src.PatientID); err != nil {
+		return err
+	}
+	if page.Types, err = c.Service.SourceResourceTypes(ctx, s.actor, id); err != nil {
+		return err
+	}
+	page.Type = r.URL.Query().Get("type")
+	if page.Type == "" && len(page.Types) > 0 {
+		page.Type = page.Types[0].Type
+	}
+	if page.Type != "" {
+		params := url.Values{"_source": {page.URI}, "_count": {strconv.Itoa(pageSize)}, "_sort": {"-_lastUpdated"}}
+		if cur := r.URL.Query().Get(fhirsearch.CursorParam); cur != "" {
+			params.Set(fhirsearch.CursorParam, cur)
+		}
+		q, err := c.Search.Parse(page.Type, params, true)
+		if err != nil {
+			return err
+		}
+		res, err := c.Service.SearchResources(ctx, s.actor, q)
+		if err != nil {
+			return err
+		}
+		page.Resources = res.Items
+		if res.More && len(res.Items) > 0 {
+			last := res.Items[len(res.Items)-1]
+			next := url.Values{"type": {page.Type}, fhirsearch.CursorParam: {q.Next(fhirsearch.Position{UUID: last.ID, LastUpdated: last.LastUpdated})}}
+			page.Next = r.URL.Path + "?" + next.Encode()
+		}
+	}
+	c.render(w, r, s, http.StatusOK, "fhir-source.html", src.Label, "sources", page)
+	return nil
+}

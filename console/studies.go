@@ -1,0 +1,219 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"exchange/domain"
+)
+
+type studiesPage struct {
+	Studies       []domain.StudyView
+	Pager         pager
+	Organizations []domain.Organization // where the user may create one
+}
+
+func (c *Console) studies(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx := r.Context()
+	p := listPage(r)
+	l, err := c.Service.ListStudies(ctx, s.actor, 0, p)
+	if err != nil {
+		return err
+	}
+	if err := domain.CheckPage(p, l.Total); err != nil {
+		return err
+	}
+	page := studiesPage{Studies: l.Items, Pager: pagerOf(r, p, l.Total)}
+	if page.Organizations, err = c.dataOrganizations(ctx, s.actor); err != nil {
+		return err
+	}
+	c.render(w, r, s, http.StatusOK, "studies.html", "Studies", "studies", page)
+	return nil
+}
+
+func (c *Console) createStudy(w http.ResponseWriter, r *http.Request, s *session) error {
+	org, err := formID(r, "organization")
+	if err != nil {
+		return err
+	}
+	st, err := c.Service.CreateStudy(r.Context(), s.actor, domain.NewStudy{OrganizationID: org,
+		Name: r.PostFormValue("name"), Description: r.PostFormValue("description")})
+	if err != nil {
+		return err
+	}
+	return seeOther(w, r, studyPath(st.ID), "created")
+}
+
+func studyPath(id int64) string { return fmt.Sprintf("%sstudies/%d/", Prefix, id) }
+
+type studyPage struct {
+	Study       *domain.StudyView
+	Manage      bool // the user may change the study
+	Scopes      []domain.ScopeCode
+	OtherScopes []domain.ScopeCode // scope codes it could request
+	Sources     []domain.DataSource
+	OtherSource []domain.DataSourceView
+	Enrollment  *domain.StudyEnrollment
+	Pager       pager
+	Candidates  []domain.Patient // patients of the organization not enrolled
+}
+
+func (c *Console) study(w http.ResponseWriter, r *http.Request, s *session) error {
+	ctx := r.Context()
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	st, err := c.Service.StudyByID(ctx, s.actor, id)
+	if err != nil {
+		return err
+	}
+	page := studyPage{Study: st, Manage: s.actor.CanManageDataIn(st.OrganizationID)}
+	if page.Scopes, err = c.Service.StudyScopeRequests(ctx, s.actor, id); err != nil {
+		return err
+	}
+	if page.Sources, err = c.Service.StudyDataSources(ctx, s.actor, id); err != nil {
+		return err
+	}
+	if s.actor.CanReadOrganization(st.OrganizationID) {
+		p := listPage(r)
+		if page.Enrollment, err = c.Service.StudyEnrollment(ctx, s.actor, id, p); err != nil {
+			return err
+		}
+		page.Pager = pagerOf(r, p, page.Enrollment.Patients.Total)
+	}
+	if page.Manage {
+		codes, err := c.Service.ListScopeCodes(ctx, domain.Page{Number: 1, Size: domain.MaxPageSize})
+		if err != nil {
+			return err
+		}
+		for _, sc := range codes.Items {
+			if !slices.ContainsFunc(page.Scopes, func(x domain.ScopeCode) bool { return x.ID == sc.ID }) {
+				page.OtherScopes = append(page.OtherScopes, sc)
+			}
+		}
+		sources, err := c.Service.ListDataSources(ctx, domain.Page{Number: 1, Size: domain.MaxPageSize})
+		if err != nil {
+			return err
+		}
+		for _, d := range sources.Items {
+			if !slices.ContainsFunc(page.Sources, func(x domain.DataSource) bool { return x.ID == d.ID }) {
+				page.OtherSource = append(page.OtherSource, d)
+			}
+		}
+		patients, err := c.Service.ListPatients(ctx, s.actor, domain.PatientFilter{OrganizationID: st.OrganizationID}, domain.Page{Number: 1, Size: domain.MaxPageSize})
+		if err != nil {
+			return err
+		}
+		enrolled, err := c.Service.ListPatients(ctx, s.actor, domain.PatientFilter{StudyID: id}, domain.Page{Number: 1, Size: domain.MaxPageSize})
+		if err != nil {
+			return err
+		}
+		for _, p := range patients.Items {
+			if !slices.ContainsFunc(enrolled.Items, func(x domain.Patient) bool { return x.ID == p.ID }) {
+				page.Candidates = append(page.Candidates, p)
+			}
+		}
+	}
+	c.render(w, r, s, http.StatusOK, "study.html", st.Name, "studies", page)
+	return nil
+}
+
+func (c *Console) updateStudy(w http.ResponseWriter, r *http.Request, s *session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	name, description := r.PostFormValue("name"), r.PostFormValue("description")
+	if _, err := c.Service.UpdateStudy(r.Context(), s.actor, id, domain.StudyPatch{Name: &name, Description: &description}); err != nil {
+		return err
+	}
+	return seeOther(w, r, studyPath(id), "saved")
+}
+
+func (c *Console) addScope(w http.ResponseWriter, r *http.Request, s *session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	scope, err := formID(r, "scope")
+	if err != nil {
+		return err
+	}
+	if _, err := c.Service.AddScopeRequest(r.Context(), s.actor, id, domain.ScopeRef{ID: scope}); err != nil {
+		return err
+	}
+	return seeOther(w, r, studyPath(id), "added")
+}
+
+func (c *Console) removeScope(w http.ResponseWriter, r *http.Request, s *session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	scope, err := pathID(r, "scope")
+	if err != nil {
+		return err
+	}
+	if err := c.Service.RemoveScopeRequest(r.Context(), s.actor, id, scope); err != nil {
+		return err
+	}
+	return seeOther(w, r, studyPath(id), "removed")
+}
+
+func (c *Console) addStudySource(w http.ResponseWriter, r *http.Request, s *session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	source, err := formID(r, "source")
+	if err != nil {
+		return err
+	}
+	if _, err := c.Service.AddStudyDataSource(r.Context(), s.actor, id, source); err != nil {
+		return err
+	}
+	return seeOther(w, r, studyPath(id), "added")
+}
+
+func (c *Console) removeStudySource(w http.ResponseWriter, r *http.Request, s *session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	source, err := pathID(r, "source")
+	if err != nil {
+		return err
+	}
+	if err := c.Service.RemoveStudyDataSource(r.Context(), s.actor, id, source); err != nil {
+		return err
+	}
+	return seeOther(w, r, studyPath(id), "removed")
+}
+
+func (c *Console) enroll(w http.ResponseWriter, r *http.Request, s *session) error {
+	return c.enrollment(w, r, s, c.Service.EnrollPatients, "enrolled")
+}
+
+func (c *Console) unenroll(w http.ResponseWriter, r *http.Request, s *session) error {
+	return c.enrollment(w, r, s, c.Service.UnenrollPatients, "unenrolled")
+}
+
+// enrollment enrolls or unenrolls the patient a form names.
+func (c *Console) enrollment(w http.ResponseWriter, r *http.Request, s *session,
+	change func(ctx context.Context, a *domain.Actor, studyID int64, patientIDs []int64) error, done string) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	patient, err := formID(r, "patient")
+	if err != nil {
+		return err
+	}
+	if err := change(r.Context(), s.actor, id, []int64{patient}); err != nil {
+		return err
+	}
+	return seeOther(w, r, studyPath(id), done)
+}
