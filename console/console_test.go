@@ -1,0 +1,357 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"exchange/domain"
+	"exchange/handlers/handlerstest"
+	"exchange/oauth"
+	"exchange/repo/repotest"
+)
+
+func TestMain(m *testing.M) { repotest.Main(m) }
+
+// caller is a signed-in browser of one kind of user.
+type caller struct {
+	name string
+	b    *handlerstest.Browser
+	csrf string
+}
+
+var csrfField = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`)
+
+// signIn signs a user in through the exchange's login page, as a browser
+// would, and keeps the CSRF token of the console's forms. Redirects are
+// not followed: each answer's status is the test's to check.
+func signIn(t *testing.T, env *handlerstest.Env, name, email string) *caller {
+	t.Helper()
+	c := &caller{name: name, b: handlerstest.NewBrowser(t, func(*url.URL) bool { return true })}
+	if email == "" {
+		return c
+	}
+	_, page := c.b.Do("GET", env.URL+"/o/login/?next=/console/", nil)
+	resp, _ := c.b.Login(page, email, handlerstest.Password)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/" {
+		t.Fatalf("sign in %s: %d %s", email, resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, page = c.b.Do("GET", env.URL+"/console/", nil)
+	m := csrfField.FindStringSubmatch(page)
+	if resp.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("console home of %s: %d\n%s", email, resp.StatusCode, page)
+	}
+	c.csrf = m[1]
+	return c
+}
+
+// post submits a console form with the caller's CSRF token.
+func (c *caller) post(env *handlerstest.Env, path string, form url.Values) (*http.Response, string) {
+	f := url.Values{"csrf_token": {c.csrf}}
+	for k, v := range form {
+		f[k] = v
+	}
+	return c.b.Do("POST", env.URL+path, f)
+}
+
+// fixture is an organization with a study, patients and practitioners in
+// every role, another organization, and what the forms act on.
+type fixture struct {
+	env                         *handlerstest.Env
+	org, other                  *domain.Organization
+	study                       *domain.Study
+	hr, steps                   *domain.ScopeCode
+	device, spare               *domain.DataSourceView
+	patient, outsiderPatient    *domain.Patient
+	unenrolled                  *domain.Patient
+	member, removable, newcomer *domain.User
+	source                      *domain.FHIRSource
+	client                      *domain.OAuthClient
+	callers                     map[string]*caller
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	env := handlerstest.Start(t)
+	ctx := context.Background()
+	svc, sys := env.Service, domain.SystemActor()
+	f := &fixture{env: env, callers: map[string]*caller{}}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	f.org, err = svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	must(err)
+	f.other, err = svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"})
+	must(err)
+	f.hr, err = svc.EnsureScopeCode(ctx, domain.SystemOpenMHealth, "omh:heart-rate:2.0", "Heart rate")
+	must(err)
+	f.steps, err = svc.EnsureScopeCode(ctx, domain.SystemOpenMHealth, "omh:step-count:3.0", "Step count")
+	must(err)
+	f.device, err = svc.CreateDataSource(ctx, sys, domain.NewDataSource{Name: "Tracker", Type: domain.DataSourcePersonalDevice, SupportedScopeCodeIDs: []int64{f.hr.ID}})
+	must(err)
+	f.spare, err = svc.CreateDataSource(ctx, sys, domain.NewDataSource{Name: "Scale", Type: domain.DataSourcePersonalDevice})
+	must(err)
+	f.study, err = svc.CreateStudy(ctx, sys, domain.NewStudy{OrganizationID: f.org.ID, Name: "Study"})
+	must(err)
+	_, err = svc.AddScopeRequest(ctx, sys, f.study.ID, domain.ScopeRef{ID: f.hr.ID})
+	must(err)
+	_, err = svc.AddStudyDataSource(ctx, sys, f.study.ID, f.device.ID)
+	must(err)
+	newPatient := func(email string, org int64) *domain.Patient {
+		p, err := svc.CreatePatient(ctx, sys, domain.NewPatient{Email: email, Password: handlerstest.Password, FamilyName: "Doe",
+			GivenNames: []string{strings.Split(email, "@")[0]}, BirthDate: "1980-01-02", OrganizationIDs: []int64{org}})
+		must(err)
+		return p
+	}
+	f.patient = newPatient("pat@example.org", f.org.ID)
+	f.unenrolled = newPatient("later@example.org", f.org.ID)
+	f.outsiderPatient = newPatient("quinn@example.org", f.other.ID)
+	must(svc.EnrollPatients(ctx, sys, f.study.ID, []int64{f.patient.ID}))
+	f.source, err = svc.CreateFHIRSource(ctx, sys, f.patient.ID, 0, "Hospital EHR")
+	must(err)
+	practitioner := func(email string, org int64, role domain.Role) *domain.User {
+		u := env.Practitioner(t, email, false)
+		if org != 0 {
+			must(svc.AddMember(ctx, sys, org, u.ID, role))
+		}
+		return u
+	}
+	su := env.Practitioner(t, "admin@example.org", true)
+	practitioner("manager@example.org", f.org.ID, domain.RoleManager)
+	f.member = practitioner("member@example.org", f.org.ID, domain.RoleMember)
+	practitioner("viewer@example.org", f.org.ID, domain.RoleViewer)
+	practitioner("outsider@example.org", f.other.ID, domain.RoleManager)
+	f.removable = practitioner("leaving@example.org", f.org.ID, domain.RoleViewer)
+	f.newcomer = practitioner("newcomer@example.org", 0, "")
+	f.client, _, err = env.OAuth.RegisterClient(ctx, oauth.ClientRegistration{Name: "Dashboard", Type: domain.ClientConfidential,
+		RedirectURIs: []string{"https://dash.example.test/cb"}, UserID: su.ID})
+	must(err)
+	for name, email := range map[string]string{"superuser": "admin@example.org", "manager": "manager@example.org",
+		"member": "member@example.org", "viewer": "viewer@example.org", "outsider": "outsider@example.org",
+		"patient": "pat@example.org", "other patient": "quinn@example.org", "anonymous": ""} {
+		f.callers[name] = signIn(t, env, name, email)
+	}
+	return f
+}
+
+// everyone are the signed-in callers.
+var everyone = []string{"superuser", "manager", "member", "viewer", "outsider", "patient", "other patient"}
+
+// TestPagePermissions: each page answers every kind of user as the
+// permission model says (readers 200, others the API's 403), and sends a
+// visitor without a session to the login page.
+func TestPagePermissions(t *testing.T) {
+	f := newFixture(t)
+	readers := []string{"superuser", "manager", "member", "viewer", "patient"}
+	for _, tc := range []struct {
+		path    string
+		allowed []string
+	}{
+		{"/console/", everyone},
+		{"/console/organizations/", everyone},
+		{fmt.Sprintf("/console/organizations/%d/", f.org.ID), readers},
+		{"/console/studies/", everyone},
+		{fmt.Sprintf("/console/studies/%d/", f.study.ID), readers},
+		{"/console/patients/", everyone},
+		{fmt.Sprintf("/console/patients/%d/", f.patient.ID), readers},
+		{fmt.Sprintf("/console/patients/%d/data", f.patient.ID), readers},
+		{fmt.Sprintf("/console/patients/%d/data.csv", f.patient.ID), readers},
+		{fmt.Sprintf("/console/patients/%d/data.ndjson", f.patient.ID), readers},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data", f.study.ID, f.patient.ID), readers},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data.csv", f.study.ID, f.patient.ID), readers},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data.ndjson", f.study.ID, f.patient.ID), readers},
+		{"/console/sources/", everyone},
+		{fmt.Sprintf("/console/fhir-sources/%d/", f.source.ID), readers},
+		{"/console/clients/", []string{"superuser"}},
+	} {
+		for _, name := range append(everyone, "anonymous") {
+			resp, body := f.callers[name].b.Do("GET", f.env.URL+tc.path, nil)
+			want := http.StatusForbidden
+			switch {
+			case name == "anonymous":
+				want = http.StatusSeeOther
+			case contains(tc.allowed, name):
+				want = http.StatusOK
+			}
+			if resp.StatusCode != want {
+				t.Errorf("GET %s as %s: %d, want %d\n%.300s", tc.path, name, resp.StatusCode, want, body)
+				continue
+			}
+			if name == "anonymous" && resp.Header.Get("Location") != "/o/login/?next="+url.QueryEscape(tc.path) {
+				t.Errorf("GET %s without a session: Location %q", tc.path, resp.Header.Get("Location"))
+			}
+			if want != http.StatusSeeOther && resp.Header.Get("Cache-Control") != "no-store" {
+				t.Errorf("GET %s as %s: Cache-Control %q", tc.path, name, resp.Header.Get("Cache-Control"))
+			}
+		}
+	}
+	// Unknown ids answer as the API does.
+	for _, path := range []string{"/console/patients/999/", "/console/studies/x/", "/console/nowhere"} {
+		if resp, _ := f.callers["superuser"].b.Do("GET", f.env.URL+path, nil); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
+		}
+	}
+}
+
+// TestFormPermissions: every form is refused (403, nothing changes) to
+// those the permission model refuses, before it is accepted from one who
+// may; without a session it is 401, without its CSRF token 403.
+func TestFormPermissions(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	study := fmt.Sprintf("/console/studies/%d", f.study.ID)
+	patient := fmt.Sprintf("/console/patients/%d", f.patient.ID)
+	org := fmt.Sprintf("/console/organizations/%d", f.org.ID)
+	invitation := func() string {
+		list, err := f.env.OAuth.Invitations(ctx, []int64{f.patient.UserID})
+		if err != nil || len(list) == 0 {
+			return "none"
+		}
+		return list[len(list)-1].ID
+	}
+	type form = url.Values
+	for _, tc := range []struct {
+		path   func() string
+		form   form
+		denied []string
+		by     string
+		want   int
+	}{
+		{fixed(org + "/members"), form{"email": {"newcomer@example.org"}, "role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed(fmt.Sprintf("%s/members/%d", org, f.removable.ID)), form{"role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed(fmt.Sprintf("%s/members/%d/remove", org, f.removable.ID)), nil, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed("/console/studies/"), form{"organization": {fmt.Sprint(f.org.ID)}, "name": {"New study"}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther},
+		{fixed(study + "/"), form{"name": {"Renamed"}, "description": {"d"}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther},
+		{fixed(study + "/scopes"), form{"scope": {fmt.Sprint(f.steps.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed(fmt.Sprintf("%s/scopes/%d/remove", study, f.steps.ID)), nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed(study + "/data-sources"), form{"source": {fmt.Sprint(f.spare.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed(fmt.Sprintf("%s/data-sources/%d/remove", study, f.spare.ID)), nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed(study + "/enroll"), form{"patient": {fmt.Sprint(f.unenrolled.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed(study + "/unenroll"), form{"patient": {fmt.Sprint(f.unenrolled.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed("/console/patients/"), form{"organization": {fmt.Sprint(f.org.ID)}, "email": {"new@example.org"}, "family": {"New"}, "given": {"Nia"}},
+			[]string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther},
+		{fixed(patient + "/identifiers"), form{"system": {"urn:mrn"}, "value": {"1"}}, []string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther},
+		{fixed(patient + "/identifiers/remove"), form{"system": {"urn:mrn"}, "value": {"1"}}, []string{"viewer", "outsider", "other patient"}, "member", http.StatusSeeOther},
+		{fixed(patient + "/invitations"), nil, []string{"viewer", "outsider", "patient", "other patient"}, "manager", http.StatusCreated},
+		{func() string { return patient + "/invitations/" + invitation() + "/reissue" }, nil, []string{"viewer", "outsider", "patient"}, "member", http.StatusCreated},
+		{func() string { return patient + "/invitations/" + invitation() + "/cancel" }, nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed("/console/consents"), form{"patient": {fmt.Sprint(f.patient.ID)}, "study": {fmt.Sprint(f.study.ID)}, "system": {f.hr.System}, "code": {f.hr.Code}, "answer": {"share"}},
+			[]string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther},
+		{fixed("/console/data-sources"), form{"name": {"Ring"}, "type": {"personal_device"}, "scopes": {fmt.Sprint(f.hr.ID)}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther},
+		{fixed("/console/scope-codes"), form{"schema": {"body-height:2.0"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther},
+		{fixed("/console/fhir-sources"), form{"patient": {fmt.Sprint(f.patient.ID)}, "label": {"Clinic app"}}, []string{"viewer", "outsider", "other patient"}, "member", http.StatusSeeOther},
+		{fixed("/console/clients/"), form{"name": {"App"}, "type": {"public"}, "grant": {"authorization_code"}, "redirectUris": {"https://app.example.test/cb"}, "algorithm": {"RS256"}},
+			[]string{"manager", "patient"}, "superuser", http.StatusCreated},
+		{fixed("/console/clients/" + f.client.ID + "/rotate"), nil, []string{"manager", "patient"}, "superuser", http.StatusOK},
+	} {
+		for _, name := range tc.denied {
+			path := tc.path()
+			if resp, body := f.callers[name].post(f.env, path, tc.form); resp.StatusCode != http.StatusForbidden {
+				t.Errorf("POST %s as %s: %d, want 403\n%.400s", path, name, resp.StatusCode, body)
+			}
+		}
+		path := tc.path()
+		if resp, _ := f.callers["anonymous"].post(f.env, path, tc.form); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST %s without a session: %d, want 401", path, resp.StatusCode)
+		}
+		forged := *f.callers[tc.by]
+		forged.csrf = "forged-forged-forged-forged-forged-forged"
+		if resp, _ := forged.post(f.env, path, tc.form); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("POST %s as %s with a forged CSRF token: %d, want 403", path, tc.by, resp.StatusCode)
+		}
+		if resp, body := f.callers[tc.by].post(f.env, path, tc.form); resp.StatusCode != tc.want {
+			t.Errorf("POST %s as %s: %d, want %d\n%.600s", path, tc.by, resp.StatusCode, tc.want, body)
+		}
+	}
+	// What the accepted forms did.
+	if m, err := f.env.Service.Membership(ctx, f.org.ID, f.newcomer.ID); err != nil || m.Role != domain.RoleMember {
+		t.Errorf("the newcomer's membership: %+v, %v", m, err)
+	}
+	if _, err := f.env.Service.Membership(ctx, f.org.ID, f.removable.ID); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("the removed member: %v", err)
+	}
+	if st, _ := f.env.Service.StudyByID(ctx, domain.SystemActor(), f.study.ID); st.Name != "Renamed" {
+		t.Errorf("the study's name: %q", st.Name)
+	}
+	overview, err := f.env.Service.PatientConsents(ctx, domain.SystemActor(), f.patient.ID)
+	if err != nil || len(overview.ConsolidatedConsentedScopes) != 1 || overview.ConsolidatedConsentedScopes[0].ID != f.hr.ID {
+		t.Errorf("the patient's consent: %+v, %v", overview, err)
+	}
+}
+
+// TestWriteControlsFollowPermissions: a viewer is offered no form but
+// sign-out; a manager gets the study's forms; a patient never sees another
+// patient's page.
+func TestWriteControlsFollowPermissions(t *testing.T) {
+	f := newFixture(t)
+	forms := regexp.MustCompile(`<form method="post" action="([^"]+)"`)
+	actions := func(name, path string) []string {
+		_, page := f.callers[name].b.Do("GET", f.env.URL+path, nil)
+		var out []string
+		for _, m := range forms.FindAllStringSubmatch(page, -1) {
+			if m[1] != "/o/logout/" {
+				out = append(out, m[1])
+			}
+		}
+		return out
+	}
+	for _, path := range []string{fmt.Sprintf("/console/studies/%d/", f.study.ID), fmt.Sprintf("/console/patients/%d/", f.patient.ID),
+		fmt.Sprintf("/console/organizations/%d/", f.org.ID), "/console/studies/", "/console/patients/", "/console/sources/"} {
+		if got := actions("viewer", path); len(got) != 0 {
+			t.Errorf("a viewer is offered forms on %s: %v", path, got)
+		}
+	}
+	got := actions("manager", fmt.Sprintf("/console/studies/%d/", f.study.ID))
+	for _, want := range []string{"/scopes", "/data-sources", "/enroll", "/unenroll"} {
+		if !containsSuffix(got, want) {
+			t.Errorf("the manager's study page lacks the form %s: %v", want, got)
+		}
+	}
+	if resp, _ := f.callers["patient"].b.Do("GET", fmt.Sprintf("%s/console/patients/%d/", f.env.URL, f.outsiderPatient.ID), nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a patient opening another patient's page: %d", resp.StatusCode)
+	}
+}
+
+// TestSecurityHeaders: a strict CSP without inline script or style, no
+// framing, no referrer; and no style attribute in a page with a chart.
+func TestSecurityHeaders(t *testing.T) {
+	f := newFixture(t)
+	resp, _ := f.callers["manager"].b.Do("GET", f.env.URL+"/console/", nil)
+	csp := resp.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "form-action 'self'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(csp, "unsafe-inline") || resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("Referrer-Policy") != "no-referrer" {
+		t.Errorf("headers: %v", resp.Header)
+	}
+}
+
+func fixed(path string) func() string { return func() string { return path } }
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func containsSuffix(list []string, suffix string) bool {
+	for _, x := range list {
+		if strings.HasSuffix(x, suffix) {
+			return true
+		}
+	}
+	return false
+}
