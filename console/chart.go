@@ -68,11 +68,12 @@ func chartSVG(id, title string, series []series) (template.HTML, error) {
 			p.Legend.Add(s.Label+" ("+s.Unit+")", line)
 		}
 	}
-	// Room around single points and flat lines.
-	p.X.Min, p.X.Max = p.X.Min-3600, p.X.Max+3600
-	if p.Y.Min == p.Y.Max {
-		p.Y.Min, p.Y.Max = p.Y.Min-1, p.Y.Max+1
-	}
+	// Room around the points, so none sits on the frame: 5% of the time
+	// span (an hour at least) and 10% of the values (1 at least).
+	padX := max((p.X.Max-p.X.Min)*0.05, 3600)
+	padY := max((p.Y.Max-p.Y.Min)*0.1, 1)
+	p.X.Min, p.X.Max = p.X.Min-padX, p.X.Max+padX
+	p.Y.Min, p.Y.Max = p.Y.Min-padY, p.Y.Max+padY
 	const width, height = 7 * vg.Inch, 2.6 * vg.Inch
 	canvas := vgsvg.New(width, height)
 	full := draw.New(canvas)

@@ -1,0 +1,267 @@
+// The web console as its users meet it, in headless Chromium: a manager
+// sets up a study with two scopes, creates a patient and invites them; the
+// patient accepts the invitation (chooses a password), signs in and
+// consents to one of the two scopes; an app uploads observations of both
+// codes over FHIR; the manager sees one chart in the study view and two in
+// the patient view; a viewer is offered no write control and a forced
+// form post is refused; a patient cannot open another patient's page.
+// axe-core checks every page of the journey (no serious or critical
+// violation), no page breaks its Content-Security-Policy, and each page is
+// photographed into e2e/.artifacts/console/.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { artifactsDir, batchBundle, bearerToken, env, fhir, launchChromium, nativeObservation, omhDataPoint } from './lib.mjs';
+
+const base = env('EXCHANGE_URL');
+const password = 'exchange-demo-password';
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+const shots = join(artifactsDir(), 'console');
+rmSync(shots, { recursive: true, force: true });
+mkdirSync(shots, { recursive: true });
+
+// The seeded organization, studies and data sources the journey uses.
+const cardiology = 'Cardiology Department';
+const diabetesStudy = 'Diabetes and Activity'; // requests step count among others
+const fitnessTracker = 'Fitness Tracker';
+const run = Date.now().toString(36);
+
+let browser;
+/** Pages checked by axe, by name: the number of serious or critical violations. */
+const audited = new Map();
+/** CSP violations reported by any page of the journey. */
+const cspViolations = [];
+
+before(async () => {
+  browser = await launchChromium();
+  console.log(`console screenshots: ${shots}`);
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+/** A fresh browser context (its own cookies) and page. */
+async function newPage() {
+  const context = await browser.newContext({ viewport: { width: 1200, height: 800 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(20_000);
+  page.on('console', (msg) => {
+    if (/Content.Security.Policy|Refused to/i.test(msg.text())) cspViolations.push(`${page.url()}: ${msg.text()}`);
+  });
+  return page;
+}
+
+/**
+ * Checks the page with axe-core (WCAG 2.x A and AA rules and best
+ * practices) and photographs it. axe is evaluated through the DevTools
+ * protocol, which the page's CSP does not govern, so the page keeps its
+ * real policy.
+ */
+async function audit(page, name) {
+  await page.evaluate(axeSource);
+  const result = await page.evaluate(() =>
+    window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] } }),
+  );
+  const serious = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  audited.set(name, serious.length);
+  await page.screenshot({ path: join(shots, `${String(audited.size).padStart(2, '0')}-${name}.png`), fullPage: true });
+  assert.deepEqual(
+    serious.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`),
+    [],
+    `axe on ${name} (${page.url()})`,
+  );
+}
+
+/** Signs in on the exchange's login page, reached from a console page. */
+async function signIn(page, email, pass = password) {
+  await page.goto(`${base}/console/`);
+  await page.waitForURL(/\/o\/login\//);
+  await page.getByLabel('Email address').fill(email);
+  await page.getByLabel('Password').fill(pass);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL(`${base}/console/`);
+}
+
+/** The id at the end of a console URL such as /console/patients/7/. */
+function idOf(url, kind) {
+  const m = new URL(url).pathname.match(new RegExp(`/console/${kind}/(\\d+)/`));
+  assert.ok(m, `no ${kind} id in ${url}`);
+  return Number(m[1]);
+}
+
+/** The charts (SVG images) a data page shows, by accessible name. */
+async function charts(page) {
+  return page.locator('svg.chart title[id]').allTextContents();
+}
+
+describe('web console', () => {
+  let studyId;
+  let patientId;
+  let invitationLink;
+  const patientEmail = `eve-${run}@example.org`;
+  const patientPassword = 'eve-chooses-a-long-password';
+  const studyName = `Home Activity Pilot ${run}`;
+
+  it('a manager creates a study with two scopes, creates a patient and invites them', async () => {
+    const page = await newPage();
+    await signIn(page, 'manager@example.org');
+    await audit(page, 'manager-home');
+
+    await page.getByRole('link', { name: 'Studies', exact: true }).click();
+    await page.getByLabel('Name').fill(studyName);
+    await page.getByLabel('Description').fill('Heart rate and steps at home.');
+    await page.getByLabel('Organization').selectOption({ label: cardiology });
+    await page.getByRole('button', { name: 'Create study' }).click();
+    await page.waitForURL(/\/console\/studies\/\d+\/\?done=created/);
+    studyId = idOf(page.url(), 'studies');
+    for (const scope of ['Heart rate (omh:heart-rate:2.0)', 'Step count (omh:step-count:3.0)']) {
+      await page.getByLabel('Request', { exact: true }).selectOption({ label: scope });
+      await page.getByRole('button', { name: 'Add', exact: true }).first().click();
+      await page.waitForURL(/done=added/);
+    }
+    await page.getByLabel('Collect from', { exact: true }).selectOption({ label: fitnessTracker });
+    await page.locator('form[action$="/data-sources"] button').click();
+    await page.waitForURL(/done=added/);
+    const requested = page.locator('section[aria-labelledby="scopes-h"] > ul').first();
+    await assert.doesNotReject(requested.getByText('Heart rate').waitFor());
+    await assert.doesNotReject(requested.getByText('Step count').waitFor());
+    await audit(page, 'study-setup');
+
+    await page.getByRole('link', { name: 'Patients', exact: true }).click();
+    await audit(page, 'patients');
+    await page.getByLabel('Given names').fill('Eve');
+    await page.getByLabel('Family name').fill(`Example ${run}`);
+    await page.getByLabel('Birth date').fill('1988-04-02');
+    await page.getByLabel('Email address').fill(patientEmail);
+    await page.getByLabel('System').fill('http://hospital.example.org/mrn');
+    await page.getByLabel('Value').fill(`MRN-${run}`);
+    await page.getByLabel('Organization').selectOption({ label: cardiology });
+    await page.getByRole('button', { name: 'Create patient' }).click();
+    await page.waitForURL(/\/console\/patients\/\d+\/\?done=created/);
+    patientId = idOf(page.url(), 'patients');
+
+    // Enroll in the new study, and in a seeded one that requests step count.
+    for (const name of [studyName, diabetesStudy]) {
+      await page.goto(`${base}/console/studies/`);
+      await page.getByRole('link', { name, exact: true }).click();
+      await page.getByLabel('Enroll', { exact: true }).selectOption({ label: `Eve Example ${run} (1988-04-02)` });
+      await page.getByRole('button', { name: 'Enroll', exact: true }).click();
+      await page.waitForURL(/done=enrolled/);
+    }
+    const states = page.getByRole('row', { name: new RegExp(`Eve Example ${run}`) });
+    assert.match(await states.innerText(), /pending/);
+
+    await page.goto(`${base}/console/patients/${patientId}/`);
+    await page.getByRole('button', { name: 'Invite' }).click();
+    invitationLink = (await page.locator('#invitation-link').innerText()).trim();
+    assert.match(invitationLink, new RegExp(`^${base}/console/invitation/\\?code=`));
+    assert.equal(await page.locator('svg.qr').count(), 1, 'the QR code of the link');
+    await audit(page, 'patient-invitation');
+    await page.context().close();
+  });
+
+  it('the patient accepts the invitation, signs in and consents to one scope', async () => {
+    const page = await newPage();
+    await page.goto(invitationLink);
+    await assert.doesNotReject(page.getByText(patientEmail).first().waitFor());
+    await audit(page, 'invitation-accept');
+    await page.getByLabel('New password').fill(patientPassword);
+    await page.getByLabel('The same password again').fill(patientPassword);
+    await page.getByRole('button', { name: 'Set password and continue' }).click();
+    await page.waitForURL(/\/o\/login\/\?next=/);
+    await page.getByLabel('Email address').fill(patientEmail);
+    await page.getByLabel('Password').fill(patientPassword);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL(`${base}/console/`);
+    await audit(page, 'patient-consent-requests');
+
+    const answer = async (study, scope, choice) => {
+      const form = page.locator('form.scope').filter({ has: page.getByRole('group', { name: `May ${study} see your ${scope} data?` }) });
+      await form.getByLabel(choice).check();
+      await form.getByRole('button').click();
+      await page.waitForURL(/done=answered/);
+    };
+    await answer(studyName, 'Heart rate', 'Yes, share my Heart rate data');
+    await answer(studyName, 'Step count', 'No, do not share it');
+    await answer(diabetesStudy, 'Step count', 'Yes, share my Step count data');
+    const mine = page.locator('section[aria-labelledby="mine-h"]');
+    assert.match(await mine.innerText(), /Heart rate: given you share it/);
+    assert.match(await mine.innerText(), /Step count: refused you do not share it/);
+    await audit(page, 'patient-home');
+
+    // Another patient's page is refused, as the API refuses it.
+    const other = await page.goto(`${base}/console/patients/1/`);
+    assert.equal(other.status(), 403);
+    await page.context().close();
+  });
+
+  it('an app uploads observations of both codes over FHIR', async () => {
+    const token = await bearerToken('manager@example.org');
+    const sources = await (await fetch(`${base}/api/v1/data_sources?pageSize=100`, { headers: { Authorization: `Bearer ${token}` } })).json();
+    const device = sources.results.find((d) => d.name === fitnessTracker).id;
+    const day = (n) => new Date(Date.now() - n * 86_400_000).toISOString().slice(0, 10);
+    const observations = [];
+    for (let i = 1; i <= 5; i++) {
+      observations.push(nativeObservation({ patient: patientId, device, identifier: `console-hr-${run}-${i}`,
+        dataPoint: omhDataPoint(`console-hr-${run}-${i}`, 'heart-rate', '2.0', {
+          heart_rate: { value: 64 + i * 3, unit: 'beats/min' }, effective_time_frame: { date_time: `${day(i)}T08:00:00Z` } }) }));
+      observations.push(nativeObservation({ patient: patientId, device, identifier: `console-steps-${run}-${i}`,
+        dataPoint: omhDataPoint(`console-steps-${run}-${i}`, 'step-count', '3.0', {
+          step_count: { value: 4000 + i * 900, unit: 'steps' },
+          effective_time_frame: { time_interval: { start_date_time: `${day(i)}T00:00:00Z`, end_date_time: `${day(i)}T23:59:59Z` } } }) }));
+    }
+    const { status, json } = await fhir('', { token, method: 'POST', body: batchBundle(observations) });
+    assert.equal(status, 200);
+    assert.deepEqual(json.entry.map((e) => e.response.status), observations.map(() => '201 Created'));
+  });
+
+  it('the manager sees one chart in the study view and two in the patient view', async () => {
+    const page = await newPage();
+    await signIn(page, 'manager@example.org');
+    await page.goto(`${base}/console/studies/${studyId}/`);
+    const row = page.getByRole('row', { name: new RegExp(`Eve Example ${run}`) });
+    assert.match(await row.innerText(), /given[\s\S]*refused/);
+    await audit(page, 'study-consents');
+    await row.getByRole('link', { name: /Data in this study/ }).click();
+    await page.waitForURL(/\/data$/);
+    assert.deepEqual(await charts(page), ['Heart rate']);
+    assert.equal(await page.locator('svg.chart circle title').count(), 5, 'a <title> per point');
+    await audit(page, 'study-data');
+
+    await page.goto(`${base}/console/patients/${patientId}/data`);
+    assert.deepEqual(await charts(page), ['Heart rate', 'Step count']);
+    await audit(page, 'patient-data');
+    // The downloads hold what the page shows.
+    const ndjson = await page.request.get(`${base}/console/patients/${patientId}/data.ndjson`);
+    assert.equal(ndjson.status(), 200);
+    const lines = (await ndjson.text()).trim().split('\n').map((l) => JSON.parse(l));
+    assert.equal(lines.length, 10);
+    assert.ok(lines.every((o) => o.resourceType === 'Observation' && o.subject.reference === `Patient/${patientId}`));
+    const csv = await (await page.request.get(`${base}/console/studies/${studyId}/patients/${patientId}/data.csv`)).text();
+    assert.match(csv, /^observation,code,effective_start,effective_end,field,value/);
+    assert.doesNotMatch(csv, /step-count/, 'the study download holds only the consented code');
+    await page.context().close();
+  });
+
+  it('a viewer is offered no write control, and a forced post is refused', async () => {
+    const page = await newPage();
+    await signIn(page, 'viewer@example.org');
+    await page.goto(`${base}/console/studies/${studyId}/`);
+    const forms = await page.locator('form[method="post"]').evaluateAll((fs) => fs.map((f) => f.getAttribute('action')));
+    assert.deepEqual(forms, ['/o/logout/'], 'only the sign-out form');
+    await audit(page, 'viewer-study');
+    const csrf = await page.locator('input[name="csrf_token"]').first().inputValue();
+    const forced = await page.request.post(`${base}/console/studies/${studyId}/enroll`, { form: { csrf_token: csrf, patient: String(patientId) } });
+    assert.equal(forced.status(), 403);
+    await page.context().close();
+  });
+
+  it('every page of the journey passes axe and its Content-Security-Policy', () => {
+    console.log(`axe-core: ${audited.size} pages, serious or critical violations: ${[...audited.values()].reduce((a, b) => a + b, 0)}`);
+    assert.ok(audited.size >= 11, `${audited.size} pages audited`);
+    assert.deepEqual(cspViolations, []);
+  });
+});
