@@ -2,10 +2,12 @@ package handlers
 
 import (
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
+	"exchange/oauth"
 )
 
 // patientInJSON is the body that creates or changes a patient. The login
@@ -129,5 +131,82 @@ func (s *server) invitePatient(c *fiber.Ctx) error {
 	if err != nil {
 		return domain.AsFieldError(err, "clientId")
 	}
-	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"patientId": p.ID, "clientId": in.ClientID, "invitationLink": code.Link, "expiresAt": code.ExpiresAt})
+	return s.invitationCreated(c, p, code)
+}
+
+// invitationCreated answers a new invitation link: absolute on the
+// origin the client used (a console invitation's link is a local path).
+func (s *server) invitationCreated(c *fiber.Ctx, p *domain.Patient, code *oauth.PatientCode) error {
+	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"patientId": p.ID, "clientId": code.ClientID,
+		"invitationLink": oauth.AbsoluteLink(code.Link, origin(c)), "expiresAt": code.ExpiresAt})
+}
+
+// invitationJSON is an invitation as listed: the code itself is never
+// kept, so the link appears only when issued.
+func invitationJSON(i oauth.Invitation, now time.Time) fiber.Map {
+	state := "pending"
+	switch {
+	case i.Redeemed:
+		state = "redeemed"
+	case !i.Pending(now):
+		state = "expired"
+	}
+	return fiber.Map{"id": i.ID, "clientId": i.ClientID, "issuedAt": i.IssuedAt, "expiresAt": i.ExpiresAt, "state": state}
+}
+
+// listInvitations lists a patient's unexpired invitations, to whoever may
+// read the patient.
+func (s *server) listInvitations(c *fiber.Ctx) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	p, err := s.service.PatientByID(c.UserContext(), actor(c), id)
+	if err != nil {
+		return err
+	}
+	list, err := s.oauth.Invitations(c.UserContext(), []int64{p.UserID})
+	if err != nil {
+		return err
+	}
+	out := []fiber.Map{}
+	for _, i := range list {
+		out = append(out, invitationJSON(i, s.service.Now()))
+	}
+	return c.JSON(fiber.Map{"results": out})
+}
+
+// cancelInvitation withdraws an invitation: its link stops working.
+func (s *server) cancelInvitation(c *fiber.Ctx) error {
+	p, err := s.invitedPatient(c)
+	if err != nil {
+		return err
+	}
+	if err := s.oauth.CancelInvitation(c.UserContext(), p.UserID, c.Params("invitationId")); err != nil {
+		return err
+	}
+	return c.SendStatus(fiber.StatusNoContent)
+}
+
+// reissueInvitation replaces an invitation with a new link for the same
+// client; the old link stops working.
+func (s *server) reissueInvitation(c *fiber.Ctx) error {
+	p, err := s.invitedPatient(c)
+	if err != nil {
+		return err
+	}
+	code, err := s.oauth.ReissueInvitation(c.UserContext(), p.UserID, c.Params("invitationId"))
+	if err != nil {
+		return err
+	}
+	return s.invitationCreated(c, p, code)
+}
+
+// invitedPatient returns the path's patient if the actor may invite them.
+func (s *server) invitedPatient(c *fiber.Ctx) (*domain.Patient, error) {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return nil, err
+	}
+	return s.service.PatientForInvitation(c.UserContext(), actor(c), id)
 }

@@ -115,6 +115,13 @@ func (w *world) newStudy() *domain.Study {
 	return must(w.env.Service.CreateStudy(w.ctx, sys, domain.NewStudy{OrganizationID: w.orgA.ID, Name: w.name("Study ")}))
 }
 
+// newInvitation issues an invitation of the patient and returns its id.
+func (w *world) newInvitation() string {
+	must(w.env.OAuth.IssuePatientCode(w.ctx, w.patient.UserID, w.clientID))
+	list := must(w.env.OAuth.Invitations(w.ctx, []int64{w.patient.UserID}))
+	return list[len(list)-1].ID
+}
+
 func (w *world) newFHIRSource() int64 {
 	return must(w.env.Service.CreateFHIRSource(w.ctx, sys, w.patient.ID, 0, w.name("EHR "))).ID
 }
@@ -243,6 +250,13 @@ func matrixRows(w *world) map[string]matrixRow {
 		}, swap(dataWriters, "201", "204")},
 		"POST invitation": {"POST", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/invitation", P), map[string]any{"clientId": w.clientID}
+		}, dataWriters},
+		"GET invitations": {"GET", at("/api/v1/patients/%d/invitations", P), swap(patientRead, "201", "200")},
+		"DELETE invitation": {"DELETE", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/patients/%d/invitations/%s", P, w.newInvitation()), nil
+		}, swap(dataWriters, "201", "204")},
+		"POST invitation reissue": {"POST", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/patients/%d/invitations/%s/reissue", P, w.newInvitation()), nil
 		}, dataWriters},
 		"GET consents": {"GET", at("/api/v1/patients/%d/consents", P), patientRead},
 		"POST consents": {"POST", func(w *world, a string) (string, any) {

@@ -67,6 +67,7 @@ func (p *Provider) cliClient(ctx context.Context) (*domain.OAuthClient, error) {
 
 // PatientCode is an authorization code issued for a patient out of band.
 type PatientCode struct {
+	ClientID  string
 	Code      string
 	Link      string // the client's first redirect URI with the code: the invitation link
 	ExpiresAt time.Time
@@ -124,5 +125,5 @@ func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID 
 	q.Set("code", code)
 	link := *redirect
 	link.RawQuery = q.Encode()
-	return &PatientCode{Code: code, Link: link.String(), ExpiresAt: ar.GetSession().GetExpiresAt(fosite.AuthorizeCode)}, nil
+	return &PatientCode{ClientID: clientID, Code: code, Link: link.String(), ExpiresAt: ar.GetSession().GetExpiresAt(fosite.AuthorizeCode)}, nil
 }
