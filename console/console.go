@@ -253,7 +253,7 @@ func (c *Console) renderError(w http.ResponseWriter, r *http.Request, s *session
 		}
 		message = "internal error"
 	}
-	page := errorPage{Status: status, Message: sentence(message)}
+	page := errorPage{Status: status, Message: domain.Sentence(message)}
 	if status == http.StatusUnauthorized {
 		page.SignIn = "/o/login/?next=" + url.QueryEscape(Prefix)
 	}
@@ -285,19 +285,6 @@ func seeOther(w http.ResponseWriter, r *http.Request, path, done string) error {
 	}
 	http.Redirect(w, r, path, http.StatusSeeOther)
 	return nil
-}
-
-// sentence capitalizes a domain message (lower case by Go convention) and
-// ends it with a full stop.
-func sentence(msg string) string {
-	if msg == "" {
-		return msg
-	}
-	msg = strings.ToUpper(msg[:1]) + msg[1:]
-	if !strings.HasSuffix(msg, ".") {
-		msg += "."
-	}
-	return msg
 }
 
 // pathID reads an integer id from the path; a malformed one is a 404, as

@@ -259,14 +259,25 @@ func (c *Console) dataTarget(r *http.Request, s *session, inStudy bool) (*domain
 	return p, study, err
 }
 
-func (c *Console) dataPage(w http.ResponseWriter, r *http.Request, s *session, inStudy bool) error {
+// shown is what a data page or download shows: the patient (and study),
+// the range and the observations by code.
+type shown struct {
+	patient *domain.Patient
+	study   *domain.StudyView
+	rng     dataQuery
+	groups  []domain.CodeObservations
+}
+
+// shownData reads the target and range of a data page or download and
+// runs its search.
+func (c *Console) shownData(r *http.Request, s *session, inStudy bool) (*shown, error) {
 	p, study, err := c.dataTarget(r, s, inStudy)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	q, err := c.readRange(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var studyID int64
 	if study != nil {
@@ -274,15 +285,24 @@ func (c *Console) dataPage(w http.ResponseWriter, r *http.Request, s *session, i
 	}
 	groups, err := c.groups(r, s, p.ID, studyID, q)
 	if err != nil {
+		return nil, err
+	}
+	return &shown{patient: p, study: study, rng: q, groups: groups}, nil
+}
+
+func (c *Console) dataPage(w http.ResponseWriter, r *http.Request, s *session, inStudy bool) error {
+	data, err := c.shownData(r, s, inStudy)
+	if err != nil {
 		return err
 	}
 	titles, err := c.scopeTitles(r)
 	if err != nil {
 		return err
 	}
+	p, study, q := data.patient, data.study, data.rng
 	page := dataPage{Patient: p, Study: study, Range: q, Base: r.URL.Path,
 		Download: url.Values{"from": {q.From}, "to": {q.To}}.Encode()}
-	for i, g := range groups {
+	for i, g := range data.groups {
 		v, err := decode(i, g, titles)
 		if err != nil {
 			return err
@@ -326,26 +346,16 @@ func (c *Console) studyDataCSV(w http.ResponseWriter, r *http.Request, s *sessio
 // download answers the data a page shows as a file.
 func (c *Console) download(w http.ResponseWriter, r *http.Request, s *session, inStudy bool,
 	write func(w http.ResponseWriter, name string, groups []domain.CodeObservations) error) error {
-	p, study, err := c.dataTarget(r, s, inStudy)
+	data, err := c.shownData(r, s, inStudy)
 	if err != nil {
 		return err
 	}
-	q, err := c.readRange(r)
-	if err != nil {
-		return err
-	}
-	name := fmt.Sprintf("patient-%d", p.ID)
-	var studyID int64
-	if study != nil {
-		studyID = study.ID
-		name = fmt.Sprintf("study-%d-patient-%d", study.ID, p.ID)
-	}
-	groups, err := c.groups(r, s, p.ID, studyID, q)
-	if err != nil {
-		return err
+	name := fmt.Sprintf("patient-%d", data.patient.ID)
+	if data.study != nil {
+		name = fmt.Sprintf("study-%d-patient-%d", data.study.ID, data.patient.ID)
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	return write(w, fmt.Sprintf("%s-%s-%s", name, q.From, q.To), groups)
+	return write(w, fmt.Sprintf("%s-%s-%s", name, data.rng.From, data.rng.To), data.groups)
 }
 
 // writeNDJSON writes each observation as the FHIR API serves it, one per

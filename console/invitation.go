@@ -51,7 +51,7 @@ func (c *Console) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 	if domain.IsCode(err, domain.CodeInvalid) {
 		// A refused password: the invitation still works, ask again.
 		if page, perr := c.invitee(r, r.PostFormValue("code")); perr == nil {
-			page.Error = sentence(domain.ErrorMessage(err))
+			page.Error = domain.Sentence(domain.ErrorMessage(err))
 			c.render(w, r, nil, domain.HTTPStatus(err), "invitation.html", "Welcome", "", page)
 			return
 		}

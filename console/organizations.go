@@ -141,21 +141,19 @@ func (c *Console) addMember(w http.ResponseWriter, r *http.Request, s *session) 
 }
 
 func (c *Console) changeMember(w http.ResponseWriter, r *http.Request, s *session) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	user, err := pathID(r, "user")
-	if err != nil {
-		return err
-	}
-	if err := c.Service.ChangeMemberRole(r.Context(), s.actor, id, user, role(r)); err != nil {
-		return err
-	}
-	return seeOther(w, r, fmt.Sprintf("%sorganizations/%d/", Prefix, id), "saved")
+	return c.member(w, r, "saved", func(org, user int64) error {
+		return c.Service.ChangeMemberRole(r.Context(), s.actor, org, user, role(r))
+	})
 }
 
 func (c *Console) removeMember(w http.ResponseWriter, r *http.Request, s *session) error {
+	return c.member(w, r, "removed", func(org, user int64) error {
+		return c.Service.RemoveMember(r.Context(), s.actor, org, user)
+	})
+}
+
+// member applies a change to the membership the path names.
+func (c *Console) member(w http.ResponseWriter, r *http.Request, done string, change func(org, user int64) error) error {
 	id, err := pathID(r, "id")
 	if err != nil {
 		return err
@@ -164,8 +162,8 @@ func (c *Console) removeMember(w http.ResponseWriter, r *http.Request, s *sessio
 	if err != nil {
 		return err
 	}
-	if err := c.Service.RemoveMember(r.Context(), s.actor, id, user); err != nil {
+	if err := change(id, user); err != nil {
 		return err
 	}
-	return seeOther(w, r, fmt.Sprintf("%sorganizations/%d/", Prefix, id), "removed")
+	return seeOther(w, r, fmt.Sprintf("%sorganizations/%d/", Prefix, id), done)
 }

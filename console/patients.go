@@ -160,11 +160,7 @@ func (c *Console) changeIdentifiers(w http.ResponseWriter, r *http.Request, s *s
 // the link and its QR code, shown this once.
 func (c *Console) invite(w http.ResponseWriter, r *http.Request, s *session) error {
 	ctx := r.Context()
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	p, err := c.Service.PatientForInvitation(ctx, s.actor, id)
+	p, err := c.invitedPatient(r, s)
 	if err != nil {
 		return err
 	}
@@ -196,26 +192,18 @@ func (c *Console) showInvitation(w http.ResponseWriter, r *http.Request, s *sess
 }
 
 func (c *Console) cancelInvitation(w http.ResponseWriter, r *http.Request, s *session) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	p, err := c.Service.PatientForInvitation(r.Context(), s.actor, id)
+	p, err := c.invitedPatient(r, s)
 	if err != nil {
 		return err
 	}
 	if err := c.OAuth.CancelInvitation(r.Context(), p.UserID, r.PathValue("invitation")); err != nil {
 		return err
 	}
-	return seeOther(w, r, patientPath(id), "cancelled")
+	return seeOther(w, r, patientPath(p.ID), "cancelled")
 }
 
 func (c *Console) reissueInvitation(w http.ResponseWriter, r *http.Request, s *session) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	p, err := c.Service.PatientForInvitation(r.Context(), s.actor, id)
+	p, err := c.invitedPatient(r, s)
 	if err != nil {
 		return err
 	}
@@ -224,4 +212,13 @@ func (c *Console) reissueInvitation(w http.ResponseWriter, r *http.Request, s *s
 		return err
 	}
 	return c.showInvitation(w, r, s, p, code)
+}
+
+// invitedPatient returns the path's patient if the user may invite them.
+func (c *Console) invitedPatient(r *http.Request, s *session) (*domain.Patient, error) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return nil, err
+	}
+	return c.Service.PatientForInvitation(r.Context(), s.actor, id)
 }

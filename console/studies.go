@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -134,86 +133,65 @@ func (c *Console) updateStudy(w http.ResponseWriter, r *http.Request, s *session
 }
 
 func (c *Console) addScope(w http.ResponseWriter, r *http.Request, s *session) error {
-	id, err := pathID(r, "id")
-	if err != nil {
+	return c.studyChange(w, r, "added", fromForm("scope"), func(study, scope int64) error {
+		_, err := c.Service.AddScopeRequest(r.Context(), s.actor, study, domain.ScopeRef{ID: scope})
 		return err
-	}
-	scope, err := formID(r, "scope")
-	if err != nil {
-		return err
-	}
-	if _, err := c.Service.AddScopeRequest(r.Context(), s.actor, id, domain.ScopeRef{ID: scope}); err != nil {
-		return err
-	}
-	return seeOther(w, r, studyPath(id), "added")
+	})
 }
 
 func (c *Console) removeScope(w http.ResponseWriter, r *http.Request, s *session) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	scope, err := pathID(r, "scope")
-	if err != nil {
-		return err
-	}
-	if err := c.Service.RemoveScopeRequest(r.Context(), s.actor, id, scope); err != nil {
-		return err
-	}
-	return seeOther(w, r, studyPath(id), "removed")
+	return c.studyChange(w, r, "removed", fromPath("scope"), func(study, scope int64) error {
+		return c.Service.RemoveScopeRequest(r.Context(), s.actor, study, scope)
+	})
 }
 
 func (c *Console) addStudySource(w http.ResponseWriter, r *http.Request, s *session) error {
-	id, err := pathID(r, "id")
-	if err != nil {
+	return c.studyChange(w, r, "added", fromForm("source"), func(study, source int64) error {
+		_, err := c.Service.AddStudyDataSource(r.Context(), s.actor, study, source)
 		return err
-	}
-	source, err := formID(r, "source")
-	if err != nil {
-		return err
-	}
-	if _, err := c.Service.AddStudyDataSource(r.Context(), s.actor, id, source); err != nil {
-		return err
-	}
-	return seeOther(w, r, studyPath(id), "added")
+	})
 }
 
 func (c *Console) removeStudySource(w http.ResponseWriter, r *http.Request, s *session) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	source, err := pathID(r, "source")
-	if err != nil {
-		return err
-	}
-	if err := c.Service.RemoveStudyDataSource(r.Context(), s.actor, id, source); err != nil {
-		return err
-	}
-	return seeOther(w, r, studyPath(id), "removed")
+	return c.studyChange(w, r, "removed", fromPath("source"), func(study, source int64) error {
+		return c.Service.RemoveStudyDataSource(r.Context(), s.actor, study, source)
+	})
 }
 
 func (c *Console) enroll(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.enrollment(w, r, s, c.Service.EnrollPatients, "enrolled")
+	return c.studyChange(w, r, "enrolled", fromForm("patient"), func(study, patient int64) error {
+		return c.Service.EnrollPatients(r.Context(), s.actor, study, []int64{patient})
+	})
 }
 
 func (c *Console) unenroll(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.enrollment(w, r, s, c.Service.UnenrollPatients, "unenrolled")
+	return c.studyChange(w, r, "unenrolled", fromForm("patient"), func(study, patient int64) error {
+		return c.Service.UnenrollPatients(r.Context(), s.actor, study, []int64{patient})
+	})
 }
 
-// enrollment enrolls or unenrolls the patient a form names.
-func (c *Console) enrollment(w http.ResponseWriter, r *http.Request, s *session,
-	change func(ctx context.Context, a *domain.Actor, studyID int64, patientIDs []int64) error, done string) error {
-	id, err := pathID(r, "id")
+// fromForm and fromPath read the id a study change acts on.
+func fromForm(field string) func(*http.Request) (int64, error) {
+	return func(r *http.Request) (int64, error) { return formID(r, field) }
+}
+
+func fromPath(name string) func(*http.Request) (int64, error) {
+	return func(r *http.Request) (int64, error) { return pathID(r, name) }
+}
+
+// studyChange applies a change to the path's study with the id a form
+// field or the path names, then returns to the study's page.
+func (c *Console) studyChange(w http.ResponseWriter, r *http.Request, done string, target func(*http.Request) (int64, error), change func(study, id int64) error) error {
+	study, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
-	patient, err := formID(r, "patient")
+	id, err := target(r)
 	if err != nil {
 		return err
 	}
-	if err := change(r.Context(), s.actor, id, []int64{patient}); err != nil {
+	if err := change(study, id); err != nil {
 		return err
 	}
-	return seeOther(w, r, studyPath(id), done)
+	return seeOther(w, r, studyPath(study), done)
 }

@@ -318,7 +318,7 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 			p.log.Error("login failed", "error", err)
 			status = http.StatusInternalServerError
 		}
-		page.Error = sentence(domain.ErrorMessage(err))
+		page.Error = domain.Sentence(domain.ErrorMessage(err))
 		p.renderLogin(w, r, status, page)
 		return
 	}
@@ -411,24 +411,11 @@ func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 			p.log.Error("client registration failed", "error", err)
 			status = http.StatusInternalServerError
 		}
-		form.Error = sentence(domain.ErrorMessage(err))
+		form.Error = domain.Sentence(domain.ErrorMessage(err))
 		p.renderRegister(w, r, status, form)
 		return
 	}
 	p.renderRegistered(w, r, registeredPage{ClientID: c.ID, Secret: secret, Name: c.Name})
-}
-
-// sentence capitalizes a domain message (lower case by Go convention) and
-// ends it with a full stop, for a page.
-func sentence(msg string) string {
-	if msg == "" {
-		return msg
-	}
-	msg = strings.ToUpper(msg[:1]) + msg[1:]
-	if !strings.HasSuffix(msg, ".") {
-		msg += "."
-	}
-	return msg
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
