@@ -731,11 +731,17 @@ func TestLoginNextAndSessionUser(t *testing.T) {
 		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != tc.want {
 			t.Errorf("next %q: %d Location %q, want %q", tc.next, resp.StatusCode, resp.Header.Get("Location"), tc.want)
 		}
-		var session *http.Cookie
+		var session, legacy *http.Cookie
 		for _, c := range resp.Cookies() {
-			if c.Name == "exchange_session" {
+			switch {
+			case c.Name == "exchange_session" && c.Path == "/":
 				session = c
+			case c.Name == "exchange_session" && c.Path == "/o/":
+				legacy = c
 			}
+		}
+		if legacy == nil || legacy.MaxAge >= 0 {
+			t.Errorf("next %q: the login does not drop the session cookie of the old path /o/: %+v", tc.next, legacy)
 		}
 		if session == nil || session.Path != "/" || !session.HttpOnly {
 			t.Fatalf("next %q: session cookie %+v, want HttpOnly with Path /", tc.next, session)

@@ -24,7 +24,14 @@ const (
 	sessionCookie = "exchange_session"
 	csrfCookie    = "exchange_csrf"
 	csrfField     = "csrf_token"
-	csrfPath      = "/o/"
+	// csrfPath is the whole origin too: one double-submit token serves the
+	// forms of /o/ and of the console (whose pages post to /o/logout/).
+	csrfPath = "/"
+	// legacyCookiePath is where both cookies lived before they covered
+	// the whole origin. A browser sends the more specific path's cookie
+	// first, so a leftover would shadow the new one under /o/: signing in
+	// and out drops them.
+	legacyCookiePath = "/o/"
 )
 
 // Session defaults: LOGIN_SESSION_LIFETIME and LOGIN_SESSION_IDLE_TIMEOUT.
@@ -50,6 +57,7 @@ func (p *Provider) startSession(w http.ResponseWriter, r *http.Request, userID i
 		return err
 	}
 	http.SetCookie(w, p.cookie(r, sessionCookie, value, "/", int(p.sessionLifetime/time.Second)))
+	p.dropLegacyCookies(w, r)
 	return nil
 }
 
@@ -58,6 +66,14 @@ func (p *Provider) startSession(w http.ResponseWriter, r *http.Request, userID i
 func (p *Provider) endSession(w http.ResponseWriter, r *http.Request) {
 	p.endSessions(r)
 	http.SetCookie(w, p.cookie(r, sessionCookie, "", "/", -1))
+	p.dropLegacyCookies(w, r)
+}
+
+// dropLegacyCookies expires the cookies left at legacyCookiePath.
+func (p *Provider) dropLegacyCookies(w http.ResponseWriter, r *http.Request) {
+	for _, name := range []string{sessionCookie, csrfCookie} {
+		http.SetCookie(w, p.cookie(r, name, "", legacyCookiePath, -1))
+	}
 }
 
 func (p *Provider) endSessions(r *http.Request) {
