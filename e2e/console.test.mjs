@@ -22,11 +22,17 @@ const shots = join(artifactsDir(), 'console');
 rmSync(shots, { recursive: true, force: true });
 mkdirSync(shots, { recursive: true });
 
-// The seeded organization, studies and data sources the journey uses.
-const cardiology = 'Cardiology Department';
-const diabetesStudy = 'Diabetes and Activity'; // requests step count among others
-const fitnessTracker = 'Fitness Tracker';
+// The journey happens in an organization of its own, made through the
+// admin API by the superuser: it adds a study, a patient and logins that
+// the other files' counts of the seeded data must not see (and its emails
+// are not @example.org, the demo users' domain). Only the catalogue's
+// data source is shared.
 const run = Date.now().toString(36);
+const clinic = `Console Pilot Clinic ${run}`;
+const manager = `manager-${run}@console.example.net`;
+const viewer = `viewer-${run}@console.example.net`;
+const companionStudy = `Activity Companion ${run}`; // requests step count, which the patient shares
+const fitnessTracker = 'Fitness Tracker';
 
 let browser;
 /** Pages checked by axe, by name: the number of serious or critical violations. */
@@ -34,9 +40,29 @@ const audited = new Map();
 /** CSP violations reported by any page of the journey. */
 const cspViolations = [];
 
+/** An admin API call as the superuser; the parsed answer. */
+async function api(token, method, path, body) {
+  const res = await fetch(`${base}/api/v1${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = await res.json();
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
 before(async () => {
   browser = await launchChromium();
   console.log(`console screenshots: ${shots}`);
+  const token = await bearerToken('admin@example.org');
+  const org = await api(token, 'POST', '/organizations', { name: clinic, type: 'prov' });
+  for (const [email, role] of [[manager, 'manager'], [viewer, 'viewer']]) {
+    await api(token, 'POST', '/practitioners', { email, password, firstName: role === 'manager' ? 'Mona' : 'Vic', lastName: 'Pilot',
+      organizationId: org.id, role });
+  }
+  const study = await api(token, 'POST', '/studies', { organizationId: org.id, name: companionStudy, description: 'Steps from a companion app.' });
+  await api(token, 'POST', `/studies/${study.id}/scope_requests`, { codingSystem: 'https://w3id.org/openmhealth', codingCode: 'omh:step-count:3.0' });
 });
 
 after(async () => {
@@ -101,19 +127,19 @@ describe('web console', () => {
   let studyId;
   let patientId;
   let invitationLink;
-  const patientEmail = `eve-${run}@example.org`;
+  const patientEmail = `eve-${run}@console.example.net`;
   const patientPassword = 'eve-chooses-a-long-password';
   const studyName = `Home Activity Pilot ${run}`;
 
   it('a manager creates a study with two scopes, creates a patient and invites them', async () => {
     const page = await newPage();
-    await signIn(page, 'manager@example.org');
+    await signIn(page, manager);
     await audit(page, 'manager-home');
 
     await page.getByRole('link', { name: 'Studies', exact: true }).click();
     await page.getByLabel('Name').fill(studyName);
     await page.getByLabel('Description').fill('Heart rate and steps at home.');
-    await page.getByLabel('Organization').selectOption({ label: cardiology });
+    await page.getByLabel('Organization').selectOption({ label: clinic });
     await page.getByRole('button', { name: 'Create study' }).click();
     await page.waitForURL(/\/console\/studies\/\d+\/\?done=created/);
     studyId = idOf(page.url(), 'studies');
@@ -138,13 +164,13 @@ describe('web console', () => {
     await page.getByLabel('Email address').fill(patientEmail);
     await page.getByLabel('System').fill('http://hospital.example.org/mrn');
     await page.getByLabel('Value').fill(`MRN-${run}`);
-    await page.getByLabel('Organization').selectOption({ label: cardiology });
+    await page.getByLabel('Organization').selectOption({ label: clinic });
     await page.getByRole('button', { name: 'Create patient' }).click();
     await page.waitForURL(/\/console\/patients\/\d+\/\?done=created/);
     patientId = idOf(page.url(), 'patients');
 
-    // Enroll in the new study, and in a seeded one that requests step count.
-    for (const name of [studyName, diabetesStudy]) {
+    // Enroll in the new study, and in the companion study that requests step count.
+    for (const name of [studyName, companionStudy]) {
       await page.goto(`${base}/console/studies/`);
       await page.getByRole('link', { name, exact: true }).click();
       await page.getByLabel('Enroll', { exact: true }).selectOption({ label: `Eve Example ${run} (1988-04-02)` });
@@ -186,7 +212,7 @@ describe('web console', () => {
     };
     await answer(studyName, 'Heart rate', 'Yes, share my Heart rate data');
     await answer(studyName, 'Step count', 'No, do not share it');
-    await answer(diabetesStudy, 'Step count', 'Yes, share my Step count data');
+    await answer(companionStudy, 'Step count', 'Yes, share my Step count data');
     const mine = page.locator('section[aria-labelledby="mine-h"]');
     assert.match(await mine.innerText(), /Heart rate: given you share it/);
     assert.match(await mine.innerText(), /Step count: refused you do not share it/);
@@ -199,7 +225,7 @@ describe('web console', () => {
   });
 
   it('an app uploads observations of both codes over FHIR', async () => {
-    const token = await bearerToken('manager@example.org');
+    const token = await bearerToken(manager);
     const sources = await (await fetch(`${base}/api/v1/data_sources?pageSize=100`, { headers: { Authorization: `Bearer ${token}` } })).json();
     const device = sources.results.find((d) => d.name === fitnessTracker).id;
     const day = (n) => new Date(Date.now() - n * 86_400_000).toISOString().slice(0, 10);
@@ -220,7 +246,7 @@ describe('web console', () => {
 
   it('the manager sees one chart in the study view and two in the patient view', async () => {
     const page = await newPage();
-    await signIn(page, 'manager@example.org');
+    await signIn(page, manager);
     await page.goto(`${base}/console/studies/${studyId}/`);
     const row = page.getByRole('row', { name: new RegExp(`Eve Example ${run}`) });
     assert.match(await row.innerText(), /given[\s\S]*refused/);
@@ -248,7 +274,7 @@ describe('web console', () => {
 
   it('a viewer is offered no write control, and a forced post is refused', async () => {
     const page = await newPage();
-    await signIn(page, 'viewer@example.org');
+    await signIn(page, viewer);
     await page.goto(`${base}/console/studies/${studyId}/`);
     const forms = await page.locator('form[method="post"]').evaluateAll((fs) => fs.map((f) => f.getAttribute('action')));
     assert.deepEqual(forms, ['/o/logout/'], 'only the sign-out form');
