@@ -95,10 +95,11 @@ func (c *Console) createDataSource(w http.ResponseWriter, r *http.Request, s *se
 // exchange knows: its code is the schema's, its text the schema's title.
 func (c *Console) createScopeCode(w http.ResponseWriter, r *http.Request, s *session) error {
 	name, version, _ := strings.Cut(r.PostFormValue("schema"), ":")
-	if c.Schemas == nil || !c.Schemas.Has(name, version) {
+	id := omh.SchemaID{Namespace: omh.NamespaceOMH, Name: name, Version: version}
+	if c.Schemas == nil || !c.Schemas.Has(id) {
 		return domain.FieldErrorf("schema", "choose a schema the exchange knows")
 	}
-	code := omh.SchemaID{Namespace: omh.NamespaceOMH, Name: name, Version: version}.Code()
+	code := id.Code()
 	text := strings.TrimSpace(r.PostFormValue("text"))
 	if text == "" {
 		text = strings.ReplaceAll(name, "-", " ")
