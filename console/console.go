@@ -306,11 +306,6 @@ func formID(r *http.Request, field string) (int64, error) {
 	return id, nil
 }
 
-// origin is where the browser reached the exchange, for absolute links.
-func origin(r *http.Request) string {
-	return oauth.Origin(r.TLS != nil, r.Host, r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-Host"))
-}
-
 // pageSize is the length of every list page of the console.
 const pageSize = 20
 

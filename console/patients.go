@@ -183,7 +183,7 @@ func (c *Console) invite(w http.ResponseWriter, r *http.Request, s *session) err
 // showInvitation renders the patient's page with a new invitation's link
 // and QR code.
 func (c *Console) showInvitation(w http.ResponseWriter, r *http.Request, s *session, p *domain.Patient, code *oauth.PatientCode) error {
-	link := oauth.AbsoluteLink(code.Link, origin(r))
+	link := oauth.AbsoluteLink(code.Link, c.OAuth.Origin(r))
 	qr, err := qrSVG(link)
 	if err != nil {
 		return err

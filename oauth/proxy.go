@@ -171,3 +171,8 @@ func firstValue(header []string) string {
 	v, _, _ := strings.Cut(header[0], ",")
 	return strings.ToLower(strings.TrimSpace(v))
 }
+
+// Origin is where the request's browser reached the exchange (scheme and
+// host), for absolute links: X-Forwarded-Proto and -Host count only from
+// TRUSTED_PROXIES.
+func (p *Provider) Origin(r *http.Request) string { return p.proxies.RequestOrigin(r) }
