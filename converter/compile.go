@@ -28,10 +28,18 @@ type Engine struct {
 	groups   map[string]*cgroup
 	typePlus map[string]*cgroup   // the <<type+>> group of each R4 source type
 	pairs    map[typePair]*cgroup // the <<types>> group of each (R4 source, R5 target) pair
-	r4, r5   *fhirdefs.Package
-	log      *slog.Logger
-	stats    Stats
-	elems    sync.Map // elemKey -> *elemInfo
+	// element is the maps' Element group: it carries a primitive's id and
+	// extensions (its `_x` sibling) wherever a rule assigns the primitive.
+	element *cgroup
+	r4, r5  *fhirdefs.Package
+	log     *slog.Logger
+	stats   Stats
+	elems   sync.Map // elemKey -> *elemInfo
+	// requiredElems caches the required elements below each R5 path.
+	requiredElems sync.Map // elemKey (no name) -> []*fhirdefs.Element
+	// supported caches Supports for the types that have a map: the
+	// verification of a type's map against the R4 definitions runs once.
+	supported sync.Map // R4 type -> error (nil: converted)
 }
 
 type typePair struct{ source, target string }
@@ -43,6 +51,9 @@ type Stats struct {
 	// Unsupported counts rules that never run: conditions other than
 	// equality and inequality, and FHIRPath (evaluate) transforms.
 	Unsupported int
+	// ConceptMaps counts the ConceptMaps translate() calls use; 0 when
+	// codes pass through (no ConceptMapsDir).
+	ConceptMaps int
 	Took        time.Duration
 }
 
@@ -63,7 +74,7 @@ type crule struct {
 	name    string
 	line    int
 	sources []csource
-	targets []target
+	targets []ctarget
 	then    []*crule
 	calls   []ccall
 	// simple: `src.a -> tgt.b` with no variables' use beyond the copy:
@@ -78,6 +89,13 @@ type csource struct {
 	where *condition
 }
 
+// ctarget is a target with, for translate(), the ConceptMap it names
+// (nil when codes pass through).
+type ctarget struct {
+	target
+	conceptMap *conceptMap
+}
+
 type ccall struct {
 	group *cgroup
 	args  []argument
@@ -87,8 +105,14 @@ type ccall struct {
 type Options struct {
 	MapsDir    string // FHIR_XVER_PACKAGE_DIR: the official *4to5.fml files
 	PatchesDir string // FHIR_XVER_PATCHES_DIR: optional local patches
-	R4, R5     *fhirdefs.Package
-	Log        *slog.Logger
+	// ConceptMapsDir holds the ConceptMaps that translate() applies
+	// (FHIR_XVER_CONCEPTMAPS_DIR). Empty: translate() passes codes through
+	// unchanged (FHIR_XVER_TRANSLATE_CODES=false).
+	ConceptMapsDir string
+	// R4 types the source: R4's own definitions (the R4 StructureDefinitions
+	// the maps were written against); R5 types the target.
+	R4, R5 *fhirdefs.Package
+	Log    *slog.Logger
 }
 
 // Compile parses every map and patch and builds the engine. An error
@@ -108,6 +132,13 @@ func Compile(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	var conceptMaps map[string]*conceptMap
+	if o.ConceptMapsDir != "" {
+		if conceptMaps, err = loadConceptMaps(o.ConceptMapsDir); err != nil {
+			return nil, err
+		}
+	}
+	used := map[*conceptMap]bool{}
 	e.stats.Files = len(files)
 	groups := map[string]*group{}
 	var order []string
@@ -176,11 +207,13 @@ func Compile(o Options) (*Engine, error) {
 				return nil, fmt.Errorf("%s: group %s extends unknown group %s", cg.loc, name, g.Extends)
 			}
 		}
-		if cg.rules, err = e.compileRules(g.File, g.Rules); err != nil {
+		if cg.rules, err = e.compileRules(g.File, g.Rules, conceptMaps, used); err != nil {
 			return nil, err
 		}
 	}
+	e.element = e.groups["Element"]
 	e.stats.Groups = len(e.groups)
+	e.stats.ConceptMaps = len(used)
 	e.stats.Took = time.Since(start)
 	return e, nil
 }
@@ -203,7 +236,7 @@ func parseDir(files []string) ([]*mapFile, error) {
 
 // aliasTypes maps a file's `uses` aliases to type names: the last segment
 // of the canonical (http://hl7.org/fhir/4.0/StructureDefinition/Condition
-// is Condition, typed by R4B on the source side and R5 on the target side).
+// is Condition, typed by R4 on the source side and R5 on the target side).
 func aliasTypes(m *mapFile) map[string]string {
 	out := map[string]string{}
 	for _, u := range m.Uses {
@@ -229,11 +262,13 @@ func patchGroup(base, patch *group) int {
 	return len(patch.Rules)
 }
 
-func (e *Engine) compileRules(file string, rules []*rule) ([]*crule, error) {
+// compileRules compiles a list of rules. conceptMaps are the ConceptMaps
+// by URL (nil: codes pass through); used collects those translate() names.
+func (e *Engine) compileRules(file string, rules []*rule, conceptMaps map[string]*conceptMap, used map[*conceptMap]bool) ([]*crule, error) {
 	var out []*crule
 	for _, r := range rules {
 		e.stats.Rules++
-		cr := &crule{name: r.Name, line: r.Line, targets: r.Targets}
+		cr := &crule{name: r.Name, line: r.Line}
 		for _, s := range r.Sources {
 			cs := csource{source: s}
 			if s.Where != "" {
@@ -246,9 +281,23 @@ func (e *Engine) compileRules(file string, rules []*rule) ([]*crule, error) {
 			cr.sources = append(cr.sources, cs)
 		}
 		for _, t := range r.Targets {
-			if t.Transform != nil && t.Transform.Kind == "evaluate" {
+			ct := ctarget{target: t}
+			switch {
+			case t.Transform == nil:
+			case t.Transform.Kind == "evaluate":
 				cr.skip = fmt.Sprintf("FHIRPath transform (%v) is not supported", firstLiteral(t.Transform))
+			case t.Transform.Kind == "translate" && conceptMaps != nil:
+				url, output := translateArgs(t.Transform)
+				if output != "code" {
+					cr.skip = fmt.Sprintf("translate() to %q is not supported (only 'code')", output)
+					break
+				}
+				if ct.conceptMap = conceptMaps[url]; ct.conceptMap == nil {
+					return nil, fmt.Errorf("%s:%d: rule %s: translate() names ConceptMap %q, which is not among the ConceptMaps", file, r.Line, r.Name, url)
+				}
+				used[ct.conceptMap] = true
 			}
+			cr.targets = append(cr.targets, ct)
 		}
 		if cr.skip != "" {
 			e.stats.Unsupported++
@@ -262,7 +311,7 @@ func (e *Engine) compileRules(file string, rules []*rule) ([]*crule, error) {
 			cr.calls = append(cr.calls, ccall{group: g, args: c.Args})
 		}
 		var err error
-		if cr.then, err = e.compileRules(file, r.Then); err != nil {
+		if cr.then, err = e.compileRules(file, r.Then, conceptMaps, used); err != nil {
 			return nil, err
 		}
 		cr.simple = len(r.Sources) == 1 && r.Sources[0].Element != "" && len(r.Targets) == 1 &&
@@ -270,6 +319,15 @@ func (e *Engine) compileRules(file string, rules []*rule) ([]*crule, error) {
 		out = append(out, cr)
 	}
 	return out, nil
+}
+
+// translateArgs reads translate(source, 'map URL', 'output').
+func translateArgs(t *transform) (url, output string) {
+	if len(t.Args) == 3 {
+		url, _ = t.Args[1].Literal.(string)
+		output, _ = t.Args[2].Literal.(string)
+	}
+	return url, output
 }
 
 // condition is `path = value` or `path != value`: the only conditions

@@ -14,34 +14,50 @@ type Result struct {
 	Type string
 	// Resource is the R5 JSON, members in the order the maps wrote them.
 	Resource []byte
-	// Dropped are the paths of R4 values that appear nowhere in the R5
-	// output (Coverage.payor), a fully dropped subtree as its highest
-	// path; sorted. A value renamed but kept is not reported, and neither
-	// is a dropped value equal to one that survives elsewhere.
+	// Dropped are the paths of the R4 values that no executed rule carried
+	// into the R5 output (Coverage.payor), a fully dropped subtree as its
+	// highest path; sorted. A value renamed but kept is not reported; a
+	// value dropped is, even when the same text survives elsewhere.
 	Dropped []string
+	// Translated are the R4 codes translate() changed, in R4 path order.
+	Translated []Translation
+	// Absent are the R5 paths of the elements R5 requires that the R4
+	// resource could not give (Coverage.kind), sorted: each is sent with
+	// FHIR's data-absent-reason extension (`unsupported`) and no value.
+	Absent []string
 }
 
-// revised are the R4 types that R4B revised or dropped: typed by R4B,
-// their R4 content would be misread, so they are not imported until
-// their maps are re-verified.
-var revised = map[string]bool{
-	"Evidence": true, "EvidenceVariable": true, "Citation": true, "Subscription": true,
-	"SubstanceSpecification": true,
+// Translation is an R4 code that a ConceptMap translated into another R5
+// code.
+type Translation struct {
+	Path       string // the R4 path: Encounter.status
+	From, To   string // finished, completed
+	ConceptMap string // the ConceptMap's canonical URL
 }
 
-// Supports reports whether the engine converts an R4 resource type.
+// Supports reports whether the engine converts an R4 resource type: one
+// that an official map converts and whose map reads only elements that
+// the R4 definitions define (verified once per type). R4B revised
+// Evidence, EvidenceVariable and Subscription and replaced the
+// MedicinalProduct family and SubstanceSpecification; typed by R4's own
+// definitions, as every R4 type is, their maps pass that check.
 func (e *Engine) Supports(resourceType string) error {
-	if revised[resourceType] || strings.HasPrefix(resourceType, "MedicinalProduct") {
-		return fmt.Errorf("%w: R4 %s is not imported until its map is re-verified (R4B revised the type)", ErrNotSupported, resourceType)
-	}
 	g := e.typePlus[resourceType]
 	if g == nil {
 		return fmt.Errorf("%w: no R4 -> R5 map converts %q", ErrNotSupported, resourceType)
 	}
-	if sd, err := e.r4.Type(resourceType); err != nil || sd.Kind != "resource" || sd.Abstract {
-		return fmt.Errorf("%w: %q is not an R4 resource type", ErrNotSupported, resourceType)
+	if v, ok := e.supported.Load(resourceType); ok { // bounded: only types with a map
+		err, _ := v.(error)
+		return err
 	}
-	return nil
+	var err error
+	if sd, typeErr := e.r4.Type(resourceType); typeErr != nil || sd.Kind != "resource" || sd.Abstract {
+		err = fmt.Errorf("%w: %q is not an R4 resource type", ErrNotSupported, resourceType)
+	} else if undefined := e.undefinedReads(resourceType); len(undefined) > 0 {
+		err = fmt.Errorf("%w: R4 %s is not imported: its map reads %s, which the R4 definitions do not define", ErrNotSupported, resourceType, strings.Join(undefined, ", "))
+	}
+	e.supported.Store(resourceType, err)
+	return err
 }
 
 // Convert converts one R4 resource, decoded with json.Decoder.UseNumber
@@ -72,49 +88,63 @@ func (e *Engine) convert(rt string, resource map[string]any) (*Result, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
-	seen := map[string]bool{}
-	writeJSON(&buf, tgt, seen)
-	return &Result{Type: g.targetType, Resource: buf.Bytes(), Dropped: dropped(rt, resource, seen)}, nil
-}
-
-// dropped lists the paths of the R4 scalars whose values the output does
-// not hold, collapsing a subtree whose every value is dropped into its
-// own path. The resource itself is never collapsed.
-func dropped(resourceType string, resource map[string]any, seen map[string]bool) []string {
-	var out []string
-	for _, k := range memberNames(resource) {
-		_, _, paths := droppedIn(resource[k], resourceType+"."+k, seen)
-		out = append(out, paths...)
+	w := &writer{e: e, buf: &buf, carried: map[leaf]bool{}}
+	w.object(tgt)
+	slices.Sort(w.absent)
+	res := &Result{Type: g.targetType, Resource: buf.Bytes(), Absent: slices.Compact(w.absent)}
+	r := report{carried: w.carried, translated: w.translated}
+	addr := mapAddr(resource)
+	for _, k := range memberNames(resource) { // the resource itself is never collapsed
+		_, _, paths := r.walk(resource[k], rt+"."+k, leaf{addr, k, -1})
+		res.Dropped = append(res.Dropped, paths...)
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	slices.Sort(res.Dropped)
+	res.Dropped = slices.Compact(res.Dropped)
+	res.Translated = r.done
+	return res, nil
 }
 
-// droppedIn walks a value at path: whether all of its scalars were
-// dropped, whether it has any, and the dropped paths below it.
-func droppedIn(v any, path string, seen map[string]bool) (all, has bool, paths []string) {
+// report walks the R4 resource against what the output carried.
+type report struct {
+	carried    map[leaf]bool
+	translated map[leaf]*translation
+	done       []Translation
+}
+
+// walk visits a value at path (at: where it sits) and returns whether
+// all of its scalars were dropped, whether it has any, and the dropped
+// paths below it, a subtree whose every scalar is dropped collapsed into
+// its own path. It records the translations of the scalars it meets.
+func (r *report) walk(v any, path string, at leaf) (all, has bool, paths []string) {
 	var children []any
 	var childPaths []string
+	var childLeaves []leaf
 	switch v := v.(type) {
 	case map[string]any:
+		addr := mapAddr(v)
 		for _, k := range memberNames(v) {
 			children, childPaths = append(children, v[k]), append(childPaths, path+"."+k)
+			childLeaves = append(childLeaves, leaf{addr, k, -1})
 		}
 	case []any: // array items share their element's path
-		for _, item := range v {
+		for i, item := range v {
 			children, childPaths = append(children, item), append(childPaths, path)
+			childLeaves = append(childLeaves, leaf{obj: at.obj, key: at.key, index: i})
 		}
 	case nil:
 		return false, false, nil
 	default:
-		if seen[scalarText(v)] {
+		if t := r.translated[at]; t != nil {
+			r.done = append(r.done, Translation{Path: path, From: t.from, To: t.to, ConceptMap: t.conceptMap})
+		}
+		if r.carried[at] {
 			return false, true, nil
 		}
 		return true, true, []string{path}
 	}
 	all = true
 	for i, c := range children {
-		a, h, p := droppedIn(c, childPaths[i], seen)
+		a, h, p := r.walk(c, childPaths[i], childLeaves[i])
 		if h {
 			has, all = true, all && a
 			paths = append(paths, p...)

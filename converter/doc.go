@@ -1,24 +1,28 @@
 // Package converter turns FHIR R4 resources into R5 by running the
 // official HL7 cross-version StructureMaps (FHIR Mapping Language, the
-// `*4to5.fml` files of hl7.fhir.uv.xver) and reports what the conversion
-// lost.
+// `*4to5.fml` files of hl7.fhir.uv.xver) with their ConceptMaps, and
+// reports what the conversion lost.
 //
-// It owns three steps, each in its own file:
+// It owns these steps, each in its own file:
 //
 //   - parse.go reads FML text into maps, groups and rules (the syntax
 //     tree), with no knowledge of FHIR types;
 //   - compile.go joins every map into one group namespace (the official
 //     maps import each other with the wildcard `*4to5`), applies local
 //     patches, resolves `uses` aliases to type names, group calls and
-//     `extends` to groups, and indexes the `<<type+>>` default groups by
+//     `extends` to groups, each translate() to its ConceptMap
+//     (conceptmaps.go), and indexes the `<<type+>>` default groups by
 //     source type and the `<<types>>` groups by (source, target) type
 //     pair: once, at start-up;
 //   - run.go executes a compiled group over JSON trees, typing the R4
-//     source by the R4B definitions (hl7.fhir.r4b.core 4.3.0) and the R5
-//     target by hl7.fhir.r5.core 5.0.0, through package fhirdefs;
-//   - convert.go converts one resource and reports its losses, and r4.go
-//     is the domain's R4Converter: Google's R4 parser checks the input
-//     first.
+//     source by R4's own definitions (4.0.1, the StructureDefinitions the
+//     maps were written against) and the R5 target by hl7.fhir.r5.core
+//     5.0.0, through package fhirdefs;
+//   - write.go writes the R5 JSON and records which R4 values it carried;
+//   - convert.go converts one resource and reports its losses;
+//     verify.go checks, once per type, that its map reads only elements
+//     R4 defines; and r4.go is the domain's R4Converter: Google's R4
+//     parser checks the input first.
 //
 // Design principles:
 //
@@ -30,8 +34,25 @@
 //   - A rule that cannot run (an unknown element, a type with no group, an
 //     unsupported condition or FHIRPath transform) is skipped for that
 //     source item, never failing the conversion; what it would have
-//     carried shows up in the data-loss report instead (convert.go).
+//     carried shows up in the data-loss report instead.
+//   - The loss report is exact: every R4 scalar is known by where it sits
+//     (its object, member and index), each R5 value written remembers the
+//     R4 scalar a rule carried it from, and an R4 scalar no written value
+//     came from is dropped, whatever text survives elsewhere. A subtree
+//     dropped whole is reported as one path.
 //   - Values are carried as they were sent: decimals keep their digits.
-//     Primitive extensions (`_x` siblings) are not carried, and
-//     `translate()` passes codes through unchanged.
+//     A primitive's `_x` sibling (its id and extensions) travels with it
+//     through every rule that copies, renames or translates it, arrays
+//     aligned by index, and is dropped only with its primitive (or where
+//     R5 JSON has no place for it: canonical elements, ids, an array item
+//     without a value).
+//   - translate() applies the official ConceptMaps: an `equivalent`
+//     target, else the first other than `not-related-to`; a code the map
+//     does not translate passes through unchanged (R5 validation
+//     decides). Without ConceptMaps every code passes through.
+//   - An element R5 requires that the R4 resource cannot give (Coverage
+//     kind, Condition clinicalStatus) is written with no value and FHIR's
+//     data-absent-reason extension (`unsupported`), and reported; a
+//     required canonical, which R5 JSON cannot mark so, stays missing and
+//     R5 validation refuses the resource.
 package converter

@@ -50,12 +50,20 @@ func (im *Importer) ConvertR4(resource map[string]any) (*domain.R4Conversion, er
 	if err != nil {
 		return nil, domain.Errorf(domain.CodeInvalid, "%s could not be converted to R5: %v", rt, err)
 	}
-	return &domain.R4Conversion{Type: res.Type, Body: res.Resource, Dropped: res.Dropped}, nil
+	conv := &domain.R4Conversion{Type: res.Type, Body: res.Resource, Dropped: res.Dropped, Absent: res.Absent}
+	for _, t := range res.Translated {
+		conv.Translated = append(conv.Translated, domain.CodeTranslation{Path: t.Path, From: t.From, To: t.To, ConceptMap: t.ConceptMap})
+	}
+	return conv, nil
 }
 
 // Describe is one line on the compiled maps, for the start-up log.
 func (e *Engine) Describe() string {
 	s := e.stats
-	return fmt.Sprintf("%s: %d maps, %d groups, %d rules (%d never run: unsupported conditions or FHIRPath), %d patched, compiled in %v",
-		MapSetVersion, s.Files, s.Groups, s.Rules, s.Unsupported, s.Patched, s.Took.Round(1e6))
+	codes := "codes pass through translate() unchanged"
+	if s.ConceptMaps > 0 {
+		codes = fmt.Sprintf("translate() applies %d ConceptMaps", s.ConceptMaps)
+	}
+	return fmt.Sprintf("%s: %d maps, %d groups, %d rules (%d never run: unsupported conditions or FHIRPath), %d patched, %s, compiled in %v",
+		MapSetVersion, s.Files, s.Groups, s.Rules, s.Unsupported, s.Patched, codes, s.Took.Round(1e6))
 }

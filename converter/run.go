@@ -1,7 +1,6 @@
 package converter
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,14 +18,18 @@ const maxDepth = 200
 
 var errTooDeep = fmt.Errorf("the resource nests deeper than %d levels", maxDepth)
 
-// snode is a typed value of the R4 source: a JSON value with its R4B
+// snode is a typed value of the R4 source: a JSON value with its R4
 // type, and where its children are defined (the element path in sd).
 // A primitive's `value` is an snode with no sd.
 type snode struct {
-	v    any
+	v any // a primitive's scalar: nil when it has only its `_x` sibling
+	// ext is a primitive's `_x` sibling (its id and extensions): the
+	// members of the primitive's other elements than value.
+	ext  map[string]any
 	typ  string
 	sd   *fhirdefs.StructureDefinition
 	path string
+	at   leaf // where a primitive's scalar sits in the R4 JSON
 }
 
 func (n *snode) primitive() bool { return n.sd == nil || n.sd.Kind == "primitive-type" }
@@ -39,8 +42,17 @@ type tval struct {
 	sd     *fhirdefs.StructureDefinition
 	path   string
 	keys   []string
-	vals   map[string]any // *tval or []*tval
+	vals   map[string]any // *tval or []*tval; a primitive's are its id and extension
 	scalar any            // a primitive's value, once set
+	// from is the R4 scalar the value was carried from (zero for a
+	// literal), and translated says how translate() changed it.
+	from       leaf
+	translated *translation
+}
+
+// translation is a code translate() changed.
+type translation struct {
+	from, to, conceptMap string
 }
 
 func (t *tval) primitive() bool { return t.sd != nil && t.sd.Kind == "primitive-type" }
@@ -117,6 +129,26 @@ func (e *Engine) lookup(sd *fhirdefs.StructureDefinition, path, name string) (*e
 	return info, info.el != nil
 }
 
+// required returns the elements R5 requires (min 1 or more) directly
+// below path in sd, computed once per (definition, path); nil for none.
+func (e *Engine) required(sd *fhirdefs.StructureDefinition, path string) []*fhirdefs.Element {
+	if sd == nil {
+		return nil
+	}
+	k := elemKey{sd, path, ""}
+	if v, ok := e.requiredElems.Load(k); ok {
+		return v.([]*fhirdefs.Element)
+	}
+	var out []*fhirdefs.Element
+	for _, el := range sd.Children(path) {
+		if el.Min > 0 {
+			out = append(out, el)
+		}
+	}
+	e.requiredElems.Store(k, out)
+	return out
+}
+
 // typed returns where the children of a value of type typ, found at
 // element e of sd, are defined: a backbone element's own path, a
 // recursive element's referenced path, or the type's definition.
@@ -143,18 +175,27 @@ func (e *Engine) sourceNode(v any, typ string) (*snode, error) {
 }
 
 // sourceChildren returns the items of element name of a source node,
-// typed. A primitive's id and extension (its `_x` sibling) are not
-// carried: none.
+// typed. A primitive's items pair its values with their `_x` siblings by
+// index (either may be missing); a primitive's own id and extension are
+// read from its `_x` sibling.
 func (e *Engine) sourceChildren(n *snode, name string) ([]*snode, error) {
-	if n.primitive() {
-		if name == "value" && n.sd != nil {
-			return []*snode{{v: n.v}}, nil
+	var obj map[string]any
+	switch {
+	case n.primitive() && name == "value":
+		if n.sd != nil && n.v != nil {
+			return []*snode{{v: n.v, at: n.at}}, nil
 		}
 		return nil, nil
-	}
-	obj, ok := n.v.(map[string]any)
-	if !ok {
-		return nil, nil
+	case n.primitive():
+		if n.sd == nil || n.ext == nil {
+			return nil, nil
+		}
+		obj = n.ext
+	default:
+		var ok bool
+		if obj, ok = n.v.(map[string]any); !ok {
+			return nil, nil
+		}
 	}
 	info, ok := e.lookup(n.sd, n.path, name)
 	if !ok {
@@ -162,9 +203,10 @@ func (e *Engine) sourceChildren(n *snode, name string) ([]*snode, error) {
 	}
 	el := info.el
 	var out []*snode
+	addr := mapAddr(obj)
 	add := func(key, typ string) error {
-		for _, item := range asList(obj[key]) {
-			if typ == "Resource" {
+		if typ == "Resource" {
+			for _, item := range asList(obj[key]) {
 				m, _ := item.(map[string]any)
 				rt, _ := m["resourceType"].(string)
 				child, err := e.sourceNode(item, rt)
@@ -172,23 +214,30 @@ func (e *Engine) sourceChildren(n *snode, name string) ([]*snode, error) {
 					return err
 				}
 				out = append(out, child)
-				continue
 			}
-			sd, path, err := typed(e.r4, n.sd, el, typ)
-			if err != nil {
-				return err
-			}
-			if typ == "BackboneElement" || typ == "Element" || el.ContentRef != "" {
-				typ = "BackboneElement"
-			}
+			return nil
+		}
+		sd, path, err := typed(e.r4, n.sd, el, typ)
+		if err != nil {
+			return err
+		}
+		if typ == "BackboneElement" || typ == "Element" || el.ContentRef != "" {
+			typ = "BackboneElement"
+		}
+		if sd.Kind == "primitive-type" {
+			out = appendPrimitives(out, obj, addr, key, typ, sd)
+			return nil
+		}
+		for _, item := range asList(obj[key]) {
 			out = append(out, &snode{v: item, typ: typ, sd: sd, path: path})
 		}
 		return nil
 	}
 	if el.Choice() {
 		for key := range obj { // a few keys, where a choice may have fifty types
-			if t, ok := info.keyType[key]; ok {
-				if err := add(key, t); err != nil {
+			k, sibling := strings.CutPrefix(key, "_")
+			if t, ok := info.keyType[k]; ok && !(sibling && obj[k] != nil) {
+				if err := add(k, t); err != nil {
 					return nil, err
 				}
 			}
@@ -199,6 +248,35 @@ func (e *Engine) sourceChildren(n *snode, name string) ([]*snode, error) {
 		return out, add(name, "BackboneElement")
 	}
 	return out, add(name, elemType(el))
+}
+
+// appendPrimitives appends the items of a primitive element key of obj:
+// each value with the `_key` item of the same index.
+func appendPrimitives(out []*snode, obj map[string]any, addr uintptr, key, typ string, sd *fhirdefs.StructureDefinition) []*snode {
+	values, exts := obj[key], obj["_"+key]
+	if values == nil && exts == nil {
+		return out
+	}
+	list, isList := values.([]any)
+	extList, extIsList := exts.([]any)
+	if !isList && !extIsList {
+		ext, _ := exts.(map[string]any)
+		return append(out, &snode{v: values, ext: ext, typ: typ, sd: sd, path: typ, at: leaf{addr, key, -1}})
+	}
+	for i := range max(len(list), len(extList)) {
+		var v any
+		var ext map[string]any
+		if i < len(list) {
+			v = list[i]
+		}
+		if i < len(extList) {
+			ext, _ = extList[i].(map[string]any)
+		}
+		if v != nil || ext != nil {
+			out = append(out, &snode{v: v, ext: ext, typ: typ, sd: sd, path: typ, at: leaf{addr, key, i}})
+		}
+	}
+	return out
 }
 
 func asList(v any) []any {
@@ -235,9 +313,10 @@ func (t *tval) set(key string, v any) {
 
 // makeChild creates the value of element name under parent, of type typ
 // (required for a choice; else the element's own type unless it is a
-// Resource). reuse returns the existing value of a single element.
+// Resource). reuse returns the existing value of a single element. A
+// primitive's children are its id and extension; its value is assigned.
 func (e *Engine) makeChild(parent *tval, name, typ string, reuse bool) (*tval, error) {
-	if parent.primitive() || parent.sd == nil {
+	if parent.sd == nil || (parent.primitive() && name == "value") {
 		return nil, fmt.Errorf("%s is a primitive: no element %s", parent.typ, name)
 	}
 	info, ok := e.lookup(parent.sd, parent.path, name)
@@ -314,7 +393,10 @@ func (e *Engine) dispatch(src *snode, el *fhirdefs.Element) (string, *cgroup, er
 // copyInto converts a source item into a new value of element name
 // under parent, through the group its pair of types dispatches to.
 func (e *Engine) copyInto(src *snode, parent *tval, name string, depth int) (*tval, error) {
-	if parent.primitive() || parent.sd == nil {
+	if parent.primitive() && name == "value" && src.primitive() {
+		return e.assignFrom(parent, name, src, src.v, depth)
+	}
+	if parent.sd == nil || (parent.primitive() && name == "value") {
 		return nil, fmt.Errorf("%s is a primitive: no element %s", parent.typ, name)
 	}
 	info, ok := e.lookup(parent.sd, parent.path, name)
@@ -370,13 +452,44 @@ func (e *Engine) assign(parent *tval, name string, v any, hint string) (*tval, e
 	return child, nil
 }
 
+// assignFrom sets element name of parent to v, the value of (or the code
+// translated from) the source primitive src, and carries src's id and
+// extensions (its `_x` sibling) through the maps' Element group, as a
+// group of the primitive's type would.
+func (e *Engine) assignFrom(parent *tval, name string, src *snode, v any, depth int) (*tval, error) {
+	child, err := e.assign(parent, name, v, src.typ)
+	if err != nil {
+		return nil, err
+	}
+	child.from = src.at
+	if src.ext != nil && e.element != nil {
+		if err := e.runGroup(e.element, []any{src, child}, depth+1); err != nil {
+			return child, err
+		}
+	}
+	return child, nil
+}
+
 func isBool(v any) bool { _, ok := v.(bool); return ok }
 
 // scalarFor writes a value in the JSON form of an R5 primitive type:
-// integer64 is a JSON string.
+// integer64 is a JSON string, and base64Binary has no whitespace (R4's
+// format allowed it, R5's does not: the bytes are the same).
 func scalarFor(typ string, v any) any {
-	if n, ok := v.(json.Number); ok && typ == "integer64" {
-		return string(n)
+	switch typ {
+	case "integer64":
+		if n, ok := v.(json.Number); ok {
+			return string(n)
+		}
+	case "base64Binary":
+		if s, ok := v.(string); ok && strings.ContainsAny(s, " \t\r\n") {
+			return strings.Map(func(r rune) rune {
+				if r == ' ' || r == '\t' || r == '\r' || r == '\n' {
+					return -1
+				}
+				return r
+			}, s)
+		}
 	}
 	return v
 }
@@ -500,7 +613,7 @@ func resolve(a argument, sc *scope) any {
 	return v
 }
 
-func (e *Engine) runTarget(t target, sc *scope, item *snode, depth int) error {
+func (e *Engine) runTarget(t ctarget, sc *scope, item *snode, depth int) error {
 	ctxv, ok := sc.get(t.Context)
 	ctx, isTarget := ctxv.(*tval)
 	if !ok || !isTarget {
@@ -534,7 +647,7 @@ func (e *Engine) runTarget(t target, sc *scope, item *snode, depth int) error {
 		bind(child)
 		return err
 	case "value", "translate", "copy":
-		// translate(): codes pass through unchanged (no ConceptMap).
+		// translate() without a ConceptMap passes codes through unchanged.
 		if len(t.Transform.Args) == 0 {
 			return fmt.Errorf("%s() without an argument", t.Transform.Kind)
 		}
@@ -543,7 +656,11 @@ func (e *Engine) runTarget(t target, sc *scope, item *snode, depth int) error {
 			return nil // an unbound variable: nothing to write
 		case *snode:
 			if v.primitive() {
-				child, err := e.assign(ctx, t.Element, v.v, v.typ)
+				value, tr := t.conceptMap.translate(v.v)
+				child, err := e.assignFrom(ctx, t.Element, v, value, depth)
+				if child != nil && tr != nil {
+					child.translated = tr
+				}
 				bind(child)
 				return err
 			}
@@ -605,7 +722,7 @@ func (e *Engine) values(o operand, sc *scope) []any {
 	}
 	var out []any
 	for _, n := range nodes {
-		if n.primitive() {
+		if n.primitive() && n.v != nil {
 			out = append(out, n.v)
 		}
 	}
@@ -627,79 +744,6 @@ func scalarText(v any) string {
 		return "false"
 	}
 	return fmt.Sprint(v)
-}
-
-// writeJSON writes a target value, pruning empty objects, arrays and
-// unset primitives; every scalar written is added to seen. It reports
-// whether anything was written.
-func writeJSON(buf *bytes.Buffer, v *tval, seen map[string]bool) bool {
-	if v.sd == nil || v.primitive() {
-		if v.scalar == nil {
-			return false
-		}
-		data, err := marshalScalar(v.scalar)
-		if err != nil {
-			return false
-		}
-		buf.Write(data)
-		seen[scalarText(v.scalar)] = true
-		return true
-	}
-	start := buf.Len()
-	buf.WriteByte('{')
-	members := 0
-	for _, key := range v.keys {
-		mark := buf.Len()
-		if members > 0 {
-			buf.WriteByte(',')
-		}
-		// Member names are FHIR element names ([A-Za-z0-9]): nothing to escape.
-		buf.WriteByte('"')
-		buf.WriteString(key)
-		buf.WriteString(`":`)
-		wrote := false
-		switch val := v.vals[key].(type) {
-		case *tval:
-			wrote = writeJSON(buf, val, seen)
-		case []*tval:
-			buf.WriteByte('[')
-			items := 0
-			for _, item := range val {
-				itemMark := buf.Len()
-				if items > 0 {
-					buf.WriteByte(',')
-				}
-				if writeJSON(buf, item, seen) {
-					items++
-				} else {
-					buf.Truncate(itemMark)
-				}
-			}
-			buf.WriteByte(']')
-			wrote = items > 0
-		}
-		if wrote {
-			members++
-		} else {
-			buf.Truncate(mark)
-		}
-	}
-	buf.WriteByte('}')
-	if members == 0 {
-		buf.Truncate(start)
-		return false
-	}
-	return true
-}
-
-func marshalScalar(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(b.Bytes(), "\n"), nil
 }
 
 // ErrNotSupported is returned for an R4 resource type the engine does

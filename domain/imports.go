@@ -26,6 +26,18 @@ type R4Conversion struct {
 	Body []byte
 	// Dropped are the R4 paths whose values the R5 output lost.
 	Dropped []string
+	// Translated are the R4 codes the official ConceptMaps renamed.
+	Translated []CodeTranslation
+	// Absent are the R5 paths of the elements R5 requires that the R4
+	// resource could not give, sent with a data-absent-reason extension.
+	Absent []string
+}
+
+// CodeTranslation is an R4 code that an R4 -> R5 ConceptMap translated.
+type CodeTranslation struct {
+	Path       string // the R4 path (Encounter.status)
+	From, To   string // the R4 and R5 codes
+	ConceptMap string // the ConceptMap's canonical URL
 }
 
 // ImportSource is the FHIR source an R4 import writes to, named by the

@@ -1,7 +1,7 @@
 // Package fhirdefs reads FHIR definitions from the official npm packages
-// (hl7.fhir.r5.core, hl7.fhir.r4b.core, hl7.fhir.r5.expansions) and
-// validates resources against them: the R5 gate every imported resource
-// passes before it is stored.
+// (hl7.fhir.r5.core, hl7.fhir.r5.expansions, and R4's definitions from
+// hl7.fhir.r4.examples) and validates resources against them: the R5
+// gate every imported resource passes before it is stored.
 //
 // Design principles:
 //

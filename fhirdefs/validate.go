@@ -508,6 +508,16 @@ func (w *walk) binding(path, valueSet, typ string, value any) {
 	}
 }
 
+// OpenR4 opens the definitions of FHIR R4 (4.0.1) where scripts/setup
+// put the FHIR packages: the R4 core StructureDefinitions, with their
+// snapshots, that hl7.fhir.r4.examples carries (the npm registry has no
+// hl7.fhir.r4.core). R4 input is typed by R4 itself, not by R4B: R4B
+// revised Evidence, EvidenceVariable and Subscription and replaced the
+// MedicinalProduct family and SubstanceSpecification.
+func OpenR4(packagesDir string) (*Package, error) {
+	return OpenPackage(filepath.Join(packagesDir, "hl7.fhir.r4.examples", "package"))
+}
+
 // OpenR5 opens the R5 definitions and expansions where scripts/setup put
 // the FHIR packages (FHIR_PACKAGES_DIR) and returns the R5 package and a
 // validator over both.

@@ -1,0 +1,384 @@
+package converter_test
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"exchange/converter"
+	"exchange/domain"
+	"exchange/fhirdefs"
+	"exchange/fhirsearch"
+)
+
+// r5Schema is the official R5 JSON Schema
+// (hl7.fhir.r5.core/package/openapi/fhir.schema.json), the check that
+// e2e/r5.mjs runs with Ajv, compiled per resource type on first use. As
+// there, a resource inside another (contained, Bundle.entry.resource,
+// ...) is validated on its own against its type: the schema's
+// ResourceList, a oneOf of every resource type, is left out, which also
+// spares matching each one against 158 definitions.
+type r5Schema struct {
+	mu       sync.Mutex
+	compiler *jsonschema.Compiler
+	byType   map[string]*jsonschema.Schema
+}
+
+const r5SchemaURL = "http://hl7.org/fhir/json-schema/5.0"
+
+var openR5Schema = sync.OnceValues(func() (*r5Schema, error) {
+	f, err := os.Open(filepath.Join(packageDir("hl7.fhir.r5.core"), "openapi", "fhir.schema.json"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, err
+	}
+	doc.(map[string]any)["definitions"].(map[string]any)["ResourceList"] = map[string]any{"type": "object"}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft6)
+	if err := c.AddResource(r5SchemaURL, doc); err != nil {
+		return nil, err
+	}
+	return &r5Schema{compiler: c, byType: map[string]*jsonschema.Schema{}}, nil
+})
+
+// problems validates a resource, and each resource inside it, against
+// their types' definitions; nil when they are valid.
+func (s *r5Schema) problems(resource []byte) ([]string, error) {
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(resource))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range append([]map[string]any{v.(map[string]any)}, innerResources(v, false)...) {
+		p, err := s.validate(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p...)
+	}
+	return out, nil
+}
+
+// innerResources are the resources inside a JSON value, each without
+// those inside it.
+func innerResources(v any, inside bool) []map[string]any {
+	var out []map[string]any
+	switch v := v.(type) {
+	case map[string]any:
+		if _, ok := v["resourceType"].(string); ok && inside {
+			return append(out, append([]map[string]any{v}, innerResources(v, false)...)...)
+		}
+		for _, m := range v {
+			out = append(out, innerResources(m, true)...)
+		}
+	case []any:
+		for _, m := range v {
+			out = append(out, innerResources(m, true)...)
+		}
+	}
+	return out
+}
+
+func (s *r5Schema) validate(v map[string]any) ([]string, error) {
+	rt, _ := v["resourceType"].(string)
+	var err error
+	s.mu.Lock()
+	sch, ok := s.byType[rt]
+	if !ok {
+		sch, err = s.compiler.Compile(r5SchemaURL + "#/definitions/" + rt)
+		s.byType[rt] = sch
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if sch == nil {
+		return []string{rt + " is not an R5 resource type"}, nil
+	}
+	if err := sch.Validate(v); err != nil {
+		return strings.Split(err.Error(), "\n"), nil
+	}
+	return nil, nil
+}
+
+// nonInstance are the R4 resource types of the Conformance and
+// Terminology modules: the definitions of FHIR itself, which most of the
+// R4 examples package is (StructureDefinitions, SearchParameters, ...).
+var nonInstance = map[string]bool{
+	"CapabilityStatement": true, "StructureDefinition": true, "ImplementationGuide": true, "SearchParameter": true,
+	"MessageDefinition": true, "OperationDefinition": true, "CompartmentDefinition": true, "StructureMap": true,
+	"GraphDefinition": true, "ExampleScenario": true, "CodeSystem": true, "ValueSet": true, "ConceptMap": true,
+	"NamingSystem": true, "TerminologyCapabilities": true,
+}
+
+// exampleOutcome is what importing one R4 example gives.
+type exampleOutcome struct {
+	file, resourceType string
+	instance           bool // not a Conformance or Terminology resource
+	mapped             bool // a 4to5 map converts its type
+	refused            error
+	r5Type             string
+	issues             []fhirdefs.Issue // our validator's
+	schema             []string         // the official R5 JSON Schema's
+}
+
+func (o exampleOutcome) valid() bool {
+	return o.refused == nil && len(o.issues) == 0 && len(o.schema) == 0
+}
+
+// reason groups a refusal or an invalid output: its message without
+// array indexes.
+func (o exampleOutcome) reason() string {
+	switch {
+	case o.refused != nil:
+		return o.resourceType + ": refused: " + indexes.ReplaceAllString(o.refused.Error(), "")
+	case len(o.issues) > 0:
+		return o.resourceType + ": invalid R5: " + indexes.ReplaceAllString(o.issues[0].String(), "")
+	case len(o.schema) > 0:
+		return o.resourceType + ": fails the R5 JSON Schema: " + o.schema[0]
+	}
+	return ""
+}
+
+var indexes = regexp.MustCompile(`\[\d+\]`)
+
+// TestR4Examples imports every official R4 example (hl7.fhir.r4.examples
+// 4.0.1, 5,306 resources) as /fhir-import/R4 does up to its store: the id
+// moved out, Google's R4 parser, the maps, then the R5 gates: our
+// validator (fhirdefs) and the official R5 JSON Schema. Its population is
+// the 719 instance examples (every example but the Conformance and
+// Terminology resources that define FHIR itself); 699 of them are of a
+// type with a 4to5 map. It logs a table per type and every refusal with
+// its reason, and fails on an output our validator passes but the JSON
+// Schema refuses, on a conversion error, and when fewer than 95% of the
+// examples with a map (instance ones, and all) import valid.
+func TestR4Examples(t *testing.T) {
+	im, err := converter.NewImporter(engine(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := validator(t)
+	store, err := fhirsearch.NewIndexer(r5Package(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := openR5Schema()
+	if err != nil {
+		t.Fatalf("%v (run scripts/setup first)", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(packageDir("hl7.fhir.r4.examples"), "*.json"))
+	outcomes := make([]exampleOutcome, len(files))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for i := range next {
+				outcomes[i] = importExample(t, files[i], im, v, schema)
+			}
+		})
+	}
+	for i := range files {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+
+	type row struct{ examples, converted, valid, storeRefuses int }
+	rows := map[string]*row{}
+	var instance, all row
+	reasons := map[string][]string{} // reason -> files
+	for _, o := range outcomes {
+		if o.resourceType == "" {
+			continue // package.json
+		}
+		if o.schema != nil && len(o.issues) == 0 {
+			t.Errorf("%s: passes our R5 validator but not the official R5 JSON Schema: %v", o.file, o.schema)
+		}
+		if domain.ErrorCode(o.refused) == domain.CodeInvalid && strings.Contains(o.refused.Error(), "could not be converted") {
+			t.Errorf("%s: %v", o.file, o.refused)
+		}
+		counts := []*row{&all}
+		if o.instance {
+			r := rows[o.resourceType]
+			if r == nil {
+				r = &row{}
+				rows[o.resourceType] = r
+			}
+			counts = append(counts, &instance, r)
+			if !o.valid() {
+				reasons[o.reason()] = append(reasons[o.reason()], o.file)
+			}
+		}
+		for _, r := range counts {
+			if !o.mapped {
+				continue
+			}
+			r.examples++
+			if o.refused == nil {
+				r.converted++
+			}
+			if o.valid() {
+				r.valid++
+				if !store.Keeps(o.r5Type) {
+					r.storeRefuses++
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	line := func(name string, r *row) {
+		fmt.Fprintf(&b, "%-34s %8d %9d %6d %13d\n", name, r.examples, r.converted, r.valid, r.storeRefuses)
+	}
+	fmt.Fprintf(&b, "%-34s %8s %9s %6s %13s\n", "R4 type (instance examples)", "with map", "converted", "valid", "store refuses")
+	for _, rt := range slices.Sorted(maps.Keys(rows)) {
+		line(rt, rows[rt])
+	}
+	line("instance examples", &instance)
+	line("all examples", &all)
+	b.WriteString("instance examples not imported valid, by reason:\n")
+	for _, r := range slices.SortedFunc(maps.Keys(reasons), func(a, b string) int {
+		return cmp.Or(len(reasons[b])-len(reasons[a]), strings.Compare(a, b))
+	}) {
+		fmt.Fprintf(&b, "%4d  %s (%s)\n", len(reasons[r]), r, strings.Join(reasons[r], ", "))
+	}
+	t.Log("\n" + b.String())
+	for _, c := range []struct {
+		name string
+		r    *row
+		min  int
+	}{{"instance examples", &instance, 690}, {"examples", &all, 5200}} {
+		if c.r.examples < c.min || float64(c.r.valid) < 0.95*float64(c.r.examples) {
+			t.Errorf("%s with a map: %d of %d import valid R5, want 95%%", c.name, c.r.valid, c.r.examples)
+		}
+	}
+}
+
+// importExample imports one example file as the R4 import does: the
+// upstream id moved out, converted, then validated.
+func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdefs.Validator, schema *r5Schema) exampleOutcome {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Error(err)
+		return exampleOutcome{}
+	}
+	m, err := converter.DecodeJSON(data)
+	if err != nil {
+		t.Errorf("%s: %v", file, err)
+		return exampleOutcome{}
+	}
+	o := exampleOutcome{file: filepath.Base(file)}
+	o.resourceType, _ = m["resourceType"].(string)
+	o.instance = !nonInstance[o.resourceType]
+	o.mapped = !strings.Contains(fmt.Sprint(engine(t).Supports(o.resourceType)), "no R4 -> R5 map")
+	if o.resourceType == "" {
+		return exampleOutcome{} // package.json
+	}
+	delete(m, "id")
+	if !o.instance {
+		// FHIR's own definitions: the maps and our validator only (the R4
+		// parser and the JSON Schema take minutes over 4,587 of them).
+		res, err := engine(t).Convert(m)
+		if o.refused = err; err == nil {
+			o.r5Type = res.Type
+			o.issues, err = v.Validate(res.Resource)
+		}
+		return o
+	}
+	conv, err := im.ConvertR4(m)
+	if o.refused = err; err != nil {
+		return o
+	}
+	o.r5Type = conv.Type
+	if o.issues, err = v.Validate(conv.Body); err != nil {
+		t.Errorf("%s: %v", file, err)
+	}
+	if o.schema, err = schema.problems(conv.Body); err != nil {
+		t.Errorf("%s: %v", file, err)
+	}
+	return o
+}
+
+// readExample reads an official R4 example, decoded.
+func readExample(t *testing.T, name string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(packageDir("hl7.fhir.r4.examples"), name))
+	if err != nil {
+		t.Fatalf("%v (run scripts/setup first)", err)
+	}
+	m, err := converter.DecodeJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestR4ExampleFidelity imports official R4 examples as the import does
+// and checks what they carry: Encounter f001's `finished` arrives as
+// `completed` with its translation reported, Patient example's
+// birth-time extension (`_birthDate`) arrives, and Organization 1, made
+// to have its name as its phone, reports the telecom it loses.
+func TestR4ExampleFidelity(t *testing.T) {
+	im, err := converter.NewImporter(engine(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := openR5Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	imported := func(t *testing.T, m map[string]any) *domain.R4Conversion {
+		t.Helper()
+		conv, err := im.ConvertR4(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		issues, err := validator(t).Validate(conv.Body)
+		problems, schemaErr := schema.problems(conv.Body)
+		if len(issues) > 0 || len(problems) > 0 || err != nil || schemaErr != nil {
+			t.Errorf("not valid R5: %v %v %v %v", issues, problems, err, schemaErr)
+		}
+		return conv
+	}
+	t.Run("Encounter finished", func(t *testing.T) {
+		conv := imported(t, readExample(t, "Encounter-f001.json"))
+		want := []domain.CodeTranslation{{Path: "Encounter.status", From: "finished", To: "completed",
+			ConceptMap: "http://hl7.org/fhir/uv/xver/ConceptMap/enc.status-4to5"}}
+		if !strings.Contains(string(conv.Body), `"status":"completed"`) || !slices.Equal(conv.Translated, want) || slices.Contains(conv.Dropped, "Encounter.status") {
+			t.Errorf("translated %v, dropped %v: %s", conv.Translated, conv.Dropped, conv.Body)
+		}
+	})
+	t.Run("Patient _birthDate", func(t *testing.T) {
+		conv := imported(t, readExample(t, "Patient-example.json"))
+		birthTime := `"birthDate":"1974-12-25","_birthDate":{"extension":[{"url":"http://hl7.org/fhir/StructureDefinition/patient-birthTime","valueDateTime":"1974-12-25T14:35:45-05:00"}]}`
+		ownPrefix := `"_family":{"extension":[{"url":"http://hl7.org/fhir/StructureDefinition/humanname-own-prefix","valueString":"VV"}]}`
+		if !strings.Contains(string(conv.Body), birthTime) || !strings.Contains(string(conv.Body), ownPrefix) || len(conv.Dropped) != 0 {
+			t.Errorf("dropped %v: %s", conv.Dropped, conv.Body)
+		}
+	})
+	t.Run("Organization phone equals name", func(t *testing.T) {
+		m := readExample(t, "Organization-1.json")
+		phone := m["telecom"].([]any)[0].(map[string]any)
+		m["name"] = phone["value"]
+		m["telecom"] = []any{phone}
+		m["contact"] = []any{map[string]any{"telecom": []any{map[string]any{"system": "phone", "value": "+1 555 234 3599", "use": "work"}}}}
+		conv := imported(t, m)
+		if !slices.Equal(conv.Dropped, []string{"Organization.telecom"}) {
+			t.Errorf("dropped %v: %s", conv.Dropped, conv.Body)
+		}
+	})
+}
