@@ -86,11 +86,10 @@ type sample struct {
 
 // writeSample writes n R4 resources as NDJSON, one per line, and says
 // what importing them should give. Out of every 20: 13 that convert
-// without loss (Observation, Condition, Procedure, Patient), 4 with loss
-// (Encounter.diagnosis.rank, Procedure.complicationDetail), 3 that fail
-// (a Coverage, whose R5 kind is required and has no R4 source; an
-// Evidence, which R4B revised and the import refuses; an Observation
-// without its required code); every 250th line is not JSON.
+// without loss (Observation, Condition, Procedure, Patient), 5 with loss
+// (Encounter.diagnosis.rank, Procedure.complicationDetail,
+// Coverage.payor), 2 that fail (a Media, which no map converts, and an
+// Observation without its required code); every 250th line is not JSON.
 // Subjects rotate over Patient/p0..p4.
 func writeSample(t *testing.T, path string, n int) sample {
 	t.Helper()
@@ -123,9 +122,9 @@ func writeSample(t *testing.T, path string, n int) sample {
 			kind = "loss"
 		case 16:
 			r = fmt.Sprintf(`{"resourceType":"Coverage","id":"cov-%d","status":"active","beneficiary":{"reference":%q},"payor":[{"reference":"Organization/ins1"}]}`, i, patient)
-			kind = "failed"
+			kind = "loss"
 		case 17:
-			r = fmt.Sprintf(`{"resourceType":"Evidence","id":"ev-%d","status":"draft"}`, i)
+			r = fmt.Sprintf(`{"resourceType":"Media","id":"media-%d","status":"completed","content":{"contentType":"image/png"}}`, i)
 			kind = "failed"
 		case 18:
 			r = fmt.Sprintf(`{"resourceType":"Observation","id":"obs-%d","status":"final","subject":{"reference":%q}}`, i, patient)

@@ -42,7 +42,7 @@ describe('bulk R4 import (scripts/import-r4)', () => {
         resourceType: 'Encounter', id: `enc-${run}`, status: 'in-progress', class: { code: 'AMB' },
         diagnosis: [{ condition: { reference: 'Condition/c1' }, rank: 1 }],
       },
-      { resourceType: 'Evidence', id: `ev-${run}`, status: 'draft' },
+      { resourceType: 'Media', id: `media-${run}`, status: 'completed', content: { contentType: 'image/png' } },
     ];
     writeFileSync(join(dir, 'export.ndjson'), lines.map((r) => JSON.stringify(r)).join('\n') + '\n');
     writeFileSync(join(dir, 'bundle.json'), JSON.stringify({
@@ -66,7 +66,7 @@ describe('bulk R4 import (scripts/import-r4)', () => {
     const lines = readFileSync(report, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
     assert.deepEqual(lines.map((l) => [l.resourceType, l.result, l.line]).sort(), [
       ['Encounter', 'converted with loss', 2],
-      ['Evidence', 'failed', 3],
+      ['Media', 'failed', 3],
     ]);
     assert.deepEqual(lines.find((l) => l.result === 'converted with loss').issue[0].expression, ['Encounter.diagnosis.rank']);
 

@@ -41,7 +41,7 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		entries = in.Entry
 	}
 	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(entries))}
-	dropped := make([][]string, len(entries))
+	convs := make([]*domain.R4Conversion, len(entries))
 	failed := func(i int, err error) {
 		if domain.ErrorCode(err) == domain.CodeInternal {
 			s.log.Error("R4 import entry failed", "entry", i, "error", err)
@@ -60,7 +60,7 @@ func (s *server) importR4(c *fiber.Ctx) error {
 			failed(i, err)
 			continue
 		}
-		dropped[i] = conv.Dropped
+		convs[i] = conv
 		for _, path := range conv.Dropped {
 			s.log.Warn("R4 import dropped a value", "path", path, "source", src.ID, "maps", s.service.MapSet())
 		}
@@ -73,25 +73,38 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		if out.Entry[i].Response == nil {
 			continue
 		}
-		out.Entry[i].Response.Outcome = importOutcome(out.Entry[i].Response.Outcome, dropped[i], s.service.MapSet())
+		out.Entry[i].Response.Outcome = importOutcome(out.Entry[i].Response.Outcome, convs[i], s.service.MapSet())
 	}
 	return writeFHIR(c, fiber.StatusOK, out)
 }
 
 // importOutcome is an entry's OperationOutcome: its error issue (when it
-// failed) and one warning per dropped path, or a single information issue
-// saying no loss was detected.
-func importOutcome(failure any, dropped []string, mapSet string) fiber.Map {
+// failed), one warning per dropped path, an information issue saying no
+// loss was detected when nothing failed or was dropped, then one
+// information issue per translated code and per required element marked
+// absent in its conversion (nil when it failed before one).
+func importOutcome(failure any, conv *domain.R4Conversion, mapSet string) fiber.Map {
 	var issues []fiber.Map
 	if oo, ok := failure.(fiber.Map); ok {
 		issues, _ = oo["issue"].([]fiber.Map)
 	}
-	for _, path := range dropped {
+	if conv == nil {
+		conv = &domain.R4Conversion{}
+	}
+	for _, path := range conv.Dropped {
 		issues = append(issues, fhirIssue("warning", "informational",
 			"the R4 value at "+path+" has no place in the R5 resource and was dropped ("+mapSet+")", path))
 	}
 	if len(issues) == 0 {
 		issues = append(issues, fhirIssue("information", "informational", "converted from R4 with no detected field loss ("+mapSet+")", ""))
+	}
+	for _, t := range conv.Translated {
+		issues = append(issues, fhirIssue("information", "informational",
+			"R4 code "+t.From+" translated to R5 code "+t.To+" by ConceptMap "+t.ConceptMap, t.Path))
+	}
+	for _, path := range conv.Absent {
+		issues = append(issues, fhirIssue("information", "informational",
+			"R5 requires "+path+", which the R4 resource does not give: it is sent without a value, marked by the data-absent-reason extension (unsupported)", path))
 	}
 	return outcomeOf(issues...)
 }

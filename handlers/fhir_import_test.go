@@ -158,6 +158,58 @@ func TestImportR4OneResource(t *testing.T) {
 	}
 }
 
+// What the conversion did is in each entry's OperationOutcome: a code the
+// official ConceptMaps translated (information), a value dropped even
+// when its text survives elsewhere (warning), an element R5 requires and
+// R4 could not give (information); each with its path.
+func TestImportR4Fidelity(t *testing.T) {
+	w := fxNewImported(t)
+	src := fmt.Sprint(w.aliceSrc.ID)
+	entries := []string{
+		`{"resourceType": "Encounter", "id": "e1", "status": "finished", "_status": {"extension": [{"url": "http://example.org/n", "valueString": "closed"}]},
+			"class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"}, "subject": {"reference": "Patient/p1"}}`,
+		`{"resourceType": "Organization", "id": "o1", "name": "555-0100", "telecom": [{"system": "phone", "value": "555-0100"}],
+			"contact": [{"telecom": [{"system": "phone", "value": "555-0199"}]}]}`,
+		`{"resourceType": "Coverage", "id": "c1", "status": "active", "beneficiary": {"reference": "Patient/p1"}, "payor": [{"reference": "Organization/o1"}]}`,
+	}
+	body := `{"resourceType": "Bundle", "type": "batch", "entry": [{"resource": ` + strings.Join(entries, `}, {"resource": `) + `}]}`
+	status, out := w.importR4(t, "doc", src, "", body)
+	if status != http.StatusOK {
+		t.Fatalf("%d %v", status, out)
+	}
+	e := fxImportEntries(t, out)
+	issues := func(x fxImportEntry) string {
+		var s []string
+		for _, i := range x.issues {
+			s = append(s, fmt.Sprintf("%v %v %v", i["severity"], i["expression"], i["diagnostics"]))
+		}
+		return strings.Join(s, "; ")
+	}
+	want := []string{
+		"information <nil> converted from R4 with no detected field loss (" + converter.MapSetVersion + "); " +
+			"information [Encounter.status] R4 code finished translated to R5 code completed by ConceptMap http://hl7.org/fhir/uv/xver/ConceptMap/enc.status-4to5",
+		"warning [Organization.telecom] the R4 value at Organization.telecom has no place in the R5 resource and was dropped (" + converter.MapSetVersion + ")",
+		"warning [Coverage.payor] the R4 value at Coverage.payor has no place in the R5 resource and was dropped (" + converter.MapSetVersion + "); " +
+			"information [Coverage.kind] R5 requires Coverage.kind, which the R4 resource does not give: it is sent without a value, marked by the data-absent-reason extension (unsupported)",
+	}
+	for i, x := range e {
+		if x.status != "201 Created" || issues(x) != want[i] {
+			t.Errorf("entry %d: %s, %s\nwant %s", i, x.status, issues(x), want[i])
+		}
+	}
+	if len(e) != 3 {
+		t.Fatalf("%d entries", len(e))
+	}
+	// Stored as converted: the translated code with its extension, the
+	// required element marked absent.
+	if r := e[0].resource; r["status"] != "completed" || fmt.Sprint(r["_status"]) != "map[extension:[map[url:http://example.org/n valueString:closed]]]" {
+		t.Errorf("Encounter %v", r)
+	}
+	if r := e[2].resource; fmt.Sprint(r["_kind"]) != "map[extension:[map[url:http://hl7.org/fhir/StructureDefinition/data-absent-reason valueCode:unsupported]]]" {
+		t.Errorf("Coverage %v", r)
+	}
+}
+
 func TestImportR4Bundle(t *testing.T) {
 	w := fxNewImported(t)
 	src := fmt.Sprint(w.aliceSrc.ID)
@@ -169,17 +221,18 @@ func TestImportR4Bundle(t *testing.T) {
 	// it for that reason, and nothing reaches the imported store.
 	delete(hr, "valueAttachment")
 	entries := []any{
-		// 0: converted with a loss: Coverage.payor has no R5 home, and R5
-		// requires Coverage.kind: invalid, so refused with both.
-		map[string]any{"resource": json.RawMessage(`{"resourceType": "Coverage", "id": "cov1", "status": "active",
-			"beneficiary": {"reference": "Patient/p1"}, "payor": [{"reference": "Organization/o1"}]}`)},
+		// 0: converted with a loss: Encounter.classHistory has no R5 home,
+		// and R5 has no status `arrived` (its ConceptMap has no
+		// translation): invalid, so refused with both.
+		map[string]any{"resource": json.RawMessage(`{"resourceType": "Encounter", "id": "enc1", "status": "arrived",
+			"class": {"code": "AMB"}, "classHistory": [{"class": {"code": "IMP"}, "period": {"start": "2020"}}]}`)},
 		// 1: a Device: its patient has no R5 home: created with a warning.
 		map[string]any{"resource": json.RawMessage(`{"resourceType": "Device", "id": "d1", "status": "active", "patient": {"reference": "Patient/p1"}}`),
 			"request": map[string]any{"method": "POST", "url": "Device"}},
 		// 2: not a create.
 		map[string]any{"resource": json.RawMessage(`{"resourceType": "Patient", "id": "p1"}`), "request": map[string]any{"method": "PUT", "url": "Patient/p1"}},
-		// 3: a type R4B revised.
-		map[string]any{"resource": json.RawMessage(`{"resourceType": "Evidence", "id": "ev1", "status": "active"}`)},
+		// 3: a type no R4 -> R5 map converts (R5 has no Media).
+		map[string]any{"resource": json.RawMessage(`{"resourceType": "Media", "id": "m1", "status": "completed", "content": {"contentType": "image/png"}}`)},
 		// 4: malformed R4 (a date the R4 parser refuses).
 		map[string]any{"resource": json.RawMessage(`{"resourceType": "Patient", "id": "p2", "birthDate": "yesterday"}`)},
 		// 5: an Open mHealth heart rate: the native path.
@@ -206,7 +259,7 @@ func TestImportR4Bundle(t *testing.T) {
 		return strings.Join(s, "; ")
 	}
 	want := []struct{ status, issues string }{
-		{"400 Bad Request", "error invalid [Coverage.kind]; warning informational [Coverage.payor]"},
+		{"400 Bad Request", "error invalid [Encounter.status]; warning informational [Encounter.classHistory]"},
 		{"201 Created", "warning informational [Device.patient]"},
 		{"400 Bad Request", "error invalid [Bundle.entry[2].request.method]"},
 		{"400 Bad Request", "error not-supported <nil>"},

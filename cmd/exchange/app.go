@@ -205,23 +205,30 @@ func keptFile(path string, generate func() ([]byte, error)) ([]byte, error) {
 }
 
 // openImporter compiles the official R4 -> R5 maps for /fhir-import/R4,
-// once, and logs what it built. Without the maps or the R4B package the
-// import is unavailable (a warning); a map that does not compile stops
-// start-up.
+// once, and logs what it built. Without the maps, their ConceptMaps (when
+// codes are translated) or the R4 definitions the import is unavailable
+// (a warning); a map or ConceptMap that does not compile stops start-up.
 func openImporter(s *settings, r5 *fhirdefs.Package, log *slog.Logger) (domain.R4Converter, error) {
-	r4, err := fhirdefs.OpenPackage(filepath.Join(s.FHIRPackagesDir, "hl7.fhir.r4b.core", "package"))
-	if err == nil {
-		_, err = os.Stat(s.XverPackageDir)
+	conceptMaps := ""
+	if s.XverTranslateCodes {
+		conceptMaps = s.XverConceptMapDir
+	}
+	r4, err := fhirdefs.OpenR4(s.FHIRPackagesDir)
+	for _, dir := range []string{s.XverPackageDir, conceptMaps} {
+		if err == nil && dir != "" {
+			_, err = os.Stat(dir)
+		}
 	}
 	if err != nil {
-		log.Warn("R4 import is unavailable: the R4 -> R5 maps or the R4B package are not installed; run scripts/setup", "error", err)
+		log.Warn("R4 import is unavailable: the R4 -> R5 maps, their ConceptMaps or the R4 definitions are not installed; run scripts/setup", "error", err)
 		return nil, nil
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	engine, err := converter.Compile(converter.Options{MapsDir: s.XverPackageDir, PatchesDir: s.XverPatchesDir, R4: r4, R5: r5, Log: log})
+	engine, err := converter.Compile(converter.Options{MapsDir: s.XverPackageDir, PatchesDir: s.XverPatchesDir,
+		ConceptMapsDir: conceptMaps, R4: r4, R5: r5, Log: log})
 	if err != nil {
-		return nil, fmt.Errorf("FHIR_XVER_PACKAGE_DIR: %w", err)
+		return nil, fmt.Errorf("R4 import: %w", err)
 	}
 	runtime.ReadMemStats(&after)
 	log.Info("R4 import maps compiled", "maps", engine.Describe(), "heapMB", float64(after.HeapAlloc-min(before.HeapAlloc, after.HeapAlloc))/(1<<20))

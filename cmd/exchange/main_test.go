@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"exchange/fhirdefs"
 )
 
 // env returns a getenv over the map.
@@ -67,6 +70,8 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		{"TRUSTED_PROXIES", "10.0.0.0/40"},
 		{"LOGIN_SESSION_LIFETIME", "forever"},
 		{"LOGIN_SESSION_IDLE_TIMEOUT", "10s"},
+		{"FHIR_XVER_CONCEPTMAPS_DIR", "/nonexistent/conceptmaps"},
+		{"FHIR_XVER_TRANSLATE_CODES", "sometimes"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), nil, env(map[string]string{tc.name: tc.value, "DATA_DIR": t.TempDir()}), nil, &stdout, &stderr)
@@ -93,6 +98,35 @@ func TestIEEESchemasRequired(t *testing.T) {
 		"OMH_SCHEMA_DIR": filepath.Join("..", "..", "standards", "omh", "schemas"), "OMH_IEEE_SCHEMA_DIR": t.TempDir()}), nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "OMH_IEEE_SCHEMA_DIR") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("started without the IEEE 1752 schemas, or said so unclearly: %v", err)
+	}
+}
+
+// The R4 import translates codes by the official ConceptMaps, found
+// beside the maps; FHIR_XVER_TRANSLATE_CODES=false passes them through.
+func TestTranslateCodesSetting(t *testing.T) {
+	standards := filepath.Join("..", "..", "standards")
+	r5, _, err := fhirdefs.OpenR5(filepath.Join(standards, "fhir-packages"))
+	if err != nil {
+		t.Fatalf("%v (run scripts/setup first)", err)
+	}
+	encounter := map[string]any{"resourceType": "Encounter", "status": "finished", "class": map[string]any{"code": "AMB"}}
+	for _, c := range []struct {
+		translate, status string
+		translated        int
+	}{{"", "completed", 1}, {"true", "completed", 1}, {"false", "finished", 0}} {
+		s, err := loadSettings(env(map[string]string{"FHIR_XVER_TRANSLATE_CODES": c.translate,
+			"FHIR_PACKAGES_DIR": filepath.Join(standards, "fhir-packages"), "FHIR_XVER_PACKAGE_DIR": filepath.Join(standards, "fhir", "xver-r4-r5", "maps")}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		im, err := openImporter(s, r5, slog.New(slog.DiscardHandler))
+		if err != nil || im == nil {
+			t.Fatalf("%q: %v %v", c.translate, im, err)
+		}
+		conv, err := im.ConvertR4(encounter)
+		if err != nil || !strings.Contains(string(conv.Body), `"status":"`+c.status+`"`) || len(conv.Translated) != c.translated {
+			t.Errorf("FHIR_XVER_TRANSLATE_CODES=%q: %s %v %v", c.translate, conv.Body, conv.Translated, err)
+		}
 	}
 }
 
@@ -221,7 +255,7 @@ func TestProgram(t *testing.T) {
 	input := filepath.Join(dataDir, "r4.ndjson")
 	if err := os.WriteFile(input, []byte(`{"resourceType":"Patient","id":"u1","gender":"male"}
 {"resourceType":"Encounter","id":"u2","status":"in-progress","class":{"code":"AMB"},"diagnosis":[{"condition":{"reference":"Condition/c1"},"rank":1}]}
-{"resourceType":"Evidence","id":"u3"}
+{"resourceType":"Media","id":"u3","status":"completed","content":{"contentType":"image/png"}}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}

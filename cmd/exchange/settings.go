@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,12 +37,16 @@ type settings struct {
 	FHIRSourceBase    string
 	XverPackageDir    string
 	XverPatchesDir    string
-	OMHSchemaDir      string
-	OMHIEEESchemaDir  string
-	FHIRPackagesDir   string
-	TrustedProxies    oauth.TrustedProxies
-	SessionLifetime   time.Duration
-	SessionIdle       time.Duration
+	XverConceptMapDir string
+	// XverTranslateCodes applies the ConceptMaps in translate(); false
+	// passes R4 codes through unchanged.
+	XverTranslateCodes bool
+	OMHSchemaDir       string
+	OMHIEEESchemaDir   string
+	FHIRPackagesDir    string
+	TrustedProxies     oauth.TrustedProxies
+	SessionLifetime    time.Duration
+	SessionIdle        time.Duration
 }
 
 // defaultPatientVerifier is the reference PKCE verifier of patient
@@ -151,6 +156,9 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 	if _, _, err := net.SplitHostPort(s.EmbeddedMongoAddr); err != nil {
 		return nil, fmt.Errorf("EMBEDDED_MONGO_ADDR: %q is not host:port", s.EmbeddedMongoAddr)
 	}
+	if s.XverTranslateCodes, err = strconv.ParseBool(get("FHIR_XVER_TRANSLATE_CODES", "true")); err != nil {
+		return nil, fmt.Errorf("FHIR_XVER_TRANSLATE_CODES: %q is not true or false", getenv("FHIR_XVER_TRANSLATE_CODES"))
+	}
 	if u, err := url.Parse(s.FHIRSourceBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("FHIR_SOURCE_BASE: %q is not an http(s) URL without query or fragment", s.FHIRSourceBase)
 	}
@@ -159,6 +167,7 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 		dest      *string
 	}{
 		{"FHIR_XVER_PACKAGE_DIR", defaultXverPackageDir, &s.XverPackageDir},
+		{"FHIR_XVER_CONCEPTMAPS_DIR", "", &s.XverConceptMapDir},
 		{"OMH_SCHEMA_DIR", defaultOMHSchemaDir, &s.OMHSchemaDir},
 		{"OMH_IEEE_SCHEMA_DIR", "", &s.OMHIEEESchemaDir},
 		{"FHIR_PACKAGES_DIR", defaultFHIRPackagesDir, &s.FHIRPackagesDir},
@@ -180,6 +189,10 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 	// named: setting OMH_SCHEMA_DIR alone moves both.
 	if s.OMHIEEESchemaDir == "" {
 		s.OMHIEEESchemaDir = omh.IEEEDirBeside(s.OMHSchemaDir)
+	}
+	if s.XverConceptMapDir == "" {
+		// The ConceptMaps ship beside the maps (scripts/setup's layout).
+		s.XverConceptMapDir = filepath.Join(filepath.Dir(s.XverPackageDir), "conceptmaps")
 	}
 	return s, nil
 }

@@ -95,16 +95,22 @@ var (
 	key     *rsa.PrivateKey
 )
 
+// standardsDir is the folder a setting names, or its place under the
+// repository's standards/ (where scripts/setup prepares it).
+func standardsDir(setting string, under ...string) string {
+	if dir := os.Getenv(setting); dir != "" {
+		return dir
+	}
+	return filepath.Join(append([]string{RepoRoot(), "standards"}, under...)...)
+}
+
 // Schemas returns the official Open mHealth and IEEE 1752 schemas (see
 // omhtest.Registry).
 func Schemas(t testing.TB) *omh.Registry { return omhtest.Registry(t) }
 
 // r5 is the R5 validator and indexer, opened once per test binary.
 var r5 = sync.OnceValues(func() (*r5Model, error) {
-	dir := os.Getenv("FHIR_PACKAGES_DIR")
-	if dir == "" {
-		dir = filepath.Join(RepoRoot(), "standards", "fhir-packages")
-	}
+	dir := standardsDir("FHIR_PACKAGES_DIR", "fhir-packages")
 	defs, validator, err := fhirdefs.OpenR5(dir)
 	if err != nil {
 		return nil, err
@@ -113,15 +119,13 @@ var r5 = sync.OnceValues(func() (*r5Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	r4, err := fhirdefs.OpenPackage(filepath.Join(dir, "hl7.fhir.r4b.core", "package"))
+	r4, err := fhirdefs.OpenR4(dir)
 	if err != nil {
 		return nil, err
 	}
-	maps := os.Getenv("FHIR_XVER_PACKAGE_DIR")
-	if maps == "" {
-		maps = filepath.Join(RepoRoot(), "standards", "fhir", "xver-r4-r5", "maps")
-	}
-	engine, err := converter.Compile(converter.Options{MapsDir: maps, R4: r4, R5: defs})
+	engine, err := converter.Compile(converter.Options{R4: r4, R5: defs,
+		MapsDir:        standardsDir("FHIR_XVER_PACKAGE_DIR", "fhir", "xver-r4-r5", "maps"),
+		ConceptMapsDir: standardsDir("FHIR_XVER_CONCEPTMAPS_DIR", "fhir", "xver-r4-r5", "conceptmaps")})
 	if err != nil {
 		return nil, err
 	}
