@@ -24,6 +24,10 @@ func (e *Engine) undefinedReads(rt string) []string {
 	return slices.Compact(v.undefined)
 }
 
+// reads walks the rules of one type's map with each source variable
+// bound to the R4 element path it holds. Typed groups it reaches (the
+// datatypes' and the `extends` chain's) are typed by their own definitions
+// and not followed.
 type reads struct {
 	e         *Engine
 	sd        *fhirdefs.StructureDefinition
@@ -31,6 +35,8 @@ type reads struct {
 	undefined []string
 }
 
+// group walks a group once per set of bound paths (recursive backbone
+// groups terminate).
 func (v *reads) group(g *cgroup, bound map[string]string) {
 	key := g.name + "(" + strings.Join(slices.Sorted(maps.Values(bound)), ",") + ")"
 	if v.seen[key] {
