@@ -4,11 +4,13 @@ import "context"
 
 // Actor is the authenticated user a request acts as, with what the
 // permission model needs to decide: the patient record of a patient user and
-// the roles of a practitioner in each organization.
+// the roles of a practitioner in each organization, and what the request's
+// token allows of that (see Access).
 type Actor struct {
 	User    User
 	Patient *Patient // the user's own patient record; nil for practitioners
 	roles   map[int64]Role
+	access  *Access // nil: full access
 }
 
 // IsSuperuser reports whether the actor acts as super_user everywhere.
@@ -34,8 +36,26 @@ func (a *Actor) OrganizationIDs() []int64 {
 	return ids
 }
 
-// Actor loads the actor for an active user. Returns CodeLogin if the user no
-// longer exists or is inactive, so a token outliving its user is refused.
+// TokenActor loads the actor of a bearer token: the user, limited to what
+// the token's granted scopes allow (see Access), with the token's patient
+// context. Returns CodeLogin when the user is gone or inactive, or when
+// the scopes are no longer understood.
+func (s *Service) TokenActor(ctx context.Context, userID int64, scopes []string, patient int64) (*Actor, error) {
+	acc, err := NewAccess(scopes, patient)
+	if err != nil {
+		return nil, Errorf(CodeLogin, "the access token's scopes are not understood: %v", err)
+	}
+	a, err := s.Actor(ctx, userID)
+	if err != nil {
+		return nil, err
+	}
+	return a.WithAccess(acc), nil
+}
+
+// Actor loads the actor for an active user, with full access: how a login
+// session acts (the OAuth pages, the console). Returns CodeLogin if the
+// user no longer exists or is inactive, so a token outliving its user is
+// refused.
 func (s *Service) Actor(ctx context.Context, userID int64) (*Actor, error) {
 	u, err := s.store.UserByID(ctx, userID)
 	if IsCode(err, CodeNotFound) || (err == nil && !u.IsActive) {
