@@ -2,7 +2,9 @@ package domain
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strconv"
 )
 
 // The FHIR searches of the native store. A search's joins name patients,
@@ -166,6 +168,106 @@ func (s *Service) patientScope(ctx context.Context, actor *Actor, joins []Join) 
 	return scope, nil
 }
 
+// ReadFHIR reads a native record or projection for the FHIR API. The
+// token must allow reads of the type (CodeForbidden before anything is
+// read); read applies the permission model; and when the token's scopes
+// narrow reads (a patient context, search constraints) the record must be
+// one they reach. That is decided by the search for its id, so that reads
+// and searches always agree; a record out of reach is CodeForbidden, as
+// the permission model answers native reads.
+func ReadFHIR[T any](ctx context.Context, s *Service, actor *Actor, resourceType string, id int64, read func(context.Context, *Actor, int64) (*T, error)) (*T, error) {
+	if err := actor.AllowFHIR(InteractionRead, resourceType); err != nil {
+		return nil, err
+	}
+	r, err := read(ctx, actor, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.withinReach(ctx, actor, resourceType, strconv.FormatInt(id, 10)); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// withinReach decides whether the actor's token reaches resourceType/id
+// for a read: at once when its scopes do not narrow reads of the type,
+// else by running the search for that id under them. CodeForbidden when
+// the record is out of reach.
+func (s *Service) withinReach(ctx context.Context, actor *Actor, resourceType, id string) error {
+	if _, narrowed, err := actor.reach(InteractionRead, resourceType); err != nil || !narrowed {
+		return err
+	}
+	if s.searches == nil {
+		return errors.New("a read under narrowing scopes needs the service's IDSearches")
+	}
+	q, err := s.searches.ByID(resourceType, id)
+	if err != nil {
+		return err
+	}
+	var found bool
+	if q.Store().Kind == StoreImported {
+		found, err = nonEmpty(s.SearchResources(ctx, actor, q))
+	} else {
+		switch resourceType {
+		case "Observation":
+			found, err = nonEmpty(s.SearchObservations(ctx, actor, q))
+		case "Patient":
+			found, err = nonEmpty(s.SearchPatients(ctx, actor, q))
+		case "Practitioner":
+			found, err = nonEmpty(s.SearchPractitioners(ctx, actor, q))
+		case "Organization":
+			found, err = nonEmpty(s.SearchOrganizations(ctx, actor, q))
+		case "Group":
+			found, err = nonEmpty(s.SearchGroups(ctx, actor, q))
+		case "Device":
+			found, err = nonEmpty(s.SearchDevices(ctx, actor, q))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if !found {
+		return Errorf(CodeForbidden, "this token's scopes do not reach %s/%s", resourceType, id)
+	}
+	return nil
+}
+
+func nonEmpty[T any](res SearchResult[T], err error) (bool, error) {
+	return len(res.Items) > 0, err
+}
+
+// ofPatient is what a patient/ scope reaches of observations and imported
+// resources: the patient's.
+func ofPatient(p int64) (Reach, error) { return Reach{PatientIDs: []int64{p}}, nil }
+
+// reachOf resolves what the actor's token reaches of q's type, one
+// alternative per scope that allows q's interaction: nil when the token
+// does not narrow it. patientReach says what a patient/ scope reaches of
+// the type for the token's patient context. CodeForbidden when no scope
+// allows the interaction at all.
+func (s *Service) reachOf(actor *Actor, q Search, patientReach func(patient int64) (Reach, error)) ([]Reach, error) {
+	terms, narrowed, err := actor.reach(q.Interaction(), q.ResourceType())
+	if err != nil || !narrowed {
+		return nil, err
+	}
+	out := make([]Reach, 0, len(terms))
+	for _, rs := range terms {
+		r := Reach{Constraints: rs.Constraints}
+		if rs.Patient {
+			// Without a patient context, patient/ scopes reach nothing.
+			pr := Reach{PatientIDs: []int64{}, IDs: []int64{}}
+			if p := actor.access.patient; p != 0 {
+				if pr, err = patientReach(p); err != nil {
+					return nil, err
+				}
+			}
+			r.PatientIDs, r.IDs = pr.PatientIDs, pr.IDs
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // intersectStrings returns the members of a that b has too, in a's order.
 func intersectStrings(a, b []string) []string {
 	in := make(map[string]bool, len(b))
@@ -186,11 +288,15 @@ func intersectStrings(a, b []string) []string {
 // for a practitioner; a study join limits each patient to the scopes they
 // consented to share with the study.
 func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search) (SearchResult[Observation], error) {
+	reach, err := s.reachOf(actor, q, ofPatient)
+	if err != nil {
+		return SearchResult[Observation]{}, err
+	}
 	scope, err := s.patientScope(ctx, actor, q.Joins())
 	if err != nil {
 		return SearchResult[Observation]{}, err
 	}
-	plan, err := q.Plan(scope)
+	plan, err := q.Plan(scope.within(reach))
 	if err != nil {
 		return SearchResult[Observation]{}, err
 	}
@@ -199,11 +305,15 @@ func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search
 
 // SearchPatients runs a search of the Patient projection.
 func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (SearchResult[Patient], error) {
+	reach, err := s.reachOf(actor, q, func(p int64) (Reach, error) { return Reach{IDs: []int64{p}}, nil })
+	if err != nil {
+		return SearchResult[Patient]{}, err
+	}
 	scope, err := s.patientScope(ctx, actor, q.Joins())
 	if err != nil {
 		return SearchResult[Patient]{}, err
 	}
-	plan, err := q.Plan(Scope{IDs: scope.PatientIDs})
+	plan, err := q.Plan(Scope{IDs: scope.PatientIDs}.within(reach))
 	if err != nil {
 		return SearchResult[Patient]{}, err
 	}
@@ -213,10 +323,18 @@ func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (S
 // relatedScope resolves the joins of a projection other than Patient: each
 // join names patients, organizations or studies, which relate maps to the
 // type's ids; the results of several joins are intersected, and with
-// readable ids (nil: any).
-func (s *Service) relatedScope(ctx context.Context, actor *Actor, joins []Join, readable []int64, relate func(joinTarget) ([]int64, error)) (Scope, error) {
+// readable ids (nil: any). The token's patient context reaches what relate
+// maps the patient to.
+func (s *Service) relatedScope(ctx context.Context, actor *Actor, q Search, readable []int64, relate func(joinTarget) ([]int64, error)) (Scope, error) {
+	reach, err := s.reachOf(actor, q, func(p int64) (Reach, error) {
+		ids, err := relate(joinTarget{patients: []int64{p}})
+		return Reach{IDs: ids}, err
+	})
+	if err != nil {
+		return Scope{}, err
+	}
 	ids := readable
-	for _, j := range joins {
+	for _, j := range q.Joins() {
 		t, err := s.resolveJoin(ctx, actor, j)
 		if err != nil {
 			return Scope{}, err
@@ -227,7 +345,7 @@ func (s *Service) relatedScope(ctx context.Context, actor *Actor, joins []Join, 
 		}
 		ids = intersect(ids, these)
 	}
-	return Scope{IDs: ids}, nil
+	return Scope{IDs: ids}.within(reach), nil
 }
 
 // organizationsOf returns the organizations a join target relates to: the
@@ -301,7 +419,7 @@ func (s *Service) SearchPractitioners(ctx context.Context, actor *Actor, q Searc
 			readable = append(readable, actor.User.ID)
 		}
 	}
-	scope, err := s.relatedScope(ctx, actor, q.Joins(), readable, func(t joinTarget) ([]int64, error) {
+	scope, err := s.relatedScope(ctx, actor, q, readable, func(t joinTarget) ([]int64, error) {
 		orgs, err := s.organizationsOf(ctx, t)
 		if err != nil {
 			return nil, err
@@ -349,7 +467,7 @@ func (s *Service) PractitionerProjection(ctx context.Context, actor *Actor, id i
 // study's organization, the patient's organizations, the organization
 // itself; within the organizations the actor may see.
 func (s *Service) SearchOrganizations(ctx context.Context, actor *Actor, q Search) (SearchResult[Organization], error) {
-	scope, err := s.relatedScope(ctx, actor, q.Joins(), actor.readableOrganizationIDs(), func(t joinTarget) ([]int64, error) {
+	scope, err := s.relatedScope(ctx, actor, q, actor.readableOrganizationIDs(), func(t joinTarget) ([]int64, error) {
 		return s.organizationsOf(ctx, t)
 	})
 	if err != nil {
@@ -391,7 +509,7 @@ func (s *Service) SearchGroups(ctx context.Context, actor *Actor, q Search) (Sea
 	if err != nil {
 		return SearchResult[GroupView]{}, err
 	}
-	scope, err := s.relatedScope(ctx, actor, q.Joins(), readable, func(t joinTarget) ([]int64, error) {
+	scope, err := s.relatedScope(ctx, actor, q, readable, func(t joinTarget) ([]int64, error) {
 		return s.studiesOf(ctx, t)
 	})
 	if err != nil {
@@ -450,7 +568,7 @@ func (s *Service) GroupByID(ctx context.Context, actor *Actor, id int64) (*Group
 // sources, those of the patient's studies, those of the organization's
 // studies. The catalogue of data sources is readable by all.
 func (s *Service) SearchDevices(ctx context.Context, actor *Actor, q Search) (SearchResult[DataSource], error) {
-	scope, err := s.relatedScope(ctx, actor, q.Joins(), nil, func(t joinTarget) ([]int64, error) {
+	scope, err := s.relatedScope(ctx, actor, q, nil, func(t joinTarget) ([]int64, error) {
 		studies, err := s.studiesOf(ctx, t)
 		if err != nil {
 			return nil, err

@@ -23,12 +23,38 @@ type OAuthClient struct {
 	AllowedOrigins          []string
 	GrantTypes              []string // authorization_code, refresh_token
 	Algorithm               string   // ID token signing algorithm: RS256
-	Scopes                  []string // the scopes the client may request
+	Scopes                  []string // the scopes the client may request (see ScopeAllowed)
 	TokenEndpointAuthMethod string   // client_secret_basic, client_secret_post or none
-	UserID                  int64    // the user who registered it; 0 for the command line
-	SkipAuthorization       bool     // trusted: the consent page is skipped
-	CreatedAt               time.Time
-	LastUpdated             time.Time
+	// AuthMethodPinned: the confidential client authenticates only with
+	// TokenEndpointAuthMethod, as registered explicitly; otherwise with
+	// either client_secret_basic or client_secret_post.
+	AuthMethodPinned  bool
+	UserID            int64 // the user who registered it; 0 for the command line
+	SkipAuthorization bool  // trusted: the consent page is skipped
+	CreatedAt         time.Time
+	LastUpdated       time.Time
+}
+
+// The ways a client authenticates at the token, introspection and
+// revocation endpoints.
+const (
+	AuthSecretBasic = "client_secret_basic"
+	AuthSecretPost  = "client_secret_post"
+	AuthNone        = "none"
+)
+
+// AcceptsAuthMethod reports whether the client may authenticate with the
+// method: none for a public client; for a confidential one, the method it
+// is pinned to, or either secret method.
+func (c *OAuthClient) AcceptsAuthMethod(method string) bool {
+	switch {
+	case c.Type == ClientPublic:
+		return method == AuthNone
+	case c.AuthMethodPinned:
+		return method == c.TokenEndpointAuthMethod
+	default:
+		return method == AuthSecretBasic || method == AuthSecretPost
+	}
 }
 
 // OAuthTokenKind names what an OAuthToken record stands for.

@@ -185,8 +185,14 @@ func (s *Service) CreateObservations(ctx context.Context, actor *Actor, in []New
 }
 
 func (s *Service) checkObservation(ctx context.Context, actor *Actor, n NewObservation, patients map[int64]*writerCheck, devices map[int64]error) (*Observation, error) {
+	if err := actor.AllowFHIR(InteractionCreate, "Observation"); err != nil {
+		return nil, err
+	}
 	patientID, err := referenceID("subject", n.Subject, "Patient")
 	if err != nil {
+		return nil, err
+	}
+	if err := actor.allowWrite(InteractionCreate, "Observation", patientID); err != nil {
 		return nil, err
 	}
 	deviceID, err := referenceID("device", n.Device, "Device")

@@ -237,6 +237,9 @@ type sourceCheck struct {
 
 // newResource checks one create and builds the resource it stores.
 func (s *Service) newResource(ctx context.Context, actor *Actor, w ResourceWrite, sources map[int64]sourceCheck) (*Resource, error) {
+	if err := actor.AllowFHIR(InteractionCreate, w.Type); err != nil {
+		return nil, err
+	}
 	o, err := s.parseResource(w)
 	if err != nil {
 		return nil, err
@@ -254,6 +257,9 @@ func (s *Service) newResource(ctx context.Context, actor *Actor, w ResourceWrite
 		return nil, check.err
 	}
 	src := check.source
+	if err := actor.allowWrite(InteractionCreate, w.Type, src.PatientID); err != nil {
+		return nil, err
+	}
 	r := &Resource{ID: uuid.NewString(), Type: w.Type, SourceID: src.ID, SourcePatientID: src.PatientID, VersionID: 1}
 	if raw, ok := o.get("id"); ok {
 		if err := json.Unmarshal(raw, &r.UpstreamID); err != nil {
@@ -426,9 +432,28 @@ func invalidResource(resourceType string, issues []fhirdefs.Issue) *Error {
 }
 
 // ResourceByID returns an imported resource the actor may read: one of a
-// FHIR source of a patient the actor may read. Others are CodeNotFound,
-// as if they did not exist.
+// FHIR source of a patient the actor may read, which the token's scopes
+// reach. Others are CodeNotFound, as if they did not exist; a token that
+// reads no resource of the type at all is CodeForbidden.
 func (s *Service) ResourceByID(ctx context.Context, actor *Actor, resourceType, id string) (*Resource, error) {
+	if err := actor.AllowFHIR(InteractionRead, resourceType); err != nil {
+		return nil, err
+	}
+	r, err := s.resourceByID(ctx, actor, resourceType, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.withinReach(ctx, actor, resourceType, id); IsCode(err, CodeForbidden) {
+		return nil, Errorf(CodeNotFound, "%s/%s does not exist", resourceType, id)
+	} else if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// resourceByID returns an imported resource the permission model lets the
+// actor read, whatever the token's scopes.
+func (s *Service) resourceByID(ctx context.Context, actor *Actor, resourceType, id string) (*Resource, error) {
 	missing := Errorf(CodeNotFound, "%s/%s does not exist", resourceType, id)
 	if !IsResourceID(id) {
 		return nil, missing
@@ -450,11 +475,18 @@ func (s *Service) ResourceByID(ctx context.Context, actor *Actor, resourceType, 
 	return r, nil
 }
 
-// writableResource returns a resource the actor may change, at the
-// version the change expects (0: any).
-func (s *Service) writableResource(ctx context.Context, actor *Actor, resourceType, id string, ifMatch int64) (*Resource, error) {
-	r, err := s.ResourceByID(ctx, actor, resourceType, id)
+// writableResource returns a resource the actor may change with the
+// interaction (update or delete), at the version the change expects (0:
+// any).
+func (s *Service) writableResource(ctx context.Context, actor *Actor, i Interactions, resourceType, id string, ifMatch int64) (*Resource, error) {
+	if err := actor.AllowFHIR(i, resourceType); err != nil {
+		return nil, err
+	}
+	r, err := s.resourceByID(ctx, actor, resourceType, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := actor.allowWrite(i, resourceType, r.SourcePatientID); err != nil {
 		return nil, err
 	}
 	if _, err := s.writableSource(ctx, actor, r.SourceID); err != nil {
@@ -476,7 +508,7 @@ func (s *Service) UpdateResource(ctx context.Context, actor *Actor, id string, w
 	if err != nil {
 		return nil, err
 	}
-	current, err := s.writableResource(ctx, actor, w.Type, id, w.IfMatch)
+	current, err := s.writableResource(ctx, actor, InteractionUpdate, w.Type, id, w.IfMatch)
 	if err != nil {
 		return nil, err
 	}
@@ -518,7 +550,7 @@ func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType,
 	if err := s.importedWrites(); err != nil {
 		return nil, err
 	}
-	current, err := s.writableResource(ctx, actor, resourceType, id, ifMatch)
+	current, err := s.writableResource(ctx, actor, InteractionUpdate, resourceType, id, ifMatch)
 	if err != nil {
 		return nil, err
 	}
@@ -550,7 +582,7 @@ func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType,
 
 // DeleteResource removes an imported resource.
 func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType, id string, ifMatch int64) error {
-	r, err := s.writableResource(ctx, actor, resourceType, id, ifMatch)
+	r, err := s.writableResource(ctx, actor, InteractionDelete, resourceType, id, ifMatch)
 	if err != nil {
 		return err
 	}
@@ -562,6 +594,10 @@ func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType
 // (CodeForbidden when the actor may not read it). patient= selects the
 // resources of the patient's sources and those referring to the patient.
 func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (SearchResult[Resource], error) {
+	reach, err := s.reachOf(actor, q, ofPatient)
+	if err != nil {
+		return SearchResult[Resource]{}, err
+	}
 	sel := q.Store()
 	scope := Scope{}
 	switch {
@@ -593,7 +629,7 @@ func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (
 		}
 		scope.PatientIDs = intersect(scope.PatientIDs, t.patients)
 	}
-	plan, err := q.Plan(scope)
+	plan, err := q.Plan(scope.within(reach))
 	if err != nil {
 		return SearchResult[Resource]{}, err
 	}

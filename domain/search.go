@@ -69,18 +69,66 @@ type Scope struct {
 	// the caller may read); PatientIDs then selects resources of those
 	// patients' sources or referring to them.
 	SourceIDs []int64
+	// Reach is what the token's scopes let the search return: a record
+	// must meet one of these alternatives. nil: no limit; empty: nothing.
+	Reach []Reach
+}
+
+// Reach is what one scope of a token lets a search return: records of its
+// patient context (PatientIDs, for observations and imported resources;
+// IDs, for the projections related to the patient) that match its search
+// constraints. nil fields do not limit.
+type Reach struct {
+	PatientIDs  []int64
+	IDs         []int64
+	Constraints []ScopeConstraint
+}
+
+// within narrows the scope to the token's reach. One alternative (the
+// usual case) folds into the scope's own id lists, where the planner puts
+// them on the index; several stay alternatives of the plan.
+func (sc Scope) within(reach []Reach) Scope {
+	if len(reach) != 1 {
+		sc.Reach = reach
+		return sc
+	}
+	r := reach[0]
+	if r.PatientIDs != nil {
+		sc.PatientIDs = intersect(sc.PatientIDs, r.PatientIDs)
+	}
+	if r.IDs != nil {
+		sc.IDs = intersect(sc.IDs, r.IDs)
+	}
+	if len(r.Constraints) > 0 {
+		sc.Reach = []Reach{{Constraints: r.Constraints}}
+	}
+	return sc
 }
 
 // Search is a parsed FHIR search over the native store; package fhirsearch
 // makes them. The domain reads its joins, resolves them into a Scope, and
 // hands the plan it gets back to the store without reading it.
 type Search interface {
+	// ResourceType is the searched type.
+	ResourceType() string
+	// Interaction is InteractionSearch, or InteractionRead for a read
+	// answered as a search for one id (see IDSearches).
+	Interaction() Interactions
 	// Store says which store the search reads.
 	Store() StoreSelection
 	Joins() []Join
 	// Plan translates the search, narrowed to scope, into what the store
 	// runs.
 	Plan(scope Scope) (*SearchPlan, error)
+}
+
+// IDSearches makes the search for one record that a read under a
+// narrowing token runs, so that reads and searches reach the same records;
+// *fhirsearch.Translator is one.
+type IDSearches interface {
+	// ByID returns the read of resourceType/id as a search: of the imported
+	// store for an imported id, else of the native store.
+	ByID(resourceType, id string) (Search, error)
 }
 
 // SearchPlan is a search ready to run: opaque to the domain.

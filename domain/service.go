@@ -31,6 +31,7 @@ type Service struct {
 	validator  ResourceValidator
 	indexer    ResourceIndexer
 	converter  R4Converter
+	searches   IDSearches
 	now        func() time.Time
 	log        *slog.Logger
 	signIns    keyLocks // sign-in attempts in progress, by account and address
@@ -51,6 +52,10 @@ type Config struct {
 	// Converter converts R4 resources for /fhir-import/R4; nil: the R4
 	// maps are not installed and imports are refused.
 	Converter R4Converter
+	// Searches makes the searches of reads under tokens whose scopes
+	// narrow them; nil: such reads fail (every token without narrowing
+	// scopes works).
+	Searches IDSearches
 	// Now is the clock; nil means time.Now. Tests inject a clock to step
 	// over expiry without sleeping.
 	Now func() time.Time
@@ -71,7 +76,7 @@ func NewService(c Config) *Service {
 		c.Schemas = StructureOnly{}
 	}
 	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
-		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, now: c.Now, log: c.Logger}
+		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, now: c.Now, log: c.Logger}
 }
 
 // Now returns the service clock's time in UTC.

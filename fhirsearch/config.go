@@ -275,6 +275,15 @@ func Lookup(resourceType string) (*Resource, bool) {
 	return &Resources[i], true
 }
 
+// TypeNames returns the types the FHIR API serves, in table order.
+func TypeNames() []string {
+	out := make([]string, len(Resources))
+	for i, r := range Resources {
+		out[i] = r.Type
+	}
+	return out
+}
+
 // Native reports whether the type has a native store.
 func (r *Resource) Native() bool { return r.Collection != "" }
 

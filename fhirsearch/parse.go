@@ -75,6 +75,8 @@ type Query struct {
 	// canonical is the query without paging parameters, which a cursor is
 	// bound to.
 	canonical string
+	// read marks the search for one id that answers a read (ByID).
+	read bool
 }
 
 // ignoredParams are parameters of the request, not of the search.
@@ -312,6 +314,35 @@ func (q *Query) control(name, v string) error {
 		q.sort, q.desc = s, desc
 	}
 	return nil
+}
+
+// ByID returns the read of resourceType/id as a search for that id:
+// the imported store's for an imported id (a UUID), else the native
+// store's. It implements domain.IDSearches: the domain runs it to decide
+// whether a token whose scopes narrow reads reaches the record.
+func (t *Translator) ByID(resourceType, id string) (domain.Search, error) {
+	query := url.Values{"_id": {id}, "_count": {"1"}}
+	if domain.IsResourceID(id) {
+		query.Set("_source:below", t.sourceBase+"/")
+	}
+	q, err := t.Parse(resourceType, query, true)
+	if err != nil {
+		return nil, err
+	}
+	q.read = true
+	return q, nil
+}
+
+// ResourceType returns the searched type.
+func (q *Query) ResourceType() string { return q.resource.Type }
+
+// Interaction is what the search does, as scopes name it: a search, or a
+// read when it stands for one (ByID).
+func (q *Query) Interaction() domain.Interactions {
+	if q.read {
+		return domain.InteractionRead
+	}
+	return domain.InteractionSearch
 }
 
 // Joins returns the parameters the domain resolves.

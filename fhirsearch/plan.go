@@ -83,6 +83,9 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 			b.add(field, cond, simple)
 		}
 	}
+	if scope.Reach != nil {
+		b.and = append(b.and, q.reachCondition(scope.Reach))
+	}
 	top, and := b.finish(prefix)
 	filter := withAnd(top, and)
 
@@ -153,6 +156,71 @@ func (b *matchBuilder) finish(prefix []string) (bson.D, bson.A) {
 		and = append(and, bson.M{f: b.simple[f]})
 	}
 	return top, and
+}
+
+// reachCondition is what a token's scopes let the search return: one
+// of the alternatives, each its patients' records (or ids) that match its
+// search constraints. None: nothing matches.
+func (q *Query) reachCondition(reach []domain.Reach) any {
+	alts := bson.A{}
+	for _, r := range reach {
+		var conds bson.A
+		if r.PatientIDs != nil {
+			if q.store.Kind == domain.StoreImported {
+				conds = append(conds, importedPatientCondition(r.PatientIDs))
+			} else {
+				conds = append(conds, bson.M{"patientId": bson.M{"$in": int64s(r.PatientIDs)}})
+			}
+		}
+		if r.IDs != nil {
+			conds = append(conds, bson.M{"_id": bson.M{"$in": int64s(r.IDs)}})
+		}
+		for _, c := range r.Constraints {
+			conds = append(conds, q.constraintCondition(c))
+		}
+		switch len(conds) {
+		case 0:
+			alts = append(alts, bson.M{}) // matches everything the rest of the query allows
+		case 1:
+			alts = append(alts, conds[0])
+		default:
+			alts = append(alts, bson.M{"$and": conds})
+		}
+	}
+	switch len(alts) {
+	case 0:
+		return matchNothing
+	case 1:
+		return alts[0]
+	}
+	return bson.M{"$or": alts}
+}
+
+// constraintCondition translates a scope's search constraint as the same
+// token search parameter of the type would be: a constraint on a parameter
+// the type or store lacks (category of a native Observation, which carries
+// none) matches nothing.
+func (q *Query) constraintCondition(c domain.ScopeConstraint) any {
+	p, ok := q.resource.param(c.Param)
+	if !ok || p.Type != TypeToken || p.Join != "" || !p.appliesTo(q.store.Kind) {
+		return matchNothing
+	}
+	clause := Clause{Param: p}
+	for _, v := range c.Values {
+		tok, err := parseToken(p.Name, v)
+		if err != nil { // domain.ParseScope admits tokens only
+			return matchNothing
+		}
+		clause.Tokens = append(clause.Tokens, tok)
+	}
+	field, cond, simple := clauseCondition(clause, q.t.now())
+	if q.store.Kind == domain.StoreImported {
+		field, cond, simple = importedCondition(clause, q.t.now())
+	}
+	if simple {
+		return bson.M{field: cond}
+	}
+	return cond
 }
 
 // importedCondition translates one clause onto the search index of the
