@@ -17,13 +17,8 @@ import (
 	"exchange/domain"
 )
 
-// The grant and scope vocabulary of the provider.
-var (
-	// GrantTypes are the grants a registered client may use.
-	GrantTypes = []string{"authorization_code", "refresh_token"}
-	// Scopes are the scopes a client may request.
-	Scopes = []string{"openid", "profile", "email", "offline_access"}
-)
+// GrantTypes are the grants a registered client may use.
+var GrantTypes = []string{"authorization_code", "refresh_token"}
 
 // CLIClientID is the built-in client that tokens printed by
 // `exchange token create` belong to. It has no redirect URIs and no grants,
@@ -61,9 +56,13 @@ type ClientRegistration struct {
 	Algorithm              string // RS256, the only one offered; empty means RS256
 	UserID                 int64
 	SkipAuthorization      bool
-	// TokenEndpointAuthMethod of a confidential client: client_secret_basic
-	// (the default) or client_secret_post.
+	// TokenEndpointAuthMethod pins a confidential client to one way of
+	// authenticating: client_secret_basic or client_secret_post. Empty: it
+	// may use either.
 	TokenEndpointAuthMethod string
+	// Scopes the client may request; empty: every scope of the vocabulary
+	// (domain.AllScopes), so that a standard SMART app works.
+	Scopes []string
 }
 
 // MinClientSecretLength is the shortest client secret accepted when an
@@ -74,7 +73,7 @@ const MinClientSecretLength = 32
 // and, for a confidential client, its secret in clear: the only time it is
 // shown. Returns domain.CodeInvalid or domain.CodeDuplicate.
 func (p *Provider) RegisterClient(ctx context.Context, in ClientRegistration) (*domain.OAuthClient, string, error) {
-	c, secret, err := newClient(in)
+	c, secret, err := p.newClient(in)
 	if err != nil {
 		return nil, "", err
 	}
@@ -125,7 +124,7 @@ func (p *Provider) SaveClient(ctx context.Context, in ClientRegistration) (*doma
 	if in.ID == "" {
 		return nil, domain.FieldErrorf("clientId", "is required")
 	}
-	c, _, err := newClient(in)
+	c, _, err := p.newClient(in)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +159,7 @@ func (p *Provider) Clients(ctx context.Context) ([]domain.OAuthClient, error) {
 	return p.store.OAuthClients(ctx)
 }
 
-func newClient(in ClientRegistration) (*domain.OAuthClient, string, error) {
+func (p *Provider) newClient(in ClientRegistration) (*domain.OAuthClient, string, error) {
 	c := &domain.OAuthClient{
 		ID:                     strings.TrimSpace(in.ID),
 		Name:                   strings.TrimSpace(in.Name),
@@ -170,7 +169,7 @@ func newClient(in ClientRegistration) (*domain.OAuthClient, string, error) {
 		AllowedOrigins:         trimmed(in.AllowedOrigins),
 		GrantTypes:             GrantTypes,
 		Algorithm:              "RS256",
-		Scopes:                 Scopes,
+		Scopes:                 trimmed(in.Scopes),
 		UserID:                 in.UserID,
 		SkipAuthorization:      in.SkipAuthorization,
 	}
@@ -182,6 +181,11 @@ func newClient(in ClientRegistration) (*domain.OAuthClient, string, error) {
 	}
 	if in.Algorithm != "" && in.Algorithm != "RS256" {
 		return nil, "", domain.FieldErrorf("algorithm", "only RS256 is supported")
+	}
+	if len(c.Scopes) == 0 {
+		c.Scopes = domain.AllScopes
+	} else if err := p.checkScopes(c.Scopes); err != nil {
+		return nil, "", err
 	}
 	if len(c.RedirectURIs) == 0 {
 		return nil, "", domain.FieldErrorf("redirectUris", "at least one redirect URI is required for the authorization code grant")
@@ -207,7 +211,10 @@ func newClient(in ClientRegistration) (*domain.OAuthClient, string, error) {
 		if in.Secret != "" {
 			return nil, "", domain.FieldErrorf("clientSecret", "a public client has no secret")
 		}
-		c.TokenEndpointAuthMethod = "none"
+		if m := in.TokenEndpointAuthMethod; m != "" && m != domain.AuthNone {
+			return nil, "", domain.FieldErrorf("tokenEndpointAuthMethod", "a public client authenticates with none, not %s", m)
+		}
+		c.TokenEndpointAuthMethod = domain.AuthNone
 	case domain.ClientConfidential:
 		secret = in.Secret
 		if secret == "" {
@@ -216,12 +223,13 @@ func newClient(in ClientRegistration) (*domain.OAuthClient, string, error) {
 			return nil, "", domain.FieldErrorf("clientSecret", "must be at least %d characters", MinClientSecretLength)
 		}
 		c.SecretHash = hashSecret(secret)
-		c.TokenEndpointAuthMethod = in.TokenEndpointAuthMethod
-		if c.TokenEndpointAuthMethod == "" {
-			c.TokenEndpointAuthMethod = "client_secret_basic"
+		// Either secret method works unless the registration names one.
+		c.TokenEndpointAuthMethod, c.AuthMethodPinned = in.TokenEndpointAuthMethod, in.TokenEndpointAuthMethod != ""
+		if !c.AuthMethodPinned {
+			c.TokenEndpointAuthMethod = domain.AuthSecretBasic
 		}
-		if c.TokenEndpointAuthMethod != "client_secret_basic" && c.TokenEndpointAuthMethod != "client_secret_post" {
-			return nil, "", domain.FieldErrorf("tokenEndpointAuthMethod", "must be client_secret_basic or client_secret_post")
+		if c.TokenEndpointAuthMethod != domain.AuthSecretBasic && c.TokenEndpointAuthMethod != domain.AuthSecretPost {
+			return nil, "", domain.FieldErrorf("tokenEndpointAuthMethod", "must be %s or %s", domain.AuthSecretBasic, domain.AuthSecretPost)
 		}
 	default:
 		return nil, "", domain.FieldErrorf("clientType", "must be %q or %q", domain.ClientConfidential, domain.ClientPublic)

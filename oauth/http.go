@@ -30,16 +30,36 @@ func (p *Provider) Handler() http.Handler {
 		}
 	}
 	route("GET,POST", "/o/authorize/", p.authorize)
-	route("POST", "/o/token/", p.token)
+	route("POST,OPTIONS", "/o/token/", cors(p.token))
 	route("POST", "/o/introspect/", p.introspect)
-	route("POST", "/o/revoke_token/", p.revoke)
-	route("GET,POST", "/o/userinfo/", p.userinfo)
-	route("GET", "/o/.well-known/openid-configuration", p.discovery)
-	route("GET", "/o/.well-known/jwks.json", p.jwksHandler)
+	route("POST,OPTIONS", "/o/revoke_token/", cors(p.revoke))
+	route("GET,POST,OPTIONS", "/o/userinfo/", cors(p.userinfo))
+	route("GET,OPTIONS", "/o/.well-known/openid-configuration", cors(p.discovery))
+	route("GET,OPTIONS", "/o/.well-known/jwks.json", cors(p.jwksHandler))
 	route("GET,POST", "/o/login/", p.login)
 	route("POST", "/o/logout/", p.logout)
 	route("GET,POST", "/o/applications/register/", p.registerApplication)
 	return mux
+}
+
+// cors lets browser apps (a SMART app in a page of its own origin) call an
+// endpoint that reads no cookie: the token, revocation and userinfo
+// endpoints, discovery and the JWKS. What authorizes such a call is in the
+// request (a code with its PKCE verifier, a refresh token, a bearer
+// token), so any origin may make it, as any server can; the pages that
+// read the login cookie (authorize, login, consent) get no CORS headers.
+func cors(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		if r.Method == http.MethodOptions {
+			w.Header().Set("Access-Control-Allow-Methods", "GET, POST")
+			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept")
+			w.Header().Set("Access-Control-Max-Age", "86400")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		h(w, r)
+	}
 }
 
 // authorize serves the authorization endpoint. The authorization request is
@@ -70,6 +90,12 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		p.writeAuthorizeError(w, r, ar, fosite.ErrInvalidRequest.WithHint("PKCE with code_challenge_method S256 is required."))
 		return
 	}
+	// A SMART app names the FHIR server it wants a token for: never
+	// another one, whose operator would then hold our users' tokens.
+	if aud := query.Get("aud"); aud != "" && !fhirAudience(p.proxies.RequestOrigin(r), aud) {
+		p.writeAuthorizeError(w, r, ar, fosite.ErrInvalidRequest.WithHintf("aud must be this server's FHIR base URL, %s%s.", p.proxies.RequestOrigin(r), fhirPath))
+		return
+	}
 	ctx = withRequest(ctx, r)
 	client, err := p.store.OAuthClient(ctx, ar.GetClient().GetID())
 	if err != nil {
@@ -95,6 +121,12 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		p.renderLogin(w, r, http.StatusOK, loginPage{Next: back.RequestURI(), ClientName: client.Name})
 		return
 	}
+	actor, err := p.users.Actor(ctx, user.ID)
+	if err != nil {
+		p.writeAuthorizeError(w, r, ar, err)
+		return
+	}
+	granted := ar.GetRequestedScopes()
 	switch {
 	case r.Method == http.MethodPost:
 		if !csrfValid(r) {
@@ -105,19 +137,28 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 			p.writeAuthorizeError(w, r, ar, fosite.ErrAccessDenied.WithHint("The user denied the request."))
 			return
 		}
+		// The consent page's ticked scopes (the picker page carries them
+		// on): the user may narrow the request, never widen it.
+		granted = grantedScopes(granted, r.PostForm["scope"])
 	case !client.SkipAuthorization:
 		if slices.Contains(prompt, "none") {
 			p.writeAuthorizeError(w, r, ar, fosite.ErrConsentRequired)
 			return
 		}
-		p.renderConsent(w, r, consentPage{Client: client.Name, User: user.Email, Scopes: describeScopes(ar.GetRequestedScopes()), Action: r.URL.RequestURI()})
+		p.renderConsent(w, r, consentPage{Client: client.Name, User: user.Email, Scopes: describeScopes(granted, actor.Patient != nil), Action: r.URL.RequestURI()})
 		return
 	}
-	for _, s := range ar.GetRequestedScopes() {
+	launch, chosen := p.launchPatient(w, r, ar, actor, client.Name, granted, prompt)
+	if !chosen {
+		return
+	}
+	for _, s := range granted {
 		ar.GrantScope(s)
 	}
 	ar.GrantAudience(client.ID)
-	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(user, ar.GetGrantedScopes(), sess.AuthTime, ar.GetRequestedAt()))
+	grant := p.newSession(user, fhirUser(p.proxies.RequestOrigin(r), actor), granted, sess.AuthTime, ar.GetRequestedAt())
+	grant.LaunchPatient = launch
+	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, grant)
 	if err != nil {
 		p.writeAuthorizeError(w, r, ar, err)
 		return
@@ -155,6 +196,9 @@ func (p *Provider) writeAuthorizeError(w http.ResponseWriter, r *http.Request, a
 func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	ctx := withRequest(r.Context(), r)
 	ar, err := p.oauth2.NewAccessRequest(ctx, r, emptySession())
+	if err == nil {
+		err = narrowRefresh(ar)
+	}
 	if err != nil {
 		p.logServerError("token request failed", err)
 		p.oauth2.WriteAccessError(ctx, w, ar, err)
@@ -166,17 +210,40 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		p.oauth2.WriteAccessError(ctx, w, ar, err)
 		return
 	}
+	// SMART's launch context: the patient beside the access token.
+	if s, ok := ar.GetSession().(*session); ok && s.LaunchPatient != 0 && ar.GetGrantedScopes().Has(domain.ScopeLaunchPatient) {
+		resp.SetExtra("patient", strconv.FormatInt(s.LaunchPatient, 10))
+	}
 	p.oauth2.WriteAccessResponse(ctx, w, ar, resp)
 }
 
 // introspect serves RFC 7662 introspection to confidential clients, which
-// authenticate with HTTP Basic. A bearer token is not accepted as caller
+// authenticate as at the token endpoint (client_secret_basic or
+// client_secret_post). A bearer token is not accepted as caller
 // credentials here: only registered confidential clients may introspect.
 func (p *Provider) introspect(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if fosite.AccessTokenFromRequest(r) != "" {
-		p.oauth2.WriteIntrospectionError(ctx, w, fosite.ErrRequestUnauthorized.WithHint("Authenticate as a confidential client with HTTP Basic."))
+		p.oauth2.WriteIntrospectionError(ctx, w, fosite.ErrRequestUnauthorized.WithHint("Authenticate as a confidential client with its secret."))
 		return
+	}
+	if err := r.ParseForm(); err != nil {
+		p.oauth2.WriteIntrospectionError(ctx, w, fosite.ErrInvalidRequest.WithHint("The body must be application/x-www-form-urlencoded."))
+		return
+	}
+	c, err := p.storage.authenticateClient(ctx, r, r.PostForm)
+	if err == nil && c.IsPublic() {
+		err = fosite.ErrInvalidClient.WithHint("Only confidential clients may introspect tokens.")
+	}
+	if err != nil {
+		p.logServerError("introspection failed", err)
+		p.oauth2.WriteIntrospectionError(ctx, w, fosite.ErrRequestUnauthorized.WithHint(fosite.ErrorToRFC6749Error(err).GetDescription()))
+		return
+	}
+	if _, _, basic := r.BasicAuth(); !basic {
+		// fosite reads the caller's credentials from HTTP Basic only:
+		// hand it the ones just checked in that form.
+		r.SetBasicAuth(url.QueryEscape(r.PostForm.Get("client_id")), url.QueryEscape(r.PostForm.Get("client_secret")))
 	}
 	ir, err := p.oauth2.NewIntrospectionRequest(ctx, r, emptySession())
 	if err != nil {
@@ -234,6 +301,9 @@ func (p *Provider) userinfo(w http.ResponseWriter, r *http.Request) {
 		claims["name"] = strings.TrimSpace(u.FirstName + " " + u.LastName)
 		claims["preferred_username"] = u.Email
 	}
+	if s, ok := ar.GetSession().(*session); ok && s.Claims.Extra["fhirUser"] != nil {
+		claims["fhirUser"] = s.Claims.Extra["fhirUser"]
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, claims)
 }
@@ -248,6 +318,12 @@ func (p *Provider) discovery(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Vary", VaryForwarded)
 	writeJSON(w, http.StatusOK, Metadata(issuer))
 }
+
+// SupportedScopes are the scopes discovery lists: the named ones and the
+// resource scope wildcards. Any narrower resource scope (a type, fewer
+// interactions, ?category= or ?code= constraints, the SMART v1 .read,
+// .write and .* spellings) is accepted too.
+var SupportedScopes = append(slices.Clone(domain.NamedScopes), "patient/*.rs", "patient/*.cruds", "user/*.rs", "user/*.cruds")
 
 // Metadata returns the OpenID Provider Metadata for an issuer ({origin}/o);
 // the FHIR layer's SMART configuration reuses its endpoints.
@@ -265,12 +341,12 @@ func Metadata(issuer string) map[string]any {
 		"grant_types_supported":                         GrantTypes,
 		"subject_types_supported":                       []string{"public"},
 		"id_token_signing_alg_values_supported":         []string{"RS256"},
-		"scopes_supported":                              Scopes,
-		"token_endpoint_auth_methods_supported":         []string{"client_secret_basic", "client_secret_post", "none"},
-		"introspection_endpoint_auth_methods_supported": []string{"client_secret_basic"},
-		"revocation_endpoint_auth_methods_supported":    []string{"client_secret_basic", "client_secret_post", "none"},
+		"scopes_supported":                              SupportedScopes,
+		"token_endpoint_auth_methods_supported":         []string{domain.AuthSecretBasic, domain.AuthSecretPost, domain.AuthNone},
+		"introspection_endpoint_auth_methods_supported": []string{domain.AuthSecretBasic, domain.AuthSecretPost},
+		"revocation_endpoint_auth_methods_supported":    []string{domain.AuthSecretBasic, domain.AuthSecretPost, domain.AuthNone},
 		"code_challenge_methods_supported":              []string{"S256"},
-		"claims_supported":                              []string{"sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "email", "name", "given_name", "family_name", "preferred_username"},
+		"claims_supported":                              []string{"sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "email", "name", "given_name", "family_name", "preferred_username", "fhirUser"},
 		"prompt_values_supported":                       []string{"none", "login", "consent"},
 	}
 }
@@ -380,7 +456,7 @@ func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 		p.renderMessage(w, r, http.StatusForbidden, "Not allowed", "Only staff members and superusers may register applications.")
 		return
 	}
-	form := registerPage{User: actor.User.Email, ClientType: string(domain.ClientConfidential)}
+	form := registerPage{User: actor.User.Email, ClientType: string(domain.ClientConfidential), Scopes: strings.Join(domain.AllScopes, "\n")}
 	if r.Method == http.MethodGet {
 		p.renderRegister(w, r, http.StatusOK, form)
 		return
@@ -390,6 +466,8 @@ func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 	form.RedirectURIs = r.PostFormValue("redirect_uris")
 	form.PostLogoutRedirectURIs = r.PostFormValue("post_logout_redirect_uris")
 	form.AllowedOrigins = r.PostFormValue("allowed_origins")
+	form.Scopes = r.PostFormValue("scopes")
+	form.AuthMethod = r.PostFormValue("auth_method")
 	if !csrfValid(r) {
 		form.Error = "This form has expired. Please submit it again."
 		p.renderRegister(w, r, http.StatusForbidden, form)
@@ -403,7 +481,8 @@ func (p *Provider) registerApplication(w http.ResponseWriter, r *http.Request) {
 	c, secret, err := p.RegisterClientAs(ctx, actor, ClientRegistration{
 		Name: form.Name, Type: domain.ClientType(form.ClientType), Algorithm: r.PostFormValue("algorithm"),
 		RedirectURIs: strings.Fields(form.RedirectURIs), PostLogoutRedirectURIs: strings.Fields(form.PostLogoutRedirectURIs),
-		AllowedOrigins: strings.Fields(form.AllowedOrigins),
+		AllowedOrigins: strings.Fields(form.AllowedOrigins), Scopes: strings.Fields(form.Scopes),
+		TokenEndpointAuthMethod: form.AuthMethod,
 	})
 	if err != nil {
 		status := http.StatusBadRequest

@@ -15,14 +15,41 @@ import (
 
 // IssueAccessToken creates a bearer access token for the user, valid for
 // ttl, and returns it: the tokens `exchange token create` prints for
-// scripts. It is stored and revocable like any other; it belongs to the
-// built-in CLIClientID client, created on first use.
+// scripts. Its scopes (openid profile email) name no resource access, so
+// it acts with the user's full access (ScriptScopes). It is stored and revocable like any
+// other; it belongs to the built-in CLIClientID client, created on first
+// use.
 func (p *Provider) IssueAccessToken(ctx context.Context, userID int64, ttl time.Duration) (string, time.Time, error) {
+	return p.IssueScopedAccessToken(ctx, userID, ttl, ScriptScopes, 0)
+}
+
+// ScriptScopes are the scopes of the tokens `exchange token create` prints
+// by default.
+var ScriptScopes = []string{domain.ScopeOpenID, domain.ScopeProfile, domain.ScopeEmail}
+
+// IssueScopedAccessToken is IssueAccessToken with the scopes the token is
+// granted (`exchange token create --scopes`): a script can hold a token
+// that may only read Observations, say. patient is the token's patient
+// context, which patient/ scopes reach: a patient user's is their own
+// record (patient must be 0 or it); a practitioner's must be a patient
+// they may read. Returns domain.CodeInvalid for a scope outside the
+// vocabulary, or a practitioner's patient/ scopes without a patient.
+func (p *Provider) IssueScopedAccessToken(ctx context.Context, userID int64, ttl time.Duration, scopes []string, patient int64) (string, time.Time, error) {
 	if ttl <= 0 {
 		return "", time.Time{}, domain.FieldErrorf("ttl", "must be positive")
 	}
+	if err := p.checkScopes(scopes); err != nil {
+		return "", time.Time{}, err
+	}
 	u, err := p.users.UserByID(ctx, userID)
 	if err != nil {
+		return "", time.Time{}, err
+	}
+	actor, err := p.users.Actor(ctx, userID)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	if patient, err = p.tokenPatient(ctx, actor, scopes, patient); err != nil {
 		return "", time.Time{}, err
 	}
 	client, err := p.cliClient(ctx)
@@ -30,14 +57,15 @@ func (p *Provider) IssueAccessToken(ctx context.Context, userID int64, ttl time.
 		return "", time.Time{}, err
 	}
 	now := p.now().UTC()
-	scopes := fosite.Arguments{"openid", "profile", "email"}
-	session := p.newSession(u, scopes, now, now)
+	granted := fosite.Arguments(scopes)
+	session := p.newSession(u, "", granted, now, now)
+	session.LaunchPatient = patient
 	expires := now.Add(ttl).Round(time.Second)
 	session.SetExpiresAt(fosite.AccessToken, expires)
 	req := fosite.NewAccessRequest(session)
 	req.Client = fositeClient(client)
 	req.RequestedAt = now
-	for _, s := range scopes {
+	for _, s := range granted {
 		req.AppendRequestedScope(s)
 		req.GrantScope(s)
 	}
@@ -52,18 +80,42 @@ func (p *Provider) IssueAccessToken(ctx context.Context, userID int64, ttl time.
 	return token, expires, nil
 }
 
+// tokenPatient checks the patient context asked for a command-line token.
+func (p *Provider) tokenPatient(ctx context.Context, actor *domain.Actor, scopes []string, patient int64) (int64, error) {
+	if actor.Patient != nil {
+		if patient != 0 && patient != actor.Patient.ID {
+			return 0, domain.FieldErrorf("patient", "a patient's token has their own record, Patient/%d, as its patient context", actor.Patient.ID)
+		}
+		return actor.Patient.ID, nil
+	}
+	if patient == 0 {
+		if slices.ContainsFunc(scopes, func(s string) bool { return strings.HasPrefix(s, "patient/") }) {
+			return 0, domain.FieldErrorf("patient", "patient/ scopes reach the token's patient context: name the patient")
+		}
+		return 0, nil
+	}
+	if _, err := p.users.PatientByID(ctx, actor, patient); err != nil {
+		return 0, domain.FieldErrorf("patient", "Patient/%d is not a patient you may read", patient)
+	}
+	return patient, nil
+}
+
 func (p *Provider) cliClient(ctx context.Context) (*domain.OAuthClient, error) {
 	c, err := p.store.OAuthClient(ctx, CLIClientID)
 	if !domain.IsCode(err, domain.CodeNotFound) {
 		return c, err
 	}
 	c = &domain.OAuthClient{ID: CLIClientID, Name: "exchange command line", Type: domain.ClientPublic,
-		TokenEndpointAuthMethod: "none", Algorithm: "RS256", Scopes: Scopes}
+		TokenEndpointAuthMethod: "none", Algorithm: "RS256", Scopes: domain.AllScopes}
 	if err := p.store.CreateOAuthClient(ctx, c); err != nil && !domain.IsCode(err, domain.CodeDuplicate) {
 		return nil, err
 	}
 	return c, nil
 }
+
+// invitationScopes are the scopes of a patient authorization code, as far
+// as the client may request them.
+var invitationScopes = []string{domain.ScopeOpenID, domain.ScopeProfile, domain.ScopeEmail, domain.ScopeOfflineAccess}
 
 // PatientCode is an authorization code issued for a patient out of band.
 type PatientCode struct {
@@ -109,14 +161,20 @@ func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID 
 		"code_challenge":        {p.patientChallenge},
 		"code_challenge_method": {"S256"},
 	}
-	for _, s := range client.Scopes {
-		ar.AppendRequestedScope(s)
-		ar.GrantScope(s)
+	// The patient's app gets the identity scopes its client may request:
+	// full access to the patient's own data, as the invitation promises.
+	var scopes []string
+	for _, s := range invitationScopes {
+		if domain.ScopeAllowed(client.Scopes, s) {
+			scopes = append(scopes, s)
+			ar.AppendRequestedScope(s)
+			ar.GrantScope(s)
+		}
 	}
-	ar.Form.Set("scope", strings.Join(client.Scopes, " "))
+	ar.Form.Set("scope", strings.Join(scopes, " "))
 	ar.GrantAudience(clientID)
 	ctx = context.WithValue(ctx, patientCodeKey{}, true)
-	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(u, ar.GetGrantedScopes(), now, now))
+	resp, err := p.oauth2.NewAuthorizeResponse(ctx, ar, p.newSession(u, "", ar.GetGrantedScopes(), now, now))
 	if err != nil {
 		return nil, fmt.Errorf("issue patient code: %w: %s", err, fosite.ErrorToRFC6749Error(err).GetDescription())
 	}

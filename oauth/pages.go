@@ -5,6 +5,9 @@ import (
 	"embed"
 	"html/template"
 	"net/http"
+	"strings"
+
+	"exchange/domain"
 )
 
 //go:embed templates/*.html
@@ -33,8 +36,30 @@ type consentPage struct {
 	Action string
 }
 
+// scopeDescription is one requested scope on the consent page: in plain
+// words, and whether the user may untick it.
 type scopeDescription struct {
 	Scope, Text string
+	Required    bool
+}
+
+// pickerPage is where a practitioner chooses the patient a SMART app opens
+// (launch/patient). Scopes are the ones allowed on the consent page,
+// carried on to the authorization.
+type pickerPage struct {
+	Client   string
+	User     string
+	Scopes   []string
+	Action   string
+	Name     string // the name searched for
+	Patients []pickedPatient
+	More     bool // more patients match than are listed
+	Error    string
+}
+
+type pickedPatient struct {
+	ID              int64
+	Name, BirthDate string
 }
 
 type registerPage struct {
@@ -44,6 +69,8 @@ type registerPage struct {
 	RedirectURIs           string
 	PostLogoutRedirectURIs string
 	AllowedOrigins         string
+	Scopes                 string
+	AuthMethod             string
 	Error                  string
 }
 
@@ -57,22 +84,73 @@ type messagePage struct {
 }
 
 var scopeTexts = map[string]string{
-	"openid":         "Confirm who you are",
-	"profile":        "See your name",
-	"email":          "See your email address",
-	"offline_access": "Keep access while you are not using the application",
+	domain.ScopeOpenID:        "Confirm who you are",
+	domain.ScopeProfile:       "See your name",
+	domain.ScopeEmail:         "See your email address",
+	domain.ScopeFHIRUser:      "Know which FHIR record stands for you",
+	domain.ScopeOfflineAccess: "Keep access while you are not using the application",
+	domain.ScopeOnlineAccess:  "Keep access while you are signed in",
+	domain.ScopeAdminRead:     "Read the administration data you can see: organizations, members, studies, patients, consents and data sources",
+	domain.ScopeAdminWrite:    "Change the administration data you may change: organizations, members, studies, patients, consents and data sources",
 }
 
-func describeScopes(scopes []string) []scopeDescription {
+// describeScopes puts requested scopes in plain words for the consent
+// page; patientUser says whose data patient/ scopes reach: the user's own,
+// or the patient a practitioner chooses next.
+func describeScopes(scopes []string, patientUser bool) []scopeDescription {
 	out := make([]scopeDescription, 0, len(scopes))
 	for _, s := range scopes {
-		text, ok := scopeTexts[s]
-		if !ok {
-			text = s
+		d := scopeDescription{Scope: s, Text: scopeTexts[s], Required: s == domain.ScopeOpenID}
+		switch rs, err := domain.ParseScope(s); {
+		case s == domain.ScopeLaunchPatient && patientUser:
+			d.Text = "Open your patient record"
+		case s == domain.ScopeLaunchPatient:
+			d.Text = "Open the record of a patient you choose next"
+		case err == nil && rs != nil:
+			d.Text = describeResourceScope(rs, patientUser)
+		case d.Text == "":
+			d.Text = s
 		}
-		out = append(out, scopeDescription{Scope: s, Text: text})
+		out = append(out, d)
 	}
 	return out
+}
+
+// describeResourceScope says what a SMART resource scope lets the app do:
+// "Read and search the chosen patient's Observation data (only with code
+// omh:heart-rate:2.0)".
+func describeResourceScope(rs *domain.ResourceScope, patientUser bool) string {
+	verbs := rs.Interactions.Verbs()
+	for i, v := range verbs {
+		if v == "update" {
+			verbs[i] = "change"
+		}
+	}
+	text := strings.Join(verbs[:len(verbs)-1], ", ")
+	if text != "" {
+		text += " and "
+	}
+	text += verbs[len(verbs)-1]
+	what := "data of every kind"
+	if rs.Type != "*" {
+		what = rs.Type + " data"
+	}
+	switch {
+	case patientUser:
+		text += " your " + what
+	case rs.Patient:
+		text += " the " + what + " of the patient you choose"
+	default:
+		text += " the " + what + " you can see"
+	}
+	var only []string
+	for _, c := range rs.Constraints {
+		only = append(only, c.Param+" "+strings.Join(c.Values, " or "))
+	}
+	if len(only) > 0 {
+		text += " (only with " + strings.Join(only, ", and ") + ")"
+	}
+	return strings.ToUpper(text[:1]) + text[1:]
 }
 
 // render writes a page with security headers; templates get the CSRF token.
@@ -99,6 +177,10 @@ func (p *Provider) renderLogin(w http.ResponseWriter, r *http.Request, status in
 
 func (p *Provider) renderConsent(w http.ResponseWriter, r *http.Request, d consentPage) {
 	p.render(w, r, http.StatusOK, "consent.html", "Authorize "+d.Client, d)
+}
+
+func (p *Provider) renderPicker(w http.ResponseWriter, r *http.Request, status int, d pickerPage) {
+	p.render(w, r, status, "picker.html", "Choose a patient", d)
 }
 
 func (p *Provider) renderRegister(w http.ResponseWriter, r *http.Request, status int, d registerPage) {

@@ -37,8 +37,13 @@ type Users interface {
 	// UserByID returns the user; domain.CodeNotFound if there is none.
 	UserByID(ctx context.Context, id int64) (*domain.User, error)
 	// Actor returns what the permission model needs to know of an active
-	// user; domain.CodeLogin if the user is gone or inactive.
+	// user, with full access; domain.CodeLogin if the user is gone or
+	// inactive.
 	Actor(ctx context.Context, userID int64) (*domain.Actor, error)
+	// ListPatients and PatientByID find the patient a practitioner opens
+	// in a SMART launch (launch/patient), among those they may read.
+	ListPatients(ctx context.Context, actor *domain.Actor, f domain.PatientFilter, p domain.Page) (domain.List[domain.Patient], error)
+	PatientByID(ctx context.Context, actor *domain.Actor, id int64) (*domain.Patient, error)
 }
 
 // Config configures a Provider.
@@ -63,6 +68,9 @@ type Config struct {
 	// after sign-in, or after so long unused. Zero: the defaults.
 	SessionLifetime    time.Duration
 	SessionIdleTimeout time.Duration
+	// ResourceTypes are the types the FHIR API serves: what a SMART
+	// resource scope (patient/<type>.rs) may name besides *.
+	ResourceTypes []string
 	// Now is the clock of login sessions and of the codes and tokens this
 	// package issues itself; nil means time.Now. fosite's own expiry checks
 	// use the wall clock.
@@ -78,6 +86,7 @@ type Provider struct {
 	users            Users
 	key              signingKey
 	patientChallenge string
+	types            map[string]bool
 	log              *slog.Logger
 	now              func() time.Time
 	pages            *template.Template
@@ -105,6 +114,10 @@ func New(c Config) (*Provider, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	types := map[string]bool{}
+	for _, t := range c.ResourceTypes {
+		types[t] = true
+	}
 	hmacKey, err := deriveKey(c.SecretKey, "exchange oauth token hmac")
 	if err != nil {
 		return nil, err
@@ -126,7 +139,7 @@ func New(c Config) (*Provider, error) {
 		EnablePKCEPlainChallengeMethod: false,
 		// Every grant gets a refresh token, not only offline_access ones.
 		RefreshTokenScopes:       []string{},
-		ScopeStrategy:            fosite.ExactScopeStrategy,
+		ScopeStrategy:            scopeStrategy(types),
 		AudienceMatchingStrategy: fosite.DefaultAudienceMatchingStrategy,
 		ClientSecretsHasher:      secretHasher{},
 		MinParameterEntropy:      fosite.MinParameterEntropy,
@@ -140,6 +153,7 @@ func New(c Config) (*Provider, error) {
 		Signer:                     &jwt.DefaultSigner{GetPrivateKey: keyGetter},
 	}
 	storage := &fositeStore{store: c.Store, users: c.Users, refreshTokenLife: RefreshTokenLifespan, authorizeCodeLife: AuthorizeCodeLifespan}
+	base.ClientAuthenticationStrategy = storage.authenticateClient
 	provider := fosite.NewOAuth2Provider(storage, cfg)
 	for _, factory := range []compose.Factory{
 		compose.OAuth2AuthorizeExplicitFactory,
@@ -167,7 +181,7 @@ func New(c Config) (*Provider, error) {
 	}
 	return &Provider{
 		oauth2: provider, strategy: strategy, storage: storage, store: c.Store, users: c.Users,
-		key: key, patientChallenge: c.PatientCodeChallenge,
+		key: key, patientChallenge: c.PatientCodeChallenge, types: types,
 		log: c.Logger, now: c.Now, pages: pageTemplates, proxies: c.TrustedProxies,
 		sessionLifetime: c.SessionLifetime, sessionIdleTimeout: c.SessionIdleTimeout,
 	}, nil
@@ -209,14 +223,19 @@ func (c *providerConfig) GetIDTokenIssuer(ctx context.Context) string {
 }
 
 // newSession returns the fosite session of a grant for the user. The ID
-// token carries the email only when the email scope was granted.
-func (p *Provider) newSession(u *domain.User, scopes fosite.Arguments, authTime, requestedAt time.Time) *openid.DefaultSession {
+// token carries the email only when the email scope was granted, and
+// resource (the user's FHIR resource, see fhirUser) as fhirUser only with
+// fhirUser.
+func (p *Provider) newSession(u *domain.User, resource string, scopes fosite.Arguments, authTime, requestedAt time.Time) *session {
 	sub := strconv.FormatInt(u.ID, 10)
 	extra := map[string]any{}
-	if scopes.Has("email") {
+	if scopes.Has(domain.ScopeEmail) {
 		extra["email"] = u.Email
 	}
-	return &openid.DefaultSession{
+	if scopes.Has(domain.ScopeFHIRUser) && resource != "" {
+		extra["fhirUser"] = resource
+	}
+	return &session{DefaultSession: openid.DefaultSession{
 		Claims: &jwt.IDTokenClaims{
 			Subject: sub, AuthTime: authTime.UTC(), RequestedAt: requestedAt.UTC(),
 			Extra: extra,
@@ -224,25 +243,38 @@ func (p *Provider) newSession(u *domain.User, scopes fosite.Arguments, authTime,
 		Headers:  &jwt.Headers{Extra: map[string]any{"kid": p.key.kid}},
 		Subject:  sub,
 		Username: u.Email,
-	}
+	}}
 }
 
 // emptySession is the prototype fosite fills from storage.
-func emptySession() *openid.DefaultSession {
-	return &openid.DefaultSession{Claims: &jwt.IDTokenClaims{}, Headers: &jwt.Headers{}}
+func emptySession() *session {
+	return &session{DefaultSession: openid.DefaultSession{Claims: &jwt.IDTokenClaims{}, Headers: &jwt.Headers{}}}
 }
 
-// AuthenticateBearer returns the id of the user an access token acts for
-// and the scopes granted to it. Refresh tokens and unknown, expired or
-// revoked tokens are refused with domain.CodeLogin.
-func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (int64, []string, error) {
+// Bearer is what an access token stands for: the user it acts for, the
+// scopes granted to it and its patient context (the SMART launch patient;
+// 0: none). domain.Service.TokenActor turns it into the request's actor.
+type Bearer struct {
+	UserID  int64
+	Scopes  []string
+	Patient int64
+}
+
+// AuthenticateBearer returns what an access token stands for. Refresh
+// tokens and unknown, expired or revoked tokens are refused with
+// domain.CodeLogin.
+func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Bearer, error) {
 	use, ar, err := p.oauth2.IntrospectToken(ctx, token, fosite.AccessToken, emptySession())
 	if err != nil || use != fosite.AccessToken {
-		return 0, nil, domain.Errorf(domain.CodeLogin, "the access token is invalid, expired or revoked")
+		return nil, domain.Errorf(domain.CodeLogin, "the access token is invalid, expired or revoked")
 	}
 	id, err := strconv.ParseInt(ar.GetSession().GetSubject(), 10, 64)
 	if err != nil {
-		return 0, nil, domain.Errorf(domain.CodeLogin, "the access token has no user")
+		return nil, domain.Errorf(domain.CodeLogin, "the access token has no user")
 	}
-	return id, ar.GetGrantedScopes(), nil
+	b := &Bearer{UserID: id, Scopes: ar.GetGrantedScopes()}
+	if s, ok := ar.GetSession().(*session); ok {
+		b.Patient = s.LaunchPatient
+	}
+	return b, nil
 }

@@ -25,6 +25,7 @@ type oauthClientDoc struct {
 	Algorithm               string    `bson:"algorithm"`
 	Scopes                  []string  `bson:"scopes"`
 	TokenEndpointAuthMethod string    `bson:"tokenEndpointAuthMethod"`
+	AuthMethodPinned        bool      `bson:"authMethodPinned"`
 	UserID                  *int64    `bson:"userId"`
 	SkipAuthorization       bool      `bson:"skipAuthorization"`
 	CreatedAt               time.Time `bson:"createdAt"`
@@ -34,14 +35,14 @@ type oauthClientDoc struct {
 func toClientDoc(c *domain.OAuthClient) oauthClientDoc {
 	return oauthClientDoc{c.ID, c.Name, string(c.Type), c.SecretHash, nonNil(c.RedirectURIs), nonNil(c.PostLogoutRedirectURIs),
 		nonNil(c.AllowedOrigins), nonNil(c.GrantTypes), c.Algorithm, nonNil(c.Scopes), c.TokenEndpointAuthMethod,
-		optionalID(c.UserID), c.SkipAuthorization, c.CreatedAt, c.LastUpdated}
+		c.AuthMethodPinned, optionalID(c.UserID), c.SkipAuthorization, c.CreatedAt, c.LastUpdated}
 }
 
 func (x oauthClientDoc) client() *domain.OAuthClient {
 	c := &domain.OAuthClient{ID: x.ID, Name: x.Name, Type: domain.ClientType(x.ClientType), SecretHash: x.SecretHash,
 		RedirectURIs: x.RedirectURIs, PostLogoutRedirectURIs: x.PostLogoutRedirectURIs, AllowedOrigins: x.AllowedOrigins,
 		GrantTypes: x.GrantTypes, Algorithm: x.Algorithm, Scopes: x.Scopes, TokenEndpointAuthMethod: x.TokenEndpointAuthMethod,
-		SkipAuthorization: x.SkipAuthorization, CreatedAt: x.CreatedAt.UTC(), LastUpdated: x.LastUpdated.UTC()}
+		AuthMethodPinned: x.AuthMethodPinned, SkipAuthorization: x.SkipAuthorization, CreatedAt: x.CreatedAt.UTC(), LastUpdated: x.LastUpdated.UTC()}
 	if x.UserID != nil {
 		c.UserID = *x.UserID
 	}
