@@ -82,7 +82,7 @@ func New(c Config) *fiber.App {
 	s.registerFHIR(app, fhirAlias)
 	s.registerImport(app)
 
-	api := app.Group("/api/v1", s.authenticate)
+	api := app.Group("/api/v1", s.authenticate, s.adminScope)
 	api.Get("/users/profile", s.profile)
 	api.Get("/users", s.listUsers)
 	api.Patch("/users/:id", s.updateUser)

@@ -10,18 +10,19 @@ import (
 
 const actorKey = "actor"
 
-// authenticate turns the request's bearer token into the acting user, or
-// refuses the request with 401 and WWW-Authenticate.
+// authenticate turns the request's bearer token into the acting user,
+// limited to what the token's scopes allow, or refuses the request with
+// 401 and WWW-Authenticate.
 func (s *server) authenticate(c *fiber.Ctx) error {
 	scheme, token, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
 	token = strings.TrimSpace(token)
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return domain.Errorf(domain.CodeLogin, "authentication credentials were not provided")
 	}
-	userID, _, err := s.oauth.AuthenticateBearer(c.UserContext(), token)
+	bearer, err := s.oauth.AuthenticateBearer(c.UserContext(), token)
 	if err == nil {
 		var actor *domain.Actor
-		if actor, err = s.service.Actor(c.UserContext(), userID); err == nil {
+		if actor, err = s.service.TokenActor(c.UserContext(), bearer.UserID, bearer.Scopes, bearer.Patient); err == nil {
 			c.Locals(actorKey, actor)
 			return c.Next()
 		}
@@ -30,6 +31,15 @@ func (s *server) authenticate(c *fiber.Ctx) error {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="exchange", error="invalid_token"`)
 	}
 	return err
+}
+
+// adminScope refuses admin API requests that the token's scopes do not
+// allow (exchange/admin.read or exchange/admin.write; see domain.Access).
+func (s *server) adminScope(c *fiber.Ctx) error {
+	if err := actor(c).AllowAdmin(c.Method()); err != nil {
+		return err
+	}
+	return c.Next()
 }
 
 // actor returns the authenticated actor of the request.

@@ -13,18 +13,24 @@ import (
 // clientJSON is an OAuth client in the admin API. The secret appears only
 // in the response that created it.
 type clientJSON struct {
-	ClientID               string    `json:"clientId"`
-	ClientSecret           string    `json:"clientSecret,omitempty"`
-	Name                   string    `json:"name"`
-	ClientType             string    `json:"clientType"`
-	AuthorizationGrantType string    `json:"authorizationGrantType"` // empty for the built-in command-line client
-	RedirectURIs           []string  `json:"redirectUris"`
-	PostLogoutRedirectURIs []string  `json:"postLogoutRedirectUris"`
-	AllowedOrigins         []string  `json:"allowedOrigins"`
-	Algorithm              string    `json:"algorithm"`
-	SkipAuthorization      bool      `json:"skipAuthorization"`
-	UserID                 *int64    `json:"userId"`
-	CreatedAt              time.Time `json:"createdAt"`
+	ClientID               string   `json:"clientId"`
+	ClientSecret           string   `json:"clientSecret,omitempty"`
+	Name                   string   `json:"name"`
+	ClientType             string   `json:"clientType"`
+	AuthorizationGrantType string   `json:"authorizationGrantType"` // empty for the built-in command-line client
+	RedirectURIs           []string `json:"redirectUris"`
+	PostLogoutRedirectURIs []string `json:"postLogoutRedirectUris"`
+	AllowedOrigins         []string `json:"allowedOrigins"`
+	Algorithm              string   `json:"algorithm"`
+	Scopes                 []string `json:"scopes"`
+	// TokenEndpointAuthMethod is how the client authenticates: none (a
+	// public client), or for a confidential client the method it is pinned
+	// to when AuthMethodPinned, else either secret method.
+	TokenEndpointAuthMethod string    `json:"tokenEndpointAuthMethod"`
+	AuthMethodPinned        bool      `json:"authMethodPinned"`
+	SkipAuthorization       bool      `json:"skipAuthorization"`
+	UserID                  *int64    `json:"userId"`
+	CreatedAt               time.Time `json:"createdAt"`
 }
 
 // newClientJSON is the body of POST /api/v1/oauth_clients.
@@ -37,12 +43,18 @@ type newClientJSON struct {
 	AllowedOrigins         []string `json:"allowedOrigins"`
 	Algorithm              string   `json:"algorithm"`
 	SkipAuthorization      bool     `json:"skipAuthorization"`
+	// Scopes the client may request; none: every scope.
+	Scopes []string `json:"scopes"`
+	// TokenEndpointAuthMethod pins a confidential client to
+	// client_secret_basic or client_secret_post; none: either.
+	TokenEndpointAuthMethod string `json:"tokenEndpointAuthMethod"`
 }
 
 func toClientJSON(c *domain.OAuthClient, secret string) clientJSON {
 	out := clientJSON{ClientID: c.ID, ClientSecret: secret, Name: c.Name, ClientType: string(c.Type),
 		RedirectURIs: c.RedirectURIs, PostLogoutRedirectURIs: c.PostLogoutRedirectURIs,
-		AllowedOrigins: c.AllowedOrigins, Algorithm: c.Algorithm, SkipAuthorization: c.SkipAuthorization, CreatedAt: c.CreatedAt}
+		AllowedOrigins: c.AllowedOrigins, Algorithm: c.Algorithm, Scopes: c.Scopes, TokenEndpointAuthMethod: c.TokenEndpointAuthMethod,
+		AuthMethodPinned: c.AuthMethodPinned, SkipAuthorization: c.SkipAuthorization, CreatedAt: c.CreatedAt}
 	if c.UserID != 0 {
 		out.UserID = &c.UserID
 	}
@@ -64,7 +76,8 @@ func (s *server) createClient(c *fiber.Ctx) error {
 	client, secret, err := s.oauth.RegisterClientAs(c.UserContext(), actor(c), oauth.ClientRegistration{
 		Name: in.Name, Type: domain.ClientType(in.ClientType), RedirectURIs: in.RedirectURIs,
 		PostLogoutRedirectURIs: in.PostLogoutRedirectURIs, AllowedOrigins: in.AllowedOrigins,
-		Algorithm: in.Algorithm, SkipAuthorization: in.SkipAuthorization,
+		Algorithm: in.Algorithm, SkipAuthorization: in.SkipAuthorization, Scopes: in.Scopes,
+		TokenEndpointAuthMethod: in.TokenEndpointAuthMethod,
 	})
 	if err != nil {
 		return err

@@ -111,7 +111,7 @@ func (s *server) smartConfiguration(c *fiber.Ctx) error {
 		"code_challenge_methods_supported":      []string{"S256"},
 		"scopes_supported":                      meta["scopes_supported"],
 		"token_endpoint_auth_methods_supported": meta["token_endpoint_auth_methods_supported"],
-		"capabilities": []string{"launch-standalone", "client-public", "client-confidential-symmetric",
-			"sso-openid-connect", "permission-offline"},
+		"capabilities": []string{"launch-standalone", "context-standalone-patient", "client-public", "client-confidential-symmetric",
+			"sso-openid-connect", "permission-patient", "permission-user", "permission-v2", "permission-offline"},
 	}, mediaJSON)
 }

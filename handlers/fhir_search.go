@@ -100,15 +100,16 @@ type nativeType struct {
 	read   func(context.Context, *domain.Actor, int64) (resource any, lastUpdated time.Time, err error)
 }
 
-// nativeOf serves one native type from its domain search and read; hit
-// renders a record and says where a next page continues (its lastUpdated
-// is also the read's Last-Modified).
-func nativeOf[T any](search func(context.Context, *domain.Actor, domain.Search) (domain.SearchResult[T], error),
+// nativeOf serves one native type from its domain search and read (under
+// the token's scopes: domain.ReadFHIR); hit renders a record and says
+// where a next page continues (its lastUpdated is also the read's
+// Last-Modified).
+func nativeOf[T any](svc *domain.Service, resourceType string, search func(context.Context, *domain.Actor, domain.Search) (domain.SearchResult[T], error),
 	read func(context.Context, *domain.Actor, int64) (*T, error), hit func(*T) (any, fhirsearch.Position)) nativeType {
 	return nativeType{
 		search: searchWith(search, hit),
 		read: func(ctx context.Context, a *domain.Actor, id int64) (any, time.Time, error) {
-			r, err := read(ctx, a, id)
+			r, err := domain.ReadFHIR(ctx, svc, a, resourceType, id, read)
 			if err != nil {
 				return nil, time.Time{}, err
 			}
@@ -122,7 +123,7 @@ func nativeOf[T any](search func(context.Context, *domain.Actor, domain.Search) 
 func (s *server) nativeTypes() map[string]nativeType {
 	at := func(t time.Time, id int64) fhirsearch.Position { return fhirsearch.Position{ID: id, LastUpdated: t} }
 	return map[string]nativeType{
-		"Observation": nativeOf(s.service.SearchObservations, s.service.ObservationByID, func(o *domain.Observation) (any, fhirsearch.Position) {
+		"Observation": nativeOf(s.service, "Observation", s.service.SearchObservations, s.service.ObservationByID, func(o *domain.Observation) (any, fhirsearch.Position) {
 			pos := at(o.LastUpdated, o.ID)
 			if o.Effective != nil {
 				start := o.Effective.Start
@@ -130,19 +131,19 @@ func (s *server) nativeTypes() map[string]nativeType {
 			}
 			return observationFHIR(o), pos
 		}),
-		"Patient": nativeOf(s.service.SearchPatients, s.service.PatientByID, func(p *domain.Patient) (any, fhirsearch.Position) {
+		"Patient": nativeOf(s.service, "Patient", s.service.SearchPatients, s.service.PatientByID, func(p *domain.Patient) (any, fhirsearch.Position) {
 			return patientFHIR(p), at(p.LastUpdated, p.ID)
 		}),
-		"Practitioner": nativeOf(s.service.SearchPractitioners, s.service.PractitionerProjection, func(u *domain.User) (any, fhirsearch.Position) {
+		"Practitioner": nativeOf(s.service, "Practitioner", s.service.SearchPractitioners, s.service.PractitionerProjection, func(u *domain.User) (any, fhirsearch.Position) {
 			return practitionerFHIR(u), at(u.LastUpdated, u.ID)
 		}),
-		"Organization": nativeOf(s.service.SearchOrganizations, s.service.Organization, func(o *domain.Organization) (any, fhirsearch.Position) {
+		"Organization": nativeOf(s.service, "Organization", s.service.SearchOrganizations, s.service.Organization, func(o *domain.Organization) (any, fhirsearch.Position) {
 			return organizationFHIR(o), at(o.LastUpdated, o.ID)
 		}),
-		"Group": nativeOf(s.service.SearchGroups, s.service.GroupByID, func(g *domain.GroupView) (any, fhirsearch.Position) {
+		"Group": nativeOf(s.service, "Group", s.service.SearchGroups, s.service.GroupByID, func(g *domain.GroupView) (any, fhirsearch.Position) {
 			return groupFHIR(g), at(g.LastUpdated, g.ID)
 		}),
-		"Device": nativeOf(s.service.SearchDevices, s.service.DeviceByID, func(d *domain.DataSource) (any, fhirsearch.Position) {
+		"Device": nativeOf(s.service, "Device", s.service.SearchDevices, s.service.DeviceByID, func(d *domain.DataSource) (any, fhirsearch.Position) {
 			return deviceFHIR(d), at(d.LastUpdated, d.ID)
 		}),
 	}

@@ -80,17 +80,19 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 			return nil, err
 		}
 	}
-	a.service = domain.NewService(config)
 	cursorKey, err := hkdf.Key(sha256.New, secret, nil, "exchange search cursor", 32)
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
 	a.search = fhirsearch.NewTranslator(cursorKey, s.FHIRSourceBase, nil)
+	config.Searches = a.search
+	a.service = domain.NewService(config)
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
 		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log,
 		TrustedProxies: s.TrustedProxies, SessionLifetime: s.SessionLifetime, SessionIdleTimeout: s.SessionIdle,
+		ResourceTypes: fhirsearch.TypeNames(),
 	})
 	if err != nil {
 		a.Close()

@@ -126,7 +126,7 @@ func clientsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 	sub, args := args[0], args[1:]
 	var reg oauth.ClientRegistration
 	var redirects, logoutRedirects, origins stringList
-	var owner string
+	var owner, scopes string
 	fs := newFlags("clients "+sub, io)
 	switch sub {
 	case "register":
@@ -138,7 +138,8 @@ func clientsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 		fs.BoolVar(&reg.SkipAuthorization, "trusted", false, "skip the consent page")
 		fs.StringVar(&reg.ID, "id", "", "the client id (generated when empty)")
 		fs.StringVar(&reg.Secret, "secret", "", "the secret of a confidential client (generated when empty)")
-		fs.StringVar(&reg.TokenEndpointAuthMethod, "auth-method", "", "client_secret_basic (default) or client_secret_post")
+		fs.StringVar(&reg.TokenEndpointAuthMethod, "auth-method", "", "pin a confidential client to client_secret_basic or client_secret_post (default: either)")
+		fs.StringVar(&scopes, "scopes", "", "the scopes the client may request, space-separated (default: every scope)")
 		fs.StringVar(&owner, "user", "", "email of the user the client belongs to")
 		if err := parseFlags(fs, args); err != nil {
 			return err
@@ -167,6 +168,7 @@ func clientsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 	switch sub {
 	case "register":
 		reg.RedirectURIs, reg.PostLogoutRedirectURIs, reg.AllowedOrigins = redirects, logoutRedirects, origins
+		reg.Scopes = strings.Fields(scopes)
 		if owner != "" {
 			u, err := a.service.UserByEmail(ctx, owner)
 			if err != nil {
@@ -189,9 +191,14 @@ func clientsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 			return err
 		}
 		w := tabwriter.NewWriter(io.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "CLIENT ID\tNAME\tTYPE\tTRUSTED\tREDIRECT URIS")
+		fmt.Fprintln(w, "CLIENT ID\tNAME\tTYPE\tAUTH METHOD\tTRUSTED\tREDIRECT URIS\tSCOPES")
 		for _, c := range clients {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%s\n", c.ID, c.Name, c.Type, c.SkipAuthorization, strings.Join(c.RedirectURIs, " "))
+			method := c.TokenEndpointAuthMethod
+			if c.Type == domain.ClientConfidential && !c.AuthMethodPinned {
+				method = "client_secret_basic|client_secret_post"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%t\t%s\t%s\n", c.ID, c.Name, c.Type, method, c.SkipAuthorization,
+				strings.Join(c.RedirectURIs, " "), strings.Join(c.Scopes, " "))
 		}
 		return w.Flush()
 	case "rotate-secret":
@@ -206,11 +213,13 @@ func clientsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 
 func tokenCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
 	if len(args) == 0 || args[0] != "create" {
-		return usageError("token: want `token create --email USER [--ttl 24h]`")
+		return usageError("token: want `token create --email USER [--ttl 24h] [--scopes S] [--patient N]`")
 	}
 	fs := newFlags("token create", io)
 	email := fs.String("email", "", "the user the token acts for (required)")
 	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid")
+	scopes := fs.String("scopes", "", "the scopes granted, space-separated (default: openid profile email, the user's full access)")
+	patient := fs.Int64("patient", 0, "the token's patient context, which patient/ scopes reach (a practitioner's token)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -226,7 +235,11 @@ func tokenCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	if err != nil {
 		return err
 	}
-	token, expires, err := a.oauth.IssueAccessToken(ctx, u.ID, *ttl)
+	granted := strings.Fields(*scopes)
+	if len(granted) == 0 {
+		granted = oauth.ScriptScopes
+	}
+	token, expires, err := a.oauth.IssueScopedAccessToken(ctx, u.ID, *ttl, granted, *patient)
 	if err != nil {
 		return err
 	}

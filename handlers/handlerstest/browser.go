@@ -67,13 +67,20 @@ func (b *Browser) Do(method, rawURL string, form url.Values) (*http.Response, st
 	return resp, string(data)
 }
 
-// Submit posts the first form of page, its hidden fields with set added,
-// to its action resolved against the URL of the last response.
+// Submit posts the first form of page, its fields with set added (set
+// replaces a field's values), to its action resolved against the URL of
+// the last response.
 func (b *Browser) Submit(page string, set url.Values) (*http.Response, string) {
 	b.t.Helper()
-	action, fields, ok := parseForm(page)
+	return b.SubmitForm(page, 0, set)
+}
+
+// SubmitForm posts the n-th form of page (from 0), as Submit does.
+func (b *Browser) SubmitForm(page string, n int, set url.Values) (*http.Response, string) {
+	b.t.Helper()
+	action, fields, ok := parseForm(page, n)
 	if !ok || b.at == nil {
-		b.t.Fatalf("no form to submit at %v:\n%s", b.at, page)
+		b.t.Fatalf("no form %d to submit at %v:\n%s", n, b.at, page)
 	}
 	for k, v := range set {
 		fields[k] = v
@@ -92,29 +99,44 @@ func (b *Browser) Login(page, email, password string) (*http.Response, string) {
 }
 
 var (
-	formAction  = regexp.MustCompile(`<form method="post" action="([^"]*)"`)
-	hiddenField = regexp.MustCompile(`<input type="hidden" name="([a-z_]+)" value="([^"]*)">`)
+	formElement = regexp.MustCompile(`(?s)<form method="post" action="([^"]*)"[^>]*>(.*?)</form>`)
+	inputTag    = regexp.MustCompile(`<input ([^>]*)>`)
+	attribute   = regexp.MustCompile(`([a-z-]+)(?:="([^"]*)")?`)
 )
 
-// Form returns the action and the hidden fields of the first form of
-// page, as the page has them (the action unresolved).
+// Form returns the action and the fields of the first form of page, as
+// the page has them (the action unresolved).
 func Form(t testing.TB, page string) (string, url.Values) {
 	t.Helper()
-	action, fields, ok := parseForm(page)
+	action, fields, ok := parseForm(page, 0)
 	if !ok {
 		t.Fatalf("no form in page:\n%s", page)
 	}
 	return action, fields
 }
 
-func parseForm(page string) (string, url.Values, bool) {
-	m := formAction.FindStringSubmatch(page)
-	if m == nil {
+// parseForm reads the n-th post form of page: its action, and what a
+// browser submits of it without a click: hidden fields, and the checked
+// checkboxes and radio buttons that are not disabled.
+func parseForm(page string, n int) (string, url.Values, bool) {
+	forms := formElement.FindAllStringSubmatch(page, -1)
+	if n >= len(forms) {
 		return "", nil, false
 	}
 	fields := url.Values{}
-	for _, f := range hiddenField.FindAllStringSubmatch(page, -1) {
-		fields.Set(f[1], html.UnescapeString(f[2]))
+	for _, tag := range inputTag.FindAllStringSubmatch(forms[n][2], -1) {
+		attrs := map[string]string{}
+		for _, a := range attribute.FindAllStringSubmatch(tag[1], -1) {
+			attrs[a[1]] = html.UnescapeString(a[2])
+		}
+		_, checked := attrs["checked"]
+		_, disabled := attrs["disabled"]
+		name := attrs["name"]
+		switch typ := attrs["type"]; {
+		case name == "" || disabled:
+		case typ == "hidden", (typ == "checkbox" || typ == "radio") && checked:
+			fields.Add(name, attrs["value"])
+		}
 	}
-	return html.UnescapeString(m[1]), fields, true
+	return html.UnescapeString(forms[n][1]), fields, true
 }

@@ -222,12 +222,14 @@ func StartWith(t testing.TB, o Options) *Env {
 	db := repotest.NewDB(t)
 	clock := &Clock{}
 	validator, indexer := R5(t)
+	search := fhirsearch.NewTranslator([]byte("test cursor key"), SourceBase, clock.Now)
 	svc := domain.NewService(domain.Config{Store: db, Schemas: Schemas(t), SourceBase: SourceBase,
-		Validator: validator, Indexer: indexer, Converter: r5Models(t).importer, Now: clock.Now, Logger: o.Logger})
+		Validator: validator, Indexer: indexer, Converter: r5Models(t).importer, Searches: search, Now: clock.Now, Logger: o.Logger})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
 		Logger: o.Logger, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
+		ResourceTypes: fhirsearch.TypeNames(),
 	})
 	if err != nil {
 		t.Fatal(err)
