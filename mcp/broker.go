@@ -25,8 +25,10 @@ const (
 )
 
 // serviceScopes are what the gateway asks the service for: openid for
-// userinfo, offline_access for a refresh token.
-const serviceScopes = "openid profile email offline_access"
+// userinfo, offline_access for a refresh token, and no more access than
+// its tools use (reads of FHIR and of the admin API): a token obtained
+// through the gateway cannot write, whatever the user may do.
+const serviceScopes = "openid profile email offline_access fhirUser user/*.rs exchange/admin.read"
 
 // Limits of a registration, so a client_id stays a reasonable URL part.
 const (

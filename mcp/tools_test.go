@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
 	mcpgo "github.com/mark3labs/mcp-go/mcp"
 
 	"exchange/mcp"
@@ -86,8 +87,12 @@ func TestEveryTool(t *testing.T) {
 	s := newStack(t)
 	w := s.seed(t)
 	g := s.startGateway(t, nil)
-	c := g.mcpClient(t, s.userToken(t, w.managerA))
+	checkEveryTool(t, w, g.mcpClient(t, s.userToken(t, w.managerA)))
+}
 
+// checkEveryTool calls every tool as manager A and checks the answers.
+func checkEveryTool(t *testing.T, w *world, c *client.Client) {
+	t.Helper()
 	if got := callJSON(t, c, "count_studies", nil); num(got["count"]) != 1 {
 		t.Errorf("count_studies %v", got)
 	}

@@ -1,0 +1,432 @@
+package handlers_test
+
+import (
+	"fmt"
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"exchange/domain"
+	"exchange/handlers/handlerstest"
+	"exchange/repo/repotest"
+)
+
+// The authorization matrix of scope-limited tokens: every FHIR endpoint
+// and every admin endpoint, sent with tokens whose scopes narrow what the
+// user may do. A scope is a ceiling: a refused write leaves the database
+// as it was, a read never returns what the scopes exclude, and nothing is
+// ever allowed that the user's permission (the matrix of
+// permissions_test.go) refuses.
+
+// scopedToken is a token of a world user with scopes, and a patient
+// context (ctx: the world's patient) for patient/ scopes.
+type scopedToken struct {
+	name, user string
+	scopes     []string
+	ctx        bool
+}
+
+const (
+	hrScope       = "user/Observation.rs?code=https://w3id.org/openmhealth|omh:heart-rate:2.0"
+	problemsScope = "user/Condition.rs?category=http://terminology.hl7.org/CodeSystem/condition-category|problem-list-item"
+)
+
+var scopedTokens = []scopedToken{
+	{"pt.obs", "patient", []string{"openid", "patient/Observation.rs"}, false},
+	{"ctx.rs", "member", []string{"openid", "launch/patient", "patient/*.rs"}, true},
+	{"user.Patient.r", "member", []string{"user/Patient.r"}, false},
+	{"user.rs", "member", []string{"user/*.rs"}, false},
+	{"admin.read", "member", []string{"openid", "exchange/admin.read"}, false},
+	{"hr.only", "member", []string{hrScope}, false},
+	{"problems", "member", []string{problemsScope}, false},
+	{"cruds", "member", []string{"user/*.cruds"}, false},
+	{"ctx.cruds", "member", []string{"patient/*.cruds"}, true},
+	{"super.admin.write", "superuser", []string{"exchange/admin.write"}, false},
+	{"super.ctx", "superuser", []string{"patient/*.rs"}, true},
+}
+
+// scopeWorld is the permission matrix's world with data in both stores:
+// the patient's heart rate and blood pressure and the other patient's heart
+// rate (native); a problem and an encounter diagnosis of the patient and a
+// problem of the other patient (imported); a data source no study uses.
+type scopeWorld struct {
+	*world
+	tokens map[string]string // by scopedToken name
+	ids    map[string]string // FHIR ids by name: P, O, A, B, hrP, bpP, hrO, probP, encP, probO, study, cuff, spare
+	src    map[string]int64  // FHIR source by patient name
+}
+
+func newScopeWorld(t *testing.T) *scopeWorld {
+	w := &scopeWorld{world: newWorld(t), tokens: map[string]string{}, ids: map[string]string{}, src: map[string]int64{}}
+	ctx, svc := w.ctx, w.env.Service
+	w.answer(w.patient, w.bp, true)
+	w.enroll(w.other)
+	w.answer(w.other, w.heartRate, true)
+	orgB := must(svc.OrganizationByName(ctx, "Elsewhere", 0))
+	spare := must(svc.CreateDataSource(ctx, sys, domain.NewDataSource{Name: "Spare", Type: domain.DataSourcePatientApp}))
+	id := func(n int64) string { return strconv.FormatInt(n, 10) }
+	w.ids["P"], w.ids["O"], w.ids["A"], w.ids["B"] = id(w.patient.ID), id(w.other.ID), id(w.orgA.ID), id(orgB.ID)
+	w.ids["study"], w.ids["cuff"], w.ids["spare"] = id(w.study.ID), id(w.dataSource), id(spare.ID)
+	w.src["P"], w.src["O"] = w.fhirSource, must(svc.CreateFHIRSource(ctx, sys, w.other.ID, 0, "EHR of O")).ID
+	for name, o := range map[string]struct {
+		patient *domain.Patient
+		code    string
+		body    map[string]any
+	}{
+		"hrP": {w.patient, fxHR, fxHeartRate(fxAt("2025-01-01T08:00:00Z"))},
+		"bpP": {w.patient, fxBP, fxBloodPressure(fxAt("2025-01-01T08:00:00Z"))},
+		"hrO": {w.other, fxHR, fxHeartRate(fxAt("2025-01-02T08:00:00Z"))},
+	} {
+		resp, out := w.env.Send(t, "POST", fxBase+"/Observation", w.world.tokens["superuser"], w.observation(o.patient, o.code, o.body))
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("observation %s: %d %v", name, resp.StatusCode, out)
+		}
+		w.ids[name] = out["id"].(string)
+	}
+	for name, c := range map[string]struct{ patient, category string }{
+		"probP": {"P", "problem-list-item"}, "encP": {"P", "encounter-diagnosis"}, "probO": {"O", "problem-list-item"},
+	} {
+		w.ids[name] = w.condition(t, c.patient, c.category)
+	}
+	for _, st := range scopedTokens {
+		userID := w.patient.UserID
+		if st.user != "patient" {
+			userID = must(svc.UserByEmail(ctx, st.user+"@example.org")).ID
+		}
+		var patient int64
+		if st.ctx {
+			patient = w.patient.ID
+		}
+		token, _, err := w.env.OAuth.IssueScopedAccessToken(ctx, userID, time.Hour, st.scopes, patient)
+		if err != nil {
+			t.Fatalf("token %s: %v", st.name, err)
+		}
+		w.tokens[st.name] = token
+	}
+	return w
+}
+
+func (w *scopeWorld) observation(p *domain.Patient, code string, body map[string]any) map[string]any {
+	return fxObs{patient: p.ID, device: w.dataSource, code: code, payload: fxDataPoint(code, body)}.resource()
+}
+
+// conditionBody is an imported Condition of a category, under an upstream id.
+func conditionBody(upstream, category string) string {
+	return fmt.Sprintf(`{"resourceType": "Condition", "id": %q,
+		"clinicalStatus": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active"}]},
+		"category": [{"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-category", "code": %q}]}],
+		"code": {"coding": [{"system": "http://snomed.info/sct", "code": "44054006"}]},
+		"subject": {"reference": "Patient/upstream"}}`, upstream, category)
+}
+
+// condition imports a Condition into the patient's FHIR source as the
+// superuser and returns its id.
+func (w *scopeWorld) condition(t *testing.T, patient, category string) string {
+	t.Helper()
+	resp, out := handlerstest.SendTo(t, "POST", w.env.URL+fxBase+"/Condition", w.world.tokens["superuser"],
+		conditionBody(w.name("c-"), category), map[string]string{domain.SourceHeader: fmt.Sprint(w.src[patient])})
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("condition: %d %v", resp.StatusCode, out)
+	}
+	return out["id"].(string)
+}
+
+// scopeRow is one FHIR request: prepare returns the path (under the FHIR
+// base, or absolute from /) and body, a header for writes to the imported
+// store; want is the answer per token, other the answer of the others:
+// a status, "[name ...]" for exactly those resources found, "total N" for
+// a count, or "entries S S" for the statuses of a batch-response.
+type scopeRow struct {
+	method  string
+	prepare func(w *scopeWorld) (path string, body any, header map[string]string)
+	want    map[string]string
+	other   string
+}
+
+func get(path string) func(*scopeWorld) (string, any, map[string]string) {
+	return func(w *scopeWorld) (string, any, map[string]string) { return w.expand(path), nil, nil }
+}
+
+// expand replaces {name} with the id of name.
+func (w *scopeWorld) expand(path string) string {
+	for name, id := range w.ids {
+		path = strings.ReplaceAll(path, "{"+name+"}", id)
+	}
+	return path
+}
+
+func (w *scopeWorld) source(patient string) map[string]string {
+	return map[string]string{domain.SourceHeader: fmt.Sprint(w.src[patient])}
+}
+
+func scopeRows() map[string]scopeRow {
+	below := "_source:below=" + handlerstest.SourceBase + "/"
+	denied := "403"
+	writers := func(ok string, also ...string) map[string]string {
+		m := map[string]string{"cruds": ok, "ctx.cruds": ok}
+		for _, t := range also {
+			m[t] = denied
+		}
+		return m
+	}
+	return map[string]scopeRow{
+		"search Observation": {"GET", get("/Observation"), map[string]string{
+			"pt.obs": "[hrP bpP]", "ctx.rs": "[hrP bpP]", "user.rs": "[hrP bpP hrO]", "hr.only": "[hrP hrO]",
+			"cruds": "[hrP bpP hrO]", "ctx.cruds": "[hrP bpP]", "super.ctx": "[hrP bpP]"}, denied},
+		"search another patient's Observations": {"GET", get("/Observation?patient=Patient/{O}"), map[string]string{
+			"ctx.rs": "[]", "user.rs": "[hrO]", "hr.only": "[hrO]", "cruds": "[hrO]", "ctx.cruds": "[]", "super.ctx": "[]"}, denied},
+		"search Observations by another code": {"GET", get("/Observation?code=omh:blood-pressure:4.0"), map[string]string{
+			"pt.obs": "[bpP]", "ctx.rs": "[bpP]", "user.rs": "[bpP]", "hr.only": "[]", "cruds": "[bpP]", "ctx.cruds": "[bpP]", "super.ctx": "[bpP]"}, denied},
+		"search Observations by id": {"GET", get("/Observation?_id={bpP},{hrO}&_include=Observation:patient&_revinclude=Provenance:target"), map[string]string{
+			"pt.obs": "[bpP]", "ctx.rs": "[bpP]", "user.rs": "[bpP hrO]", "hr.only": "[hrO]", "cruds": "[bpP hrO]", "ctx.cruds": "[bpP]", "super.ctx": "[bpP]"}, denied},
+		"count Observations": {"GET", get("/Observation?_summary=count"), map[string]string{
+			"pt.obs": "total 2", "ctx.rs": "total 2", "user.rs": "total 3", "hr.only": "total 2", "cruds": "total 3", "ctx.cruds": "total 2", "super.ctx": "total 2"}, denied},
+		"search a study's Observations": {"GET", get("/Observation?patient._has:Group:member:_id={study}"), map[string]string{
+			"pt.obs": "[hrP bpP]", "ctx.rs": "[hrP bpP]", "user.rs": "[hrP bpP hrO]", "hr.only": "[hrP hrO]", "cruds": "[hrP bpP hrO]", "ctx.cruds": "[hrP bpP]", "super.ctx": "[hrP bpP]"}, denied},
+		"read an Observation": {"GET", get("/Observation/{hrP}"), map[string]string{
+			"pt.obs": "200", "ctx.rs": "200", "user.rs": "200", "hr.only": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
+		"read an Observation the constraint excludes": {"GET", get("/Observation/{bpP}"), map[string]string{
+			"pt.obs": "200", "ctx.rs": "200", "user.rs": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
+		"read another patient's Observation": {"GET", get("/Observation/{hrO}"), map[string]string{
+			"user.rs": "200", "hr.only": "200", "cruds": "200"}, denied},
+		"vread another patient's Observation": {"GET", get("/Observation/{hrO}/_history/1"), map[string]string{
+			"user.rs": "200", "hr.only": "200", "cruds": "200"}, denied},
+		"search Patient": {"GET", get("/Patient"), map[string]string{
+			"ctx.rs": "[P]", "user.rs": "[P O]", "cruds": "[P O]", "ctx.cruds": "[P]", "super.ctx": "[P]"}, denied},
+		"read the patient": {"GET", get("/Patient/{P}"), map[string]string{
+			"ctx.rs": "200", "user.Patient.r": "200", "user.rs": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
+		"read another patient": {"GET", get("/Patient/{O}"), map[string]string{
+			"user.Patient.r": "200", "user.rs": "200", "cruds": "200"}, denied},
+		"search Organization": {"GET", get("/Organization"), map[string]string{
+			"ctx.rs": "[A]", "user.rs": "[A]", "cruds": "[A]", "ctx.cruds": "[A]", "super.ctx": "[A]"}, denied},
+		"read an organization out of context": {"GET", get("/Organization/{B}"), map[string]string{}, denied},
+		"search Group": {"GET", get("/Group"), map[string]string{
+			"ctx.rs": "[study]", "user.rs": "[study]", "cruds": "[study]", "ctx.cruds": "[study]", "super.ctx": "[study]"}, denied},
+		"search Device": {"GET", get("/Device"), map[string]string{
+			"ctx.rs": "[cuff]", "user.rs": "[cuff spare]", "cruds": "[cuff spare]", "ctx.cruds": "[cuff]", "super.ctx": "[cuff]"}, denied},
+		"read a device out of context": {"GET", get("/Device/{spare}"), map[string]string{"user.rs": "200", "cruds": "200"}, denied},
+		"search imported Conditions": {"GET", get("/Condition?" + below), map[string]string{
+			"ctx.rs": "[probP encP]", "user.rs": "[probP encP probO]", "problems": "[probP probO]", "cruds": "[probP encP probO]",
+			"ctx.cruds": "[probP encP]", "super.ctx": "[probP encP]"}, denied},
+		"search imported Conditions of another category": {"GET", get("/Condition?" + below + "&category=encounter-diagnosis"), map[string]string{
+			"ctx.rs": "[encP]", "user.rs": "[encP]", "problems": "[]", "cruds": "[encP]", "ctx.cruds": "[encP]", "super.ctx": "[encP]"}, denied},
+		"read an imported problem": {"GET", get("/Condition/{probP}"), map[string]string{
+			"ctx.rs": "200", "user.rs": "200", "problems": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
+		"read an imported Condition the constraint excludes": {"GET", get("/Condition/{encP}"), map[string]string{
+			"ctx.rs": "200", "user.rs": "200", "problems": "404", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
+		"read another patient's imported Condition": {"GET", get("/Condition/{probO}"), map[string]string{
+			"ctx.rs": "404", "user.rs": "200", "problems": "200", "cruds": "200", "ctx.cruds": "404", "super.ctx": "404"}, denied},
+
+		"create an Observation": {"POST", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Observation", w.observation(w.patient, fxHR, fxHeartRate(fxAt("2025-02-01T08:00:00Z"))), nil
+		}, writers("201"), denied},
+		"create another patient's Observation": {"POST", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Observation", w.observation(w.other, fxHR, fxHeartRate(fxAt("2025-02-01T08:00:00Z"))), nil
+		}, writers("201", "ctx.cruds"), denied},
+		"create an imported Condition": {"POST", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Condition", conditionBody(w.name("new-"), "problem-list-item"), w.source("P")
+		}, writers("201"), denied},
+		"create another patient's imported Condition": {"POST", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Condition", conditionBody(w.name("new-"), "problem-list-item"), w.source("O")
+		}, writers("201", "ctx.cruds"), denied},
+		"update an imported Condition": {"PUT", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Condition/" + w.ids["probP"], strings.Replace(conditionBody("x", "problem-list-item"), `"id": "x"`, `"id": "`+w.ids["probP"]+`"`, 1), nil
+		}, writers("200"), denied},
+		"update another patient's imported Condition": {"PUT", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Condition/" + w.ids["probO"], strings.Replace(conditionBody("x", "problem-list-item"), `"id": "x"`, `"id": "`+w.ids["probO"]+`"`, 1), nil
+		}, writers("200", "ctx.cruds"), denied},
+		"patch an imported Condition": {"PATCH", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Condition/" + w.ids["encP"], `{"onsetDateTime": "2020-01-01"}`, map[string]string{"Content-Type": "application/merge-patch+json"}
+		}, writers("200"), denied},
+		"delete an imported Condition": {"DELETE", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Condition/" + w.condition(w.t, "P", "problem-list-item"), nil, nil
+		}, writers("204"), denied},
+		"delete another patient's imported Condition": {"DELETE", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/Condition/" + w.condition(w.t, "O", "problem-list-item"), nil, nil
+		}, writers("204", "ctx.cruds"), denied},
+		"batch of both stores": {"POST", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/", map[string]any{"resourceType": "Bundle", "type": "batch", "entry": []any{
+				map[string]any{"request": map[string]any{"method": "POST", "url": "Observation"}, "resource": w.observation(w.patient, fxHR, fxHeartRate(fxAt("2025-02-01T08:00:00Z")))},
+				map[string]any{"request": map[string]any{"method": "POST", "url": "Condition"}, "resource": rawJSON(conditionBody(w.name("b-"), "problem-list-item"))},
+			}}, w.source("P")
+		}, map[string]string{"cruds": "entries 201 201", "ctx.cruds": "entries 201 201"}, "entries 403 403"},
+		"R4 import": {"POST", func(w *scopeWorld) (string, any, map[string]string) {
+			return "/fhir-import/R4/Condition", conditionBody(w.name("r4-"), "problem-list-item"), w.source("P")
+		}, map[string]string{"cruds": "entries 201", "ctx.cruds": "entries 201"}, "entries 403"},
+	}
+}
+
+// TestScopeMatrix sends every FHIR row and every admin endpoint of the
+// permission matrix with each scope-limited token: 0 leaks.
+func TestScopeMatrix(t *testing.T) {
+	w := newScopeWorld(t)
+	rows := scopeRows()
+	names := make([]string, 0, len(rows))
+	for name := range rows {
+		names = append(names, name)
+	}
+	// Reads first, so that the writes' resources do not join the results.
+	slices.SortFunc(names, func(a, b string) int {
+		if ra, rb := rows[a].method == "GET", rows[b].method == "GET"; ra != rb {
+			if ra {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	cases := 0
+	for _, name := range names {
+		row := rows[name]
+		for _, st := range scopedTokens {
+			want, ok := row.want[st.name]
+			if !ok {
+				want = row.other
+			}
+			cases++
+			w.checkFHIR(t, name, row, st.name, want)
+		}
+	}
+	// The admin API: allowed only with the exchange/admin scope of the
+	// method, and then exactly as the permission matrix says.
+	for name, row := range matrixRows(w.world) {
+		for _, st := range scopedTokens {
+			want := "403"
+			read := row.method == "GET"
+			if (read && slices.Contains(st.scopes, domain.ScopeAdminRead)) || (!read && slices.Contains(st.scopes, domain.ScopeAdminWrite)) {
+				want = strings.Fields(row.want)[slices.Index(matrixActors, st.user)]
+			}
+			path, body := row.prepare(w.world, st.user)
+			var before map[string][]string
+			if !read {
+				before = repotest.Snapshot(t, w.env.DB)
+			}
+			resp, out := w.env.Send(t, row.method, path, w.tokens[st.name], body)
+			cases++
+			if got := strconv.Itoa(resp.StatusCode); got != want {
+				t.Errorf("admin %s with %s: %s %s = %s, want %s (%v)", name, st.name, row.method, path, got, want, out)
+				continue
+			}
+			if resp.StatusCode >= 400 {
+				if out["detail"] == nil {
+					t.Errorf("admin %s with %s: %d without a detail: %v", name, st.name, resp.StatusCode, out)
+				}
+				if !read && !reflect.DeepEqual(before, repotest.Snapshot(t, w.env.DB)) {
+					t.Errorf("admin %s with %s: the refused %s changed the database", name, st.name, row.method)
+				}
+			}
+		}
+	}
+	t.Logf("scope matrix: %d FHIR rows and %d admin endpoints x %d tokens = %d cases", len(rows), len(matrixRows(w.world)), len(scopedTokens), cases)
+}
+
+// checkFHIR sends one FHIR row with one token and checks the answer.
+func (w *scopeWorld) checkFHIR(t *testing.T, name string, row scopeRow, token, want string) {
+	t.Helper()
+	path, body, header := row.prepare(w)
+	if !strings.HasPrefix(path, "/fhir-import/") {
+		path = fxBase + path
+	}
+	var before map[string][]string
+	if row.method != "GET" {
+		before = repotest.Snapshot(t, w.env.DB)
+	}
+	resp, out := handlerstest.SendTo(t, row.method, w.env.URL+path, w.tokens[token], body, header)
+	fail := func(format string, args ...any) {
+		t.Errorf("%s with %s: %s %s: %s", name, token, row.method, path, fmt.Sprintf(format, args...))
+	}
+	kind, arg, _ := strings.Cut(want, " ")
+	switch {
+	case strings.HasPrefix(want, "["), kind == "total":
+		if resp.StatusCode != http.StatusOK {
+			fail("%d, want 200 (%v)", resp.StatusCode, out)
+			return
+		}
+		if kind == "total" {
+			if got := fmt.Sprint(out["total"]); got != arg {
+				fail("total %s, want %s", got, arg)
+			}
+			return
+		}
+		var found []string
+		for _, e := range fxArr(out["entry"]) {
+			if fxObj(fxObj(e)["search"])["mode"] == "match" {
+				r := fxObj(fxObj(e)["resource"])
+				found = append(found, w.nameOf(r["resourceType"].(string), r["id"].(string)))
+			}
+		}
+		wanted := strings.Fields(strings.Trim(want, "[]"))
+		slices.Sort(found)
+		slices.Sort(wanted)
+		if !slices.Equal(found, wanted) {
+			fail("found %v, want %v", found, wanted)
+		}
+	case kind == "entries":
+		var got []string
+		for _, e := range fxArr(out["entry"]) {
+			got = append(got, strings.Fields(fmt.Sprint(fxObj(fxObj(e)["response"])["status"]))[0])
+		}
+		if resp.StatusCode != http.StatusOK || strings.Join(got, " ") != arg {
+			fail("%d entries %v, want %s (%v)", resp.StatusCode, got, arg, out)
+		}
+		if !strings.Contains(arg, "201") && !reflect.DeepEqual(before, repotest.Snapshot(t, w.env.DB)) {
+			fail("the refused entries changed the database")
+		}
+	default:
+		if got := strconv.Itoa(resp.StatusCode); got != want {
+			fail("%s, want %s (%v)", got, want, out)
+			return
+		}
+		if resp.StatusCode < 400 {
+			return
+		}
+		if out["resourceType"] != "OperationOutcome" {
+			fail("%d without an OperationOutcome: %v", resp.StatusCode, out)
+		}
+		if row.method != "GET" && !reflect.DeepEqual(before, repotest.Snapshot(t, w.env.DB)) {
+			fail("the refused %s changed the database", row.method)
+		}
+	}
+}
+
+// typeOf is the resource type of each name of scopeWorld.ids.
+var typeOf = map[string]string{"P": "Patient", "O": "Patient", "A": "Organization", "B": "Organization", "study": "Group",
+	"cuff": "Device", "spare": "Device", "hrP": "Observation", "bpP": "Observation", "hrO": "Observation",
+	"probP": "Condition", "encP": "Condition", "probO": "Condition"}
+
+// nameOf names a resource of the world, or returns Type/id.
+func (w *scopeWorld) nameOf(resourceType, id string) string {
+	for name, v := range w.ids {
+		if v == id && typeOf[name] == resourceType {
+			return name
+		}
+	}
+	return resourceType + "/" + id
+}
+
+// rawJSON embeds a JSON text in a request body.
+type rawJSON string
+
+func (r rawJSON) MarshalJSON() ([]byte, error) { return []byte(r), nil }
+
+// TestScopeRefusalsNameTheScope: a FHIR refusal is an OperationOutcome
+// (forbidden) naming the scope missing; an admin one a detail naming it.
+func TestScopeRefusalsNameTheScope(t *testing.T) {
+	w := newScopeWorld(t)
+	resp, out := w.env.GetJSON(t, fxBase+"/Patient", w.tokens["pt.obs"])
+	if resp.StatusCode != http.StatusForbidden || fxIssueCode(out) != "forbidden" || !strings.Contains(fxOutcomeText(out), "patient/Patient.s or user/Patient.s") {
+		t.Errorf("FHIR refusal: %d %v", resp.StatusCode, out)
+	}
+	resp, out = w.env.Send(t, "POST", fxBase+"/Observation", w.tokens["ctx.rs"], w.observation(w.patient, fxHR, fxHeartRate(fxAt("2025-02-01T08:00:00Z"))))
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(fxOutcomeText(out), "patient/Observation.c or user/Observation.c") {
+		t.Errorf("FHIR write refusal: %d %v", resp.StatusCode, out)
+	}
+	resp, out = w.env.Send(t, "POST", "/api/v1/studies", w.tokens["admin.read"], map[string]any{"organizationId": w.orgA.ID, "name": "S"})
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(fmt.Sprint(out["detail"]), "exchange/admin.write") {
+		t.Errorf("admin refusal: %d %v", resp.StatusCode, out)
+	}
+}
