@@ -204,36 +204,41 @@ func (s *Service) withinReach(ctx context.Context, actor *Actor, resourceType, i
 	if err != nil {
 		return err
 	}
-	var found bool
+	search := nativeFound[resourceType]
 	if q.Store().Kind == StoreImported {
-		found, err = nonEmpty(s.SearchResources(ctx, actor, q))
-	} else {
-		switch resourceType {
-		case "Observation":
-			found, err = nonEmpty(s.SearchObservations(ctx, actor, q))
-		case "Patient":
-			found, err = nonEmpty(s.SearchPatients(ctx, actor, q))
-		case "Practitioner":
-			found, err = nonEmpty(s.SearchPractitioners(ctx, actor, q))
-		case "Organization":
-			found, err = nonEmpty(s.SearchOrganizations(ctx, actor, q))
-		case "Group":
-			found, err = nonEmpty(s.SearchGroups(ctx, actor, q))
-		case "Device":
-			found, err = nonEmpty(s.SearchDevices(ctx, actor, q))
+		search = found((*Service).SearchResources)
+	}
+	reached := false
+	if search != nil {
+		if reached, err = search(s, ctx, actor, q); err != nil {
+			return err
 		}
 	}
-	if err != nil {
-		return err
-	}
-	if !found {
+	if !reached {
 		return Errorf(CodeForbidden, "this token's scopes do not reach %s/%s", resourceType, id)
 	}
 	return nil
 }
 
-func nonEmpty[T any](res SearchResult[T], err error) (bool, error) {
-	return len(res.Items) > 0, err
+// foundFunc reports whether a search finds anything.
+type foundFunc func(s *Service, ctx context.Context, actor *Actor, q Search) (bool, error)
+
+// found adapts a search of the service to foundFunc.
+func found[T any](search func(*Service, context.Context, *Actor, Search) (SearchResult[T], error)) foundFunc {
+	return func(s *Service, ctx context.Context, actor *Actor, q Search) (bool, error) {
+		res, err := search(s, ctx, actor, q)
+		return len(res.Items) > 0, err
+	}
+}
+
+// nativeFound are the searches of the native store by FHIR type.
+var nativeFound = map[string]foundFunc{
+	"Observation":  found((*Service).SearchObservations),
+	"Patient":      found((*Service).SearchPatients),
+	"Practitioner": found((*Service).SearchPractitioners),
+	"Organization": found((*Service).SearchOrganizations),
+	"Group":        found((*Service).SearchGroups),
+	"Device":       found((*Service).SearchDevices),
 }
 
 // ofPatient is what a patient/ scope reaches of observations and imported

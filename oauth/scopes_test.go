@@ -2,6 +2,7 @@ package oauth_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,23 +21,16 @@ import (
 	"exchange/oauth"
 )
 
-// postForm posts a form to an /o/ endpoint, with HTTP Basic when user is
-// set, and decodes the JSON answer.
+// postForm posts a form to an /o/ endpoint, with HTTP Basic (the
+// credentials form-encoded, as RFC 6749 has it) when user is set, and
+// decodes the JSON answer.
 func postForm(t *testing.T, env *handlerstest.Env, path string, form url.Values, user, pass string) (*http.Response, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", env.URL+path, strings.NewReader(form.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	header := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
 	if user != "" {
-		req.SetBasicAuth(url.QueryEscape(user), url.QueryEscape(pass))
+		header["Authorization"] = "Basic " + base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(user)+":"+url.QueryEscape(pass)))
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp, out
+	return handlerstest.SendTo(t, "POST", env.URL+path, "", form.Encode(), header)
 }
 
 // codeFlow runs the authorization request of cfg with scopes as email,
