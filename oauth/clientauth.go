@@ -63,6 +63,9 @@ func credentialsOf(r *http.Request, form url.Values) (clientCredentials, error) 
 func (s *fositeStore) authenticateClient(ctx context.Context, r *http.Request, form url.Values) (fosite.Client, error) {
 	creds, err := credentialsOf(r, form)
 	if err != nil {
+		if c := s.refreshingPublicClient(ctx, r, form); c != nil {
+			return fositeClient(c), nil
+		}
 		return nil, err
 	}
 	c, err := s.store.OAuthClient(ctx, creds.id)
@@ -91,4 +94,25 @@ func acceptedMethods(c *domain.OAuthClient) string {
 		return c.TokenEndpointAuthMethod
 	}
 	return domain.AuthSecretBasic + " or " + domain.AuthSecretPost
+}
+
+// refreshingPublicClient identifies the client of a refresh request that
+// names none by its refresh token, when that client is public: RFC 6749
+// asks a public client for no client_id when it refreshes, and standard
+// SMART apps (fhirclient) send none. A public client's refresh token is
+// all it holds anyway; a confidential client's still needs its secret.
+func (s *fositeStore) refreshingPublicClient(ctx context.Context, r *http.Request, form url.Values) *domain.OAuthClient {
+	token := form.Get("refresh_token")
+	if form.Get("grant_type") != "refresh_token" || token == "" || form.Get("client_id") != "" || r.Header.Get("Authorization") != "" {
+		return nil
+	}
+	t, err := s.store.OAuthToken(ctx, domain.TokenRefresh, s.refreshSignature(ctx, token))
+	if err != nil {
+		return nil
+	}
+	c, err := s.store.OAuthClient(ctx, t.ClientID)
+	if err != nil || c.Type != domain.ClientPublic {
+		return nil
+	}
+	return c
 }

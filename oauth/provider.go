@@ -152,7 +152,8 @@ func New(c Config) (*Provider, error) {
 		OpenIDConnectTokenStrategy: compose.NewOpenIDConnectStrategy(keyGetter, cfg),
 		Signer:                     &jwt.DefaultSigner{GetPrivateKey: keyGetter},
 	}
-	storage := &fositeStore{store: c.Store, users: c.Users, refreshTokenLife: RefreshTokenLifespan, authorizeCodeLife: AuthorizeCodeLifespan}
+	storage := &fositeStore{store: c.Store, users: c.Users, refreshTokenLife: RefreshTokenLifespan, authorizeCodeLife: AuthorizeCodeLifespan,
+		refreshSignature: strategy.CoreStrategy.RefreshTokenSignature}
 	base.ClientAuthenticationStrategy = storage.authenticateClient
 	provider := fosite.NewOAuth2Provider(storage, cfg)
 	for _, factory := range []compose.Factory{

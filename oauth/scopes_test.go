@@ -514,3 +514,38 @@ func TestScopedTokensForScripts(t *testing.T) {
 		t.Errorf("the admin API with a SMART-limited token: %d %v", resp.StatusCode, out)
 	}
 }
+
+// TestPublicClientsRefreshWithoutClientID: RFC 6749 asks a public client
+// for no client_id when it refreshes, and SMART apps (fhirclient) send
+// none; a confidential client's refresh token still needs its secret.
+func TestPublicClientsRefreshWithoutClientID(t *testing.T) {
+	env := handlerstest.Start(t)
+	env.Practitioner(t, "doc@example.org", false)
+	public, _ := env.Client(t, oauth.ClientRegistration{Name: "SMART app", Type: domain.ClientPublic, RedirectURIs: []string{redirectURI}, SkipAuthorization: true})
+	tok := codeFlow(t, env, oauthConfig(env, public.ID, ""), "doc@example.org", nil)
+	resp, out := postForm(t, env, "/o/token/", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}}, "", "")
+	if resp.StatusCode != http.StatusOK || out["access_token"] == nil {
+		t.Fatalf("a public client's refresh without client_id: %d %v", resp.StatusCode, out)
+	}
+	// Reuse is still detected, and revokes the grant.
+	if resp, out := postForm(t, env, "/o/token/", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}}, "", ""); resp.StatusCode != http.StatusBadRequest || out["error"] != "invalid_grant" {
+		t.Errorf("reused refresh token: %d %v", resp.StatusCode, out)
+	}
+	if resp, _ := env.GetJSON(t, "/api/v1/users/profile", out["access_token"].(string)); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the rotated access token after reuse: %d", resp.StatusCode)
+	}
+
+	confidential, secret := env.Client(t, oauth.ClientRegistration{Name: "Server app", Type: domain.ClientConfidential, RedirectURIs: []string{redirectURI}, SkipAuthorization: true})
+	tok = codeFlow(t, env, oauthConfig(env, confidential.ID, secret), "doc@example.org", nil)
+	for _, form := range []url.Values{
+		{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}},
+		{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "client_id": {confidential.ID}},
+	} {
+		if resp, out := postForm(t, env, "/o/token/", form, "", ""); resp.StatusCode != http.StatusUnauthorized || out["error"] != "invalid_client" {
+			t.Errorf("a confidential client's refresh token without its secret (%v): %d %v", form, resp.StatusCode, out)
+		}
+	}
+	if _, err := refresh(context.Background(), oauthConfig(env, confidential.ID, secret), tok.RefreshToken); err != nil {
+		t.Errorf("with its secret, after the refused attempts: %v", err)
+	}
+}

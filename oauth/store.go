@@ -55,6 +55,8 @@ type fositeStore struct {
 	users             Users
 	refreshTokenLife  time.Duration
 	authorizeCodeLife time.Duration
+	// refreshSignature is the signature a refresh token is stored under.
+	refreshSignature func(ctx context.Context, token string) string
 }
 
 var (
