@@ -44,14 +44,65 @@ export async function launchChromium() {
   });
 }
 
-/** A bearer access token for a demo login, from `exchange token create`. */
-export async function bearerToken(email) {
-  // The command inherits DATA_DIR and EMBEDDED_MONGO_ADDR from e2e/run, so
-  // it attaches to the running server's embedded database.
-  const { stdout } = await promisify(execFile)(env('EXCHANGE_BIN'), ['token', 'create', '--email', email], {
-    timeout: 60_000,
+/**
+ * A new browser context and page. Requests to redirectUri (where nothing
+ * listens) are answered with a small page; every such request is recorded
+ * in callbacks.
+ */
+export async function newCallbackPage(browser, redirectUri) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  page.setDefaultTimeout(20_000);
+  const callbacks = [];
+  page.on('request', (r) => {
+    if (r.url().startsWith(redirectUri)) callbacks.push(r.url());
   });
-  const token = stdout.trim();
+  await page.route(`${redirectUri}**`, (route) =>
+    route.fulfill({
+      status: 200,
+      contentType: 'text/html; charset=utf-8',
+      body: '<!doctype html><title>e2e callback</title><p>Authorization response received.</p>',
+    }),
+  );
+  return { context, page, callbacks };
+}
+
+/**
+ * Resolves to the URL of the page's next request to redirectUri: the
+ * authorization response. Listen before the action that leads there. (A
+ * request event, not only page.route: Playwright does not route a redirect
+ * that ends the navigation page.goto started.)
+ */
+export function waitForCallback(page, redirectUri) {
+  return page
+    .waitForRequest((r) => r.url().startsWith(redirectUri), { timeout: 20_000 })
+    .then((r) => new URL(r.url()));
+}
+
+/** Fills in and submits the exchange's login page; resolves to the POST's response. */
+export async function signIn(page, email, password) {
+  await page.getByLabel('Email address').fill(email);
+  await page.getByLabel('Password').fill(password);
+  const [response] = await Promise.all([
+    page.waitForResponse((r) => new URL(r.url()).pathname === '/o/login/' && r.request().method() === 'POST'),
+    page.getByRole('button', { name: 'Sign in' }).click(),
+  ]);
+  return response;
+}
+
+/**
+ * Runs `exchange <args>` against the running service's database (the
+ * command inherits DATA_DIR and EMBEDDED_MONGO_ADDR from e2e/run) and
+ * returns what it printed.
+ */
+export async function exchangeCommand(...args) {
+  const { stdout } = await promisify(execFile)(env('EXCHANGE_BIN'), args, { timeout: 60_000 });
+  return stdout;
+}
+
+/** A bearer access token for a demo login, from `exchange token create`. */
+export async function bearerToken(email, ...flags) {
+  const token = (await exchangeCommand('token', 'create', '--email', email, ...flags)).trim();
   if (!token) throw new Error(`exchange token create --email ${email} printed no token`);
   return token;
 }

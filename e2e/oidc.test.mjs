@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createPublicKey, verify } from 'node:crypto';
 import { join } from 'node:path';
 import * as client from 'openid-client';
-import { artifactsDir, env, launchChromium } from './lib.mjs';
+import { artifactsDir, env, launchChromium, newCallbackPage, signIn, waitForCallback } from './lib.mjs';
 
 const base = env('EXCHANGE_URL');
 const clientId = env('EXCHANGE_CLIENT_ID');
@@ -50,40 +50,11 @@ async function authorizationRequest(overrides = {}) {
   return { url, codeVerifier, state, nonce };
 }
 
-/**
- * A new browser context and page. Requests to the redirect URI (where
- * nothing listens) are answered with a small page; every such request is
- * recorded in callbacks.
- */
-async function newPage() {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  page.setDefaultTimeout(20_000);
-  const callbacks = [];
-  page.on('request', (r) => {
-    if (r.url().startsWith(redirectUri)) callbacks.push(r.url());
-  });
-  await page.route(`${redirectUri}**`, (route) =>
-    route.fulfill({
-      status: 200,
-      contentType: 'text/html; charset=utf-8',
-      body: '<!doctype html><title>e2e callback</title><p>Authorization response received.</p>',
-    }),
-  );
-  return { context, page, callbacks };
-}
+/** A new browser context and page that answers the redirect URI itself (lib.mjs). */
+const newPage = () => newCallbackPage(browser, redirectUri);
 
-/**
- * Resolves to the URL of the page's next request to the redirect URI: the
- * authorization response. Listen before the action that leads there. (A
- * request event, not only page.route: Playwright does not route a redirect
- * that ends the navigation page.goto started.)
- */
-function nextCallback(page) {
-  return page
-    .waitForRequest((r) => r.url().startsWith(redirectUri), { timeout: 20_000 })
-    .then((r) => new URL(r.url()));
-}
+/** The URL of the page's next request to the redirect URI (lib.mjs). */
+const nextCallback = (page) => waitForCallback(page, redirectUri);
 
 /** With the page signed in: runs an authorization request through consent. */
 async function authorize(page, req) {
@@ -106,16 +77,6 @@ function grant(returned, req) {
     expectedNonce: req.nonce,
     idTokenExpected: true,
   });
-}
-
-async function signIn(page, email, password) {
-  await page.getByLabel('Email address').fill(email);
-  await page.getByLabel('Password').fill(password);
-  const [response] = await Promise.all([
-    page.waitForResponse((r) => new URL(r.url()).pathname === '/o/login/' && r.request().method() === 'POST'),
-    page.getByRole('button', { name: 'Sign in' }).click(),
-  ]);
-  return response;
 }
 
 async function profile(accessToken) {
