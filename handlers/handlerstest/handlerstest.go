@@ -234,7 +234,6 @@ func StartWith(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	search := fhirsearch.NewTranslator([]byte("test cursor key"), SourceBase, clock.Now)
 	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t), Logger: o.Logger,
 		TrustedProxies: proxies, Search: search,
 		Console: console.New(console.Config{Service: svc, OAuth: provider, Search: search, Schemas: Schemas(t),
