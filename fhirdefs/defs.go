@@ -70,6 +70,8 @@ type Package struct {
 	mu           sync.RWMutex                    // reads of loaded definitions share it
 	defs         map[string]*StructureDefinition // by type; nil entries: a file that defines no base type
 	searchParams map[string]*SearchParam         // by Type.code; nil until first use
+	// searchParamsByType lists each type's, sorted by code.
+	searchParamsByType map[string][]*SearchParam
 }
 
 // OpenPackage opens a package directory (the one holding package.json and

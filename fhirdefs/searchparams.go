@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -12,13 +13,18 @@ import (
 // defines it: its type and the part of its FHIRPath expression that
 // applies to that type.
 type SearchParam struct {
-	Code       string
-	Type       string // token, string, date, reference, ...
+	Code string
+	Type string // token, string, date, reference, quantity, number, uri, composite, special
+	// Expression is "" when the definition has no part rooted at the type
+	// (its expression names other types only, or there is none).
 	Expression string
+	// URL is the definition's canonical URL.
+	URL string
 }
 
 type searchParamFile struct {
 	ResourceType string   `json:"resourceType"`
+	URL          string   `json:"url"`
 	Code         string   `json:"code"`
 	Base         []string `json:"base"`
 	Type         string   `json:"type"`
@@ -27,20 +33,37 @@ type searchParamFile struct {
 
 // SearchParameter returns the package's definition of a search parameter
 // of a resource type. The package's SearchParameter resources are read
-// once, on first use. Returns ErrUnknownType when there is none.
+// once, on first use. Returns ErrUnknownType when there is none, or none
+// with an expression for the type.
 func (p *Package) SearchParameter(resourceType, code string) (*SearchParam, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.searchParams == nil {
-		if err := p.loadSearchParams(); err != nil {
-			return nil, err
-		}
+	if err := p.loadSearchParamsOnce(); err != nil {
+		return nil, err
 	}
 	sp, ok := p.searchParams[resourceType+"."+code]
-	if !ok {
+	if !ok || sp.Expression == "" {
 		return nil, fmt.Errorf("%w: no search parameter %s of %s", ErrUnknownType, code, resourceType)
 	}
 	return sp, nil
+}
+
+// SearchParameters returns every search parameter the package defines
+// for a resource type (its base lists the type), sorted by code, those
+// without an expression for the type included: the caller decides what
+// it can use.
+func (p *Package) SearchParameters(resourceType string) ([]*SearchParam, error) {
+	if err := p.loadSearchParamsOnce(); err != nil {
+		return nil, err
+	}
+	return p.searchParamsByType[resourceType], nil
+}
+
+func (p *Package) loadSearchParamsOnce() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.searchParams != nil {
+		return nil
+	}
+	return p.loadSearchParams()
 }
 
 func (p *Package) loadSearchParams() error {
@@ -48,8 +71,12 @@ func (p *Package) loadSearchParams() error {
 	if err != nil {
 		return err
 	}
-	p.searchParams = map[string]*SearchParam{}
+	byKey := map[string]*SearchParam{}
+	byType := map[string][]*SearchParam{}
 	for _, f := range files {
+		if strings.HasPrefix(filepath.Base(f), "SearchParameter-example") {
+			continue // the package's examples of a SearchParameter (part-agree, ...), not of the specification's search
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return err
@@ -58,15 +85,22 @@ func (p *Package) loadSearchParams() error {
 		if err := json.Unmarshal(data, &sp); err != nil {
 			return fmt.Errorf("%s: %w", filepath.Base(f), err)
 		}
-		if sp.ResourceType != "SearchParameter" || sp.Expression == "" {
+		if sp.ResourceType != "SearchParameter" {
 			continue
 		}
 		for _, base := range sp.Base {
-			if expr := partsFor(sp.Expression, base); expr != "" {
-				p.searchParams[base+"."+sp.Code] = &SearchParam{Code: sp.Code, Type: sp.Type, Expression: expr}
+			if byKey[base+"."+sp.Code] != nil {
+				continue // the package defines Resource._filter twice: the first, in file order, is kept
 			}
+			def := &SearchParam{Code: sp.Code, Type: sp.Type, Expression: partsFor(sp.Expression, base), URL: sp.URL}
+			byKey[base+"."+sp.Code] = def
+			byType[base] = append(byType[base], def)
 		}
 	}
+	for _, defs := range byType {
+		slices.SortFunc(defs, func(a, b *SearchParam) int { return strings.Compare(a.Code, b.Code) })
+	}
+	p.searchParams, p.searchParamsByType = byKey, byType
 	return nil
 }
 
