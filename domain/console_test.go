@@ -126,7 +126,11 @@ func TestObservationsByCode(t *testing.T) {
 		Scopes: []domain.ScopeConsent{{System: w.steps.System, Code: w.steps.Code, Consented: &no}}}}); err != nil {
 		t.Fatal(err)
 	}
-	tr := fhirsearch.NewTranslator([]byte("key"), "https://exchange.example.org/fhir-source", nil)
+	catalog, err := fhirsearch.NewCatalog(nil) // the configured types, Observation among them
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := fhirsearch.NewTranslator(catalog, []byte("key"), "https://exchange.example.org/fhir-source", nil)
 	search := func(actor *domain.Actor, params string) ([]domain.CodeObservations, error) {
 		q, err := url.ParseQuery(params)
 		if err != nil {

@@ -48,7 +48,7 @@ type ResourceValidator interface {
 }
 
 // ResourceIndexer extracts the search index of a resource;
-// *fhirsearch.Indexer is one.
+// *fhirsearch.Catalog is one.
 type ResourceIndexer interface {
 	// Keeps reports whether the imported store keeps the type.
 	Keeps(resourceType string) bool

@@ -166,6 +166,8 @@ type ResourceIndex struct {
 	Keys []string
 	// Dates are the spans of the date parameters.
 	Dates map[string]Span
+	// Numbers are the spans of the number and quantity parameters.
+	Numbers map[string]NumberSpan
 	// SortDate is where the resource sorts by date; nil: no date.
 	SortDate *time.Time
 }
@@ -173,6 +175,12 @@ type ResourceIndex struct {
 // Span is a closed range of time.
 type Span struct {
 	Start, End time.Time
+}
+
+// NumberSpan is a closed range of numbers: the smallest and the largest
+// value of a parameter.
+type NumberSpan struct {
+	Low, High float64
 }
 
 // StoreKind says which store a search reads.

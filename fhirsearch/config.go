@@ -18,6 +18,7 @@ const (
 	TypeReference ParamType = "reference"
 	TypeNumber    ParamType = "number"
 	TypeURI       ParamType = "uri"
+	TypeQuantity  ParamType = "quantity"
 	TypeSpecial   ParamType = "special"
 )
 
@@ -44,6 +45,9 @@ type Param struct {
 	// where R5 defines none (the US Core parameters R5 lacks).
 	Imported   bool
 	Expression string
+	// Definition is the canonical URL of the R5 SearchParameter the index
+	// follows; empty for an expression of our own.
+	Definition string
 	// common parameters apply to every type and both stores; control
 	// ones shape the result rather than filter it.
 	common, control bool
@@ -97,6 +101,11 @@ type Resource struct {
 	SortParam string
 	// Doc is shown in the CapabilityStatement.
 	Doc string
+
+	// Set by the Catalog: the parameters by name, the common ones
+	// included, and the compiled extraction of the imported-store ones.
+	params  map[string]*Param
+	indexed []indexedParam
 }
 
 // The imported store's collection and its planning.
@@ -181,10 +190,11 @@ func imported(resourceType string, params ...Param) Resource {
 // sortedBy names the date parameter imported resources of a type sort by.
 func sortedBy(param string, r Resource) Resource { r.SortParam = param; return r }
 
-// Resources is the configuration table of the FHIR interface: the native
+// configured is the configuration table of the FHIR interface: the native
 // types (Observation and the read-only projections) and the 28 types of
-// the imported store with their US Core search parameters.
-var Resources = []Resource{
+// the imported store with their US Core search parameters. The Catalog
+// adds the other R5 types, with the parameters R5 defines for them.
+var configured = []Resource{
 	{
 		Type: "Observation", Collection: "observations", Imported: true, Interactions: importedRW,
 		Doc: "Native store: Open mHealth (https://w3id.org/openmhealth) and IEEE 1752 (https://w3id.org/ieee1752) observations, created one at a time or in a batch Bundle. Other Observations are imported, with a FHIR source.",
@@ -266,24 +276,6 @@ var Resources = []Resource{
 	imported("Specimen"),
 }
 
-// Lookup returns the configuration of a resource type.
-func Lookup(resourceType string) (*Resource, bool) {
-	i := slices.IndexFunc(Resources, func(r Resource) bool { return r.Type == resourceType })
-	if i < 0 {
-		return nil, false
-	}
-	return &Resources[i], true
-}
-
-// TypeNames returns the types the FHIR API serves, in table order.
-func TypeNames() []string {
-	out := make([]string, len(Resources))
-	for i, r := range Resources {
-		out[i] = r.Type
-	}
-	return out
-}
-
 // Native reports whether the type has a native store.
 func (r *Resource) Native() bool { return r.Collection != "" }
 
@@ -293,23 +285,8 @@ func (r *Resource) AllParams() []Param {
 	return append(slices.Clone(r.Params), commonParams...)
 }
 
-// paramIndex maps each type to its parameters by name, built once: the
-// parser looks parameters up for every key of every query.
-var paramIndex = func() map[string]map[string]*Param {
-	index := map[string]map[string]*Param{}
-	for i := range Resources {
-		r := &Resources[i]
-		byName := map[string]*Param{}
-		for _, p := range r.AllParams() {
-			byName[p.Name] = &p
-		}
-		index[r.Type] = byName
-	}
-	return index
-}()
-
 func (r *Resource) param(name string) (*Param, bool) {
-	p, ok := paramIndex[r.Type][name]
+	p, ok := r.params[name]
 	return p, ok
 }
 

@@ -6,9 +6,11 @@
 //
 // Design principles:
 //
-//   - One configuration table (Resources) lists every resource type with its
-//     interactions and search parameters; the CapabilityStatement is
-//     generated from it and the parser accepts exactly what it lists.
+//   - One catalog (Catalog) lists every resource type served with its
+//     interactions and search parameters: the configuration table, and
+//     every other R5 resource type with the parameters R5 defines for it.
+//     The CapabilityStatement is generated from it, the parser accepts
+//     exactly what it lists, and the imported store's index follows it.
 //   - Parsing is pure and total: any input gives a Query or a domain error
 //     naming the parameter; nothing here touches the database.
 //   - Joins (enrollment, consent, membership) are not translated: the

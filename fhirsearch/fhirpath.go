@@ -2,6 +2,7 @@ package fhirsearch
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode"
 
@@ -12,7 +13,11 @@ import (
 // use: paths (Condition.code.coding), unions (|), parentheses,
 // ofType(T), as(T) and "as T" on choice elements, where(resolve() is T) on
 // references (answered from the reference's type, since nothing is
-// resolved), and where(url = '...') on extensions.
+// resolved), where(element = 'text') on a primitive child (url, system,
+// type), and extension('url'). It covers every R5 search parameter of the
+// types the imported store keeps except the boolean expressions
+// (deceased.exists() and ...) and nested criteria (where(extension(...)
+// .exists())), which the catalog skips with that reason.
 
 // fhirPath is a compiled expression: a union of paths.
 type fhirPath []pathExpr
@@ -29,12 +34,14 @@ const (
 	stepField stepKind = iota
 	stepOfType
 	stepResolveIs
-	stepURLEquals
+	stepWhereEquals
 )
 
 type step struct {
 	kind stepKind
-	arg  string // field name, type, or URL
+	arg  string // field name, type, or the element compared
+	// value is the text the element equals (stepWhereEquals).
+	value string
 }
 
 // compileFHIRPath parses an expression of the supported subset.
@@ -114,7 +121,7 @@ func compileSteps(s string) ([]step, error) {
 				if err != nil {
 					return nil, err
 				}
-				steps = append(steps, st)
+				steps = append(steps, st...)
 				s = strings.TrimPrefix(s[end+1:], ".")
 				continue
 			}
@@ -128,23 +135,35 @@ func compileSteps(s string) ([]step, error) {
 	return steps, nil
 }
 
-func function(name, arg string) (step, error) {
+// function compiles a function call into the steps it stands for.
+func function(name, arg string) ([]step, error) {
 	switch name {
 	case "ofType", "as":
 		if !isIdentifier(arg) {
-			return step{}, fmt.Errorf("%s(%s): not a type", name, arg)
+			return nil, fmt.Errorf("%s(%s): not a type", name, arg)
 		}
-		return step{kind: stepOfType, arg: arg}, nil
+		return []step{{kind: stepOfType, arg: arg}}, nil
 	case "where":
 		if t, ok := strings.CutPrefix(arg, "resolve() is "); ok && isIdentifier(strings.TrimSpace(t)) {
-			return step{kind: stepResolveIs, arg: strings.TrimSpace(t)}, nil
+			return []step{{kind: stepResolveIs, arg: strings.TrimSpace(t)}}, nil
 		}
-		if u, ok := strings.CutPrefix(arg, "url = '"); ok && strings.HasSuffix(u, "'") {
-			return step{kind: stepURLEquals, arg: strings.TrimSuffix(u, "'")}, nil
+		if m := equalsText.FindStringSubmatch(arg); m != nil {
+			return []step{{kind: stepWhereEquals, arg: m[1], value: m[2]}}, nil
+		}
+	case "extension": // extension('url') is extension.where(url = 'url')
+		if m := extensionText.FindStringSubmatch(arg); m != nil {
+			return []step{{kind: stepField, arg: "extension"}, {kind: stepWhereEquals, arg: "url", value: m[1]}}, nil
 		}
 	}
-	return step{}, fmt.Errorf("%s(%s) is not supported", name, arg)
+	return nil, fmt.Errorf("%s(%s) is not supported", name, arg)
 }
+
+// equalsText is the criterion element = 'text' (a literal without quotes
+// or escapes).
+var equalsText = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9]*)\s*=\s*'([^'\\]*)'$`)
+
+// extensionText is the argument of extension('url').
+var extensionText = regexp.MustCompile(`^'([^'\\]+)'$`)
 
 func isIdentifier(s string) bool {
 	if s == "" {
@@ -208,8 +227,8 @@ func (st step) apply(in []node) []node {
 			if isObject && referenceType(m) == st.arg {
 				out = append(out, n)
 			}
-		case stepURLEquals:
-			if isObject && m["url"] == st.arg {
+		case stepWhereEquals:
+			if isObject && m[st.arg] == st.value {
 				out = append(out, n)
 			}
 		}

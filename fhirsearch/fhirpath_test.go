@@ -14,7 +14,8 @@ func TestFHIRPathSubset(t *testing.T) {
 		"effectivePeriod": {"start": "2020"},
 		"valueQuantity": {"value": 1.5},
 		"component": [{"code": {"text": "a"}}, {"code": {"text": "b"}}],
-		"extension": [{"url": "http://x/1", "valueString": "one"}, {"url": "http://x/2", "valueString": "two"}]}`), &resource); err != nil {
+		"extension": [{"url": "http://x/1", "valueString": "one"}, {"url": "http://x/2", "valueString": "two"}],
+		"note": [{"text": "n1", "authorString": "a"}, {"text": "n2"}]}`), &resource); err != nil {
 		t.Fatal(err)
 	}
 	for expr, want := range map[string]string{
@@ -26,6 +27,9 @@ func TestFHIRPathSubset(t *testing.T) {
 		"Observation.effective.ofType(dateTime)":                                       `null`,
 		"Observation.value.ofType(Quantity).value":                                     `[1.5]`,
 		"Observation.extension.where(url = 'http://x/2').value":                        `["two"]`,
+		"Observation.extension('http://x/1').value":                                    `["one"]`,
+		"Observation.note.where(text='n2')":                                            `[{"text":"n2"}]`,
+		"Observation.note.where(text = 'nobody')":                                      `null`,
 		"Condition.code | Observation.status":                                          `null`,
 	} {
 		fp, err := compileFHIRPath(expr)
@@ -41,7 +45,8 @@ func TestFHIRPathSubset(t *testing.T) {
 			t.Errorf("%s = %s, want %s", expr, got, want)
 		}
 	}
-	for _, expr := range []string{"Observation.code.exists()", "Observation.where(status = 'final')", "(Observation.code", "Observation..code", "1 + 1"} {
+	for _, expr := range []string{"Observation.code.exists()", "Observation.where(status != 'final')", "Observation.extension(url)",
+		"Observation.note.where(text = 'it''s')", "Observation.item.where(extension('http://x').exists())", "(Observation.code", "Observation..code", "1 + 1"} {
 		if _, err := compileFHIRPath(expr); err == nil {
 			t.Errorf("%s compiled", expr)
 		}

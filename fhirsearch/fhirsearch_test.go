@@ -17,8 +17,13 @@ var now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 const sourceBase = "https://exchange.example.org/fhir-source"
 
+// translator searches the configured types (no R5 package).
 func translator() *fhirsearch.Translator {
-	return fhirsearch.NewTranslator([]byte("test key"), sourceBase, func() time.Time { return now })
+	catalog, err := fhirsearch.NewCatalog(nil)
+	if err != nil {
+		panic(err)
+	}
+	return fhirsearch.NewTranslator(catalog, []byte("test key"), sourceBase, func() time.Time { return now })
 }
 
 func parse(t *testing.T, resourceType, query string) *fhirsearch.Query {
@@ -173,6 +178,30 @@ func TestParseRefusesMalformedValues(t *testing.T) {
 	}
 }
 
+// TestParseRefusesMalformedR5Values: number, quantity and uri values of
+// the types served from R5.
+func TestParseRefusesMalformedR5Values(t *testing.T) {
+	tr := fhirsearch.NewTranslator(catalog(t), []byte("test key"), sourceBase, func() time.Time { return now })
+	for _, c := range []struct{ resourceType, query string }{
+		{"RiskAssessment", "probability=abc"}, {"RiskAssessment", "probability=xx5"}, {"RiskAssessment", "probability=1e999"},
+		{"RiskAssessment", "probability=.5"}, {"RiskAssessment", "probability=5|http://unitsofmeasure.org|mg"},
+		{"RiskAssessment", "probability="}, {"Substance", "quantity=5|http://unitsofmeasure.org"},
+		{"Substance", "quantity=5|http://unitsofmeasure.org|"}, {"Substance", "quantity=|x|mg"}, {"Questionnaire", "url="},
+	} {
+		v, _ := url.ParseQuery(c.query)
+		_, err := tr.Parse(c.resourceType, v, false)
+		param, _, _ := strings.Cut(c.query, "=")
+		if !domain.IsCode(err, domain.CodeInvalid) || !strings.Contains(err.Error(), param) {
+			t.Errorf("%s?%s: got %v, want an invalid error naming %s", c.resourceType, c.query, err, param)
+		}
+	}
+	for _, typ := range []string{"Bundle", "Parameters", "CodeSystem"} {
+		if _, err := tr.Parse(typ, url.Values{}, false); !domain.IsCode(err, domain.CodeNotSupported) || !strings.Contains(err.Error(), ":") {
+			t.Errorf("%s: %v, want not-supported with the reason", typ, err)
+		}
+	}
+}
+
 func TestUnknownParameters(t *testing.T) {
 	q := parse(t, "Observation", "category=vital-signs&code=x&value-quantity=5")
 	if got := strings.Join(q.Unknown(), ","); got != "category,value-quantity" {
@@ -283,11 +312,14 @@ func FuzzParse(f *testing.F) {
 		`identifier=a\|b|c\,d&status=final&_lastUpdated=ap2025-06`,
 		"_elements=code,effective[x]&_total=accurate&_source:below=http://x/",
 		"name=Zo%C3%AB&birthdate=le1990-02-28T10:00:00.5%2B01:00",
+		"probability=ap0.5,gt-1e-3&quantity=ge100|http://unitsofmeasure.org|mL,5||mg&url=http://x|1.0",
 	} {
 		f.Add("Observation", seed)
 		f.Add("Patient", seed)
+		f.Add("RiskAssessment", seed)
+		f.Add("Substance", seed)
 	}
-	tr := translator()
+	tr := fhirsearch.NewTranslator(catalog(f), []byte("test key"), sourceBase, func() time.Time { return now })
 	f.Fuzz(func(t *testing.T, resourceType, query string) {
 		v, err := url.ParseQuery(query)
 		if err != nil {

@@ -1,88 +1,48 @@
 package fhirsearch
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"exchange/domain"
-	"exchange/fhirdefs"
 )
 
 // The search index of an imported resource is extracted once, when it is
 // written, from the FHIRPath expressions of the R5 SearchParameter
 // definitions, and stored beside the resource:
 //
-//	search  one multikey array of "param|key" strings: token keys
-//	        (system|code, code, system|), folded string values, and
-//	        references (Type/id and id)
-//	dates   per date parameter, the [start, end] its values span (their
-//	        union when there are several): two scalars a range query and
-//	        an index can use, where an array of ranges would need
-//	        $elemMatch
+//	search   one multikey array of "param|key" strings: token keys
+//	         (system|code, code, system|), folded string values,
+//	         references (Type/id and id), uris as written, and the units
+//	         of quantities (system|code, |code, |unit)
+//	dates    per date parameter, the [start, end] its values span (their
+//	         union when there are several): two scalars a range query and
+//	         an index can use, where an array of ranges would need
+//	         $elemMatch
+//	numbers  per number or quantity parameter, the [low, high] its values
+//	         span, likewise
 //
 // The planner translates imported-store searches onto these fields.
 
-// Indexer extracts search indexes, with every configured parameter's
-// expression compiled once.
-type Indexer struct {
-	params     map[string][]indexedParam // by resource type
-	sortParams map[string]string         // the date parameter each type sorts by
-}
-
+// indexedParam is a parameter of the imported store with its compiled
+// expression.
 type indexedParam struct {
 	name string
 	typ  ParamType
 	path fhirPath
 }
 
-// NewIndexer compiles the expressions of every imported-store parameter of
-// the configuration table: the definition's expression from the R5
-// package, or the table's own where R5 defines none. A missing or
-// unsupported expression is an error, at start-up rather than at write.
-func NewIndexer(defs *fhirdefs.Package) (*Indexer, error) {
-	ix := &Indexer{params: map[string][]indexedParam{}, sortParams: map[string]string{}}
-	for _, r := range Resources {
-		if !r.Imported {
-			continue
-		}
-		ix.params[r.Type] = []indexedParam{}
-		ix.sortParams[r.Type] = r.sortParam()
-		for _, p := range r.Params {
-			if !p.Imported {
-				continue
-			}
-			expr := p.Expression
-			if expr == "" {
-				sp, err := defs.SearchParameter(r.Type, p.Name)
-				if err != nil && p.Join == domain.JoinPatient {
-					continue // no reference to the patient in the type: its source's patient answers
-				}
-				if err != nil {
-					return nil, fmt.Errorf("search parameter %s of %s: %w", p.Name, r.Type, err)
-				}
-				expr = sp.Expression
-			}
-			path, err := compileFHIRPath(expr)
-			if err != nil {
-				return nil, fmt.Errorf("search parameter %s of %s: %w", p.Name, r.Type, err)
-			}
-			ix.params[r.Type] = append(ix.params[r.Type], indexedParam{name: p.Name, typ: p.Type, path: path})
-		}
+// Index extracts the search index of a resource of a type the store
+// keeps (Keeps); of any other type it is empty.
+func (c *Catalog) Index(resourceType string, resource map[string]any) domain.ResourceIndex {
+	idx := domain.ResourceIndex{Keys: []string{}, Dates: map[string]domain.Span{}, Numbers: map[string]domain.NumberSpan{}}
+	r, ok := c.byType[resourceType]
+	if !ok {
+		return idx
 	}
-	return ix, nil
-}
-
-// Keeps reports whether the imported store keeps a type: one of the
-// configuration table.
-func (ix *Indexer) Keeps(resourceType string) bool {
-	_, ok := ix.params[resourceType]
-	return ok
-}
-
-// Index extracts the search index of a resource of a configured type.
-func (ix *Indexer) Index(resourceType string, resource map[string]any) domain.ResourceIndex {
-	idx := domain.ResourceIndex{Keys: []string{}, Dates: map[string]domain.Span{}}
 	add := func(param string, keys ...string) {
 		for _, k := range keys {
 			if k = param + "|" + k; !slices.Contains(idx.Keys, k) {
@@ -90,7 +50,7 @@ func (ix *Indexer) Index(resourceType string, resource map[string]any) domain.Re
 			}
 		}
 	}
-	for _, p := range ix.params[resourceType] {
+	for _, p := range r.indexed {
 		for _, n := range p.path.eval(resourceType, resource) {
 			switch p.typ {
 			case TypeToken:
@@ -103,6 +63,8 @@ func (ix *Indexer) Index(resourceType string, resource map[string]any) domain.Re
 				}
 			case TypeReference:
 				add(p.name, referenceValues(n.value)...)
+			case TypeURI:
+				add(p.name, uriValues(n.value)...)
 			case TypeDate:
 				if span, ok := dateSpan(n.value); ok {
 					if prev, seen := idx.Dates[p.name]; seen {
@@ -110,10 +72,22 @@ func (ix *Indexer) Index(resourceType string, resource map[string]any) domain.Re
 					}
 					idx.Dates[p.name] = span
 				}
+			case TypeNumber, TypeQuantity:
+				values, units := quantityValues(n.value)
+				for _, v := range values {
+					span := domain.NumberSpan{Low: v, High: v}
+					if prev, seen := idx.Numbers[p.name]; seen {
+						span = domain.NumberSpan{Low: min(prev.Low, v), High: max(prev.High, v)}
+					}
+					idx.Numbers[p.name] = span
+				}
+				if p.typ == TypeQuantity && len(values) > 0 {
+					add(p.name, units...)
+				}
 			}
 		}
 	}
-	if span, ok := idx.Dates[ix.sortParams[resourceType]]; ok {
+	if span, ok := idx.Dates[r.sortParam()]; ok {
 		start := span.Start
 		idx.SortDate = &start
 	}
@@ -196,6 +170,66 @@ func referenceValues(v any) []string {
 	}
 	return keys
 }
+
+// uriValues are the keys of a uri, url or canonical: as written, and a
+// canonical's url without its |version.
+func uriValues(v any) []string {
+	s, ok := v.(string)
+	if !ok || s == "" {
+		return nil
+	}
+	if url, _, versioned := strings.Cut(s, "|"); versioned && url != "" {
+		return []string{s, url}
+	}
+	return []string{s}
+}
+
+// quantityValues are the numbers of a number (integer, decimal), a
+// Quantity (and its kinds Age, Duration, Count, Distance), Money or Range,
+// and the unit keys a quantity search matches: system|code and |code of
+// the coded unit, |unit of the human one, a currency as an ISO 4217 code.
+func quantityValues(v any) (values []float64, units []string) {
+	switch v := v.(type) {
+	case json.Number:
+		if f, err := v.Float64(); err == nil {
+			return []float64{f}, nil
+		}
+	case float64:
+		return []float64{v}, nil
+	case map[string]any:
+		for _, bound := range []string{"low", "high"} { // Range
+			if q, ok := v[bound]; ok {
+				vs, us := quantityValues(q)
+				values, units = append(values, vs...), append(units, us...)
+			}
+		}
+		if values != nil {
+			return values, units
+		}
+		values, _ = quantityValues(v["value"])
+		if values == nil {
+			return nil, nil
+		}
+		system, _ := v["system"].(string)
+		if code, _ := v["code"].(string); code != "" {
+			units = append(units, "|"+code)
+			if system != "" {
+				units = append(units, system+"|"+code)
+			}
+		}
+		if unit, _ := v["unit"].(string); unit != "" {
+			units = append(units, "|"+unit)
+		}
+		if currency, _ := v["currency"].(string); currency != "" { // Money
+			units = append(units, "|"+currency, currencySystem+"|"+currency)
+		}
+		return values, units
+	}
+	return nil, nil
+}
+
+// currencySystem is the code system of Money.currency.
+const currencySystem = "urn:iso:std:iso:4217"
 
 // dateSpan is the span of a date, dateTime, instant, Period or Timing.
 func dateSpan(v any) (domain.Span, bool) {

@@ -23,20 +23,27 @@ func packagesDir() string {
 	return filepath.Join("..", "standards", "fhir-packages")
 }
 
-var indexer = sync.OnceValues(func() (*fhirsearch.Indexer, error) {
+// r5Catalog is the catalog over the R5 package, built once per test binary.
+var r5Catalog = sync.OnceValues(func() (*fhirsearch.Catalog, error) {
 	defs, err := fhirdefs.OpenPackage(filepath.Join(packagesDir(), "hl7.fhir.r5.core", "package"))
 	if err != nil {
 		return nil, err
 	}
-	return fhirsearch.NewIndexer(defs)
+	return fhirsearch.NewCatalog(defs)
 })
 
-func index(t *testing.T, resource string) domain.ResourceIndex {
+func catalog(t testing.TB) *fhirsearch.Catalog {
 	t.Helper()
-	ix, err := indexer()
+	c, err := r5Catalog()
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}
+	return c
+}
+
+func index(t *testing.T, resource string) domain.ResourceIndex {
+	t.Helper()
+	ix := catalog(t)
 	var m map[string]any
 	if err := json.Unmarshal([]byte(resource), &m); err != nil {
 		t.Fatal(err)
@@ -158,10 +165,8 @@ func TestIndexDateSpans(t *testing.T) {
 	}
 }
 
-func TestIndexerKnowsEveryConfiguredParameter(t *testing.T) {
-	if _, err := indexer(); err != nil {
-		t.Fatal(err)
-	}
+func TestCatalogKnowsEveryConfiguredParameter(t *testing.T) {
+	catalog(t)
 	// A package without the definitions stops start-up, not a write.
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name": "empty"}`), 0o600); err != nil {
@@ -171,8 +176,8 @@ func TestIndexerKnowsEveryConfiguredParameter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fhirsearch.NewIndexer(defs); err == nil {
-		t.Error("an empty package gave an indexer")
+	if _, err := fhirsearch.NewCatalog(defs); err == nil {
+		t.Error("an empty package gave a catalog")
 	}
 }
 
@@ -190,16 +195,13 @@ func FuzzIndex(f *testing.F) {
 	}
 	f.Add([]byte(`{"code":{"coding":[{"system":1,"code":[]}]},"onsetPeriod":{"start":"2024","end":"2023"},"subject":{"reference":7}}`))
 	f.Add([]byte(`{"recordedDate":"2021-05-03T09:00:00.1234Z","authoredOn":"2021-05-03T09:00:00.999999Z"}`))
-	ix, err := indexer()
-	if err != nil {
-		f.Fatalf("%v (run scripts/setup first)", err)
-	}
+	ix := catalog(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m map[string]any
 		if json.Unmarshal(data, &m) != nil {
 			return
 		}
-		for _, r := range fhirsearch.Resources {
+		for _, r := range ix.Resources() {
 			if !ix.Keeps(r.Type) {
 				continue
 			}

@@ -23,21 +23,25 @@ const CursorParam = "_cursor"
 
 // Translator parses searches and signs the cursors of their pages.
 type Translator struct {
+	catalog    *Catalog
 	key        []byte
 	sourceBase string
 	now        func() time.Time
 }
 
-// NewTranslator returns a Translator that signs cursors with key and reads
-// _source values under sourceBase (FHIR_SOURCE_BASE: a FHIR source is
-// {sourceBase}/<id>). now is the clock of the "ap" (approximately)
-// comparator; nil means time.Now.
-func NewTranslator(key []byte, sourceBase string, now func() time.Time) *Translator {
+// NewTranslator returns a Translator of searches on the catalog's types
+// that signs cursors with key and reads _source values under sourceBase
+// (FHIR_SOURCE_BASE: a FHIR source is {sourceBase}/<id>). now is the clock
+// of the "ap" (approximately) comparator; nil means time.Now.
+func NewTranslator(catalog *Catalog, key []byte, sourceBase string, now func() time.Time) *Translator {
 	if now == nil {
 		now = time.Now
 	}
-	return &Translator{key: key, sourceBase: strings.TrimRight(sourceBase, "/"), now: now}
+	return &Translator{catalog: catalog, key: key, sourceBase: strings.TrimRight(sourceBase, "/"), now: now}
 }
+
+// Catalog returns the types the translator searches.
+func (t *Translator) Catalog() *Catalog { return t.catalog }
 
 // Clause is one search parameter of a query with its values, which are
 // OR'ed; the clauses of a query are AND'ed.
@@ -52,6 +56,10 @@ type Clause struct {
 	IDs []int64
 	// References of a reference parameter, as Type/id or id.
 	References []string
+	// URIs of a uri parameter, as written.
+	URIs []string
+	// Numbers of a number or quantity parameter.
+	Numbers []NumberValue
 	// UUIDs are the _id values of an imported-store search.
 	UUIDs []string
 }
@@ -88,9 +96,9 @@ var elementName = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9]*(\[x\])?$`)
 // parameters are listed by Unknown, or refused (400) when strict. A
 // malformed value is a domain.CodeInvalid error naming its parameter.
 func (t *Translator) Parse(resourceType string, query url.Values, strict bool) (*Query, error) {
-	r, ok := Lookup(resourceType)
-	if !ok {
-		return nil, domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server serves", resourceType)
+	r, err := t.catalog.Require(resourceType)
+	if err != nil {
+		return nil, err
 	}
 	q := &Query{t: t, resource: r, count: DefaultCount, store: t.selectStore(query)}
 	if q.store.Kind == domain.StoreNative && !r.Native() {
@@ -233,6 +241,18 @@ func (q *Query) add(p *Param, modifier, v string) error {
 				return domain.Errorf(domain.CodeInvalid, "%s: an empty value", p.Name)
 			}
 			c.Strings = append(c.Strings, key)
+		case p.Type == TypeURI:
+			uri := unescapePipes(value)
+			if uri == "" {
+				return domain.Errorf(domain.CodeInvalid, "%s: an empty value", p.Name)
+			}
+			c.URIs = append(c.URIs, uri)
+		case p.Type == TypeNumber, p.Type == TypeQuantity:
+			n, err := parseNumber(p.Name, value, p.Type == TypeQuantity)
+			if err != nil {
+				return err
+			}
+			c.Numbers = append(c.Numbers, n)
 		}
 	}
 	if p.Name == "_id" && c.IDs == nil && c.UUIDs == nil {

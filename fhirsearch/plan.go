@@ -224,7 +224,7 @@ func (q *Query) constraintCondition(c domain.ScopeConstraint) any {
 }
 
 // importedCondition translates one clause onto the search index of the
-// imported store (see Indexer).
+// imported store (see Catalog.Index).
 func importedCondition(c Clause, now time.Time) (field string, cond any, simple bool) {
 	p := c.Param
 	keys := func(values []string) bson.A {
@@ -249,10 +249,23 @@ func importedCondition(c Clause, now time.Time) (field string, cond any, simple 
 		return "search", bson.M{"$in": keys(ks)}, true
 	case p.Type == TypeReference:
 		return "search", bson.M{"$in": keys(c.References)}, true
+	case p.Type == TypeURI:
+		return "search", bson.M{"$in": keys(c.URIs)}, true
 	case p.Type == TypeString:
 		var alts bson.A
 		for _, s := range c.Strings {
 			alts = append(alts, bson.M{"search": bson.M{"$regex": "^" + regexp.QuoteMeta(p.Name+"|"+s)}})
+		}
+		return "", orOf(alts), false
+	case p.Type == TypeNumber, p.Type == TypeQuantity:
+		low, high := "numbers."+p.Name+".low", "numbers."+p.Name+".high"
+		var alts bson.A
+		for _, n := range c.Numbers {
+			cond := numberCondition(low, high, n)
+			if n.Unit != "" {
+				cond = bson.M{"$and": bson.A{cond, bson.M{"search": p.Name + "|" + n.Unit}}}
+			}
+			alts = append(alts, cond)
 		}
 		return "", orOf(alts), false
 	case p.Type == TypeDate:
@@ -409,6 +422,35 @@ func dateCondition(start, end string, d DateRange, now time.Time) bson.M {
 	default: // ap: overlaps the value widened by a tenth of its distance from now
 		gap := time.Duration(0.1 * math.Max(math.Abs(float64(now.Sub(lo))), math.Abs(float64(now.Sub(hi)))))
 		return both(start, bson.M{"$lt": hi.Add(gap)}, end, bson.M{"$gte": lo.Add(-gap)})
+	}
+}
+
+// numberCondition is FHIR's number semantics on the [low, high] the
+// resource's values span (their fields): eq and ne within the precision
+// of the value's digits, the other comparators on the exact value, ap
+// within 10% of it.
+func numberCondition(low, high string, n NumberValue) bson.M {
+	v := n.Value
+	switch n.Prefix {
+	case "eq":
+		return bson.M{low: bson.M{"$gte": n.Low}, high: bson.M{"$lt": n.High}}
+	case "ne":
+		return bson.M{"$or": bson.A{bson.M{low: bson.M{"$lt": n.Low}}, bson.M{high: bson.M{"$gte": n.High}}}}
+	case "gt":
+		return bson.M{high: bson.M{"$gt": v}}
+	case "lt":
+		return bson.M{low: bson.M{"$lt": v}}
+	case "ge":
+		return bson.M{high: bson.M{"$gte": v}}
+	case "le":
+		return bson.M{low: bson.M{"$lte": v}}
+	case "sa":
+		return bson.M{low: bson.M{"$gt": v}}
+	case "eb":
+		return bson.M{high: bson.M{"$lt": v}}
+	default: // ap
+		d := math.Max(0.1*math.Abs(v), n.High-v)
+		return bson.M{low: bson.M{"$lte": v + d}, high: bson.M{"$gte": v - d}}
 	}
 }
 

@@ -3,6 +3,7 @@ package fhirsearch
 import (
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -190,4 +191,53 @@ func parseID(v, resourceType string) (int64, bool) {
 	}
 	id, err := strconv.ParseInt(v, 10, 64)
 	return id, err == nil && id > 0
+}
+
+// NumberValue is a parsed number or quantity value: the comparator, the
+// number, the half-open range [Low, High) its significant digits span
+// (100 spans [99.5, 100.5), 100.0 spans [99.95, 100.05)), and for a
+// quantity the unit key it requires ("" for any unit).
+type NumberValue struct {
+	Prefix           string
+	Value, Low, High float64
+	Unit             string
+}
+
+var numberText = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?$`)
+
+// parseNumber reads [prefix]number, and for a quantity
+// [prefix]number|system|code or [prefix]number||code (code or unit).
+func parseNumber(param, v string, quantity bool) (NumberValue, error) {
+	n := NumberValue{Prefix: "eq"}
+	number := v
+	if quantity {
+		if i := unescapedPipe(v); i >= 0 {
+			number = v[:i]
+			rest := v[i+1:]
+			j := unescapedPipe(rest)
+			if j < 0 {
+				return n, domain.Errorf(domain.CodeInvalid, "%s: %q is not number, number|system|code or number||code", param, v)
+			}
+			system, code := unescapePipes(rest[:j]), unescapePipes(rest[j+1:])
+			if code == "" || strings.Contains(code, "|") {
+				return n, domain.Errorf(domain.CodeInvalid, "%s: %q names no unit code", param, v)
+			}
+			n.Unit = system + "|" + code
+		}
+	}
+	if len(number) >= 3 && number[0] >= 'a' && number[0] <= 'z' {
+		if !slices.Contains(prefixes, number[:2]) {
+			return n, domain.Errorf(domain.CodeInvalid, "%s: %q is not a comparator (eq, ne, gt, lt, ge, le, sa, eb, ap)", param, number[:2])
+		}
+		n.Prefix, number = number[:2], number[2:]
+	}
+	m := numberText.FindStringSubmatch(number)
+	f, err := strconv.ParseFloat(number, 64)
+	if m == nil || err != nil || math.IsInf(f, 0) {
+		return n, domain.Errorf(domain.CodeInvalid, "%s: %q is not a number", param, number)
+	}
+	exp, _ := strconv.Atoi(m[2])
+	half := 0.5 * math.Pow10(exp-len(m[1]))
+	n.Value, n.Low, n.High = f, f-half, f+half
+	return n, nil
 }

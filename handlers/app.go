@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -44,11 +45,15 @@ type server struct {
 	service *domain.Service
 	oauth   *oauth.Provider
 	search  *fhirsearch.Translator
+	catalog *fhirsearch.Catalog // the types served: search's
 	schemas *omh.Registry
 	ping    func(ctx context.Context) error
 	log     *slog.Logger
 	native  map[string]nativeType // by FHIR type
 	proxies oauth.TrustedProxies
+	// capabilityResources are the CapabilityStatement's resource entries,
+	// rendered on first use.
+	capabilityResources func() (json.RawMessage, error)
 }
 
 // New returns the Fiber application with every route.
@@ -56,8 +61,10 @@ func New(c Config) *fiber.App {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, schemas: c.Schemas, ping: c.Ping, log: c.Logger, proxies: c.TrustedProxies}
+	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, catalog: c.Search.Catalog(), schemas: c.Schemas, ping: c.Ping,
+		log: c.Logger, proxies: c.TrustedProxies}
 	s.native = s.nativeTypes()
+	s.capabilityResources = sync.OnceValues(func() (json.RawMessage, error) { return capabilityResources(s.catalog) })
 	app := fiber.New(fiber.Config{
 		AppName:               "exchange",
 		CaseSensitive:         true,

@@ -213,7 +213,12 @@ func (s *benchStore) SearchObservations(context.Context, *domain.SearchPlan) (do
 // actor's loading are database work, left out).
 func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server) {
 	svc := domain.NewService(domain.Config{Store: store, Schemas: omhtest.Registry(b)})
-	s := &server{service: svc, search: fhirsearch.NewTranslator([]byte("bench cursor key"), "https://exchange.example.org/fhir-source", nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	catalog, err := fhirsearch.NewCatalog(nil) // the configured types: the native ones are benchmarked
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &server{service: svc, search: fhirsearch.NewTranslator(catalog, []byte("bench cursor key"), "https://exchange.example.org/fhir-source", nil),
+		catalog: catalog, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	s.native = s.nativeTypes() // as New builds it
 	a, err := svc.Actor(context.Background(), store.manager.ID)
 	if err != nil {

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"encoding/json"
 	"slices"
 
 	"github.com/gofiber/fiber/v2"
@@ -27,13 +28,13 @@ func discoveryHeaders(c *fiber.Ctx) {
 	c.Set(fiber.HeaderVary, oauth.VaryForwarded)
 }
 
-// capabilityStatement describes the FHIR interface, generated from
-// fhirsearch's configuration table. It needs no token.
-func (s *server) capabilityStatement(c *fiber.Ctx) error {
-	base := origin(c)
-	issuer := base + "/o"
+// capabilityResources renders the CapabilityStatement's resource entries,
+// one per type of the catalog with its interactions and search
+// parameters: the bulk of the document (some 150 types), the same for
+// every request, so rendered once.
+func capabilityResources(catalog *fhirsearch.Catalog) (json.RawMessage, error) {
 	var resources []fiber.Map
-	for _, r := range fhirsearch.Resources {
+	for _, r := range catalog.Resources() {
 		var interactions []fiber.Map
 		for _, i := range r.Interactions {
 			interactions = append(interactions, fiber.Map{"code": i})
@@ -41,6 +42,9 @@ func (s *server) capabilityStatement(c *fiber.Ctx) error {
 		var params []fiber.Map
 		for _, p := range r.AllParams() {
 			param := fiber.Map{"name": p.Name, "type": string(p.Type), "documentation": p.Doc}
+			if p.Definition != "" {
+				param["definition"] = p.Definition
+			}
 			if p.ImportedOnly() {
 				param["documentation"] = "Imported store only (_source). " + p.Doc
 				param["extension"] = []fiber.Map{{"url": importedOnlyExtension, "valueBoolean": true}}
@@ -54,6 +58,18 @@ func (s *server) capabilityStatement(c *fiber.Ctx) error {
 		}
 		resources = append(resources, entry)
 	}
+	return marshalJSON(resources)
+}
+
+// capabilityStatement describes the FHIR interface, generated from
+// fhirsearch's catalog. It needs no token.
+func (s *server) capabilityStatement(c *fiber.Ctx) error {
+	resources, err := s.capabilityResources()
+	if err != nil {
+		return err
+	}
+	base := origin(c)
+	issuer := base + "/o"
 	discoveryHeaders(c)
 	return writeFHIR(c, fiber.StatusOK, fiber.Map{
 		"resourceType":   "CapabilityStatement",

@@ -54,8 +54,8 @@ func ifMatch(c *fiber.Ctx) (int64, error) {
 // under the FHIR source the request names.
 func (s *server) fhirCreate(c *fiber.Ctx) error {
 	resourceType := c.Params("type")
-	if _, ok := fhirsearch.Lookup(resourceType); !ok {
-		return domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server keeps", resourceType)
+	if _, err := s.catalog.Require(resourceType); err != nil {
+		return err
 	}
 	if resourceType == "Observation" && domain.IsNativeObservation(c.Body()) {
 		return s.createNativeObservation(c)
@@ -70,10 +70,10 @@ func (s *server) fhirCreate(c *fiber.Ctx) error {
 
 // recordID tells what an id addresses: an imported resource (a UUID), a
 // native record or projection (an integer), or nothing.
-func recordID(c *fiber.Ctx) (imported bool, err error) {
+func (s *server) recordID(c *fiber.Ctx) (imported bool, err error) {
 	resourceType, id := c.Params("type"), c.Params("id")
-	if _, ok := fhirsearch.Lookup(resourceType); !ok {
-		return false, domain.Errorf(domain.CodeNotSupported, "%s is not a resource type this server keeps", resourceType)
+	if _, err := s.catalog.Require(resourceType); err != nil {
+		return false, err
 	}
 	if domain.IsResourceID(id) {
 		return true, nil
@@ -88,7 +88,7 @@ func recordID(c *fiber.Ctx) (imported bool, err error) {
 // or projection it is 405.
 func (s *server) importedOnly(write func(*fiber.Ctx) error) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		imported, err := recordID(c)
+		imported, err := s.recordID(c)
 		if err != nil {
 			return err
 		}

@@ -214,6 +214,7 @@ func BenchmarkImportedSearch(b *testing.B) {
 		w.create(b, resourceType, 0, importedPerOp)
 	}
 	below := "_source:below=" + url.QueryEscape(handlerstest.SourceBase+"/")
+	_, catalog := handlerstest.R5(b)
 	for resourceType, query := range importedSearches {
 		b.Run(resourceType+"/http", func(b *testing.B) {
 			var entries int
@@ -227,7 +228,7 @@ func BenchmarkImportedSearch(b *testing.B) {
 		})
 		b.Run(resourceType+"/raw", func(b *testing.B) {
 			values, _ := url.ParseQuery(below + "&" + query)
-			q, err := fhirsearch.NewTranslator([]byte("bench"), handlerstest.SourceBase, nil).Parse(resourceType, values, true)
+			q, err := fhirsearch.NewTranslator(catalog, []byte("bench"), handlerstest.SourceBase, nil).Parse(resourceType, values, true)
 			if err != nil {
 				b.Fatal(err)
 			}

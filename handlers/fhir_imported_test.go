@@ -254,7 +254,9 @@ func TestImportedRouting(t *testing.T) {
 		issue  string
 	}{
 		{"/Patient", nil, `{"resourceType": "Patient"}`, "invalid"},
-		{"/Basic", src, `{"resourceType": "Basic", "code": {"text": "x"}}`, "not-supported"},
+		{"/Bundle", src, `{"resourceType": "Bundle", "type": "collection"}`, "not-supported"},
+		{"/Parameters", src, `{"resourceType": "Parameters"}`, "not-supported"},
+		{"/Spaceship", src, `{"resourceType": "Spaceship"}`, "not-supported"},
 		{"/Condition", src, `{"resourceType": "Patient"}`, "invalid"},
 		{"/Condition", src, `[1, 2]`, "invalid"},
 		{"/Condition", src, `{"resourceType": "Condition", "resourceType": "Condition"}`, "invalid"},

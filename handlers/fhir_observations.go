@@ -15,7 +15,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
-	"exchange/fhirsearch"
 )
 
 // observationIn is what the native store reads of a FHIR Observation: the
@@ -303,7 +302,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 	}
 	var pending creates
 	for i, e := range in.Entry {
-		resourceType, err := batchEntry(i, e)
+		resourceType, err := s.batchEntry(i, e)
 		if err != nil {
 			failed(i, err)
 			continue
@@ -376,14 +375,14 @@ func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p
 
 // batchEntry checks one entry of a batch, a POST of a resource, and
 // returns the type it creates.
-func batchEntry(i int, e entryRequest) (string, error) {
+func (s *server) batchEntry(i int, e entryRequest) (string, error) {
 	at := fmt.Sprintf("Bundle.entry[%d]", i)
 	if !e.create(false) {
 		return "", domain.FieldErrorf(at+".request", "each entry must be {method: POST, url: <type>}")
 	}
 	resourceType := strings.TrimSuffix(e.Request.URL, "/")
-	if _, ok := fhirsearch.Lookup(resourceType); !ok {
-		return "", domain.FieldErrorf(at+".request.url", "%q is not a resource type this server keeps", e.Request.URL)
+	if _, err := s.catalog.Require(resourceType); err != nil {
+		return "", domain.FieldErrorf(at+".request.url", "%s", domain.ErrorMessage(err))
 	}
 	if _, err := e.resource(i); err != nil {
 		return "", err

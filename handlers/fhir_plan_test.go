@@ -30,7 +30,8 @@ func TestFHIRObservationPlansUseIndexes(t *testing.T) {
 	if len(indexes) < 2 {
 		t.Fatalf("indexes of observations: %v", indexes)
 	}
-	tr := fhirsearch.NewTranslator([]byte("plan test key"), "https://exchange.example.org/fhir-source", time.Now)
+	_, catalog := handlerstest.R5(t)
+	tr := fhirsearch.NewTranslator(catalog, []byte("plan test key"), "https://exchange.example.org/fhir-source", time.Now)
 	hr, bp := "omh:heart-rate:2.0", "omh:blood-pressure:4.0"
 	scopes := map[string]domain.Scope{
 		"practitioner": {PatientIDs: []int64{3, 5, 9}},

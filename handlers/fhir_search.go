@@ -225,7 +225,7 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 // vread, GET [base]/<type>/<id>/_history/<version>: native records and
 // projections have one version.
 func (s *server) fhirRead(c *fiber.Ctx) error {
-	imported, err := recordID(c)
+	imported, err := s.recordID(c)
 	if err != nil {
 		return err
 	}

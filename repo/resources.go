@@ -31,10 +31,11 @@ type resourceDoc struct {
 	JSON string `bson:"json"`
 	// Resource is JSON decoded, for analysts; never read back.
 	Resource bson.D `bson:"resource,omitempty"`
-	// Search holds "param|key" strings (fhirsearch.Indexer): one multikey
+	// Search holds "param|key" strings (fhirsearch.Catalog.Index): one multikey
 	// index answers every token, string and reference parameter.
-	Search []string           `bson:"search"`
-	Dates  map[string]spanDoc `bson:"dates,omitempty"`
+	Search  []string                 `bson:"search"`
+	Dates   map[string]spanDoc       `bson:"dates,omitempty"`
+	Numbers map[string]numberSpanDoc `bson:"numbers,omitempty"`
 	// SortAsc and SortDesc are the start of the date parameter, or the
 	// largest (smallest) date when the resource has none: undated
 	// resources sort last both ways.
@@ -49,6 +50,13 @@ type spanDoc struct {
 	End   time.Time `bson:"end"`
 }
 
+// numberSpanDoc is the [low, high] of a number or quantity parameter, as
+// spanDoc is of a date.
+type numberSpanDoc struct {
+	Low  float64 `bson:"low"`
+	High float64 `bson:"high"`
+}
+
 func newResourceDoc(r *domain.Resource) *resourceDoc {
 	doc := &resourceDoc{ID: r.ID, ResourceType: r.Type, SourceID: r.SourceID, SourcePatientID: r.SourcePatientID,
 		UpstreamID: r.UpstreamID, UniqueKey: r.UniqueKey, VersionID: r.VersionID, LastUpdated: r.LastUpdated,
@@ -61,6 +69,12 @@ func newResourceDoc(r *domain.Resource) *resourceDoc {
 		doc.Dates = map[string]spanDoc{}
 		for param, span := range r.Index.Dates {
 			doc.Dates[param] = spanDoc{Start: span.Start, End: span.End}
+		}
+	}
+	if len(r.Index.Numbers) > 0 {
+		doc.Numbers = map[string]numberSpanDoc{}
+		for param, span := range r.Index.Numbers {
+			doc.Numbers[param] = numberSpanDoc{Low: span.Low, High: span.High}
 		}
 	}
 	if r.Index.SortDate != nil {

@@ -37,6 +37,9 @@ type app struct {
 	oauth    *oauth.Provider
 	schemas  *omh.Registry // nil when OMH_SCHEMA_DIR holds no schemas
 	search   *fhirsearch.Translator
+	// catalog is the resource types served: with the R5 package, every
+	// type it defines but those excluded; without, the configured ones.
+	catalog *fhirsearch.Catalog
 }
 
 // openApp connects to the database (starting the embedded one when no
@@ -85,14 +88,20 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
-	a.search = fhirsearch.NewTranslator(cursorKey, s.FHIRSourceBase, nil)
+	if a.catalog == nil { // an administration command, or no R5 package
+		if a.catalog, err = fhirsearch.NewCatalog(nil); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	a.search = fhirsearch.NewTranslator(a.catalog, cursorKey, s.FHIRSourceBase, nil)
 	config.Searches = a.search
 	a.service = domain.NewService(config)
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
 		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log,
 		TrustedProxies: s.TrustedProxies, SessionLifetime: s.SessionLifetime, SessionIdleTimeout: s.SessionIdle,
-		ResourceTypes: fhirsearch.TypeNames(),
+		ResourceTypes: a.catalog.TypeNames(),
 	})
 	if err != nil {
 		a.Close()
@@ -128,11 +137,10 @@ func (a *app) openModels(config *domain.Config) error {
 		log.Warn("FHIR R5 packages are not installed: the imported store is read-only; run scripts/setup", "error", err)
 		return nil
 	}
-	indexer, err := fhirsearch.NewIndexer(defs)
-	if err != nil {
+	if a.catalog, err = fhirsearch.NewCatalog(defs); err != nil {
 		return err
 	}
-	config.Validator, config.Indexer = validator, indexer
+	config.Validator, config.Indexer = validator, a.catalog
 	config.Converter, err = openImporter(s, defs, log)
 	return err
 }

@@ -115,7 +115,7 @@ var r5 = sync.OnceValues(func() (*r5Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	indexer, err := fhirsearch.NewIndexer(defs)
+	catalog, err := fhirsearch.NewCatalog(defs)
 	if err != nil {
 		return nil, err
 	}
@@ -133,21 +133,22 @@ var r5 = sync.OnceValues(func() (*r5Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &r5Model{validator, indexer, importer}, nil
+	return &r5Model{validator, catalog, importer}, nil
 })
 
 type r5Model struct {
 	validator *fhirdefs.Validator
-	indexer   *fhirsearch.Indexer
+	catalog   *fhirsearch.Catalog
 	importer  *converter.Importer
 }
 
-// R5 returns the FHIR R5 validator and search indexer of the imported
-// store: FHIR_PACKAGES_DIR, or standards/fhir-packages of the repository.
-func R5(t testing.TB) (*fhirdefs.Validator, *fhirsearch.Indexer) {
+// R5 returns the FHIR R5 validator and the catalog of served types (the
+// search indexer of the imported store): FHIR_PACKAGES_DIR, or
+// standards/fhir-packages of the repository.
+func R5(t testing.TB) (*fhirdefs.Validator, *fhirsearch.Catalog) {
 	t.Helper()
 	m := r5Models(t)
-	return m.validator, m.indexer
+	return m.validator, m.catalog
 }
 
 // r5Models returns the definitions-driven parts, the R4 importer included
@@ -221,15 +222,15 @@ func StartWith(t testing.TB, o Options) *Env {
 	}
 	db := repotest.NewDB(t)
 	clock := &Clock{}
-	validator, indexer := R5(t)
-	search := fhirsearch.NewTranslator([]byte("test cursor key"), SourceBase, clock.Now)
+	validator, catalog := R5(t)
+	search := fhirsearch.NewTranslator(catalog, []byte("test cursor key"), SourceBase, clock.Now)
 	svc := domain.NewService(domain.Config{Store: db, Schemas: Schemas(t), SourceBase: SourceBase,
-		Validator: validator, Indexer: indexer, Converter: r5Models(t).importer, Searches: search, Now: clock.Now, Logger: o.Logger})
+		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Now: clock.Now, Logger: o.Logger})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
 		Logger: o.Logger, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
-		ResourceTypes: fhirsearch.TypeNames(),
+		ResourceTypes: catalog.TypeNames(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,258 @@
+package fhirsearch_test
+
+import (
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+	"exchange/fhirdefs"
+	"exchange/fhirsearch"
+)
+
+func paramNames(r *fhirsearch.Resource) []string {
+	var names []string
+	for _, p := range r.Params {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// TestCatalogServesEveryR5Type: the catalog serves every concrete R5
+// resource type but those it names with a reason; the configured types
+// keep their parameters; the others take theirs from R5, and nothing it
+// advertises is composite, special or an expression it skipped.
+func TestCatalogServesEveryR5Type(t *testing.T) {
+	defs, err := fhirdefs.OpenPackage(filepath.Join(packagesDir(), "hl7.fhir.r5.core", "package"))
+	if err != nil {
+		t.Fatalf("%v (run scripts/setup first)", err)
+	}
+	r5Types, err := defs.ResourceTypes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := catalog(t)
+	configuredOnly, err := fhirsearch.NewCatalog(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served []string
+	for _, r := range full.Resources() {
+		served = append(served, r.Type)
+	}
+	var want []string
+	for _, typ := range r5Types {
+		if _, excluded := fhirsearch.NotServed(typ); !excluded {
+			want = append(want, typ)
+		}
+	}
+	if !slices.Equal(served, want) {
+		t.Errorf("served %v,\nwant every R5 type but the excluded: %v", served, want)
+	}
+	for _, typ := range fhirsearch.NotServedTypes() {
+		if !slices.Contains(r5Types, typ) {
+			t.Errorf("%s is excluded but is no R5 resource type", typ)
+		}
+		if _, ok := configuredOnly.Lookup(typ); ok {
+			t.Errorf("%s is excluded and configured", typ)
+		}
+		reason, _ := fhirsearch.NotServed(typ)
+		if _, err := full.Require(typ); domain.ErrorCode(err) != domain.CodeNotSupported || !strings.Contains(err.Error(), reason) {
+			t.Errorf("Require(%s): %v", typ, err)
+		}
+		if full.Keeps(typ) {
+			t.Errorf("%s is kept", typ)
+		}
+	}
+	if _, err := full.Require("Spaceship"); domain.ErrorCode(err) != domain.CodeNotSupported {
+		t.Errorf("Require(Spaceship): %v", err)
+	}
+
+	// The configured types keep exactly their parameters.
+	for _, c := range configuredOnly.Resources() {
+		r, _ := full.Lookup(c.Type)
+		if !slices.Equal(paramNames(r), paramNames(c)) {
+			t.Errorf("%s: %v, configured %v", c.Type, paramNames(r), paramNames(c))
+		}
+	}
+
+	skipped := map[string]bool{}
+	reasons := map[string]int{}
+	for _, s := range full.Skipped() {
+		skipped[s.Type+"."+s.Code] = true
+		reason, _, _ := strings.Cut(s.Reason, ":")
+		reasons[s.Kind+": "+reason]++
+	}
+	advertised := 0
+	kinds := map[fhirsearch.ParamType]int{}
+	for _, r := range full.Resources() {
+		if !full.Keeps(r.Type) {
+			t.Errorf("%s is served but not kept", r.Type)
+		}
+		if _, ok := configuredOnly.Lookup(r.Type); ok {
+			continue
+		}
+		for _, p := range r.Params {
+			advertised++
+			kinds[p.Type]++
+			if p.Type == "composite" || p.Type == fhirsearch.TypeSpecial || skipped[r.Type+"."+p.Name] || p.Expression == "" {
+				t.Errorf("%s.%s (%s) is advertised", r.Type, p.Name, p.Type)
+			}
+		}
+	}
+	t.Logf("served %d types: %d configured, %d from R5 SearchParameters; %d excluded", len(served),
+		len(configuredOnly.Resources()), len(served)-len(configuredOnly.Resources()), len(fhirsearch.NotServedTypes()))
+	t.Logf("R5 parameters advertised on the types from R5: %d %v; skipped %d %v", advertised, kinds, len(full.Skipped()), reasons)
+
+	// What cannot be indexed is skipped, each kind of reason.
+	for _, key := range []string{
+		"ChargeItemDefinition.context-type-quantity", // composite
+		"Composition.section-text",                   // special
+		"Person.deceased",                            // beyond the evaluator: exists() and !=
+		"Appointment.date",                           // R5 gives no expression rooted at Appointment
+	} {
+		if !skipped[key] {
+			t.Errorf("%s is not skipped", key)
+		}
+	}
+}
+
+// TestCatalogPatientParameter: patient= on the types from R5 follows their
+// R5 patient parameter, else the Patient compartment, restricted to
+// Patient references; types outside the compartment have none.
+func TestCatalogPatientParameter(t *testing.T) {
+	c := catalog(t)
+	for typ, want := range map[string]string{
+		"Claim":                    "Claim.patient",
+		"MedicationAdministration": "MedicationAdministration.subject.where(resolve() is Patient)",
+		"Basic":                    "Basic.subject.where(resolve() is Patient)",
+		// No R5 patient parameter: the compartment's (actor).
+		"Schedule":      "(Schedule.actor).where(resolve() is Patient)",
+		"Questionnaire": "",
+	} {
+		r, ok := c.Lookup(typ)
+		if !ok {
+			t.Fatalf("%s is not served", typ)
+		}
+		i := slices.IndexFunc(r.Params, func(p fhirsearch.Param) bool { return p.Name == "patient" })
+		switch {
+		case want == "" && i >= 0:
+			t.Errorf("%s has patient %q", typ, r.Params[i].Expression)
+		case want != "" && (i < 0 || r.Params[i].Expression != want || r.Params[i].Join != domain.JoinPatient):
+			t.Errorf("%s patient: %+v, want %q", typ, r.Params, want)
+		}
+	}
+	idx := index(t, `{"resourceType": "Schedule",
+		"actor": [{"reference": "Practitioner/d1"}, {"reference": "Patient/p1"}, {"reference": "Location/l1"}]}`)
+	var patients []string
+	for _, k := range idx.Keys {
+		if strings.HasPrefix(k, "patient|") {
+			patients = append(patients, k)
+		}
+	}
+	if !slices.Equal(patients, []string{"patient|Patient/p1", "patient|p1"}) {
+		t.Errorf("Communication patient keys %v", patients)
+	}
+}
+
+// TestIndexR5Kinds indexes official R5 examples of types served from R5,
+// one or two per kind of parameter, with the values read off the examples.
+func TestIndexR5Kinds(t *testing.T) {
+	for _, tc := range []struct {
+		file    string
+		keys    []string
+		dates   map[string]domain.Span
+		numbers map[string]domain.NumberSpan
+	}{
+		{file: "Claim-100150.json", keys: []string{
+			"use|claim", "status|active", "identifier|http://happyvalley.com/claim|12345", // token
+			"provider|Organization/1", "insurer|Organization/2", "patient|Patient/1", // reference
+		}, dates: map[string]domain.Span{"created": day("2014-08-16")}},
+		{file: "ExplanationOfBenefit-EB3500.json", keys: []string{"disposition|claim settled as per contract."}}, // string
+		{file: "Substance-f204.json", keys: []string{"quantity|http://unitsofmeasure.org|mL", "quantity||mL"}, // quantity, UCUM
+			numbers: map[string]domain.NumberSpan{"quantity": {Low: 100, High: 100}}},
+		{file: "Invoice-example.json", keys: []string{"totalnet|urn:iso:std:iso:4217|EUR", "totalnet||EUR"}, // quantity, Money
+			numbers: map[string]domain.NumberSpan{"totalnet": {Low: 40, High: 40}, "totalgross": {Low: 48, High: 48}}},
+		{file: "RiskAssessment-genetic.json", // number: the span of several
+			numbers: map[string]domain.NumberSpan{"probability": {Low: 0.000168, High: 0.001663}}},
+		{file: "ResearchStudy-example-ctgov-study-record.json",
+			numbers: map[string]domain.NumberSpan{"recruitment-target": {Low: 62, High: 62}}},
+		{file: "Questionnaire-3141.json", keys: []string{"url|http://hl7.org/fhir/Questionnaire/3141"}}, // uri
+		{file: "Communication-example.json", keys: []string{"instantiates-uri|http://example.org/hyperkalemia"}},
+		{file: "MedicationAdministration-medadmin0311.json", keys: []string{"status|completed", "patient|Patient/pat1"},
+			dates: map[string]domain.Span{"date": {Start: time.Date(2015, 1, 15, 21, 3, 0, 0, time.UTC),
+				End: time.Date(2015, 1, 16, 1, 3, 0, 999000000, time.UTC)}}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			idx := index(t, example(t, tc.file))
+			for _, k := range tc.keys {
+				if !slices.Contains(idx.Keys, k) {
+					t.Errorf("no key %q in %q", k, idx.Keys)
+				}
+			}
+			for param, want := range tc.dates {
+				if got := idx.Dates[param]; !got.Start.Equal(want.Start) || !got.End.Equal(want.End) {
+					t.Errorf("%s spans %v, want %v", param, got, want)
+				}
+			}
+			for param, want := range tc.numbers {
+				if got := idx.Numbers[param]; got != want {
+					t.Errorf("%s spans %v, want %v", param, got, want)
+				}
+			}
+		})
+	}
+	// A canonical is found with and without its version.
+	idx := index(t, `{"resourceType": "Questionnaire", "status": "active", "url": "http://example.org/Questionnaire/q|2.0"}`)
+	for _, k := range []string{"url|http://example.org/Questionnaire/q|2.0", "url|http://example.org/Questionnaire/q"} {
+		if !slices.Contains(idx.Keys, k) {
+			t.Errorf("no key %q in %q", k, idx.Keys)
+		}
+	}
+}
+
+// TestR5KindsPipelines: the number, quantity and uri parameters of the
+// types from R5 become conditions on the stored index.
+func TestR5KindsPipelines(t *testing.T) {
+	tr := fhirsearch.NewTranslator(catalog(t), []byte("test key"), sourceBase, func() time.Time { return now })
+	scope := domain.Scope{SourceIDs: []int64{7}}
+	for _, tc := range []struct {
+		resourceType, query, match string
+	}{
+		{"RiskAssessment", "probability=0.02",
+			`{"$and":[{"numbers.probability.high":{"$lt":0.025},"numbers.probability.low":{"$gte":0.015}}],"resourceType":"RiskAssessment","sourceId":{"$in":[7]}}`},
+		{"RiskAssessment", "probability=gt0.5&probability=le1",
+			`{"$and":[{"numbers.probability.high":{"$gt":0.5}},{"numbers.probability.low":{"$lte":1}}],"resourceType":"RiskAssessment","sourceId":{"$in":[7]}}`},
+		{"RiskAssessment", "probability=ne1e2",
+			`{"$and":[{"$or":[{"numbers.probability.low":{"$lt":50}},{"numbers.probability.high":{"$gte":150}}]}],"resourceType":"RiskAssessment","sourceId":{"$in":[7]}}`},
+		{"Substance", "quantity=ge100|http://unitsofmeasure.org|mL",
+			`{"$and":[{"$and":[{"numbers.quantity.high":{"$gte":100}},{"search":"quantity|http://unitsofmeasure.org|mL"}]}],"resourceType":"Substance","sourceId":{"$in":[7]}}`},
+		{"Substance", "quantity=100||mL,lt5",
+			`{"$and":[{"$or":[{"$and":[{"numbers.quantity.high":{"$lt":100.5},"numbers.quantity.low":{"$gte":99.5}},{"search":"quantity||mL"}]},{"numbers.quantity.low":{"$lt":5}}]}],"resourceType":"Substance","sourceId":{"$in":[7]}}`},
+		{"Questionnaire", "url=http://hl7.org/fhir/Questionnaire/3141",
+			`{"$and":[{"search":{"$in":["url|http://hl7.org/fhir/Questionnaire/3141"]}}],"resourceType":"Questionnaire","sourceId":{"$in":[7]}}`},
+		{"Claim", "created=ge2014&_sort=-created",
+			`{"$and":[{"dates.created.end":{"$gte":{"$date":"2014-01-01T00:00:00Z"}}}],"resourceType":"Claim","sourceId":{"$in":[7]}}`},
+	} {
+		v, err := url.ParseQuery(tc.query + "&_source:below=" + url.QueryEscape(sourceBase+"/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := tr.Parse(tc.resourceType, v, true)
+		if err != nil {
+			t.Fatalf("%s?%s: %v", tc.resourceType, tc.query, err)
+		}
+		plan, err := q.Plan(scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := canon(t, plan.Pipeline[0].(bson.D)[0].Value); got != tc.match {
+			t.Errorf("%s?%s:\n$match %s\nwant   %s", tc.resourceType, tc.query, got, tc.match)
+		}
+	}
+}
