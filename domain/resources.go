@@ -42,9 +42,9 @@ type ResourceValidator interface {
 	// json.Decoder.UseNumber: no issues when it is valid. An error is a
 	// fault of the definitions, not of the resource.
 	ValidateObject(resource map[string]any) ([]fhirdefs.Issue, error)
-	// HasElement reports whether a resource type defines a top-level
-	// element.
-	HasElement(resourceType, element string) bool
+	// ElementMax returns the maximum cardinality of a resource type's
+	// top-level element (-1: unbounded); false when the type has none.
+	ElementMax(resourceType, element string) (max int, ok bool)
 }
 
 // ResourceIndexer extracts the search index of a resource;
@@ -373,8 +373,8 @@ func (s *Service) stamp(r *Resource, o jsonObject) error {
 	meta.set("lastUpdated", mustJSON(r.LastUpdated.Format("2006-01-02T15:04:05.000Z07:00")))
 	meta.set("source", mustJSON(SourceURI(s.sourceBase, r.SourceID)))
 	o.set("meta", meta.marshal("versionId", "lastUpdated", "source"))
-	if r.UpstreamID != "" && s.validator.HasElement(r.Type, "identifier") {
-		s.stampUpstreamID(r, &o)
+	if max, ok := s.validator.ElementMax(r.Type, "identifier"); ok && r.UpstreamID != "" {
+		s.stampUpstreamID(r, &o, max == 1)
 	}
 	r.JSON = o.marshal("resourceType", "id", "meta")
 
@@ -395,10 +395,23 @@ func (s *Service) stamp(r *Resource, o jsonObject) error {
 }
 
 // stampUpstreamID writes the upstream id as the resource's identifier of
-// the source's id system, in place of any identifier of that system. An
-// identifier that is not an array is left for validation to refuse.
-func (s *Service) stampUpstreamID(r *Resource, o *jsonObject) {
+// the source's id system, in place of any identifier of that system. Where
+// the type has a single identifier (Ingredient, ObservationDefinition, ...)
+// one the source sent of another system is kept, and the upstream id only
+// beside the resource. An identifier of the wrong JSON kind is left for
+// validation to refuse.
+func (s *Service) stampUpstreamID(r *Resource, o *jsonObject, single bool) {
 	system := s.upstreamIDSystem(r.SourceID)
+	upstream := mustJSON(map[string]string{"system": system, "value": r.UpstreamID})
+	if single {
+		var ident struct {
+			System string `json:"system"`
+		}
+		if raw, ok := o.get("identifier"); !ok || (json.Unmarshal(raw, &ident) == nil && ident.System == system) {
+			o.set("identifier", upstream)
+		}
+		return
+	}
 	var ids []json.RawMessage
 	if raw, ok := o.get("identifier"); ok && json.Unmarshal(raw, &ids) != nil {
 		return
@@ -413,7 +426,7 @@ func (s *Service) stampUpstreamID(r *Resource, o *jsonObject) {
 		}
 		kept = append(kept, id)
 	}
-	kept = append(kept, mustJSON(map[string]string{"system": system, "value": r.UpstreamID}))
+	kept = append(kept, upstream)
 	o.set("identifier", mustJSON(kept))
 }
 

@@ -91,6 +91,21 @@ func OpenPackage(dir string) (*Package, error) {
 	return &Package{dir: dir, files: files, defs: map[string]*StructureDefinition{}}, nil
 }
 
+// ElementMax returns the maximum cardinality of a type's element (a
+// direct child, such as identifier; -1: unbounded), and false when the
+// type has no such element.
+func (p *Package) ElementMax(resourceType, element string) (int, bool) {
+	sd, err := p.Type(resourceType)
+	if err != nil {
+		return 0, false
+	}
+	e, ok := sd.Element(resourceType + "." + element)
+	if !ok {
+		return 0, false
+	}
+	return e.Max, true
+}
+
 // ErrUnknownType is returned for a type the package does not define.
 var ErrUnknownType = errors.New("unknown type")
 

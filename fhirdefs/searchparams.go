@@ -172,14 +172,3 @@ func scanFHIRPath(expr string, visit func(i, depth int) bool) {
 		}
 	}
 }
-
-// HasElement reports whether a type defines an element (a direct child,
-// such as identifier).
-func (p *Package) HasElement(resourceType, element string) bool {
-	sd, err := p.Type(resourceType)
-	if err != nil {
-		return false
-	}
-	_, ok := sd.Element(resourceType + "." + element)
-	return ok
-}

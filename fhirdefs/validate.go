@@ -55,9 +55,10 @@ func (w *walk) add(path, format string, args ...any) {
 	}
 }
 
-// HasElement reports whether a resource type defines a top-level element.
-func (v *Validator) HasElement(resourceType, element string) bool {
-	return v.defs.HasElement(resourceType, element)
+// ElementMax returns the maximum cardinality of a resource type's
+// top-level element (-1: unbounded), and false when the type has none.
+func (v *Validator) ElementMax(resourceType, element string) (int, bool) {
+	return v.defs.ElementMax(resourceType, element)
 }
 
 // Validate checks the JSON of one resource. It returns no issues for a
