@@ -196,3 +196,82 @@ func fxExtJSON(v any) string {
 	}
 	return string(data)
 }
+
+// TestFHIRImportedPlansUseIndexes plans a search by every parameter of
+// every type the imported store serves (the 28 configured and those from
+// R5), alone and sorted, with the scopes the domain hands the store (a
+// practitioner's readable sources, a superuser's none, a patient join), and
+// checks that each pipeline starts with a $match whose top-level fields
+// are a prefix of an index the repository created on resources, and that
+// no pipeline skips. Token, reference, uri and string parameters filter on
+// the multikey search index within them, dates and numbers on their spans.
+func TestFHIRImportedPlansUseIndexes(t *testing.T) {
+	t.Parallel()
+	env := handlerstest.Start(t)
+	indexes := repotest.IndexKeys(t, env.DB, "resources")
+	_, catalog := handlerstest.R5(t)
+	tr := fhirsearch.NewTranslator(catalog, []byte("plan test key"), handlerstest.SourceBase, time.Now)
+	values := map[fhirsearch.ParamType]string{
+		fhirsearch.TypeToken: "http://loinc.org|8867-4", fhirsearch.TypeReference: "Patient/p1", fhirsearch.TypeURI: "http://example.org/q|1.0",
+		fhirsearch.TypeString: "smi", fhirsearch.TypeDate: "ge2024-01", fhirsearch.TypeNumber: "gt0.5",
+		fhirsearch.TypeQuantity: "le5.4|http://unitsofmeasure.org|mg",
+	}
+	scopes := map[string]domain.Scope{
+		"practitioner": {SourceIDs: []int64{1, 2}},
+		"superuser":    {},
+		"patient join": {SourceIDs: []int64{1, 2}, PatientIDs: []int64{5}},
+	}
+	below := "_source:below=" + url.QueryEscape(handlerstest.SourceBase+"/")
+	plans := 0
+	for _, r := range catalog.Resources() {
+		queries := []string{"", "_sort=-_lastUpdated", "_lastUpdated=ge2024-01-01"}
+		for _, p := range r.Params {
+			if !p.Imported || p.Join != "" {
+				continue
+			}
+			q := p.Name + "=" + url.QueryEscape(values[p.Type])
+			queries = append(queries, q, q+"&_sort=_lastUpdated")
+			if p.Type == fhirsearch.TypeDate {
+				queries = append(queries, q+"&_sort=-"+p.Name) // rejected below when the type does not sort by it
+			}
+		}
+		for _, query := range queries {
+			v, err := url.ParseQuery(below + "&" + query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := tr.Parse(r.Type, v, true)
+			if err != nil {
+				if strings.Contains(query, "_sort=-") && strings.Contains(err.Error(), "cannot be sorted") {
+					continue
+				}
+				t.Fatalf("%s?%s: %v", r.Type, query, err)
+			}
+			for name, scope := range scopes {
+				plans++
+				plan, err := q.Plan(scope)
+				if err != nil {
+					t.Fatalf("%s %s?%s: %v", name, r.Type, query, err)
+				}
+				if plan.Collection != "resources" || len(plan.Pipeline) == 0 {
+					t.Fatalf("%s %s?%s: plan %+v", name, r.Type, query, plan)
+				}
+				for _, stage := range plan.Pipeline {
+					if d, ok := stage.(bson.D); !ok || len(d) != 1 || d[0].Key == "$skip" {
+						t.Errorf("%s %s?%s: stage %v", name, r.Type, query, stage)
+					}
+				}
+				first := plan.Pipeline[0].(bson.D)[0]
+				if first.Key != "$match" {
+					t.Fatalf("%s %s?%s: the first stage is %s", name, r.Type, query, first.Key)
+				}
+				for _, fields := range fxMatchPrefixes(t, first.Value) {
+					if !fxIsIndexPrefix(fields, indexes) || !slices.Contains(fields, "resourceType") {
+						t.Errorf("%s %s?%s: $match fields %v are a prefix of no index of %v\n$match %s", name, r.Type, query, fields, indexes, fxExtJSON(first.Value))
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d plans of %d types checked against %d indexes", plans, len(catalog.Resources()), len(indexes))
+}
