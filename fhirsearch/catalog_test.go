@@ -2,6 +2,7 @@ package fhirsearch_test
 
 import (
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -254,5 +255,33 @@ func TestR5KindsPipelines(t *testing.T) {
 		if got := canon(t, plan.Pipeline[0].(bson.D)[0].Value); got != tc.match {
 			t.Errorf("%s?%s:\n$match %s\nwant   %s", tc.resourceType, tc.query, got, tc.match)
 		}
+	}
+}
+
+// TestREADMEListsTheExcludedTypes: the README's table of the types the
+// imported store does not keep names exactly those of the code.
+func TestREADMEListsTheExcludedTypes(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(data), "| not kept | why |")
+	if !ok {
+		t.Fatal("the README has no table of the types not kept")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	var listed []string
+	for _, row := range strings.Split(table, "\n")[2:] {
+		cells := strings.Split(row, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		for _, typ := range strings.Split(cells[1], ",") {
+			listed = append(listed, strings.TrimSpace(typ))
+		}
+	}
+	slices.Sort(listed)
+	if want := fhirsearch.NotServedTypes(); !slices.Equal(listed, want) {
+		t.Errorf("the README lists %v,\nthe code excludes %v", listed, want)
 	}
 }
