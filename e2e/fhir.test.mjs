@@ -5,7 +5,7 @@
 // (r5.mjs); the SMART configuration against the SMART App Launch fields.
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { loadR5, examplesPackage } from './r5.mjs';
+import { loadR5, examplesPackage, schemaPath } from './r5.mjs';
 import { readFileSync } from 'node:fs';
 import { batchBundle, bearerToken, env, fhir, nativeObservation, omhDataPoint } from './lib.mjs';
 
@@ -99,21 +99,37 @@ describe('discovery', () => {
     const cs = assertAnswer(res, 200, 'CapabilityStatement');
     assert.equal(cs.resourceType, 'CapabilityStatement');
     assert.equal(cs.fhirVersion, '5.0.0');
-    // The 28 types the imported store configures, the six native ones among them.
-    const types = cs.rest[0].resource.map((r) => r.type).sort();
-    assert.deepEqual(types, [
+    // Every R5 resource type but those with no meaning here: the 28 the
+    // imported store configures (the six native ones among them) and the
+    // rest of R5 with R5's search parameters.
+    const types = cs.rest[0].resource.map((r) => r.type);
+    assert.deepEqual(types, [...types].sort(), 'listed by name');
+    const r5Types = Object.keys(JSON.parse(readFileSync(schemaPath, 'utf8')).discriminator.mapping);
+    for (const type of types) assert.ok(r5Types.includes(type), `${type} is no R5 resource type`);
+    for (const type of [
       'AllergyIntolerance', 'CarePlan', 'CareTeam', 'Condition', 'Coverage', 'Device', 'DiagnosticReport',
       'DocumentReference', 'Encounter', 'FamilyMemberHistory', 'Goal', 'Group', 'Immunization', 'Location',
       'Medication', 'MedicationDispense', 'MedicationRequest', 'Observation', 'Organization', 'Patient',
       'Practitioner', 'PractitionerRole', 'Procedure', 'Provenance', 'QuestionnaireResponse', 'RelatedPerson',
-      'ServiceRequest', 'Specimen',
-    ]);
+      'ServiceRequest', 'Specimen', 'Claim', 'ExplanationOfBenefit', 'MedicationAdministration', 'Questionnaire',
+    ]) {
+      assert.ok(types.includes(type), `${type} is not served`);
+    }
+    for (const type of ['Bundle', 'Parameters', 'OperationOutcome', 'Binary', 'Subscription', 'CodeSystem', 'StructureDefinition']) {
+      assert.ok(!types.includes(type), `${type} is served`);
+    }
+    assert.ok(types.length >= 130, `${types.length} types`);
     for (const r of cs.rest[0].resource) {
       const codes = r.interaction.map((i) => i.code);
       for (const code of ['read', 'search-type', 'create', 'update', 'patch', 'delete']) {
         assert.ok(codes.includes(code), `${r.type} lacks ${code}`);
       }
       assert.ok(r.searchParam.some((p) => p.name === '_source'), `${r.type} lacks _source`);
+      // Composite and special R5 parameters are not offered (only the
+      // _has joins of the native projections are special).
+      for (const p of r.searchParam) {
+        assert.ok(p.type !== 'composite' && (p.type !== 'special' || p.name.includes('_has:')), `${r.type} ${p.name} ${p.type}`);
+      }
     }
   });
 
@@ -486,8 +502,10 @@ describe('imported store', () => {
   it('refuses what it cannot keep, each with a valid OperationOutcome', async () => {
     const noSource = await fhir('/Condition', { token, method: 'POST', body: conditionBody('x') });
     assertAnswer(noSource, 400, 'OperationOutcome of a create without a source');
-    const badType = await fhir('/Basic', { token, method: 'POST', body: { resourceType: 'Basic', meta: { source } } });
-    assert.equal(assertAnswer(badType, 400, 'OperationOutcome of an unconfigured type').issue[0].code, 'not-supported');
+    const badType = await fhir('/Bundle', { token, method: 'POST', body: { resourceType: 'Bundle', type: 'collection', meta: { source } } });
+    const refusal = assertAnswer(badType, 400, 'OperationOutcome of a type the store does not keep').issue[0];
+    assert.equal(refusal.code, 'not-supported');
+    assert.match(refusal.diagnostics, /Bundle is not a resource type this server keeps: a Bundle is a container/);
     const invalid = await fhir('/Condition', { token, method: 'POST', body: { ...conditionBody('y'), meta: { source }, onsetDateTime: 'yesterday', colour: 'red' } });
     const oo = assertAnswer(invalid, 400, 'OperationOutcome of an invalid Condition');
     const paths = oo.issue.flatMap((i) => i.expression ?? []).sort();
@@ -495,6 +513,47 @@ describe('imported store', () => {
     const onNative = await fhir('/Observation/1', { token, method: 'DELETE' });
     assert.equal(assertAnswer(onNative, 405, 'OperationOutcome of a DELETE on a native Observation').issue[0].code, 'not-supported');
   });
+});
+
+describe('imported store: any R5 resource type', () => {
+  const run = Date.now().toString(36); // upstream ids unique to this run
+  let sourceID;
+  let source;
+
+  before(async () => {
+    const res = await fetch(`${base}/api/v1/fhir_sources?pageSize=100`, { headers: { Authorization: `Bearer ${token}` } });
+    const ehr = (await res.json()).results.find((s) => s.patient === patient && s.label === 'Northwest University Hospital EHR');
+    sourceID = `${ehr.id}`;
+    source = ehr.uri;
+  });
+
+  // Official R5 examples of types outside the 28 the store configures.
+  for (const [type, file] of [
+    ['Claim', 'Claim-100150.json'],
+    ['ExplanationOfBenefit', 'ExplanationOfBenefit-EB3500.json'],
+    ['MedicationAdministration', 'MedicationAdministration-medadmin0311.json'],
+  ]) {
+    it(`${type}: created, read, and found by patient and _lastUpdated, every answer valid R5`, async () => {
+      const example = JSON.parse(readFileSync(`${examplesPackage}/${file}`, 'utf8'));
+      example.id = `${example.id}-${run}`;
+      const res = await fhir(`/${type}`, { token, method: 'POST', headers: { 'X-SERVICE-FHIR-Source-ID': sourceID }, body: example });
+      const created = assertAnswer(res, 201, `created ${type}`);
+      assert.equal(created.meta.source, source);
+      assert.ok(created.identifier.some((i) => i.system === `${source}/id` && i.value === example.id));
+      assert.deepEqual(assertAnswer(await fhir(`/${type}/${created.id}`, { token }), 200, `${type} read`), created);
+
+      const search = async (params, label) => {
+        const b = assertAnswer(await fhir(`/${type}?${new URLSearchParams({ _source: source, ...params })}`, { token }), 200, label);
+        return (b.entry ?? []).filter((e) => e.search.mode === 'match').map((e) => e.resource.id);
+      };
+      const { lastUpdated } = created.meta;
+      assert.ok((await search({ patient: `${patient}` }, `${type} by patient`)).includes(created.id));
+      assert.ok((await search({ _lastUpdated: `ge${lastUpdated}` }, `${type} by _lastUpdated`)).includes(created.id));
+      assert.ok((await search({ patient: `${patient}`, _lastUpdated: lastUpdated, _sort: '-_lastUpdated' }, `${type} by both`)).includes(created.id));
+      assert.deepEqual(await search({ patient: `${patient}`, _lastUpdated: 'lt2000-01-01' }, `${type} before 2000`), []);
+      assert.deepEqual(await search({ patient: '999999' }, `${type} of another patient`), []);
+    });
+  }
 });
 
 describe('read-only projections', () => {
