@@ -65,23 +65,45 @@ func day(s string) domain.Span {
 	return domain.Span{Start: start, End: start.Add(24*time.Hour - time.Millisecond)}
 }
 
+// TestIndexOfficialExamples indexes official R5 examples, of configured
+// types and of types served from R5 (one or two per kind of parameter),
+// with the values read off the examples.
 func TestIndexOfficialExamples(t *testing.T) {
 	for _, tc := range []struct {
-		file  string
-		keys  []string
-		dates map[string]domain.Span
+		file    string
+		keys    []string
+		dates   map[string]domain.Span
+		numbers map[string]domain.NumberSpan
 	}{
 		{"Condition-example.json", []string{
 			"code|http://snomed.info/sct|39065001", "code|39065001", "code|http://snomed.info/sct|",
 			"clinical-status|active", "category|encounter-diagnosis", "patient|Patient/example", "patient|example"},
-			map[string]domain.Span{"onset-date": day("2012-05-24")}},
+			map[string]domain.Span{"onset-date": day("2012-05-24")}, nil},
 		{"Patient-example.json", []string{
 			"identifier|urn:oid:1.2.36.146.595.217.0.1|12345", "family|chalmers", "given|jim", "name|windsor", "gender|male"},
-			map[string]domain.Span{"birthdate": day("1974-12-25")}},
+			map[string]domain.Span{"birthdate": day("1974-12-25")}, nil},
 		{"Location-1.json", []string{"address|den burg", "address-city|den burg", "address-postalcode|9105 pz",
-			"name|burgers university medical center, south wing, second floor"}, nil},
-		{"ServiceRequest-example.json", []string{"code|303653007", "category|103693007", "status|completed"}, nil},
-		{"Encounter-example.json", []string{"class|http://terminology.hl7.org/CodeSystem/v3-ActCode|IMP", "status|in-progress"}, nil},
+			"name|burgers university medical center, south wing, second floor"}, nil, nil},
+		{"ServiceRequest-example.json", []string{"code|303653007", "category|103693007", "status|completed"}, nil, nil},
+		{"Encounter-example.json", []string{"class|http://terminology.hl7.org/CodeSystem/v3-ActCode|IMP", "status|in-progress"}, nil, nil},
+		{file: "Claim-100150.json", keys: []string{
+			"use|claim", "status|active", "identifier|http://happyvalley.com/claim|12345", // token
+			"provider|Organization/1", "insurer|Organization/2", "patient|Patient/1", // reference
+		}, dates: map[string]domain.Span{"created": day("2014-08-16")}},
+		{file: "ExplanationOfBenefit-EB3500.json", keys: []string{"disposition|claim settled as per contract."}}, // string
+		{file: "Substance-f204.json", keys: []string{"quantity|http://unitsofmeasure.org|mL", "quantity||mL"}, // quantity, UCUM
+			numbers: map[string]domain.NumberSpan{"quantity": {Low: 100, High: 100}}},
+		{file: "Invoice-example.json", keys: []string{"totalnet|urn:iso:std:iso:4217|EUR", "totalnet||EUR"}, // quantity, Money
+			numbers: map[string]domain.NumberSpan{"totalnet": {Low: 40, High: 40}, "totalgross": {Low: 48, High: 48}}},
+		{file: "RiskAssessment-genetic.json", // number: the span of several
+			numbers: map[string]domain.NumberSpan{"probability": {Low: 0.000168, High: 0.001663}}},
+		{file: "ResearchStudy-example-ctgov-study-record.json",
+			numbers: map[string]domain.NumberSpan{"recruitment-target": {Low: 62, High: 62}}},
+		{file: "Questionnaire-3141.json", keys: []string{"url|http://hl7.org/fhir/Questionnaire/3141"}}, // uri
+		{file: "Communication-example.json", keys: []string{"instantiates-uri|http://example.org/hyperkalemia"}},
+		{file: "MedicationAdministration-medadmin0311.json", keys: []string{"status|completed", "patient|Patient/pat1"},
+			dates: map[string]domain.Span{"date": {Start: time.Date(2015, 1, 15, 21, 3, 0, 0, time.UTC),
+				End: time.Date(2015, 1, 16, 1, 3, 0, 999000000, time.UTC)}}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			idx := index(t, example(t, tc.file))
@@ -92,6 +114,11 @@ func TestIndexOfficialExamples(t *testing.T) {
 			}
 			for param, want := range tc.dates {
 				if got := idx.Dates[param]; !got.Start.Equal(want.Start) || !got.End.Equal(want.End) {
+					t.Errorf("%s spans %v, want %v", param, got, want)
+				}
+			}
+			for param, want := range tc.numbers {
+				if got := idx.Numbers[param]; got != want {
 					t.Errorf("%s spans %v, want %v", param, got, want)
 				}
 			}

@@ -402,9 +402,32 @@ func tokenKey(p *Param, t Token) (string, bool) {
 // (its fields), the search value [Low, High).
 func dateCondition(start, end string, d DateRange, now time.Time) bson.M {
 	lo, hi := d.Low, d.High
-	switch d.Prefix {
-	case "eq":
-		return both(start, bson.M{"$gte": lo}, end, bson.M{"$lt": hi})
+	if d.Prefix == "ap" { // overlaps the value widened by a tenth of its distance from now
+		gap := time.Duration(0.1 * math.Max(math.Abs(float64(now.Sub(lo))), math.Abs(float64(now.Sub(hi)))))
+		return both(start, bson.M{"$lt": hi.Add(gap)}, end, bson.M{"$gte": lo.Add(-gap)})
+	}
+	return rangeCondition(start, end, d.Prefix, lo, hi)
+}
+
+// numberCondition is FHIR's number semantics on the [low, high] the
+// resource's values span (their fields): eq and ne within the precision of
+// the value's digits, the other comparators against the exact value (the
+// range from it to the next double), ap within 10% of it.
+func numberCondition(low, high string, n NumberValue) bson.M {
+	switch n.Prefix {
+	case "eq", "ne":
+		return rangeCondition(low, high, n.Prefix, n.Low, n.High)
+	case "ap":
+		d := math.Max(0.1*math.Abs(n.Value), n.High-n.Value)
+		return bson.M{low: bson.M{"$lte": n.Value + d}, high: bson.M{"$gte": n.Value - d}}
+	}
+	return rangeCondition(low, high, n.Prefix, n.Value, math.Nextafter(n.Value, math.Inf(1)))
+}
+
+// rangeCondition compares a resource's range [start, end] (its fields)
+// with a search value's [lo, hi), for every comparator but ap.
+func rangeCondition(start, end, prefix string, lo, hi any) bson.M {
+	switch prefix {
 	case "ne":
 		return bson.M{"$or": bson.A{bson.M{start: bson.M{"$lt": lo}}, bson.M{end: bson.M{"$gte": hi}}}}
 	case "gt":
@@ -419,39 +442,8 @@ func dateCondition(start, end string, d DateRange, now time.Time) bson.M {
 		return bson.M{start: bson.M{"$gte": hi}}
 	case "eb":
 		return bson.M{end: bson.M{"$lt": lo}}
-	default: // ap: overlaps the value widened by a tenth of its distance from now
-		gap := time.Duration(0.1 * math.Max(math.Abs(float64(now.Sub(lo))), math.Abs(float64(now.Sub(hi)))))
-		return both(start, bson.M{"$lt": hi.Add(gap)}, end, bson.M{"$gte": lo.Add(-gap)})
 	}
-}
-
-// numberCondition is FHIR's number semantics on the [low, high] the
-// resource's values span (their fields): eq and ne within the precision
-// of the value's digits, the other comparators on the exact value, ap
-// within 10% of it.
-func numberCondition(low, high string, n NumberValue) bson.M {
-	v := n.Value
-	switch n.Prefix {
-	case "eq":
-		return bson.M{low: bson.M{"$gte": n.Low}, high: bson.M{"$lt": n.High}}
-	case "ne":
-		return bson.M{"$or": bson.A{bson.M{low: bson.M{"$lt": n.Low}}, bson.M{high: bson.M{"$gte": n.High}}}}
-	case "gt":
-		return bson.M{high: bson.M{"$gt": v}}
-	case "lt":
-		return bson.M{low: bson.M{"$lt": v}}
-	case "ge":
-		return bson.M{high: bson.M{"$gte": v}}
-	case "le":
-		return bson.M{low: bson.M{"$lte": v}}
-	case "sa":
-		return bson.M{low: bson.M{"$gt": v}}
-	case "eb":
-		return bson.M{high: bson.M{"$lt": v}}
-	default: // ap
-		d := math.Max(0.1*math.Abs(v), n.High-v)
-		return bson.M{low: bson.M{"$lte": v + d}, high: bson.M{"$gte": v - d}}
-	}
+	return both(start, bson.M{"$gte": lo}, end, bson.M{"$lt": hi}) // eq
 }
 
 // both is the condition on a range's start and on its end. When one field
