@@ -16,6 +16,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"exchange/domain"
 	"exchange/fhirsearch"
 	"exchange/handlers/handlerstest"
 )
@@ -24,7 +25,7 @@ import (
 // R5 examples (hl7.fhir.r5.examples): each example of a served type is
 // created (all 1,014 are, none refused), then found by each search
 // parameter the CapabilityStatement advertises for its type that the
-// example gives a value (its own value, read off the stored index), by
+// example gives a value (its own value, as the catalog indexes it), by
 // patient= and by _lastUpdated.
 
 // fxAdvertised reads the CapabilityStatement: each type's search
@@ -73,20 +74,13 @@ func fxExamples(t *testing.T) map[string][]string {
 	return out
 }
 
-// fxStoredIndex is the search index the store keeps beside a resource.
-type fxStoredIndex struct {
-	Search  []string                                  `bson:"search"`
-	Dates   map[string]struct{ Start, End time.Time } `bson:"dates"`
-	Numbers map[string]struct{ Low, High float64 }    `bson:"numbers"`
-}
-
 // fxValueQuery is a search, as query parameters, that the resource's own
-// value of a parameter meets, read off its stored index; "" when the
+// value of a parameter meets, read off its search index; "" when the
 // resource gives the parameter no value.
-func fxValueQuery(name, typ string, idx *fxStoredIndex) string {
+func fxValueQuery(name, typ string, idx *domain.ResourceIndex) string {
 	escape := strings.NewReplacer(`\`, `\\`, `,`, `\,`, `$`, `\$`, `|`, `\|`).Replace
 	var keys []string
-	for _, k := range idx.Search {
+	for _, k := range idx.Keys {
 		if v, ok := strings.CutPrefix(k, name+"|"); ok {
 			keys = append(keys, v)
 		}
@@ -207,10 +201,9 @@ func TestImportedR5Examples(t *testing.T) {
 				accepted++
 				resource := fxObj(fxObj(e)["resource"])
 				id := resource["id"].(string)
-				var idx fxStoredIndex
-				if err := w.resources.FindOne(w.ctx, bson.D{{Key: "_id", Value: id}}).Decode(&idx); err != nil {
-					t.Fatalf("%s: %v", file, err)
-				}
+				// The values the catalog indexes; the search then shows the
+				// store kept and matches them.
+				idx := catalog.Index(typeName, resource)
 				// One search of every value the example gives: finding it
 				// finds it by each parameter; when it does not, each is
 				// searched alone to name those that fail.
