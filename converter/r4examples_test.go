@@ -173,7 +173,7 @@ func TestR4Examples(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := validator(t)
-	store, err := fhirsearch.NewIndexer(r5Package(t))
+	store, err := fhirsearch.NewCatalog(r5Package(t))
 	if err != nil {
 		t.Fatal(err)
 	}
