@@ -25,6 +25,7 @@ const (
 	CodeThrottled       Code = "throttled"        // too many attempts: 429
 	CodeNotSupported    Code = "not-supported"    // a valid request the service does not do: 400
 	CodeUnprocessable   Code = "processing"       // well-formed, but the content breaks its rules (an OMH schema): 422
+	CodeTooLong         Code = "too-long"         // the input exceeds a size limit (a data point, a request body): 413
 	CodeVersionMismatch Code = "version-mismatch" // the expected version (If-Match) is not the current one: 412
 	CodeInternal        Code = "exception"        // a fault of ours: 500, logged in full
 )
@@ -41,6 +42,7 @@ var statuses = map[Code]int{
 	CodeThrottled:       http.StatusTooManyRequests,
 	CodeNotSupported:    http.StatusBadRequest,
 	CodeUnprocessable:   http.StatusUnprocessableEntity,
+	CodeTooLong:         http.StatusRequestEntityTooLarge,
 	CodeVersionMismatch: http.StatusPreconditionFailed,
 	CodeInternal:        http.StatusInternalServerError,
 }

@@ -70,13 +70,17 @@ func New(c Config) *fiber.App {
 		CaseSensitive:         true,
 		DisableStartupMessage: true,
 		ErrorHandler:          s.handleError,
-		BodyLimit:             64 << 20,
-		ReadBufferSize:        16 << 10, // long bearer tokens and cookies
-		ReadTimeout:           time.Minute,
-		WriteTimeout:          5 * time.Minute,
-		IdleTimeout:           2 * time.Minute,
-		JSONEncoder:           marshalJSON,
+		BodyLimit:             bodyLimit,
+		ReadBufferSize:        readBufferSize,
+		// No route takes form uploads: a multipart body is read as the JSON
+		// it is not, and refused in the route's own format.
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  time.Minute,
+		WriteTimeout:                 5 * time.Minute,
+		IdleTimeout:                  2 * time.Minute,
+		JSONEncoder:                  marshalJSON,
 	})
+	app.Server().ErrorHandler = s.readErrorHandler(app)
 	app.Use(recover.New(), s.withProxies)
 	app.Get("/health", s.health)
 	app.All("/o/*", adaptor.HTTPHandler(c.OAuth.Handler()))

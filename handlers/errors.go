@@ -65,6 +65,8 @@ func codeOfStatus(status int) domain.Code {
 		return domain.CodeLogin
 	case status == fiber.StatusForbidden:
 		return domain.CodeForbidden
+	case status == fiber.StatusRequestEntityTooLarge, status == fiber.StatusRequestHeaderFieldsTooLarge:
+		return domain.CodeTooLong
 	case status >= 500:
 		return domain.CodeInternal
 	default:

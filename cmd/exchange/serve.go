@@ -44,7 +44,7 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	go sweep(sweepCtx, a.db, log)
 
 	served := make(chan error, 1)
-	go func() { served <- web.Listener(ln) }()
+	go func() { served <- handlers.Serve(web, ln) }()
 	base := fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port)
 	printBanner(ctx, a, io, base)
 

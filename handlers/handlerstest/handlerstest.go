@@ -243,7 +243,7 @@ func StartWith(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = app.Listener(ln) }()
+	go func() { _ = handlers.Serve(app, ln) }()
 	t.Cleanup(func() { _ = app.ShutdownWithTimeout(5 * time.Second) })
 	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock}
 }

@@ -1,0 +1,162 @@
+package handlers_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"exchange/handlers/handlerstest"
+)
+
+// Tests of the bounds the service puts on its inputs (issue 12, "bounded
+// inputs"): each hostile input gets a clear 4xx in its surface's format.
+
+// bdRaw writes raw requests on one connection and reads one answer per
+// request, in order; the answers' bodies are read whole.
+func bdRaw(t *testing.T, env *handlerstest.Env, requests ...string) []*bdAnswer {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(env.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	r := bufio.NewReader(conn)
+	var out []*bdAnswer
+	for _, req := range requests {
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatalf("writing %.60q: %v", req, err)
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("answer to %.60q: %v", req, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, &bdAnswer{resp, body})
+	}
+	return out
+}
+
+// bdAnswer is an answer and its body.
+type bdAnswer struct {
+	*http.Response
+	body []byte
+}
+
+// bdSurface is the error format a path's surface answers with.
+type bdSurface int
+
+const (
+	bdFHIR  bdSurface = iota // an OperationOutcome, application/fhir+json
+	bdAdmin                  // {"detail": ...}, application/json
+)
+
+// bdCheckError checks an error answer: the status, the surface's format,
+// and, for an OperationOutcome, the issue code when one is given.
+func bdCheckError(t *testing.T, what string, a *bdAnswer, status int, surface bdSurface, issueCode string) map[string]any {
+	t.Helper()
+	var out map[string]any
+	if err := json.Unmarshal(a.body, &out); err != nil {
+		t.Errorf("%s: %d, body not JSON: %.200s", what, a.StatusCode, a.body)
+		return nil
+	}
+	if a.StatusCode != status {
+		t.Errorf("%s: %d %.300s, want %d", what, a.StatusCode, a.body, status)
+	}
+	switch surface {
+	case bdFHIR:
+		if ct := a.Header.Get("Content-Type"); out["resourceType"] != "OperationOutcome" || !strings.HasPrefix(ct, "application/fhir+json") {
+			t.Errorf("%s: %s %.300s, want an OperationOutcome", what, ct, a.body)
+		} else if issueCode != "" && fxIssueCode(out) != issueCode {
+			t.Errorf("%s: issue code %q, want %q (%s)", what, fxIssueCode(out), issueCode, fxOutcomeText(out))
+		}
+	case bdAdmin:
+		if d, ok := out["detail"].(string); !ok || d == "" || len(out) != 1 {
+			t.Errorf("%s: %.300s, want {\"detail\": ...}", what, a.body)
+		}
+	}
+	return out
+}
+
+// TestErrorsBeforeAnyRouteKeepTheSurfaceFormat: requests the HTTP server
+// refuses before any route runs (headers or URL over the read buffer, a
+// body over the limit, a broken chunked body, a malformed header) and
+// multipart bodies are answered with an OperationOutcome on every FHIR
+// path (/FHIR/R5, /fhir/r5, /fhir-import/R4) and {"detail"} on the admin
+// API, where before every one of them answered {"detail"} or Fiber's text;
+// the server's own error text, which quotes the request's headers, is
+// never sent back.
+func TestErrorsBeforeAnyRouteKeepTheSurfaceFormat(t *testing.T) {
+	env := handlerstest.Start(t)
+	doc := env.Practitioner(t, "doc@example.org", false)
+	auth := "Authorization: Bearer " + env.Token(t, doc.ID) + "\r\n"
+	big := strings.Repeat("a", 20<<10)
+	paths := []struct {
+		path    string
+		surface bdSurface
+	}{
+		{"/FHIR/R5/Observation", bdFHIR},
+		{"/fhir/r5/Patient", bdFHIR},
+		{"/FHIR/R5", bdFHIR},
+		{"/fhir-import/R4", bdFHIR},
+		{"/fhir-import/R4/Procedure", bdFHIR},
+		{"/api/v1/patients", bdAdmin},
+	}
+	multipart := "--b\r\nContent-Disposition: form-data; name=\"resource\"\r\n\r\n{}\r\n--b--\r\n"
+	for _, p := range paths {
+		for _, tc := range []struct {
+			name    string
+			request string
+			status  int
+			code    string
+		}{
+			{"a header over 16 KiB", "GET " + p.path + " HTTP/1.1\r\nHost: x\r\n" + auth + "X-Big: " + big + "\r\n\r\n",
+				http.StatusRequestHeaderFieldsTooLarge, "too-long"},
+			{"a URL over 16 KiB", "GET " + p.path + "?x=" + big + " HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n",
+				http.StatusRequestHeaderFieldsTooLarge, "too-long"},
+			{"a URL over 16 KiB in absolute form", "GET http://x" + p.path + "?x=" + big + " HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n",
+				http.StatusRequestHeaderFieldsTooLarge, "too-long"},
+			{"a body over 64 MiB", "POST " + p.path + " HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: application/fhir+json\r\nContent-Length: 67108865\r\n\r\n",
+				http.StatusRequestEntityTooLarge, "too-long"},
+			{"a broken chunked body", "POST " + p.path + " HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: application/fhir+json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+				http.StatusBadRequest, "invalid"},
+			{"a malformed Content-Length", "POST " + p.path + " HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: -5\r\n\r\n",
+				http.StatusBadRequest, "invalid"},
+			{"a multipart body", "POST " + p.path + " HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: " +
+				strconv.Itoa(len(multipart)) + "\r\n\r\n" + multipart, http.StatusBadRequest, ""},
+			{"a broken multipart body", "POST " + p.path + " HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 7\r\n\r\ngarbage",
+				http.StatusBadRequest, ""},
+		} {
+			what := tc.name + " to " + p.path
+			a := bdRaw(t, env, tc.request)[0]
+			status := tc.status
+			if tc.code == "" && strings.HasPrefix(p.path, "/fhir-import/R4") {
+				status = http.StatusBadRequest // the source header is missing
+			}
+			bdCheckError(t, what, a, status, p.surface, tc.code)
+			if strings.Contains(string(a.body), "Bearer") || strings.Contains(string(a.body), "aaaaaaaa") {
+				t.Errorf("%s: the answer quotes the request: %.300s", what, a.body)
+			}
+		}
+	}
+
+	// On a kept-alive connection, the request after an answered one is
+	// told by its own path.
+	answers := bdRaw(t, env,
+		"GET /api/v1/users/profile HTTP/1.1\r\nHost: x\r\n"+auth+"\r\n",
+		"GET /FHIR/R5/metadata HTTP/1.1\r\nHost: x\r\nX-Big: "+big+"\r\n\r\n")
+	if answers[0].StatusCode != http.StatusOK {
+		t.Fatalf("profile: %d %s", answers[0].StatusCode, answers[0].body)
+	}
+	bdCheckError(t, "a header over 16 KiB after an answered request", answers[1], http.StatusRequestHeaderFieldsTooLarge, bdFHIR, "too-long")
+}
