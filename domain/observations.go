@@ -71,6 +71,24 @@ type EffectiveClaim struct {
 	Start, End string
 }
 
+// DefaultMaxDataPointBytes is the default bound of one data point: 1 MiB
+// of JSON, decoded from its Base64. A request keeps its own bound (a batch
+// holds many data points).
+const DefaultMaxDataPointBytes = 1 << 20
+
+// CheckDataPointSize refuses a data point of size bytes (decoded from its
+// Base64) over the bound MAX_DATA_POINT_BYTES sets: CodeTooLong, on the
+// attachment. The FHIR layer asks before decoding the Base64, so that an
+// oversized data point costs no more memory than its request.
+func (s *Service) CheckDataPointSize(size int) error {
+	if size <= s.maxDataPoint {
+		return nil
+	}
+	const field = "Observation.valueAttachment.data"
+	return &Error{Code: CodeTooLong, Field: field,
+		Message: fmt.Sprintf("%s: the data point is %d bytes; one data point is at most %d bytes (MAX_DATA_POINT_BYTES)", field, size, s.maxDataPoint)}
+}
+
 // ObservationStatuses is FHIR's observation-status value set.
 var ObservationStatuses = []string{"registered", "preliminary", "final", "amended", "corrected", "cancelled", "entered-in-error", "unknown"}
 
@@ -153,7 +171,8 @@ type writerCheck struct {
 // and whose body passes the official schema the code names
 // (CodeUnprocessable); an effective[x] given agrees with the data point's
 // time frame (CodeUnprocessable); identifiers are unique across
-// observations (CodeDuplicate). Unknown patients and devices are
+// observations (CodeDuplicate); the data point is at most
+// MAX_DATA_POINT_BYTES (CodeTooLong). Unknown patients and devices are
 // CodeNotFound.
 func (s *Service) CreateObservations(ctx context.Context, actor *Actor, in []NewObservation) []ObservationOutcome {
 	out := make([]ObservationOutcome, len(in))
@@ -214,6 +233,9 @@ func (s *Service) checkObservation(ctx context.Context, actor *Actor, n NewObser
 	}
 	if len(n.Data) == 0 {
 		return nil, FieldErrorf("Observation.valueAttachment.data", "is required: the Base64 of an Open mHealth data point")
+	}
+	if err := s.CheckDataPointSize(len(n.Data)); err != nil {
+		return nil, err
 	}
 	dp, err := omh.Parse(n.Data)
 	if err != nil {

@@ -32,9 +32,11 @@ type Service struct {
 	indexer    ResourceIndexer
 	converter  R4Converter
 	searches   IDSearches
-	now        func() time.Time
-	log        *slog.Logger
-	signIns    keyLocks // sign-in attempts in progress, by account and address
+	// maxDataPoint bounds one data point, in bytes (MAX_DATA_POINT_BYTES).
+	maxDataPoint int
+	now          func() time.Time
+	log          *slog.Logger
+	signIns      keyLocks // sign-in attempts in progress, by account and address
 }
 
 // Config is what a Service is made of.
@@ -56,6 +58,9 @@ type Config struct {
 	// narrow them; nil: such reads fail (every token without narrowing
 	// scopes works).
 	Searches IDSearches
+	// MaxDataPointBytes bounds the size of one data point, decoded from its
+	// Base64 (MAX_DATA_POINT_BYTES); 0 means DefaultMaxDataPointBytes.
+	MaxDataPointBytes int
 	// Now is the clock; nil means time.Now. Tests inject a clock to step
 	// over expiry without sleeping.
 	Now func() time.Time
@@ -75,8 +80,12 @@ func NewService(c Config) *Service {
 	if c.Schemas == nil {
 		c.Schemas = StructureOnly{}
 	}
+	if c.MaxDataPointBytes <= 0 {
+		c.MaxDataPointBytes = DefaultMaxDataPointBytes
+	}
 	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
-		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, now: c.Now, log: c.Logger}
+		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, maxDataPoint: c.MaxDataPointBytes,
+		now: c.Now, log: c.Logger}
 }
 
 // Now returns the service clock's time in UTC.

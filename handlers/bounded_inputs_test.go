@@ -160,3 +160,74 @@ func TestErrorsBeforeAnyRouteKeepTheSurfaceFormat(t *testing.T) {
 	}
 	bdCheckError(t, "a header over 16 KiB after an answered request", answers[1], http.StatusRequestHeaderFieldsTooLarge, bdFHIR, "too-long")
 }
+
+// bdPadded is a heart rate data point padded with leading whitespace to
+// exactly size bytes (JSON allows it; the payload is kept as sent).
+func bdPadded(t *testing.T, size int) []byte {
+	t.Helper()
+	dp := fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00+01:00")))
+	if size < len(dp) {
+		t.Fatalf("a data point is %d bytes already", len(dp))
+	}
+	return append([]byte(strings.Repeat(" ", size-len(dp))), dp...)
+}
+
+// TestDataPointSizeIsBounded: one data point is at most
+// MAX_DATA_POINT_BYTES (1 MiB by default), counted on the data point
+// decoded from its Base64: a larger one is 413 too-long naming the
+// attachment, on its own in a batch (the other entries are created), and
+// nothing of it is stored. The old service stored any data point a
+// request could carry.
+func TestDataPointSizeIsBounded(t *testing.T) {
+	w := fxNewWorld(t)
+	const limit = 1 << 20
+	obs := func(id string, size int) map[string]any {
+		return fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, identifiers: []string{id}, payload: bdPadded(t, size)}.resource()
+	}
+	// Single creates, on both FHIR paths.
+	for _, tc := range []struct {
+		name   string
+		path   string
+		size   int
+		status int
+	}{
+		{"exactly the limit", fxBase + "/Observation", limit, http.StatusCreated},
+		{"one byte over", fxBase + "/Observation", limit + 1, http.StatusRequestEntityTooLarge},
+		{"one byte over, on the alias", "/fhir/r5/Observation", limit + 1, http.StatusRequestEntityTooLarge},
+		{"ten times over", fxBase + "/Observation", 10 * limit, http.StatusRequestEntityTooLarge},
+	} {
+		before := fxSnapshot(t, w)
+		resp, body := fxDo(t, w.env, "POST", tc.path, map[string]string{"Authorization": "Bearer " + w.tok["doc"]}, fxCompact(obs("size-"+tc.name, tc.size)))
+		if tc.status == http.StatusCreated {
+			if resp.StatusCode != tc.status {
+				t.Errorf("%s: %d %.300s", tc.name, resp.StatusCode, body)
+			}
+			continue
+		}
+		out := bdCheckError(t, tc.name, &bdAnswer{resp, body}, tc.status, bdFHIR, "too-long")
+		if len(fxArr(out["issue"])) == 0 {
+			continue
+		}
+		if issue := fxObj(fxArr(out["issue"])[0]); fxArr(issue["expression"])[0] != "Observation.valueAttachment.data" ||
+			!strings.Contains(fxOutcomeText(out), "MAX_DATA_POINT_BYTES") {
+			t.Errorf("%s: issue %v", tc.name, issue)
+		}
+		if after := fxSnapshot(t, w); fxCompact(after) != fxCompact(before) {
+			t.Errorf("%s: the store changed", tc.name)
+		}
+	}
+	// In a batch, the oversized entry alone is refused: FHIR batch entries
+	// stand on their own.
+	entries := w.batch(t, w.tok["doc"], obs("batch-a", 1000), obs("batch-b", limit+1), obs("batch-c", 1000))
+	for i, want := range []string{"201 Created", "413 Request Entity Too Large", "201 Created"} {
+		if got := fxObj(entries[i]["response"])["status"]; got != want {
+			t.Errorf("batch entry %d: %v, want %s", i, got, want)
+		}
+	}
+	if out := fxObj(fxObj(entries[1]["response"])["outcome"]); fxIssueCode(out) != "too-long" {
+		t.Errorf("batch entry 1: outcome %v", out)
+	}
+	if ids := w.ids(t, w.tok["doc"], "/Observation?identifier="+fxObsIDs+"|batch-b"); len(ids) != 0 {
+		t.Errorf("the oversized entry was stored: %v", ids)
+	}
+}

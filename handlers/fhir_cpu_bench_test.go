@@ -264,10 +264,11 @@ func BenchmarkObservationCPU(b *testing.B) {
 		b.Fatal(err)
 	}
 
+	s := &server{service: domain.NewService(domain.Config{})}
 	b.Run("decode", func(b *testing.B) { // FHIR Observation JSON and the Base64 attachment
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := decodeObservation(raw); err != nil {
+			if _, err := s.decodeObservation(raw); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -64,7 +64,7 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		for _, path := range conv.Dropped {
 			s.log.Warn("R4 import dropped a value", "path", path, "source", src.ID, "maps", s.service.MapSet())
 		}
-		if err := pending.add(i, conv.Type, conv.Body, fmt.Sprint(src.ID)); err != nil {
+		if err := s.addCreate(&pending, i, conv.Type, conv.Body, fmt.Sprint(src.ID)); err != nil {
 			failed(i, err)
 		}
 	}

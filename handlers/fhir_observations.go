@@ -118,8 +118,9 @@ func unknownElements(at string, raw []byte, known elements) []string {
 
 // decodeObservation reads one FHIR Observation into the input of the
 // native create; a JSON error names the element at fault, and elements
-// the native store does not keep are refused by name.
-func decodeObservation(raw json.RawMessage) (*domain.NewObservation, error) {
+// the native store does not keep are refused by name. A data point over
+// the service's bound is refused before its Base64 is decoded.
+func (s *server) decodeObservation(raw json.RawMessage) (*domain.NewObservation, error) {
 	var in observationIn
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	// Refusing unknown fields makes the common case, an Observation with
@@ -167,6 +168,9 @@ func decodeObservation(raw json.RawMessage) (*domain.NewObservation, error) {
 	}
 	if v := in.ValueAttachment; v != nil {
 		n.ContentType = v.ContentType
+		if err := s.service.CheckDataPointSize(base64BinaryLen(v.Data)); err != nil {
+			return nil, err
+		}
 		data, err := decodeBase64Binary(v.Data)
 		if err != nil {
 			return nil, domain.FieldErrorf("Observation.valueAttachment.data", "is not Base64")
@@ -203,13 +207,31 @@ func decodeBase64Binary(s string) ([]byte, error) {
 	return base64.StdEncoding.DecodeString(s)
 }
 
+// base64BinaryLen is the number of bytes a base64Binary holds, counted
+// without decoding it: whitespace aside, every four characters hold three
+// bytes, less the padding. Malformed Base64 is left to decoding to refuse.
+func base64BinaryLen(s string) int {
+	chars, padding := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '\t', '\r', '\n':
+		case '=':
+			chars++
+			padding++
+		default:
+			chars++
+		}
+	}
+	return chars/4*3 - padding
+}
+
 // statusLine is the status of a batch entry, as FHIR writes it.
 func statusLine(code int) string { return strconv.Itoa(code) + " " + http.StatusText(code) }
 
 // createNativeObservation creates an Observation coded to Open mHealth or
 // IEEE 1752 in the native store, as a batch entry would.
 func (s *server) createNativeObservation(c *fiber.Ctx) error {
-	n, err := decodeObservation(c.Body())
+	n, err := s.decodeObservation(c.Body())
 	if err != nil {
 		return err
 	}
@@ -307,7 +329,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 			failed(i, err)
 			continue
 		}
-		if err := pending.add(i, resourceType, e.Resource, c.Get(domain.SourceHeader)); err != nil {
+		if err := s.addCreate(&pending, i, resourceType, e.Resource, c.Get(domain.SourceHeader)); err != nil {
 			failed(i, err)
 		}
 	}
@@ -324,15 +346,15 @@ type creates struct {
 	nativeAt   []int
 }
 
-// add routes entry i: a native-coded Observation to the native store,
-// anything else to the imported store under source.
-func (p *creates) add(i int, resourceType string, body []byte, source string) error {
+// addCreate routes entry i to p: a native-coded Observation to the native
+// store, anything else to the imported store under source.
+func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, source string) error {
 	if resourceType != "Observation" || !domain.IsNativeObservation(body) {
 		p.imports = append(p.imports, domain.ResourceWrite{Type: resourceType, Body: body, Source: source})
 		p.importedAt = append(p.importedAt, i)
 		return nil
 	}
-	n, err := decodeObservation(body)
+	n, err := s.decodeObservation(body)
 	if err != nil {
 		return err
 	}

@@ -74,7 +74,7 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
-	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase, Logger: log}
+	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase, Logger: log, MaxDataPointBytes: s.MaxDataPointBytes}
 	// The models (schemas, R5 definitions, R4 maps: ~0.6 s) serve requests;
 	// the administration commands write none of what they check.
 	if !command {

@@ -31,7 +31,8 @@ func TestSettingsDefaults(t *testing.T) {
 	if s.Port != 8000 || s.MongoURI != "" || s.MongoDatabase != "exchange" || s.DataDir != "data" ||
 		s.EmbeddedMongoAddr != "127.0.0.1:27017" || s.PatientCodeTTL != 7*24*time.Hour ||
 		s.MCPRedirectURI != defaultMCPRedirectURI || s.PatientChallenge != s256(s.PatientVerifier) ||
-		s.SessionLifetime != 12*time.Hour || s.SessionIdle != 30*time.Minute || s.TrustedProxies.Trusts(netip.MustParseAddr("127.0.0.1")) {
+		s.SessionLifetime != 12*time.Hour || s.SessionIdle != 30*time.Minute || s.TrustedProxies.Trusts(netip.MustParseAddr("127.0.0.1")) ||
+		s.MaxDataPointBytes != 1<<20 {
 		t.Errorf("defaults: %+v", s)
 	}
 	s, err = loadSettings(env(map[string]string{"TRUSTED_PROXIES": "10.0.0.0/8, 127.0.0.1", "LOGIN_SESSION_LIFETIME": "1d", "LOGIN_SESSION_IDLE_TIMEOUT": "15m"}))
@@ -39,8 +40,9 @@ func TestSettingsDefaults(t *testing.T) {
 		s.TrustedProxies.Trusts(netip.MustParseAddr("127.0.0.2")) || s.SessionLifetime != 24*time.Hour || s.SessionIdle != 15*time.Minute {
 		t.Errorf("proxies and sessions: %+v %v", s, err)
 	}
-	s, err = loadSettings(env(map[string]string{"PATIENT_AUTHORIZATION_CODE_TTL": "36h", "FHIR_SOURCE_BASE": "https://x.example.org/src/"}))
-	if err != nil || s.PatientCodeTTL != 36*time.Hour || s.FHIRSourceBase != "https://x.example.org/src" {
+	s, err = loadSettings(env(map[string]string{"PATIENT_AUTHORIZATION_CODE_TTL": "36h", "FHIR_SOURCE_BASE": "https://x.example.org/src/",
+		"MAX_DATA_POINT_BYTES": "4096"}))
+	if err != nil || s.PatientCodeTTL != 36*time.Hour || s.FHIRSourceBase != "https://x.example.org/src" || s.MaxDataPointBytes != 4096 {
 		t.Errorf("TTL and base: %+v %v", s, err)
 	}
 }
@@ -72,6 +74,8 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		{"LOGIN_SESSION_IDLE_TIMEOUT", "10s"},
 		{"FHIR_XVER_CONCEPTMAPS_DIR", "/nonexistent/conceptmaps"},
 		{"FHIR_XVER_TRANSLATE_CODES", "sometimes"},
+		{"MAX_DATA_POINT_BYTES", "1MiB"},
+		{"MAX_DATA_POINT_BYTES", "0"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), nil, env(map[string]string{tc.name: tc.value, "DATA_DIR": t.TempDir()}), nil, &stdout, &stderr)

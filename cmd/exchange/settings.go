@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"exchange/domain"
 	"exchange/oauth"
 	"exchange/omh"
 )
@@ -47,6 +48,7 @@ type settings struct {
 	TrustedProxies     oauth.TrustedProxies
 	SessionLifetime    time.Duration
 	SessionIdle        time.Duration
+	MaxDataPointBytes  int
 }
 
 // defaultPatientVerifier is the reference PKCE verifier of patient
@@ -143,6 +145,9 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 				return nil, fmt.Errorf("%s: %q is not a duration of at least a minute (such as 12h, 30m, 1d or 3600)", d.name, v)
 			}
 		}
+	}
+	if s.MaxDataPointBytes, err = strconv.Atoi(get("MAX_DATA_POINT_BYTES", strconv.Itoa(domain.DefaultMaxDataPointBytes))); err != nil || s.MaxDataPointBytes < 1 {
+		return nil, fmt.Errorf("MAX_DATA_POINT_BYTES: %q is not a positive number of bytes", getenv("MAX_DATA_POINT_BYTES"))
 	}
 	if (s.MCPClientID == "") != (s.MCPClientSecret == "") {
 		return nil, errors.New("MCP_OAUTH_CLIENT_ID and MCP_OAUTH_CLIENT_SECRET: set both, or neither")
