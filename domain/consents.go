@@ -124,6 +124,9 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 	if len(in) == 0 {
 		return nil, FieldErrorf("studyScopeConsents", "give at least one study")
 	}
+	if err := CheckItems("studyScopeConsents", len(in)); err != nil {
+		return nil, err
+	}
 	now := s.Now()
 	var out []consentWrite
 	for i, sc := range in {
@@ -149,8 +152,14 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 		if len(sc.Scopes) == 0 {
 			return nil, FieldErrorf(field+".scopeConsents", "give at least one scope")
 		}
+		if err := CheckItems(field+".scopeConsents", len(sc.Scopes)); err != nil {
+			return nil, err
+		}
 		for j, ans := range sc.Scopes {
 			f := field + ".scopeConsents[" + strconv.Itoa(j) + "]"
+			if err := LimitIdentifier.checkTexts(f+".codingSystem", ans.System, f+".codingCode", ans.Code); err != nil {
+				return nil, err
+			}
 			k := slices.IndexFunc(requested, func(c ScopeCode) bool { return c.System == ans.System && c.Code == ans.Code })
 			if k < 0 {
 				return nil, FieldErrorf(f, "study %d does not request scope %s|%s", st.ID, ans.System, ans.Code)

@@ -53,6 +53,9 @@ func validateOrganization(o *Organization) error {
 	if o.Name == "" {
 		return FieldErrorf("name", "is required")
 	}
+	if err := LimitName.Check("name", o.Name); err != nil {
+		return err
+	}
 	if !slices.Contains(OrganizationTypes, o.Type) {
 		return FieldErrorf("type", "%q is not an organization type (one of %v)", o.Type, OrganizationTypes)
 	}

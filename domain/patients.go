@@ -37,6 +37,10 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 	if err != nil {
 		return nil, err
 	}
+	p.Telecom = []ContactPoint{{System: "email", Value: email}}
+	if phone := strings.TrimSpace(in.Phone); phone != "" {
+		p.Telecom = append(p.Telecom, ContactPoint{System: "phone", Value: phone})
+	}
 	if err := s.validatePatient(ctx, p, in.Identifiers); err != nil {
 		return nil, err
 	}
@@ -46,10 +50,6 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 		}
 	}
 	p.Identifiers = in.Identifiers
-	p.Telecom = []ContactPoint{{System: "email", Value: email}}
-	if phone := strings.TrimSpace(in.Phone); phone != "" {
-		p.Telecom = append(p.Telecom, ContactPoint{System: "phone", Value: phone})
-	}
 	given, family := loginNames(p)
 	u, err := s.CreateUser(ctx, NewUser{Email: email, Password: in.Password, FirstName: given, LastName: family, Type: UserPatient})
 	if err != nil {
@@ -377,6 +377,17 @@ func (s *Service) validatePatient(ctx context.Context, p *Patient, identifiers [
 	if len(p.GivenNames) == 0 {
 		return FieldErrorf("nameGiven", "is required")
 	}
+	if err := LimitName.Check("nameFamily", p.FamilyName); err != nil {
+		return err
+	}
+	if err := LimitName.CheckAll("nameGiven", p.GivenNames); err != nil {
+		return err
+	}
+	for _, t := range p.Telecom {
+		if err := LimitIdentifier.Check(t.System, t.Value); err != nil { // the phone number (the email is checked as one)
+			return err
+		}
+	}
 	if p.BirthDate != "" {
 		d, err := time.Parse(time.DateOnly, p.BirthDate)
 		if err != nil {
@@ -392,6 +403,9 @@ func (s *Service) validatePatient(ctx context.Context, p *Patient, identifiers [
 	if len(p.OrganizationIDs) == 0 {
 		return FieldErrorf("organizationIds", "a patient belongs to at least one organization")
 	}
+	if err := CheckItems("organizationIds", len(p.OrganizationIDs)); err != nil {
+		return err
+	}
 	for _, id := range p.OrganizationIDs {
 		if _, err := s.store.OrganizationByID(ctx, id); err != nil {
 			if IsCode(err, CodeNotFound) {
@@ -406,9 +420,15 @@ func (s *Service) validatePatient(ctx context.Context, p *Patient, identifiers [
 // ValidateIdentifiers checks that each identifier has an absolute URI system
 // and a value, and that none is repeated.
 func ValidateIdentifiers(field string, ids []Identifier) error {
+	if err := CheckItems(field, len(ids)); err != nil {
+		return err
+	}
 	seen := map[Identifier]bool{}
 	for i, id := range ids {
 		f := fmt.Sprintf("%s[%d]", field, i)
+		if err := LimitIdentifier.checkTexts(f+".system", id.System, f+".value", id.Value); err != nil {
+			return err
+		}
 		if !IsAbsoluteURI(id.System) {
 			return FieldErrorf(f+".system", "%q is not an absolute URI", id.System)
 		}

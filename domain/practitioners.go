@@ -167,6 +167,9 @@ func (s *Service) UpdatePractitioner(ctx context.Context, actor *Actor, id int64
 	if in.LastName != nil {
 		u.LastName = strings.TrimSpace(*in.LastName)
 	}
+	if err := LimitName.checkTexts("firstName", u.FirstName, "lastName", u.LastName); err != nil {
+		return nil, err
+	}
 	if err := s.store.UpdateUser(ctx, &u); err != nil {
 		return nil, err
 	}

@@ -33,6 +33,12 @@ func (s *Service) validateDataSource(ctx context.Context, d *DataSource) error {
 	if d.Name == "" {
 		return FieldErrorf("name", "is required")
 	}
+	if err := LimitName.Check("name", d.Name); err != nil {
+		return err
+	}
+	if err := CheckItems("supportedScopeCodeIds", len(d.SupportedScopeCodeIDs)); err != nil {
+		return err
+	}
 	if !slices.Contains(dataSourceTypes, d.Type) {
 		return FieldErrorf("type", "%q is not a data source type (personal_device, medical_device, patient_app)", d.Type)
 	}
@@ -221,6 +227,12 @@ func (s *Service) CreateScopeCode(ctx context.Context, actor *Actor, system, cod
 }
 
 func validateScopeCode(c *ScopeCode) error {
+	if err := LimitIdentifier.checkTexts("codingSystem", c.System, "codingCode", c.Code); err != nil {
+		return err
+	}
+	if err := LimitName.Check("text", c.Text); err != nil {
+		return err
+	}
 	if u, err := url.Parse(c.System); err != nil || !u.IsAbs() {
 		return FieldErrorf("codingSystem", "%q is not an absolute URI", c.System)
 	}
@@ -264,6 +276,9 @@ func (s *Service) CreateFHIRSource(ctx context.Context, actor *Actor, patientID,
 	src := &FHIRSource{PatientID: p.ID, DataSourceID: dataSourceID, Label: strings.TrimSpace(label)}
 	if src.Label == "" {
 		return nil, FieldErrorf("label", "is required")
+	}
+	if err := LimitName.Check("label", src.Label); err != nil {
+		return nil, err
 	}
 	if dataSourceID != 0 {
 		if _, err := s.store.DataSourceByID(ctx, dataSourceID); err != nil {

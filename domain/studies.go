@@ -65,6 +65,15 @@ func validateStudy(st *Study) error {
 	if st.Name == "" {
 		return FieldErrorf("name", "is required")
 	}
+	if err := LimitName.Check("name", st.Name); err != nil {
+		return err
+	}
+	if err := LimitDescription.Check("description", st.Description); err != nil {
+		return err
+	}
+	if err := LimitURL.Check("iconUrl", st.IconURL); err != nil {
+		return err
+	}
 	if st.IconURL != "" {
 		if u, err := url.Parse(st.IconURL); err != nil || !u.IsAbs() || u.Host == "" {
 			return FieldErrorf("iconUrl", "%q is not an absolute URL", st.IconURL)
@@ -274,6 +283,9 @@ func checkPatientIDs(ids []int64) error {
 	if len(ids) == 0 {
 		return FieldErrorf("patientIds", "give at least one patient id")
 	}
+	if err := CheckItems("patientIds", len(ids)); err != nil {
+		return err
+	}
 	for i, id := range ids {
 		if slices.Contains(ids[:i], id) {
 			return FieldErrorf("patientIds", "patient %d is listed twice", id)
@@ -401,6 +413,9 @@ func (s *Service) resolveScope(ctx context.Context, ref ScopeRef, field string) 
 	case ref.ID != 0:
 		c, err = s.store.ScopeCodeByID(ctx, ref.ID)
 	case ref.System != "" && ref.Code != "":
+		if err := LimitIdentifier.checkTexts("codingSystem", ref.System, "codingCode", ref.Code); err != nil {
+			return nil, err
+		}
 		c, err = s.store.ScopeCodeByCoding(ctx, ref.System, ref.Code)
 	default:
 		return nil, FieldErrorf(field, "name a scope code by scopeCodeId, or by codingSystem and codingCode")

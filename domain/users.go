@@ -6,6 +6,7 @@ import (
 	"net/mail"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // NewUser is the input of CreateUser.
@@ -26,6 +27,9 @@ func NormalizeEmail(field, email string) (string, error) {
 	email = strings.ToLower(strings.TrimSpace(email))
 	if email == "" {
 		return "", FieldErrorf(field, "is required")
+	}
+	if err := LimitEmail.Check(field, email); err != nil {
+		return "", err
 	}
 	addr, err := mail.ParseAddress(email)
 	if err != nil || addr.Address != email || addr.Name != "" {
@@ -56,6 +60,9 @@ func (s *Service) CreateUser(ctx context.Context, in NewUser) (*User, error) {
 		IsStaff:     in.IsStaff || in.IsSuperuser,
 		IsActive:    true,
 		DateJoined:  s.Now(),
+	}
+	if err := LimitName.checkTexts("firstName", u.FirstName, "lastName", u.LastName); err != nil {
+		return nil, err
 	}
 	if in.Password != "" {
 		if u.PasswordHash, err = checkedPasswordHash(in.Password); err != nil {
@@ -164,7 +171,10 @@ func checkedPasswordHash(password string) (string, error) {
 // (field password) when not. Checking first lets a caller refuse a
 // password before it spends something single-use (an invitation).
 func CheckNewPassword(password string) error {
-	if len([]rune(password)) < MinPasswordLength {
+	if err := LimitSecret.Check("password", password); err != nil {
+		return err
+	}
+	if utf8.RuneCountInString(password) < MinPasswordLength {
 		return FieldErrorf("password", "must be at least %d characters", MinPasswordLength)
 	}
 	return nil

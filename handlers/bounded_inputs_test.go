@@ -2,15 +2,20 @@ package handlers_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"exchange/domain"
 	"exchange/handlers/handlerstest"
 )
 
@@ -230,4 +235,102 @@ func TestDataPointSizeIsBounded(t *testing.T) {
 	if ids := w.ids(t, w.tok["doc"], "/Observation?identifier="+fxObsIDs+"|batch-b"); len(ids) != 0 {
 		t.Errorf("the oversized entry was stored: %v", ids)
 	}
+}
+
+// TestAdminTextAndListsAreBounded: every string the admin API stores has a
+// maximum length by kind (names 200, email addresses 320, identifiers and
+// codes 1,000, passwords and secrets 1,000, URLs 2,000, descriptions
+// 10,000 characters) and every list at most 1,000 items: beyond, 400
+// {"detail"} naming the field, and nothing is stored. The old service
+// stored them all, and a 17 MiB family name was a 500 (the database's
+// documents stop at 16 MiB). Lengths count characters, not bytes.
+func TestAdminTextAndListsAreBounded(t *testing.T) {
+	w := admNewWorld(t)
+	ctx := context.Background()
+	p := w.patient(t, "pat@example.org", "Doe", "Jo", w.org.ID)
+	st := w.study(t, w.org.ID, "Study")
+	code := w.scopeCode(t, "omh:heart-rate:2.0", "Heart rate")
+	if err := w.env.Service.RequestScope(ctx, domain.SystemActor(), st, code.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.env.Service.EnrollPatients(ctx, domain.SystemActor(), st.ID, []int64{p.ID}); err != nil {
+		t.Fatal(err)
+	}
+	long := func(n int) string { return strings.Repeat("x", n) }
+	url := func(n int) string { return "https://app.example.org/" + long(n-len("https://app.example.org/")) }
+	items := func(n int) []int64 {
+		ids := make([]int64, n)
+		for i := range ids {
+			ids[i] = int64(i + 1)
+		}
+		return ids
+	}
+	names := func(n int) []string { return slices.Repeat([]string{"Jo"}, n) }
+	email := long(64) + "@" + long(251) + ".org" // 320
+	patient := func(change map[string]any) map[string]any {
+		body := map[string]any{"email": "new@example.org", "nameFamily": "New", "nameGiven": []string{"Ny"}, "organizationIds": []int64{w.org.ID}}
+		maps.Copy(body, change)
+		return body
+	}
+	client := func(change map[string]any) map[string]any {
+		body := map[string]any{"name": "App", "clientType": "public", "redirectUris": []string{"https://app.example.org/cb"}}
+		maps.Copy(body, change)
+		return body
+	}
+	orgPath, patientPath, studyPath := fmt.Sprintf("/api/v1/organizations/%d", w.org.ID), fmt.Sprintf("/api/v1/patients/%d", p.ID), fmt.Sprintf("/api/v1/studies/%d", st.ID)
+	before := admSnapshot(t, w.env)
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		field        string
+	}{
+		{"POST", "/api/v1/organizations", map[string]any{"name": long(201), "type": "prov"}, "name"},
+		{"PATCH", orgPath, map[string]any{"name": long(201)}, "name"},
+		{"POST", "/api/v1/practitioners", map[string]any{"email": "a" + email, "organizationId": w.org.ID, "role": "member"}, "email"},
+		{"POST", "/api/v1/practitioners", map[string]any{"email": "p@example.org", "firstName": long(201), "organizationId": w.org.ID, "role": "member"}, "firstName"},
+		{"POST", "/api/v1/practitioners", map[string]any{"email": "p@example.org", "password": long(1001), "organizationId": w.org.ID, "role": "member"}, "password"},
+		{"PATCH", fmt.Sprintf("/api/v1/practitioners/%d", w.memberID), map[string]any{"lastName": long(201)}, "lastName"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"nameFamily": long(201)}), "nameFamily"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"nameGiven": []string{"Jo", long(201)}}), "nameGiven[1]"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"nameGiven": names(1001)}), "nameGiven"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"phone": long(1001)}), "phone"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"email": email + "x"}), "email"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"identifiers": []any{admIdentifier(long(1001))}}), "identifiers[0].value"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"identifiers": []any{map[string]any{"system": url(1001), "value": "1"}}}), "identifiers[0].system"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"identifiers": slices.Repeat([]any{admIdentifier("1")}, 1001)}), "identifiers"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"organizationIds": items(1001)}), "organizationIds"},
+		{"PATCH", patientPath, map[string]any{"nameFamily": long(17 << 20)}, "nameFamily"},
+		{"PATCH", patientPath, map[string]any{"nameGiven": []string{long(17 << 20)}}, "nameGiven[0]"},
+		{"POST", "/api/v1/studies", map[string]any{"organizationId": w.org.ID, "name": long(201)}, "name"},
+		{"POST", "/api/v1/studies", map[string]any{"organizationId": w.org.ID, "name": "S", "description": long(10_001)}, "description"},
+		{"POST", "/api/v1/studies", map[string]any{"organizationId": w.org.ID, "name": "S", "iconUrl": url(2001)}, "iconUrl"},
+		{"PATCH", studyPath, map[string]any{"description": long(10_001)}, "description"},
+		{"POST", studyPath + "/patients", map[string]any{"patientIds": items(1001)}, "patientIds"},
+		{"POST", studyPath + "/scope_requests", map[string]any{"codingSystem": url(1001), "codingCode": "c"}, "codingSystem"},
+		{"POST", "/api/v1/data_sources", map[string]any{"name": long(201), "type": "personal_device"}, "name"},
+		{"POST", "/api/v1/data_sources", map[string]any{"name": "D", "type": "personal_device", "supportedScopeCodeIds": items(1001)}, "supportedScopeCodeIds"},
+		{"POST", "/api/v1/scope_codes", map[string]any{"codingSystem": domain.SystemOpenMHealth, "codingCode": long(1001)}, "codingCode"},
+		{"POST", "/api/v1/scope_codes", map[string]any{"codingSystem": domain.SystemOpenMHealth, "codingCode": "omh:x:1.0", "text": long(201)}, "text"},
+		{"POST", "/api/v1/fhir_sources", map[string]any{"patient": p.ID, "label": long(201)}, "label"},
+		{"POST", patientPath + "/consents", map[string]any{"studyScopeConsents": []any{map[string]any{"studyId": st.ID,
+			"scopeConsents": []any{map[string]any{"codingSystem": url(1001), "codingCode": code.Code, "consented": true}}}}}, "codingSystem"},
+		{"POST", patientPath + "/consents", map[string]any{"studyScopeConsents": slices.Repeat([]any{map[string]any{"studyId": st.ID}}, 1001)}, "studyScopeConsents"},
+		{"POST", patientPath + "/invitation", map[string]any{"clientId": long(1001)}, "clientId"},
+		{"POST", "/api/v1/oauth_clients", client(map[string]any{"name": long(201)}), "name"},
+		{"POST", "/api/v1/oauth_clients", client(map[string]any{"redirectUris": []string{url(2001)}}), "redirectUris[0]"},
+		{"POST", "/api/v1/oauth_clients", client(map[string]any{"redirectUris": slices.Repeat([]string{"https://app.example.org/cb"}, 1001)}), "redirectUris"},
+		{"POST", "/api/v1/oauth_clients", client(map[string]any{"allowedOrigins": []string{url(2001)}}), "allowedOrigins[0]"},
+	} {
+		w.call(t, tc.method, tc.path, w.admin, tc.body, http.StatusBadRequest, tc.field, "at most")
+	}
+	admSameSnapshot(t, "writes over the bounds", before, admSnapshot(t, w.env))
+
+	// At the bound, a write is taken; characters count, not bytes.
+	w.call(t, "POST", "/api/v1/organizations", w.admin, map[string]any{"name": long(200), "type": "prov"}, http.StatusCreated)
+	created := w.call(t, "POST", "/api/v1/patients", w.admin, patient(map[string]any{"email": email, "nameFamily": strings.Repeat("é", 200),
+		"identifiers": []any{admIdentifier(long(1000))}, "nameGiven": names(1000)}), http.StatusCreated)
+	if created["nameFamily"] != strings.Repeat("é", 200) {
+		t.Errorf("a 200-character name: %v", created["nameFamily"])
+	}
+	w.call(t, "POST", "/api/v1/studies", w.admin, map[string]any{"organizationId": w.org.ID, "name": long(200), "description": long(10_000), "iconUrl": url(2000)}, http.StatusCreated)
 }

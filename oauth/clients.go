@@ -160,6 +160,9 @@ func (p *Provider) Clients(ctx context.Context) ([]domain.OAuthClient, error) {
 }
 
 func (p *Provider) newClient(in ClientRegistration) (*domain.OAuthClient, string, error) {
+	if err := checkClientLimits(in); err != nil {
+		return nil, "", err
+	}
 	c := &domain.OAuthClient{
 		ID:                     strings.TrimSpace(in.ID),
 		Name:                   strings.TrimSpace(in.Name),
@@ -235,6 +238,33 @@ func (p *Provider) newClient(in ClientRegistration) (*domain.OAuthClient, string
 		return nil, "", domain.FieldErrorf("clientType", "must be %q or %q", domain.ClientConfidential, domain.ClientPublic)
 	}
 	return c, secret, nil
+}
+
+// checkClientLimits holds a registration to the service's bounds on
+// stored text (domain.LimitName, ...), before anything reads or quotes its
+// values.
+func checkClientLimits(in ClientRegistration) error {
+	if err := domain.LimitIdentifier.Check("clientId", in.ID); err != nil {
+		return err
+	}
+	if err := domain.LimitSecret.Check("clientSecret", in.Secret); err != nil {
+		return err
+	}
+	if err := domain.LimitName.Check("name", in.Name); err != nil {
+		return err
+	}
+	if err := domain.LimitIdentifier.CheckAll("scopes", in.Scopes); err != nil {
+		return err
+	}
+	for _, list := range []struct {
+		field string
+		uris  []string
+	}{{"redirectUris", in.RedirectURIs}, {"postLogoutRedirectUris", in.PostLogoutRedirectURIs}, {"allowedOrigins", in.AllowedOrigins}} {
+		if err := domain.LimitURL.CheckAll(list.field, list.uris); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkRedirectURI accepts absolute URIs without a fragment that are https,

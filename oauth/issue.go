@@ -131,6 +131,9 @@ type PatientCode struct {
 // /o/token/ with the matching verifier. Returns domain.CodeNotFound for an
 // unknown client and domain.CodeInvalid for a client that cannot redeem it.
 func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID string) (*PatientCode, error) {
+	if err := domain.LimitIdentifier.Check("clientId", clientID); err != nil {
+		return nil, err
+	}
 	u, err := p.users.UserByID(ctx, userID)
 	if err != nil {
 		return nil, err
