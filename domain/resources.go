@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -512,7 +514,9 @@ func (s *Service) writableResource(ctx context.Context, actor *Actor, i Interact
 }
 
 // UpdateResource replaces an imported resource (PUT). The body carries
-// the resource's id; it stays with its FHIR source and upstream id.
+// the resource's id; it stays with its FHIR source and upstream id. A body
+// that holds what the current version holds answers that version and
+// stores nothing: no new version for a repeated PUT.
 func (s *Service) UpdateResource(ctx context.Context, actor *Actor, id string, w ResourceWrite) (*Resource, error) {
 	if err := s.importedWrites(); err != nil {
 		return nil, err
@@ -551,14 +555,46 @@ func (s *Service) replace(ctx context.Context, current *Resource, o jsonObject, 
 	if err := s.stamp(&next, o); err != nil {
 		return nil, err
 	}
+	if same, err := sameContent(current, &next); err != nil || same {
+		return current, err
+	}
 	if err := s.store.ReplaceResource(ctx, &next); err != nil {
 		return nil, err
 	}
 	return &next, nil
 }
 
+// sameContent reports whether the next version of a resource would hold
+// what the current one holds: every element but meta.versionId and
+// meta.lastUpdated, compared as JSON values (members in any order, numbers
+// as written). A write that changes nothing then makes no new version.
+func sameContent(current, next *Resource) (bool, error) {
+	var was map[string]any
+	dec := json.NewDecoder(bytes.NewReader(current.JSON))
+	dec.UseNumber()
+	if err := dec.Decode(&was); err != nil {
+		return false, fmt.Errorf("stored %s/%s: %w", current.Type, current.ID, err)
+	}
+	return reflect.DeepEqual(withoutVersion(was), withoutVersion(next.Object)), nil
+}
+
+// withoutVersion is a resource without meta.versionId and
+// meta.lastUpdated; the maps given are not changed.
+func withoutVersion(resource map[string]any) map[string]any {
+	out := maps.Clone(resource)
+	if meta, ok := out["meta"].(map[string]any); ok {
+		meta = maps.Clone(meta)
+		delete(meta, "versionId")
+		delete(meta, "lastUpdated")
+		out["meta"] = meta
+	}
+	return out
+}
+
 // PatchResource changes an imported resource with a JSON Patch or a JSON
-// merge patch; the result is validated like a replacement.
+// merge patch; the result is validated like a replacement. A patch that
+// changes nothing ([], a merge patch of what is there) answers the
+// current version and stores nothing.
 func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType, id string, format PatchFormat, patch []byte, ifMatch int64) (*Resource, error) {
 	if err := s.importedWrites(); err != nil {
 		return nil, err
@@ -577,6 +613,9 @@ func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType,
 			return nil, Errorf(CodeInvalid, "the merge patch does not apply: %v", err)
 		}
 	default:
+		if p := bytes.TrimSpace(patch); len(p) == 0 || p[0] != '[' {
+			return nil, Errorf(CodeInvalid, "a JSON Patch is a JSON array of operations (RFC 6902); [] changes nothing")
+		}
 		ops, err := jsonpatch.DecodePatch(patch)
 		if err != nil {
 			return nil, Errorf(CodeInvalid, "the JSON Patch is malformed: %v", err)

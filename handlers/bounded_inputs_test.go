@@ -334,3 +334,56 @@ func TestAdminTextAndListsAreBounded(t *testing.T) {
 	}
 	w.call(t, "POST", "/api/v1/studies", w.admin, map[string]any{"organizationId": w.org.ID, "name": long(200), "description": long(10_000), "iconUrl": url(2000)}, http.StatusCreated)
 }
+
+// TestWritesThatChangeNothingMakeNoVersion: a JSON Patch [] (or of test
+// operations only), a merge patch of what is there ({} or the same
+// values), and a PUT of the current content (meta.versionId and
+// lastUpdated aside, members in another order) answer 200 with the
+// current version and store nothing; a JSON Patch that is not an array
+// (null, an object) is 400. The old service made a version of each.
+func TestWritesThatChangeNothingMakeNoVersion(t *testing.T) {
+	w := fxNewImported(t)
+	c := w.post(t, "doc", w.aliceSrc, fxCondition)
+	path := "/Condition/" + c["id"].(string)
+	current := string(fxMustRaw(t, w, path))
+	var reordered map[string]any // decoded, re-encoded: another member order
+	_ = json.Unmarshal([]byte(current), &reordered)
+	fxObj(reordered["meta"])["versionId"], fxObj(reordered["meta"])["lastUpdated"] = "7", "2020-01-01T00:00:00Z"
+	jsonPatch, mergePatch := "application/json-patch+json", "application/merge-patch+json"
+	for _, tc := range []struct {
+		name, method, contentType, body string
+		status                          int
+	}{
+		{"an empty JSON Patch", "PATCH", jsonPatch, `[]`, http.StatusOK},
+		{"a JSON Patch of a passing test", "PATCH", jsonPatch, `[{"op": "test", "path": "/onsetDateTime", "value": "2015-06-10"}]`, http.StatusOK},
+		{"a JSON Patch replacing a value by itself", "PATCH", jsonPatch, `[{"op": "replace", "path": "/onsetDateTime", "value": "2015-06-10"}]`, http.StatusOK},
+		{"an empty merge patch", "PATCH", mergePatch, `{}`, http.StatusOK},
+		{"a merge patch of the same values", "PATCH", mergePatch, `{"onsetDateTime": "2015-06-10", "subject": {"reference": "Patient/123"}}`, http.StatusOK},
+		{"a merge patch removing what is absent", "PATCH", mergePatch, `{"abatementDateTime": null}`, http.StatusOK},
+		{"a PUT of the current content", "PUT", "application/fhir+json", current, http.StatusOK},
+		{"a PUT of the same, reordered, another versionId", "PUT", "application/fhir+json", fxCompact(reordered), http.StatusOK},
+		{"a null JSON Patch", "PATCH", jsonPatch, `null`, http.StatusBadRequest},
+		{"a JSON Patch object", "PATCH", jsonPatch, `{}`, http.StatusBadRequest},
+		{"an empty body as a JSON Patch", "PATCH", jsonPatch, ``, http.StatusBadRequest},
+		{"a null merge patch", "PATCH", mergePatch, `null`, http.StatusBadRequest},
+	} {
+		resp, body := w.do(t, "doc", tc.method, path, map[string]string{"Content-Type": tc.contentType}, tc.body)
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode, body, tc.status)
+			continue
+		}
+		if tc.status != http.StatusOK {
+			bdCheckError(t, tc.name, &bdAnswer{resp, body}, tc.status, bdFHIR, "invalid")
+		} else if resp.Header.Get("ETag") != `W/"1"` || string(body) != current {
+			t.Errorf("%s: ETag %s, answered %s, want the current version", tc.name, resp.Header.Get("ETag"), body)
+		}
+		if now := string(fxMustRaw(t, w, path)); now != current {
+			t.Errorf("%s: the resource changed to %s", tc.name, now)
+		}
+	}
+	// A change still makes a version.
+	resp, body := w.do(t, "doc", "PATCH", path, map[string]string{"Content-Type": mergePatch}, `{"onsetDateTime": "2015-06-11"}`)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != `W/"2"` {
+		t.Errorf("a change: %d %s %s", resp.StatusCode, resp.Header.Get("ETag"), body)
+	}
+}
