@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"mime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -405,8 +404,8 @@ func referenceID(field, ref, resourceType string) (int64, error) {
 	if ref == "" {
 		return 0, FieldErrorf(f, "is required: %s/<id>", resourceType)
 	}
-	id, err := strconv.ParseInt(rest, 10, 64)
-	if !ok || err != nil || id < 1 {
+	id, valid := ParseID(rest)
+	if !ok || !valid {
 		return 0, FieldErrorf(f, "%q is not a reference to a %s (%s/<id>)", ref, resourceType, resourceType)
 	}
 	return id, nil

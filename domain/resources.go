@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/uuid"
@@ -25,7 +26,7 @@ import (
 //   - id: a UUID the service assigns; the source's own id moves into an
 //     identifier with the system {FHIR_SOURCE_BASE}/<source id>/id (types
 //     without identifier keep it beside the resource only), so that ids
-//     of any length import;
+//     beyond FHIR's 64 characters import (up to 1,000: checkUpstreamID);
 //   - meta.versionId, meta.lastUpdated, and meta.source = the FHIR
 //     source's canonical URI {FHIR_SOURCE_BASE}/<source id>.
 //
@@ -144,6 +145,19 @@ var resourceID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 // IsResourceID reports whether an id is one the imported store assigns.
 func IsResourceID(id string) bool { return resourceID.MatchString(id) }
 
+// ParseID reads the id of a native record (an observation, a patient, an
+// organization, ...) as the service writes it: a positive decimal integer
+// without sign, leading zeros or spaces. An id names one record under one
+// spelling only: "+1", "01", "1.0", " 1" and "0x1" name nothing, neither
+// in a URL nor in a reference.
+func ParseID(s string) (int64, bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(s, 10, 64) // base 10: digits only, no "_"
+	return id, err == nil
+}
+
 // SourceURI is the canonical URI of a FHIR source under base
 // (FHIR_SOURCE_BASE).
 func SourceURI(base string, id int64) string { return base + "/" + strconv.FormatInt(id, 10) }
@@ -155,11 +169,7 @@ func ParseSourceURI(base, uri string) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	id, err := strconv.ParseInt(rest, 10, 64)
-	if err != nil || id < 1 || strconv.FormatInt(id, 10) != rest {
-		return 0, false
-	}
-	return id, true
+	return ParseID(rest)
 }
 
 // upstreamIDSystem is the identifier system of the ids a source gave.
@@ -267,6 +277,9 @@ func (s *Service) newResource(ctx context.Context, actor *Actor, w ResourceWrite
 		if err := json.Unmarshal(raw, &r.UpstreamID); err != nil {
 			return nil, FieldErrorf(w.Type+".id", "is a string")
 		}
+		if err := checkUpstreamID(w.Type+".id", r.UpstreamID); err != nil {
+			return nil, err
+		}
 	}
 	r.UniqueKey = r.ID
 	if r.UpstreamID != "" {
@@ -276,6 +289,29 @@ func (s *Service) newResource(ctx context.Context, actor *Actor, w ResourceWrite
 		return nil, err
 	}
 	return r, nil
+}
+
+// checkUpstreamID holds the id a source gave a resource to what the
+// imported store can keep as an identifier value. FHIR ids
+// ([A-Za-z0-9\-.]{1,64}) are the common case, but upstream systems use
+// longer ids and other characters (':', '/', '_'), and those import too:
+// the id moves into an identifier, whose value is a FHIR string. What is
+// refused, naming the field: an empty id, control characters (NUL, tabs,
+// line breaks), surrounding whitespace, and more than an identifier's
+// 1,000 characters.
+func checkUpstreamID(field, id string) error {
+	if err := LimitIdentifier.Check(field, id); err != nil {
+		return err
+	}
+	switch {
+	case id == "":
+		return FieldErrorf(field, "is empty: leave it out, or give the id the source knows the resource by")
+	case strings.ContainsFunc(id, unicode.IsControl):
+		return FieldErrorf(field, "holds a control character (NUL, a tab, a line break): it cannot be kept as an identifier value")
+	case id != strings.TrimSpace(id):
+		return FieldErrorf(field, "has surrounding whitespace")
+	}
+	return nil
 }
 
 // parseResource reads a written body: a JSON object of the type the URL
@@ -303,8 +339,8 @@ func sourceHeaderID(header string) (int64, error) {
 	if h == "" {
 		return 0, nil
 	}
-	id, err := strconv.ParseInt(h, 10, 64)
-	if err != nil || id < 1 {
+	id, ok := ParseID(h)
+	if !ok {
 		return 0, FieldErrorf(SourceHeader, "%q is not a FHIR source id", h)
 	}
 	return id, nil

@@ -80,6 +80,8 @@ func TestParseID(t *testing.T) {
 		{"Patient/abc", "Patient", 0, false},
 		{"Patient/0", "Patient", 0, false},
 		{"/12", "", 0, false},
+		{"+12", "", 0, false},
+		{"Patient/012", "Patient", 0, false},
 	} {
 		if id, ok := parseID(c.value, c.resourceType); id != c.id || ok != c.ok {
 			t.Errorf("parseID(%q, %q) = %d, %v; want %d, %v", c.value, c.resourceType, id, ok, c.id, c.ok)

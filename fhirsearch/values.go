@@ -189,8 +189,7 @@ func parseID(v, resourceType string) (int64, bool) {
 		}
 		v = id
 	}
-	id, err := strconv.ParseInt(v, 10, 64)
-	return id, err == nil && id > 0
+	return domain.ParseID(v)
 }
 
 // NumberValue is a parsed number or quantity value: the comparator, the

@@ -387,3 +387,125 @@ func TestWritesThatChangeNothingMakeNoVersion(t *testing.T) {
 		t.Errorf("a change: %d %s %s", resp.StatusCode, resp.Header.Get("ETag"), body)
 	}
 }
+
+// TestIDsHaveOneSpelling: an integer id names a record only as the service
+// writes it: "+1", "01", "1.0", " 1", "0x1" and the like are 404 in FHIR
+// and admin paths (400 as a query parameter, a reference, the source
+// header or an If-Match version), where the old service answered
+// Observation 1 or patient 1 for several of them.
+func TestIDsHaveOneSpelling(t *testing.T) {
+	w := fxNewImported(t)
+	obsID := w.create(t, w.tok["doc"], fxObs{patient: w.alice.ID, device: w.watch, code: fxHR,
+		payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00+01:00")))})[0]
+	alice := strconv.FormatInt(w.alice.ID, 10)
+	spellings := func(id string) []string {
+		return []string{"+" + id, "0" + id, "00" + id, id + ".0", "%20" + id, id + "%20", "0x" + id, id + "e0", id + "_", "-" + id}
+	}
+	get := func(path string) (*http.Response, []byte) {
+		return fxDo(t, w.env, "GET", path, map[string]string{"Authorization": "Bearer " + w.tok["super"]}, "")
+	}
+	for _, p := range []struct {
+		prefix, id string
+		surface    bdSurface
+	}{
+		{fxBase + "/Observation/", obsID, bdFHIR},
+		{"/fhir/r5/Observation/", obsID, bdFHIR},
+		{fxBase + "/Patient/", alice, bdFHIR},
+		{fxBase + "/Observation/", obsID + "/_history/1", bdFHIR},
+		{"/api/v1/patients/", alice, bdAdmin},
+		{"/api/v1/organizations/", strconv.FormatInt(w.orgA.ID, 10), bdAdmin},
+	} {
+		if resp, body := get(p.prefix + p.id); resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s%s: %d %s", p.prefix, p.id, resp.StatusCode, body)
+		}
+		id, rest, _ := strings.Cut(p.id, "/")
+		if rest != "" {
+			rest = "/" + rest
+		}
+		for _, s := range spellings(id) {
+			resp, body := get(p.prefix + s + rest)
+			bdCheckError(t, "GET "+p.prefix+s+rest, &bdAnswer{resp, body}, http.StatusNotFound, p.surface, "not-found")
+		}
+	}
+	// Elsewhere an id is a field of the request: 400 naming it.
+	resp, out := w.env.Send(t, "GET", "/api/v1/practitioners?organizationId=0"+strconv.FormatInt(w.orgA.ID, 10), w.tok["super"], nil)
+	bdCheckError(t, "organizationId=01", &bdAnswer{resp, []byte(fxCompact(out))}, http.StatusBadRequest, bdAdmin, "")
+	ref := fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00+01:00")))}.resource()
+	ref["subject"] = map[string]any{"reference": "Patient/0" + alice}
+	resp, out = w.env.Send(t, "POST", fxBase+"/Observation", w.tok["doc"], ref)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(fxOutcomeText(out), "Observation.subject") {
+		t.Errorf("subject Patient/0%s: %d %v", alice, resp.StatusCode, out)
+	}
+	resp, body := w.do(t, "doc", "POST", "/Condition", map[string]string{domain.SourceHeader: "0" + strconv.FormatInt(w.aliceSrc.ID, 10)}, fxCondition)
+	bdCheckError(t, "source header 01", &bdAnswer{resp, body}, http.StatusBadRequest, bdFHIR, "invalid")
+	c := w.post(t, "doc", w.aliceSrc, fxCondition)
+	resp, body = w.do(t, "doc", "PATCH", "/Condition/"+c["id"].(string), map[string]string{"Content-Type": "application/json-patch+json", "If-Match": `W/"01"`}, `[]`)
+	bdCheckError(t, `If-Match W/"01"`, &bdAnswer{resp, body}, http.StatusBadRequest, bdFHIR, "invalid")
+	// Searches by id find nothing under another spelling.
+	for _, q := range []string{"/Observation?_id=0" + obsID, "/Observation?patient=0" + alice, "/Observation?patient=Patient/%2B" + alice} {
+		if ids := w.ids(t, w.tok["super"], q); len(ids) != 0 {
+			t.Errorf("GET %s: found %v", q, ids)
+		}
+	}
+}
+
+// TestUpstreamIDs: the id a FHIR source gave a resource moves into an
+// identifier whatever FHIR's id rule says of it (longer than 64
+// characters, other printable characters), up to 1,000 characters;
+// empty ids, control characters (NUL, line breaks) and surrounding spaces
+// are refused with 400 on <type>.id, on the R5 create path and on the R4
+// import alike. The old service kept any string, NUL and megabytes
+// included.
+func TestUpstreamIDs(t *testing.T) {
+	w := fxNewImported(t)
+	condition := func(id any) string {
+		var c map[string]any
+		_ = json.Unmarshal([]byte(fxCondition), &c)
+		c["id"] = id
+		return fxCompact(c)
+	}
+	procedure := func(id any) string {
+		return fxCompact(map[string]any{"resourceType": "Procedure", "id": id, "status": "completed",
+			"code": map[string]any{"text": "Appendectomy"}, "subject": map[string]any{"reference": "Patient/1"}})
+	}
+	for _, tc := range []struct {
+		name string
+		id   any
+		ok   bool
+	}{
+		{"a FHIR id of 64 characters", strings.Repeat("a", 64), true},
+		{"100 characters", strings.Repeat("b", 100), true},
+		{"1,000 characters", strings.Repeat("c", 1000), true},
+		{"other printable characters", "urn:ehr/Encounter_17 (copy)", true},
+		{"1,001 characters", strings.Repeat("d", 1001), false},
+		{"a NUL", "e\u0000f", false},
+		{"a line break", "g\nh", false},
+		{"a tab", "i\tj", false},
+		{"surrounding spaces", " k ", false},
+		{"empty", "", false},
+		{"null", nil, false},
+		{"a number", 17, false},
+	} {
+		want := http.StatusCreated
+		if !tc.ok {
+			want = http.StatusBadRequest
+		}
+		// R5 create.
+		resp, body := w.do(t, "doc", "POST", "/Condition", fxSourceHeader(w.aliceSrc), condition(tc.id))
+		if resp.StatusCode != want {
+			t.Errorf("R5 create, %s: %d %.300s, want %d", tc.name, resp.StatusCode, body, want)
+		} else if tc.ok && !strings.Contains(string(body), fxCompact(map[string]any{"system": fxSourceURI(w.aliceSrc) + "/id", "value": tc.id})) {
+			t.Errorf("R5 create, %s: the identifier is not the id: %.300s", tc.name, body)
+		} else if !tc.ok && !strings.Contains(fxOutcomeText(fxDecode(t, body)), "Condition.id") {
+			t.Errorf("R5 create, %s: the outcome does not name Condition.id: %s", tc.name, body)
+		}
+		// R4 import: one entry.
+		resp, body = fxDo(t, w.env, "POST", "/fhir-import/R4/Procedure", map[string]string{"Authorization": "Bearer " + w.tok["doc"],
+			domain.SourceHeader: strconv.FormatInt(w.aliceSrc.ID, 10)}, procedure(tc.id))
+		out := fxDecode(t, body)
+		entry := fxObj(fxArr(out["entry"])[0])
+		if status := fmt.Sprint(fxObj(entry["response"])["status"]); resp.StatusCode != http.StatusOK || !strings.HasPrefix(status, strconv.Itoa(want)) {
+			t.Errorf("R4 import, %s: %d %s, want an entry %d", tc.name, resp.StatusCode, status, want)
+		}
+	}
+}

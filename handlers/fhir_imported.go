@@ -42,8 +42,8 @@ func ifMatch(c *fiber.Ctx) (int64, error) {
 		return 0, nil
 	}
 	v := strings.Trim(strings.TrimPrefix(h, "W/"), `"`)
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 1 {
+	n, ok := domain.ParseID(v) // versions are spelled as ETag writes them
+	if !ok {
 		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: %q is not a version tag such as W/\"1\"", h)
 	}
 	return n, nil
@@ -78,7 +78,7 @@ func (s *server) recordID(c *fiber.Ctx) (imported bool, err error) {
 	if domain.IsResourceID(id) {
 		return true, nil
 	}
-	if n, err := strconv.ParseInt(id, 10, 64); err == nil && n > 0 {
+	if _, ok := domain.ParseID(id); ok {
 		return false, nil
 	}
 	return false, domain.Errorf(domain.CodeNotFound, "%s/%s does not exist", resourceType, id)

@@ -240,7 +240,7 @@ func (s *server) fhirRead(c *fiber.Ctx) error {
 	if vid := c.Params("vid"); vid != "" && vid != "1" {
 		return domain.Errorf(domain.CodeNotFound, "%s/%s has no version %s", resourceType, rawID, vid)
 	}
-	id, _ := strconv.ParseInt(rawID, 10, 64) // recordID checked it
+	id, _ := domain.ParseID(rawID) // recordID checked it
 	resource, lastUpdated, err := native.read(c.UserContext(), actor(c), id)
 	if err != nil {
 		return err

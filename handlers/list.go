@@ -103,8 +103,8 @@ func writeList[T, J any](c *fiber.Ctx, p domain.Page, l domain.List[T], toJSON f
 // idParam reads an integer id from the path; anything else names nothing
 // that exists.
 func idParam(c *fiber.Ctx, name string) (int64, error) {
-	id, err := strconv.ParseInt(c.Params(name), 10, 64)
-	if err != nil || id < 1 {
+	id, ok := domain.ParseID(c.Params(name))
+	if !ok {
 		return 0, domain.Errorf(domain.CodeNotFound, "%q is not an id", c.Params(name))
 	}
 	return id, nil
@@ -117,8 +117,8 @@ func queryID(c *fiber.Ctx, name string) (int64, error) {
 	if v == "" {
 		return 0, nil
 	}
-	id, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || id < 1 {
+	id, ok := domain.ParseID(v)
+	if !ok {
 		return 0, domain.FieldErrorf(name, "%q is not an id", v)
 	}
 	return id, nil

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -52,8 +51,8 @@ func (s *server) listOrganizations(c *fiber.Ctx) error {
 	// partOf=0 lists the top-level organizations.
 	var partOf *int64
 	if v := c.Query("partOf"); v != "" {
-		id, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || id < 0 {
+		id, ok := domain.ParseID(v)
+		if !ok && v != "0" {
 			return domain.FieldErrorf("partOf", "%q is not an organization id (0: top level)", v)
 		}
 		partOf = &id
