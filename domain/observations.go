@@ -38,8 +38,7 @@ type Observation struct {
 	// DataPoint is the payload decoded, stored beside it for analysts; set
 	// on create only.
 	DataPoint map[string]any
-	// Effective is the data point's time frame; nil when it has none the
-	// service recognises.
+	// Effective is the data point's time frame; nil when it has none.
 	Effective *omh.TimeFrame
 	// LastUpdated keeps microseconds.
 	LastUpdated time.Time
@@ -168,8 +167,10 @@ type writerCheck struct {
 // with an Open mHealth or an IEEE 1752 header, whose header.schema_id agrees
 // with that code, that passes the data point schema of its header's kind
 // and whose body passes the official schema the code names
-// (CodeUnprocessable); an effective[x] given agrees with the data point's
-// time frame (CodeUnprocessable); identifiers are unique across
+// (CodeUnprocessable); the data point's time frame reads (an interval that
+// ends before it starts or a negative duration is CodeUnprocessable, named
+// by its path in the data point) and an effective[x] given agrees with it
+// (CodeUnprocessable); identifiers are unique across
 // observations (CodeDuplicate); the data point is at most
 // MAX_DATA_POINT_BYTES (CodeTooLong). Unknown patients and devices are
 // CodeNotFound.
@@ -251,7 +252,11 @@ func (s *Service) checkObservation(ctx context.Context, actor *Actor, n NewObser
 		}
 		return nil, err
 	}
-	tf, _ := omh.EffectiveTimeFrame(dp.Body)
+	tf, err := omh.EffectiveTimeFrame(dp.Body)
+	if err != nil {
+		const field = "Observation.valueAttachment.data"
+		return nil, &Error{Code: CodeUnprocessable, Field: field, Message: field + ": " + err.Error()}
+	}
 	if err := effectiveAgrees(n.Effective, tf); err != nil {
 		return nil, err
 	}
@@ -301,13 +306,13 @@ func effectiveAgrees(claim *EffectiveClaim, tf *omh.TimeFrame) error {
 		return nil
 	}
 	same := func(s string, t time.Time) bool {
-		v, err := time.Parse(time.RFC3339Nano, s)
+		v, err := omh.ParseDateTime(s)
 		return err == nil && v.Equal(t)
 	}
 	field := "Observation." + claim.Element
 	switch {
 	case tf == nil:
-		return &Error{Code: CodeUnprocessable, Field: field, Message: field + ": the data point has no time frame the service recognises, so the Observation has no effective[x]; leave it out"}
+		return &Error{Code: CodeUnprocessable, Field: field, Message: field + ": the data point has no time frame, so the Observation has no effective[x]; leave it out"}
 	case claim.Element == "effectivePeriod" && !tf.IsInstant() && same(claim.Start, tf.Start) && same(claim.End, tf.End),
 		claim.Element != "effectivePeriod" && tf.IsInstant() && same(claim.DateTime, tf.Start):
 		return nil

@@ -509,3 +509,65 @@ func TestUpstreamIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeFramesThatCannotBeReadAreRefused: a data point whose time frame
+// passes its schema but cannot be read (an interval that ends before it
+// starts, a negative duration, a second 60 that is no leap second) is 422
+// naming the member in the data point, in Open mHealth and IEEE 1752
+// alike, and nothing is stored; the old service stored it without
+// effective[x], so no date search found it. A true leap second
+// (23:59:60 UTC ending a month), which the old service also stored
+// without effective[x], reads as the instant after it.
+func TestTimeFramesThatCannotBeReadAreRefused(t *testing.T) {
+	w := fxNewWorld(t)
+	before := fxSnapshot(t, w)
+	for _, tc := range []struct {
+		name, code string
+		body       map[string]any
+		path       string
+	}{
+		{"an interval that ends before it starts", fxHR,
+			fxHeartRate(fxInterval("start_date_time", "2024-03-05T10:00:00Z", "end_date_time", "2024-03-05T09:00:00Z")), "/body/effective_time_frame/time_interval"},
+		{"an interval that ends before it starts, across offsets", fxHR,
+			fxHeartRate(fxInterval("start_date_time", "2024-03-05T10:00:00-01:00", "end_date_time", "2024-03-05T10:30:00Z")), "/body/effective_time_frame/time_interval"},
+		{"a negative duration", fxSteps,
+			fxStepCount(fxInterval("start_date_time", "2024-03-05T10:00:00Z", "duration", fxDuration(-1, "h"))), "/body/effective_time_frame/time_interval/duration"},
+		{"a negative duration back from the end", fxHR,
+			fxHeartRate(fxInterval("end_date_time", "2024-03-05T10:00:00Z", "duration", fxDuration(-30, "min"))), "/body/effective_time_frame/time_interval/duration"},
+		{"an IEEE interval that ends before it starts", fxIEEEPA, map[string]any{"activity_name": "walking",
+			"effective_time_frame": fxInterval("start_date_time", "2024-03-05T07:45:00-08:00", "end_date_time", "2024-03-05T07:00:00-08:00")}, "/body/effective_time_frame/time_interval"},
+		{"an IEEE negative duration", fxIEEEPA, map[string]any{"activity_name": "walking",
+			"effective_time_frame": fxInterval("start_date_time", "2024-03-05T07:00:00-08:00", "duration", fxDuration(-45, "min"))}, "/body/effective_time_frame/time_interval/duration"},
+		{"a second 60 that is no leap second", fxHR, fxHeartRate(fxAt("2024-03-05T10:59:60Z")), "/body/effective_time_frame/date_time"},
+	} {
+		system := fxOMH
+		if strings.HasPrefix(tc.code, "ieee:") {
+			system = fxIEEE
+		}
+		obs := fxObs{patient: w.alice.ID, device: w.watch, system: system, code: tc.code, payload: fxDataPoint(tc.code, tc.body)}
+		resp, body := fxDo(t, w.env, "POST", fxBase+"/Observation", map[string]string{"Authorization": "Bearer " + w.tok["doc"]}, fxCompact(obs.resource()))
+		out := bdCheckError(t, tc.name, &bdAnswer{resp, body}, http.StatusUnprocessableEntity, bdFHIR, "processing")
+		if text := fxOutcomeText(out); !strings.Contains(text, "Observation.valueAttachment.data") || !strings.Contains(text, tc.path) {
+			t.Errorf("%s: %q does not name %s", tc.name, text, tc.path)
+		}
+		// In a batch the entry alone is refused.
+		entries := w.batch(t, w.tok["doc"], obs.resource())
+		if got := fxObj(entries[0]["response"])["status"]; got != "422 Unprocessable Entity" {
+			t.Errorf("%s in a batch: %v", tc.name, got)
+		}
+	}
+	if after := fxSnapshot(t, w); fxCompact(after) != fxCompact(before) {
+		t.Errorf("refused time frames were stored")
+	}
+	// A leap second is an instant a date search finds.
+	id := w.create(t, w.tok["doc"], fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2016-12-31T23:59:60Z")))})[0]
+	if ids := w.ids(t, w.tok["doc"], "/Observation?date=2017-01-01"); !slices.Equal(ids, []string{id}) {
+		t.Errorf("a leap second: date=2017-01-01 found %v, want [%s]", ids, id)
+	}
+	// effective[x] given with it may say the leap second as it is written.
+	leap := fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2016-12-31T15:59:60-08:00")))}.resource()
+	leap["effectiveDateTime"] = "2016-12-31T15:59:60-08:00"
+	if resp, out := w.env.Send(t, "POST", fxBase+"/Observation", w.tok["doc"], leap); resp.StatusCode != http.StatusCreated || out["effectiveDateTime"] != "2016-12-31T16:00:00-08:00" {
+		t.Errorf("a leap second given as effectiveDateTime: %d %v", resp.StatusCode, out)
+	}
+}

@@ -292,7 +292,7 @@ func BenchmarkObservationCPU(b *testing.B) {
 	b.Run("timeframe", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := omh.EffectiveTimeFrame(dp.Body); !ok {
+			if tf, err := omh.EffectiveTimeFrame(dp.Body); tf == nil || err != nil {
 				b.Fatal("no time frame")
 			}
 		}

@@ -86,8 +86,10 @@ func TestFHIREffectiveTimeFrames(t *testing.T) {
 			"effective_time_frame": fxInterval("end_date_time", "2024-03-05T07:45:00+05:30", "duration", fxDuration(45, "min"))},
 			want{start: "2024-03-05T07:00:00+05:30", end: "2024-03-05T07:45:00+05:30"}},
 		{"missing", fxPA, map[string]any{"activity_name": "walking"}, want{}},
-		// The schemas cannot say that an interval ends after it starts.
-		{"an interval that ends before it starts", fxHR, fxHeartRate(fxInterval("start_date_time", "2024-03-05T10:00:00Z", "end_date_time", "2024-03-05T09:00:00Z")), want{}},
+		// A leap second reads as the instant after it.
+		{"a leap second", fxHR, fxHeartRate(fxAt("2016-12-31T23:59:60Z")), want{dateTime: "2017-01-01T00:00:00Z"}},
+		// An interval that ends before it starts is refused: see
+		// TestTimeFramesThatCannotBeReadAreRefused.
 	}
 	obs := make([]fxObs, len(cases))
 	for i, c := range cases {

@@ -216,11 +216,21 @@ func TestFHIROfficialTestData(t *testing.T) {
 			payloads = append(payloads, payload)
 		}
 	}
+	// These shouldPass files hold intervals that end years before they
+	// start, which no schema can refuse and the service does on purpose
+	// (TestTimeFramesThatCannotBeReadAreRefused).
+	refusedOnPurpose := map[string]bool{
+		"omh/body-temperature/4.0/shouldPass/valid-temperature-with-statistic.json": true,
+		"omh/calories-burned/2.0/shouldPass/with-descriptive-statistic.json":        true,
+		"omh/sleep-duration/2.0/shouldPass/with-descriptive-statistic.json":         true,
+	}
 	created := 0
 	for i, e := range w.batch(t, w.tok["alice"], resources...) {
 		s := what[i]
 		status := fxObj(e["response"])["status"]
 		switch {
+		case refusedOnPurpose[s.c.Name] && status == "422 Unprocessable Entity" &&
+			strings.Contains(fxOutcomeText(fxObj(fxObj(e["response"])["outcome"])), "before it starts"):
 		case s.c.ShouldPass && status == "201 Created":
 			created++
 			data, err := base64.StdEncoding.DecodeString(fmt.Sprint(fxObj(fxObj(e["resource"])["valueAttachment"])["data"]))

@@ -143,42 +143,57 @@ func TestEffectiveTimeFrame(t *testing.T) {
 			"2024-04-30T19:00:00Z", "2024-05-02T00:00:00Z", "", "2024-05-01T09:00:00+14:00", "2024-05-01T10:00:00-14:00"},
 		{"lower-case t and z (RFC 3339)", `{"date_time": "2024-05-01t09:00:00z"}`,
 			"2024-05-01T09:00:00Z", "2024-05-01T09:00:00Z", "2024-05-01T09:00:00Z", "", ""},
+		{"a leap second is the instant after it", `{"date_time": "2016-12-31T23:59:60Z"}`,
+			"2017-01-01T00:00:00Z", "2017-01-01T00:00:00Z", "2017-01-01T00:00:00Z", "", ""},
+		{"a leap second in another offset, with a fraction", `{"time_interval": {"start_date_time": "2015-06-30T16:59:60.5-07:00", "duration": {"value": 1, "unit": "sec"}}}`,
+			"2015-07-01T00:00:00.5Z", "2015-07-01T00:00:01.5Z", "", "2015-06-30T17:00:00.5-07:00", "2015-06-30T17:00:01.5-07:00"},
 	} {
 		dp, err := omh.Parse(dataPoint("x", `{"effective_time_frame": `+tc.frame+`}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		tf, ok := omh.EffectiveTimeFrame(dp.Body)
-		if !ok {
-			t.Errorf("%s: not recognised", tc.name)
+		tf, err := omh.EffectiveTimeFrame(dp.Body)
+		if err != nil || tf == nil {
+			t.Errorf("%s: not read: %v", tc.name, err)
 			continue
 		}
 		if !tf.Start.Equal(utc(tc.start)) || !tf.End.Equal(utc(tc.end)) || tf.DateTime != tc.dateTime || tf.PeriodStart != tc.pStart || tf.PeriodEnd != tc.pEnd {
 			t.Errorf("%s: got %+v", tc.name, tf)
 		}
 	}
-	for name, frame := range map[string]string{
-		"missing":           ``,
-		"not an object":     `"2024-05-01"`,
-		"no offset":         `{"date_time": "2024-05-01T09:00:00"}`,
-		"unknown unit":      `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": 1, "unit": "fortnight"}}}`,
-		"negative duration": `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": -1, "unit": "h"}}}`,
-		"string duration":   `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": "1", "unit": "h"}}}`,
-		"ends before start": `{"time_interval": {"start_date_time": "2024-05-02T10:00:00Z", "end_date_time": "2024-05-01T10:00:00Z"}}`,
-		"unknown part":      `{"time_interval": {"date": "2024-05-01", "part_of_day": "dusk"}}`,
-		"start only":        `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z"}}`,
-		"huge duration":     `{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": 1e300, "unit": "yr"}}}`,
+	// No time frame is none, and no error.
+	dp, err := omh.Parse(dataPoint("x", `{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tf, err := omh.EffectiveTimeFrame(dp.Body); tf != nil || err != nil {
+		t.Errorf("missing: %+v, %v", tf, err)
+	}
+	// One that cannot be read says where in the data point it is wrong.
+	for name, tc := range map[string]struct{ frame, path string }{
+		"not an object":     {`"2024-05-01"`, "/body/effective_time_frame"},
+		"no offset":         {`{"date_time": "2024-05-01T09:00:00"}`, "/body/effective_time_frame/date_time"},
+		"unknown unit":      {`{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": 1, "unit": "fortnight"}}}`, "/body/effective_time_frame/time_interval/duration"},
+		"negative duration": {`{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": -1, "unit": "h"}}}`, "/body/effective_time_frame/time_interval/duration"},
+		"negative, from the end": {`{"time_interval": {"end_date_time": "2024-05-01T10:00:00Z", "duration": {"value": -0.5, "unit": "Mo"}}}`,
+			"/body/effective_time_frame/time_interval/duration"},
+		"string duration":       {`{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": "1", "unit": "h"}}}`, "/body/effective_time_frame/time_interval/duration"},
+		"ends before start":     {`{"time_interval": {"start_date_time": "2024-05-02T10:00:00Z", "end_date_time": "2024-05-01T10:00:00Z"}}`, "/body/effective_time_frame/time_interval"},
+		"unknown part":          {`{"time_interval": {"date": "2024-05-01", "part_of_day": "dusk"}}`, "/body/effective_time_frame/time_interval/part_of_day"},
+		"start only":            {`{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z"}}`, "/body/effective_time_frame/time_interval"},
+		"huge duration":         {`{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "duration": {"value": 1e300, "unit": "yr"}}}`, "/body/effective_time_frame/time_interval/duration"},
+		"a second 60 mid-day":   {`{"date_time": "2016-12-31T12:59:60Z"}`, "/body/effective_time_frame/date_time"},
+		"a second 60 mid-month": {`{"date_time": "2016-12-30T23:59:60Z"}`, "/body/effective_time_frame/date_time"},
+		"a bad end":             {`{"time_interval": {"start_date_time": "2024-05-01T10:00:00Z", "end_date_time": "soon"}}`, "/body/effective_time_frame/time_interval/end_date_time"},
 	} {
-		body := `{}`
-		if frame != "" {
-			body = `{"effective_time_frame": ` + frame + `}`
-		}
-		dp, err := omh.Parse(dataPoint("x", body))
+		dp, err := omh.Parse(dataPoint("x", `{"effective_time_frame": `+tc.frame+`}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tf, ok := omh.EffectiveTimeFrame(dp.Body); ok {
-			t.Errorf("%s: recognised as %+v", name, tf)
+		tf, err := omh.EffectiveTimeFrame(dp.Body)
+		var fe *omh.TimeFrameError
+		if !errors.As(err, &fe) || fe.Path != tc.path {
+			t.Errorf("%s: %+v, %v; want an error at %s", name, tf, err, tc.path)
 		}
 	}
 }
@@ -200,7 +215,7 @@ func FuzzTimeFrame(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if tf, ok := omh.EffectiveTimeFrame(dp.Body); ok && tf.End.Before(tf.Start) {
+		if tf, err := omh.EffectiveTimeFrame(dp.Body); err == nil && tf != nil && tf.End.Before(tf.Start) {
 			t.Fatalf("%s: ends before it starts: %+v", frame, tf)
 		}
 	})
