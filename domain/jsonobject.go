@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unicode/utf8"
 )
 
 // jsonObject is a JSON object whose members keep the order they came in and
@@ -20,48 +21,147 @@ type jsonMember struct {
 	value json.RawMessage // compact
 }
 
-// parseJSONObject reads one JSON object. Its members' values are compacted
-// (insignificant whitespace dropped); a member named twice is an error, as
-// FHIR JSON forbids it and a map would silently keep one of them.
-func parseJSONObject(data []byte) (jsonObject, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	tok, err := dec.Token()
+// DuplicateMemberError is the error of a JSON object that names a member
+// twice: FHIR JSON forbids it, and a map or a struct would silently keep
+// one of the two values.
+type DuplicateMemberError struct {
+	Key string
+}
+
+func (e *DuplicateMemberError) Error() string {
+	return fmt.Sprintf("the member %q appears twice", e.Key)
+}
+
+// EachJSONMember reads the JSON object data as the imported store reads
+// resources (a member named twice is a *DuplicateMemberError, nothing may
+// follow the object) and calls f with each member, in order, its value
+// compacted; it stops at f's first error.
+func EachJSONMember(data []byte, f func(key string, value json.RawMessage) error) error {
+	o, err := parseJSONObject(data)
 	if err != nil {
-		return nil, fmt.Errorf("not valid JSON: %w", err)
+		return err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	for _, m := range o {
+		if err := f(m.key, m.value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseJSONObject reads one JSON object. Its members' values are compacted
+// (insignificant whitespace dropped) and copied out of data; a member named
+// twice is a *DuplicateMemberError. The JSON is checked whole first
+// (json.Valid), so the members are then split by position, not decoded:
+// every native upload and imported write goes through here, and a
+// json.Decoder walk cost several times the typed decoding of the resource.
+func parseJSONObject(data []byte) (jsonObject, error) {
+	if !json.Valid(data) {
+		var first json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&first); err != nil {
+			return nil, fmt.Errorf("not valid JSON: %w", err)
+		}
+		return nil, errors.New("data follows the JSON object")
+	}
+	data = bytes.Clone(data) // the members' values outlive a request's buffer
+	i := skipJSONSpace(data, 0)
+	if data[i] != '{' {
 		return nil, errors.New("not a JSON object")
 	}
 	var o jsonObject
 	seen := map[string]bool{} // not o.get: a body of many members would take quadratic time
-	for dec.More() {
-		tok, err := dec.Token()
+	for i = skipJSONSpace(data, i+1); data[i] != '}'; i = skipJSONSpace(data, i+1) {
+		end := jsonValueEnd(data, i)
+		key, err := jsonKey(data[i:end])
 		if err != nil {
-			return nil, fmt.Errorf("not valid JSON: %w", err)
+			return nil, err
 		}
-		key := tok.(string) // the decoder only yields strings as object keys
 		if seen[key] {
-			return nil, fmt.Errorf("the member %q appears twice", key)
+			return nil, &DuplicateMemberError{Key: key}
 		}
 		seen[key] = true
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("not valid JSON: %w", err)
+		i = skipJSONSpace(data, skipJSONSpace(data, end)+1) // past the colon
+		end = jsonValueEnd(data, i)
+		value := json.RawMessage(data[i:end])
+		if bytes.ContainsAny(value, " \t\r\n") { // else compact already, as most bodies are
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, value); err != nil {
+				return nil, fmt.Errorf("not valid JSON: %w", err)
+			}
+			value = compact.Bytes()
 		}
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, raw); err != nil {
-			return nil, fmt.Errorf("not valid JSON: %w", err)
+		o = append(o, jsonMember{key: key, value: value})
+		i = skipJSONSpace(data, end) // at the comma or the closing brace
+		if data[i] == '}' {
+			break
 		}
-		o = append(o, jsonMember{key: key, value: compact.Bytes()})
-	}
-	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("not valid JSON: %w", err)
-	}
-	if len(bytes.Trim(data[dec.InputOffset():], " \t\r\n")) > 0 {
-		return nil, errors.New("data follows the JSON object")
 	}
 	return o, nil
+}
+
+// The helpers below read JSON that json.Valid accepted: they never see a
+// malformed text, so they need not check it.
+
+// skipJSONSpace returns the index of the first byte from i that is not
+// JSON whitespace.
+func skipJSONSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// jsonValueEnd returns the index just past the JSON value starting at i.
+func jsonValueEnd(data []byte, i int) int {
+	switch data[i] {
+	case '"':
+		return jsonStringEnd(data, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch data[i] {
+			case '"':
+				i = jsonStringEnd(data, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	default: // a number, true, false or null
+		for ; i < len(data); i++ {
+			switch data[i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return i
+			}
+		}
+		return i
+	}
+}
+
+// jsonStringEnd returns the index just past the string starting at i.
+func jsonStringEnd(data []byte, i int) int {
+	for i++; data[i] != '"'; i++ {
+		if data[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// jsonKey reads an object key as encoding/json does: escapes resolved,
+// invalid UTF-8 replaced.
+func jsonKey(quoted []byte) (string, error) {
+	if bytes.IndexByte(quoted, '\\') < 0 && utf8.Valid(quoted) {
+		return string(quoted[1 : len(quoted)-1]), nil
+	}
+	var key string
+	if err := json.Unmarshal(quoted, &key); err != nil {
+		return "", fmt.Errorf("not valid JSON: %w", err)
+	}
+	return key, nil
 }
 
 func (o jsonObject) get(key string) (json.RawMessage, bool) {

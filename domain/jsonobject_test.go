@@ -3,6 +3,8 @@ package domain
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"reflect"
 	"testing"
 )
@@ -65,4 +67,75 @@ func decodeNumbers(t *testing.T, data []byte) map[string]any {
 		t.Fatalf("decode %s: %v", data, err)
 	}
 	return m
+}
+
+// FuzzJSONObjectAgreesWithTheDecoder: parseJSONObject splits members by
+// position; encoding/json's token stream is the reference. Both accept and
+// refuse the same texts, find the same duplicate, and read the same keys
+// and (compacted) values.
+func FuzzJSONObjectAgreesWithTheDecoder(f *testing.F) {
+	for _, seed := range []string{`{"a":1,"a":2}`, `{"a\u0062":1,"ab":2}`, "{\"\xff\":1,\"\ufffd\":2}", ` {"a" : [ 1 , {"b":"}"} ] , "c":"\\""} `,
+		`{"a":1} x`, `[1]`, `{"a":-0.5e+3,"b":true,"c":null,"d":"x\\u0000y"}`, `{}`, ` `} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := parseJSONObject(data)
+		want, wantErr := referenceMembers(data)
+		var dup, wantDup *DuplicateMemberError
+		switch {
+		case (err == nil) != (wantErr == nil):
+			t.Fatalf("%q: error %v, the decoder's %v", data, err, wantErr)
+		case errors.As(wantErr, &wantDup) && (!errors.As(err, &dup) || dup.Key != wantDup.Key):
+			t.Fatalf("%q: error %v, want the duplicate %q", data, err, wantDup.Key)
+		case err == nil && !reflect.DeepEqual(got, want):
+			t.Fatalf("%q: members %q, the decoder's %q", data, got, want)
+		}
+	})
+}
+
+// referenceMembers reads a JSON object's members with encoding/json's
+// token stream, as parseJSONObject did before it split by position.
+func referenceMembers(data []byte) (jsonObject, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) || dec.More() {
+			return nil, errors.New("not JSON, or not one value")
+		}
+		return nil, errors.New("not a JSON object")
+	}
+	var o jsonObject
+	seen := map[string]bool{}
+	var dup error
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key := tok.(string)
+		if seen[key] && dup == nil {
+			dup = &DuplicateMemberError{Key: key}
+		}
+		seen[key] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		var compact bytes.Buffer
+		_ = json.Compact(&compact, raw)
+		o = append(o, jsonMember{key: key, value: compact.Bytes()})
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data follows the object")
+	}
+	if dup != nil {
+		return nil, dup // a duplicate in valid JSON, as parseJSONObject checks the whole text first
+	}
+	return o, nil
 }

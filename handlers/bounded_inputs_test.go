@@ -571,3 +571,56 @@ func TestTimeFramesThatCannotBeReadAreRefused(t *testing.T) {
 		t.Errorf("a leap second given as effectiveDateTime: %d %v", resp.StatusCode, out)
 	}
 }
+
+// TestNativeObservationMembersAreExact: the native Observation is read as
+// strictly as an imported resource: a member named twice (at any depth)
+// is 400 naming it, where encoding/json kept the last value (a second
+// subject silently won), and member names match exactly, so "Status" is
+// an unknown element, where encoding/json read it as status.
+func TestNativeObservationMembersAreExact(t *testing.T) {
+	w := fxNewWorld(t)
+	good := fxCompact(fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, identifiers: []string{"exact-1"},
+		payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00+01:00")))}.resource())
+	// edit adds raw members at the start of the object at path (a JSON
+	// text edit: a map could not hold a member twice).
+	edit := func(after, members string) string {
+		i := strings.Index(good, after)
+		if i < 0 {
+			t.Fatalf("%s not in %s", after, good)
+		}
+		i += len(after)
+		return good[:i] + members + "," + good[i:]
+	}
+	bob := fmt.Sprintf(`"subject":{"reference":"Patient/%d"}`, w.bob.ID)
+	before := fxSnapshot(t, w)
+	for _, tc := range []struct {
+		name, body, field string
+	}{
+		{"a second subject", edit(`{`, bob), "Observation.subject"},
+		{"a second status", edit(`{`, `"status":"preliminary"`), "Observation.status"},
+		{"a second coding list", edit(`"code":{`, `"coding":[]`), "Observation.code.coding"},
+		{"a second identifier value", edit(`"identifier":[{`, `"value":"exact-2"`), "Observation.identifier[0].value"},
+		{"a second attachment data", edit(`"valueAttachment":{`, `"data":"e30="`), "Observation.valueAttachment.data"},
+		{"Status", edit(`{`, `"Status":"final"`), "Observation.Status"},
+		{"Subject", strings.Replace(good, `"subject"`, `"Subject"`, 1), "Observation.Subject"},
+		{"a coding's System", strings.Replace(good, `"system":"`+fxOMH, `"System":"`+fxOMH, 1), "Observation.code.coding[0].System"},
+		{"ValueAttachment", strings.Replace(good, `"valueAttachment"`, `"ValueAttachment"`, 1), "Observation.ValueAttachment"},
+	} {
+		resp, body := fxDo(t, w.env, "POST", fxBase+"/Observation", map[string]string{"Authorization": "Bearer " + w.tok["doc"]}, tc.body)
+		out := bdCheckError(t, tc.name, &bdAnswer{resp, body}, http.StatusBadRequest, bdFHIR, "invalid")
+		if text := fxOutcomeText(out); !strings.Contains(text, tc.field) {
+			t.Errorf("%s: %q does not name %s", tc.name, text, tc.field)
+		}
+		resp, body = fxDo(t, w.env, "POST", fxBase+"/", map[string]string{"Authorization": "Bearer " + w.tok["doc"]},
+			`{"resourceType":"Bundle","type":"batch","entry":[{"request":{"method":"POST","url":"Observation"},"resource":`+tc.body+`}]}`)
+		if entry := fxObj(fxArr(fxDecode(t, body)["entry"])[0]); resp.StatusCode != http.StatusOK || fxObj(entry["response"])["status"] != "400 Bad Request" {
+			t.Errorf("%s in a batch: %d %s", tc.name, resp.StatusCode, body)
+		}
+	}
+	if after := fxSnapshot(t, w); fxCompact(after) != fxCompact(before) {
+		t.Errorf("refused Observations were stored")
+	}
+	if resp, body := fxDo(t, w.env, "POST", fxBase+"/Observation", map[string]string{"Authorization": "Bearer " + w.tok["doc"]}, good); resp.StatusCode != http.StatusCreated {
+		t.Errorf("the Observation itself: %d %s", resp.StatusCode, body)
+	}
+}

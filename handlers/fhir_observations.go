@@ -1,10 +1,10 @@
 package handlers
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -86,34 +86,53 @@ func elementsOf(t reflect.Type) elements {
 var nativeElements = elementsOf(reflect.TypeFor[observationIn]())
 
 // unknownElements returns the FHIR paths (under at) of the members of the
-// JSON object raw that known does not name, at any depth, sorted. Values
-// of the wrong JSON type are left to the typed decoding to report.
-func unknownElements(at string, raw []byte, known elements) []string {
-	var members map[string]json.RawMessage
-	if json.Unmarshal(raw, &members) != nil {
-		return nil
-	}
+// JSON object raw that known does not name, at any depth, sorted. It reads
+// the object as the imported store does (domain.EachJSONMember), so a
+// member named twice is refused by its path, where encoding/json would
+// keep the last value; and names match exactly, so "Status" is an unknown
+// element, where encoding/json would read it as status. Values of the
+// wrong JSON type, and bodies that are not JSON, are left to the typed
+// decoding to report.
+func unknownElements(at string, raw []byte, known elements) ([]string, error) {
 	var out []string
-	for name, value := range members {
+	descend := func(path string, value json.RawMessage, inner elements) error {
+		more, err := unknownElements(path, value, inner)
+		out = append(out, more...)
+		return err
+	}
+	err := domain.EachJSONMember(raw, func(name string, value json.RawMessage) error {
 		path := at + "." + name
 		inner, ok := known[name]
 		switch {
 		case !ok:
 			out = append(out, path)
 		case inner == nil:
-		case len(value) > 0 && value[0] == '[':
+		case value[0] == '[':
 			var items []json.RawMessage
 			if json.Unmarshal(value, &items) == nil {
 				for i, item := range items {
-					out = append(out, unknownElements(fmt.Sprintf("%s[%d]", path, i), item, inner)...)
+					if err := descend(fmt.Sprintf("%s[%d]", path, i), item, inner); err != nil {
+						return err
+					}
 				}
 			}
-		default:
-			out = append(out, unknownElements(path, value, inner)...)
+		case value[0] == '{':
+			return descend(path, value, inner)
 		}
+		return nil
+	})
+	var deeper *domain.Error
+	var dup *domain.DuplicateMemberError
+	switch {
+	case errors.As(err, &deeper):
+		return nil, err // a member named twice deeper down, by its path
+	case errors.As(err, &dup):
+		return nil, domain.FieldErrorf(at+"."+dup.Key, "is given twice: a JSON object names each member once")
+	case err != nil:
+		return nil, nil // not a JSON object: the typed decoding says why
 	}
 	slices.Sort(out)
-	return out
+	return out, nil
 }
 
 // decodeObservation reads one FHIR Observation into the input of the
@@ -121,15 +140,15 @@ func unknownElements(at string, raw []byte, known elements) []string {
 // the native store does not keep are refused by name. A data point over
 // the service's bound is refused before its Base64 is decoded.
 func (s *server) decodeObservation(raw json.RawMessage) (*domain.NewObservation, error) {
+	unknown, err := unknownElements("Observation", raw, nativeElements)
+	if err != nil {
+		return nil, err
+	}
+	if len(unknown) > 0 {
+		return nil, unknownElementsError(unknown)
+	}
 	var in observationIn
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	// Refusing unknown fields makes the common case, an Observation with
-	// none, cost nothing more; the paths are sought only when there are.
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		if unknown := unknownElements("Observation", raw, nativeElements); len(unknown) > 0 {
-			return nil, unknownElementsError(unknown)
-		}
+	if err := json.Unmarshal(raw, &in); err != nil {
 		return nil, fhirJSONError("Observation", err)
 	}
 	if in.ResourceType != "Observation" {
