@@ -8,16 +8,20 @@ import (
 	"context"
 	"crypto/rsa"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"exchange/console"
 	"exchange/converter"
@@ -224,27 +228,38 @@ func StartWith(t testing.TB, o Options) *Env {
 	clock := &Clock{}
 	validator, catalog := R5(t)
 	search := fhirsearch.NewTranslator(catalog, []byte("test cursor key"), SourceBase, clock.Now)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	f := &faults{}
+	log := slog.New(f.logHandler(o.Logger.Handler()))
 	svc := domain.NewService(domain.Config{Store: db, Schemas: Schemas(t), SourceBase: SourceBase,
-		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Now: clock.Now, Logger: o.Logger})
+		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Now: clock.Now, Logger: log})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
-		Logger: o.Logger, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
+		Logger: log, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
 		ResourceTypes: catalog.TypeNames(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t), Logger: o.Logger,
+	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t), Logger: log,
 		TrustedProxies: proxies, Search: search,
 		Console: console.New(console.Config{Service: svc, OAuth: provider, Search: search, Schemas: Schemas(t),
-			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: o.Logger})})
+			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: log})})
+	f.watch(app.Server())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = handlers.Serve(app, ln) }()
-	t.Cleanup(func() { _ = app.ShutdownWithTimeout(5 * time.Second) })
+	t.Cleanup(func() {
+		_ = app.ShutdownWithTimeout(5 * time.Second)
+		if seen := f.all(); len(seen) > 0 {
+			t.Errorf("the exchange had %d faults (5xx answers or error logs), which no input may cause: %s", len(seen), strings.Join(seen, "; "))
+		}
+	})
 	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock}
 }
 
@@ -357,4 +372,71 @@ func SendTo(t testing.TB, method, rawURL, token string, body any, header map[str
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
 	return resp, out
+}
+
+// faults records what a running exchange does that only a fault of ours
+// may cause: answers with a 5xx status, and error-level log lines (a batch
+// entry that failed with 500 inside a 200 batch-response logs one). Every
+// test that starts the exchange fails on one, so that every test of bad
+// input is also a check of "4xx, never 5xx".
+type faults struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (f *faults) add(what string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.seen) < 20 {
+		f.seen = append(f.seen, what)
+	}
+}
+
+func (f *faults) all() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.seen)
+}
+
+// watch records the 5xx answers of the server: those of its routes and
+// those of its error handler, which answers requests it cannot read.
+func (f *faults) watch(srv *fasthttp.Server) {
+	handle, fail := srv.Handler, srv.ErrorHandler
+	record := func(ctx *fasthttp.RequestCtx) {
+		if status := ctx.Response.StatusCode(); status >= 500 {
+			f.add(fmt.Sprintf("%d for %s %s", status, ctx.Method(), ctx.Path()))
+		}
+	}
+	srv.Handler = func(ctx *fasthttp.RequestCtx) { handle(ctx); record(ctx) }
+	srv.ErrorHandler = func(ctx *fasthttp.RequestCtx, err error) { fail(ctx, err); record(ctx) }
+}
+
+// logHandler passes log records on to next, and records error-level ones.
+func (f *faults) logHandler(next slog.Handler) slog.Handler { return faultLog{next, f} }
+
+type faultLog struct {
+	slog.Handler
+	f *faults
+}
+
+func (h faultLog) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelError || h.Handler.Enabled(ctx, l)
+}
+
+func (h faultLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		h.f.add("logged " + r.Message)
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h faultLog) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return faultLog{h.Handler.WithAttrs(attrs), h.f}
+}
+
+func (h faultLog) WithGroup(name string) slog.Handler {
+	return faultLog{h.Handler.WithGroup(name), h.f}
 }
