@@ -624,3 +624,67 @@ func TestNativeObservationMembersAreExact(t *testing.T) {
 		t.Errorf("the Observation itself: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestEveryRouteRefusesHostileBodies sends hostile bodies (empty, null,
+// other JSON kinds, truncated, deeply nested, invalid UTF-8, numbers out
+// of range, huge lists, Bundles of broken entries) in each content type to
+// every route of the app, as a superuser and as a patient: each answer is
+// 2xx or a 4xx in its surface's format (the HTML pages of /o/ and /console
+// aside), and handlerstest fails the test on any 5xx answer or error log.
+func TestEveryRouteRefusesHostileBodies(t *testing.T) {
+	w := fxNewImported(t)
+	resource := w.post(t, "doc", w.aliceSrc, fxCondition)
+	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
+	bodies := []string{
+		``, `null`, `[]`, `{}`, `"x"`, `0`, `1e999`, `{"a":`, "{\"\xff\xfe\":\"\xc3\x28\"}", deep,
+		`{"resourceType":"` + strings.Repeat("x", 100_000) + `"}`,
+		`{"resourceType":"Bundle","type":"batch","entry":[null,{},{"request":null},{"request":{"method":"POST","url":"Observation"},"resource":[]}]}`,
+		`{"resourceType":"Observation","code":{"coding":[{"system":"https://w3id.org/openmhealth","code":"omh:heart-rate:2.0"}]},"valueAttachment":{"data":"` + strings.Repeat("A", 1<<16) + `"}}`,
+		`{"patientIds":[` + strings.Repeat("1,", 5000) + `1]}`,
+		`[{"op":"remove","path":"/"},{"op":"move","from":"/a","path":"/a/b"}]`,
+		`{"id":9223372036854775808,"organizationId":-1,"nameGiven":[null],"studyScopeConsents":[{"scopeConsents":[null]}]}`,
+	}
+	types := []string{"application/json", "application/fhir+json", "application/json-patch+json", "application/merge-patch+json", "text/plain"}
+	fill := func(route string) string {
+		parts := strings.Split(route, "/")
+		for i, p := range parts {
+			switch {
+			case p == ":type":
+				parts[i] = "Condition"
+			case p == ":id" && strings.Contains(route, ":type"):
+				parts[i] = resource["id"].(string)
+			case strings.HasPrefix(p, ":"):
+				parts[i] = "1"
+			case p == "*":
+				parts[i] = "token/"
+			}
+		}
+		return strings.Join(parts, "/")
+	}
+	sent := 0
+	for _, route := range w.env.Routes {
+		method, path, _ := strings.Cut(route, " ")
+		if method == "HEAD" || method == "CONNECT" || method == "TRACE" {
+			continue
+		}
+		path = fill(path)
+		surface := bdAdmin
+		if strings.HasPrefix(path, "/FHIR/R5") || strings.HasPrefix(path, "/fhir/r5") || strings.HasPrefix(path, "/fhir-import/R4") {
+			surface = bdFHIR
+		}
+		for _, who := range []string{"super", "alice"} {
+			for i, body := range bodies {
+				ct := types[i%len(types)]
+				resp, data := fxDo(t, w.env, method, path, map[string]string{"Authorization": "Bearer " + w.tok[who], "Content-Type": ct,
+					domain.SourceHeader: strconv.FormatInt(w.aliceSrc.ID, 10)}, body)
+				sent++
+				// The OAuth pages (/o/) and the console (/console) answer in
+				// HTML: handlerstest holds them to "no 5xx" only.
+				if resp.StatusCode >= 400 && resp.StatusCode < 500 && !strings.HasPrefix(path, "/o/") && !strings.HasPrefix(path, "/console") {
+					bdCheckError(t, fmt.Sprintf("%s %s as %s with body %d (%s)", method, path, who, i, ct), &bdAnswer{resp, data}, resp.StatusCode, surface, "")
+				}
+			}
+		}
+	}
+	t.Logf("%d routes, %d hostile requests", len(w.env.Routes), sent)
+}

@@ -92,6 +92,9 @@ type Env struct {
 	Service *domain.Service
 	OAuth   *oauth.Provider
 	Clock   *Clock
+	// Routes are the app's routes, "METHOD /path/:param", for sweeps of
+	// every endpoint.
+	Routes []string
 }
 
 var (
@@ -260,7 +263,13 @@ func StartWith(t testing.TB, o Options) *Env {
 			t.Errorf("the exchange had %d faults (5xx answers or error logs), which no input may cause: %s", len(seen), strings.Join(seen, "; "))
 		}
 	})
-	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock}
+	var routes []string
+	for _, r := range app.GetRoutes(true) {
+		if route := r.Method + " " + r.Path; !slices.Contains(routes, route) {
+			routes = append(routes, route)
+		}
+	}
+	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock, Routes: routes}
 }
 
 // GatewayClientID is the MCP gateway's client id the console is told of.
