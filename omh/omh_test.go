@@ -220,3 +220,32 @@ func FuzzTimeFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseDateTime: what Go's RFC 3339 parser reads is read the same; a
+// second 60 is taken only as a leap second, the instant before a UTC month
+// begins, and reads as that instant.
+func FuzzParseDateTime(f *testing.F) {
+	for _, seed := range []string{"2016-12-31T23:59:60Z", "2015-06-30T16:59:60.5-07:00", "2016-12-31T12:59:60Z", "2024-05-01t09:00:00z",
+		"0000-01-01T00:00:00Z", "2024-02-29T23:59:60+00:00", "9999-12-31T23:59:60Z", "2024-05-01T09:00:00"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := omh.ParseDateTime(s)
+		upper := strings.ToUpper(s)
+		if want, werr := time.Parse(time.RFC3339Nano, upper); werr == nil && want.Year() >= 1 {
+			if err != nil || !got.Equal(want) {
+				t.Fatalf("%q: %v %v, Go reads %v", s, got, err, want)
+			}
+			return
+		}
+		if err != nil {
+			return
+		}
+		if got.Year() < 1 || got.Year() > 9999 {
+			t.Fatalf("%q: out of range: %v", s, got)
+		}
+		if u := got.UTC().Truncate(time.Second); len(upper) < 19 || upper[17:19] != "60" || u.Day() != 1 || u.Hour() != 0 || u.Minute() != 0 || u.Second() != 0 {
+			t.Fatalf("%q: read as %v, which is no leap second", s, got)
+		}
+	})
+}

@@ -1,0 +1,92 @@
+package handlers
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"exchange/domain"
+)
+
+// FuzzPathOfRequestLine: whatever a connection's first bytes are, the path
+// read from them is empty or absolute, and has no query.
+func FuzzPathOfRequestLine(f *testing.F) {
+	for _, seed := range []string{"GET /FHIR/R5/Observation?x=1 HTTP/1.1\r\n", "GET http://x/fhir/r5/Patient HTTP/1.1\r\n", "GET /FHIR/R5/Obs",
+		"POST /fhir-import/R4", "GET", "GET  /x", "GET * HTTP/1.1", "\r\n", "GET http://[::1 HTTP/1.1"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		p := pathOfRequestLine(line)
+		if p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#")) {
+			t.Fatalf("%q: path %q", line, p)
+		}
+	})
+}
+
+// FuzzBase64BinaryLen: the size counted without decoding is the decoded
+// size of every base64Binary that decodes.
+func FuzzBase64BinaryLen(f *testing.F) {
+	for _, seed := range []string{"", "eyJ9", "eyJhIjoxfQ==", "eyJh\r\nIjoxfQ=", " e y J 9 ", "===="} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		data, err := decodeBase64Binary(s)
+		if err == nil && base64BinaryLen(s) != len(data) {
+			t.Fatalf("%q: counted %d, decoded %d", s, base64BinaryLen(s), len(data))
+		}
+	})
+}
+
+// FuzzDecodeObservation: the native reader refuses or reads any body
+// without a fault; what it reads has no member named twice and no name
+// that is not exactly an element it knows.
+func FuzzDecodeObservation(f *testing.F) {
+	s := &server{service: domain.NewService(domain.Config{MaxDataPointBytes: 64})}
+	for _, seed := range []string{
+		`{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"https://w3id.org/openmhealth","code":"omh:heart-rate:2.0"}]},` +
+			`"subject":{"reference":"Patient/1"},"valueAttachment":{"contentType":"application/json","data":"` + base64.StdEncoding.EncodeToString([]byte(`{}`)) + `"}}`,
+		`{"resourceType":"Observation","status":"final","status":"x"}`, `{"Status":"final"}`, `{"code":{"coding":[{"System":"x"}]}}`,
+		`{"identifier":[{"value":"a","value":"b"}]}`, `{"valueAttachment":{"data":"` + strings.Repeat("A", 200) + `"}}`, `[]`, `null`, `{"meta":{"versionId":"1"}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if _, err := s.decodeObservation(raw); err != nil {
+			if domain.ErrorCode(err) == domain.CodeInternal {
+				t.Fatalf("%q: a fault: %v", raw, err)
+			}
+			return
+		}
+		checkExact(t, raw, "Observation", nativeElements)
+	})
+}
+
+// checkExact fails when the JSON object raw names a member twice, or one
+// known does not name exactly, at any depth the reader descends.
+func checkExact(t *testing.T, raw []byte, at string, known elements) {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return // a value of another kind, left to the typed decoding
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, _ := dec.Token()
+		key := tok.(string)
+		inner, ok := known[key]
+		if seen[key] || !ok {
+			t.Fatalf("%s.%s read: twice or unknown", at, key)
+		}
+		seen[key] = true
+		var value json.RawMessage
+		_ = dec.Decode(&value)
+		var items []json.RawMessage
+		if json.Unmarshal(value, &items) == nil {
+			for _, item := range items {
+				checkExact(t, item, at+"."+key, inner)
+			}
+		} else if inner != nil {
+			checkExact(t, value, at+"."+key, inner)
+		}
+	}
+}
