@@ -688,3 +688,55 @@ func TestEveryRouteRefusesHostileBodies(t *testing.T) {
 	}
 	t.Logf("%d routes, %d hostile requests", len(w.env.Routes), sent)
 }
+
+// TestRefusedBatchesBurnNoIDs: a batch of which nothing is stored (every
+// entry a duplicate: the retry of a batch already stored) gives back the
+// ids it reserved, so the next observation takes the next id. The old
+// service burnt one id per entry of every such batch.
+func TestRefusedBatchesBurnNoIDs(t *testing.T) {
+	w := fxNewWorld(t)
+	batch := func(prefix string, n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, identifiers: []string{fmt.Sprintf("%s-%d", prefix, i)},
+				payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00+01:00")))}.resource()
+		}
+		return out
+	}
+	stored := batch("burn", 200)
+	var last int
+	for i, e := range w.batch(t, w.tok["doc"], stored...) {
+		if fxObj(e["response"])["status"] != "201 Created" {
+			t.Fatalf("entry %d: %v", i, e["response"])
+		}
+		last = max(last, fxAtoi(t, fxObj(e["resource"])["id"]))
+	}
+	for _, tc := range []struct {
+		name    string
+		entries []any
+	}{
+		{"the whole batch again", stored},
+		{"one entry again", stored[:1]},
+		{"duplicates within the batch and of stored ones", append(slices.Clone(stored[:3]), stored[:3]...)},
+	} {
+		for i, e := range w.batch(t, w.tok["doc"], tc.entries...) {
+			if got := fxObj(e["response"])["status"]; got != "409 Conflict" {
+				t.Fatalf("%s, entry %d: %v", tc.name, i, got)
+			}
+		}
+		next := fxAtoi(t, fxObj(w.batch(t, w.tok["doc"], batch("next-"+tc.name, 1)...)[0]["resource"])["id"])
+		if next != last+1 {
+			t.Errorf("after %s: the next observation is %d, want %d", tc.name, next, last+1)
+		}
+		last = next
+	}
+}
+
+func fxAtoi(t *testing.T, v any) int {
+	t.Helper()
+	n, err := strconv.Atoi(fmt.Sprint(v))
+	if err != nil {
+		t.Fatalf("%v is not an id", v)
+	}
+	return n
+}

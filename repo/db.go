@@ -103,6 +103,17 @@ func (d *DB) nextIDs(ctx context.Context, sequence string, n int) (int64, error)
 	}
 }
 
+// releaseIDs gives back the n ids nextIDs reserved from first, when no id
+// of the sequence was drawn since (a compare-and-set on the counter): the
+// next draw hands them out again. Call it only once nothing refers to
+// them. When ids were drawn since, they stay unused: a sequence never
+// moves back past another caller's ids.
+func (d *DB) releaseIDs(ctx context.Context, sequence string, first int64, n int) error {
+	last := first + int64(n) - 1
+	_, err := d.c(colCounters).UpdateOne(ctx, bson.M{"_id": sequence, "seq": last}, bson.M{"$inc": bson.M{"seq": -int64(n)}})
+	return err
+}
+
 // isDuplicate reports a unique-index violation: 11000 from MongoDB and from
 // FerretDB inserts.
 func isDuplicate(err error) bool { return mongo.IsDuplicateKeyError(err) }
