@@ -3,7 +3,6 @@ package oauth
 import (
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/ory/fosite"
@@ -35,14 +34,14 @@ func (p *Provider) launchPatient(w http.ResponseWriter, r *http.Request, ar fosi
 	if r.Method == http.MethodPost {
 		page.Name = strings.TrimSpace(r.PostFormValue("patient_name"))
 		if chosen := r.PostFormValue("launch_patient"); chosen != "" {
-			id, err := strconv.ParseInt(chosen, 10, 64)
-			if err == nil {
-				if _, err = p.users.PatientByID(ctx, actor, id); err == nil {
+			if id, ok := domain.ParseID(chosen); ok { // anything else is no patient: bad input, not a fault
+				_, err := p.users.PatientByID(ctx, actor, id)
+				if err == nil {
 					return id, true
 				}
-			}
-			if domain.ErrorCode(err) == domain.CodeInternal {
-				p.log.Error("reading the chosen patient failed", "error", err)
+				if domain.ErrorCode(err) == domain.CodeInternal {
+					p.log.Error("reading the chosen patient failed", "error", err)
+				}
 			}
 			// The same answer whether the patient exists or not.
 			page.Error = "You may not open that record. Choose one of the patients listed."
