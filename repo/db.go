@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -34,6 +33,7 @@ const (
 	colOAuthTokens        = "oauth_tokens"
 	colLoginThrottle      = "login_throttle"
 	colLoginSessions      = "sessions"
+	colIDBlocks           = "id_blocks"
 )
 
 // DB is the exchange's database. It is safe for concurrent use.
@@ -76,43 +76,6 @@ func (d *DB) c(name string) *mongo.Collection { return d.db.Collection(name) }
 // nowMillis returns the current time at the precision BSON dates keep, so a
 // value handed back to the caller equals the value read later.
 func (d *DB) nowMillis() time.Time { return d.now().UTC().Truncate(time.Millisecond) }
-
-// nextID returns the next integer id of the named sequence (one per
-// collection of native entities).
-func (d *DB) nextID(ctx context.Context, sequence string) (int64, error) {
-	return d.nextIDs(ctx, sequence, 1)
-}
-
-// nextIDs reserves n consecutive ids of a sequence and returns the first.
-func (d *DB) nextIDs(ctx context.Context, sequence string, n int) (int64, error) {
-	var out struct {
-		Seq int64 `bson:"seq"`
-	}
-	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
-	for attempt := 0; ; attempt++ {
-		err := d.c(colCounters).FindOneAndUpdate(ctx, bson.M{"_id": sequence}, bson.M{"$inc": bson.M{"seq": int64(n)}}, opts).Decode(&out)
-		// Two first uses of a sequence can race to insert its document; the
-		// loser sees a duplicate key and simply increments the winner's.
-		if err != nil && isDuplicate(err) && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("next %s id: %w", sequence, err)
-		}
-		return out.Seq - int64(n) + 1, nil
-	}
-}
-
-// releaseIDs gives back the n ids nextIDs reserved from first, when no id
-// of the sequence was drawn since (a compare-and-set on the counter): the
-// next draw hands them out again. Call it only once nothing refers to
-// them. When ids were drawn since, they stay unused: a sequence never
-// moves back past another caller's ids.
-func (d *DB) releaseIDs(ctx context.Context, sequence string, first int64, n int) error {
-	last := first + int64(n) - 1
-	_, err := d.c(colCounters).UpdateOne(ctx, bson.M{"_id": sequence, "seq": last}, bson.M{"$inc": bson.M{"seq": -int64(n)}})
-	return err
-}
 
 // isDuplicate reports a unique-index violation: 11000 from MongoDB and from
 // FerretDB inserts.

@@ -7,7 +7,8 @@
 //
 //   - One collection per entity, documents in camelCase with BSON dates, so
 //     analysts can read them from the Mongo shell (the README documents them).
-//   - Native entities have integer ids drawn from the counters collection.
+//   - Native entities have integer ids claimed in blocks (ids.go): a unique
+//     insert, since FerretDB's $inc is not atomic.
 //   - Uniqueness is enforced by unique indexes on scalar, always-present keys
 //     and checked by inserts: FerretDB reports a duplicate from an update as
 //     code 1, not 11000. Identifiers that must be unique across owners get one

@@ -81,6 +81,7 @@ var indexes = []index{
 	{colLoginThrottle, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colLoginSessions, "user", bson.D{{Key: "userId", Value: 1}}, false}, // end a user's sessions
 	{colLoginSessions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colIDBlocks, "sequence_last", bson.D{{Key: "sequence", Value: 1}, {Key: "last", Value: 1}}, false},
 }
 
 // Migrate creates every collection's missing indexes and returns how many
