@@ -9,8 +9,11 @@ import "context"
 type Actor struct {
 	User    User
 	Patient *Patient // the user's own patient record; nil for practitioners
-	roles   map[int64]Role
-	access  *Access // nil: full access
+	// ClientID is the OAuth client whose token the request bears; "" for
+	// the console and commands. The audit trail records it.
+	ClientID string
+	roles    map[int64]Role
+	access   *Access // nil: full access
 }
 
 // IsSuperuser reports whether the actor acts as super_user everywhere.

@@ -48,8 +48,9 @@ type ScopeConsent struct {
 
 // PatientConsents returns the consent overview of a patient. Readers: the
 // patient, a superuser, any member of one of the patient's organizations.
-func (s *Service) PatientConsents(ctx context.Context, actor *Actor, patientID int64) (*ConsentOverview, error) {
-	p, err := s.PatientByID(ctx, actor, patientID)
+func (s *Service) PatientConsents(ctx context.Context, actor *Actor, patientID int64) (_ *ConsentOverview, err error) {
+	defer func() { s.auditConsents(ctx, actor, AuditRead, patientID, err) }()
+	p, err := s.readablePatient(ctx, actor, patientID)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +118,7 @@ type consentWrite struct {
 // already exist (update, delete) or must not (create is checked by the
 // unique index instead).
 func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents, wantAnswer, existing bool) ([]consentWrite, error) {
-	p, err := s.PatientByID(ctx, actor, patientID)
+	p, err := s.readablePatient(ctx, actor, patientID)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +197,8 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 // all of them, or none (CodeDuplicate when one was answered already).
 // Writers: the patient, a superuser, a manager or member of the study's
 // organization.
-func (s *Service) AnswerConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) error {
+func (s *Service) AnswerConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
+	defer func() { s.auditConsents(ctx, actor, AuditCreate, patientID, err) }()
 	writes, err := s.checkConsentWrites(ctx, actor, patientID, in, true, false)
 	if err != nil {
 		return err
@@ -219,7 +221,8 @@ func (s *Service) AnswerConsents(ctx context.Context, actor *Actor, patientID in
 
 // UpdateConsents changes existing answers (CodeNotFound if one is missing):
 // all of them, or none.
-func (s *Service) UpdateConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) error {
+func (s *Service) UpdateConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
+	defer func() { s.auditConsents(ctx, actor, AuditUpdate, patientID, err) }()
 	writes, err := s.checkConsentWrites(ctx, actor, patientID, in, true, true)
 	if err != nil {
 		return err
@@ -242,7 +245,8 @@ func (s *Service) UpdateConsents(ctx context.Context, actor *Actor, patientID in
 
 // WithdrawConsents removes answers, which makes the scopes pending again
 // (CodeNotFound if one is missing): all of them, or none.
-func (s *Service) WithdrawConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) error {
+func (s *Service) WithdrawConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
+	defer func() { s.auditConsents(ctx, actor, AuditDelete, patientID, err) }()
 	writes, err := s.checkConsentWrites(ctx, actor, patientID, in, false, true)
 	if err != nil {
 		return err
@@ -261,4 +265,13 @@ func (s *Service) WithdrawConsents(ctx context.Context, actor *Actor, patientID 
 		}
 	}
 	return nil
+}
+
+// auditConsents records a read or change of a patient's consents.
+func (s *Service) auditConsents(ctx context.Context, actor *Actor, action AuditAction, patientID int64, err error) {
+	kind := AuditKindRead
+	if action != AuditRead {
+		kind = changeKind(action)
+	}
+	s.audit(ctx, actor, action, kind, err, "Consent", nil, []int64{patientID})
 }

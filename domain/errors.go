@@ -27,6 +27,7 @@ const (
 	CodeUnprocessable   Code = "processing"       // well-formed, but the content breaks its rules (an OMH schema): 422
 	CodeTooLong         Code = "too-long"         // the input exceeds a size limit (a data point, a request body): 413
 	CodeVersionMismatch Code = "version-mismatch" // the expected version (If-Match) is not the current one: 412
+	CodeUnavailable     Code = "transient"        // busy for now (the embedded database's searches): 503, try again later
 	CodeInternal        Code = "exception"        // a fault of ours: 500, logged in full
 )
 
@@ -44,6 +45,7 @@ var statuses = map[Code]int{
 	CodeUnprocessable:   http.StatusUnprocessableEntity,
 	CodeTooLong:         http.StatusRequestEntityTooLarge,
 	CodeVersionMismatch: http.StatusPreconditionFailed,
+	CodeUnavailable:     http.StatusServiceUnavailable,
 	CodeInternal:        http.StatusInternalServerError,
 }
 

@@ -183,7 +183,10 @@ func ReadFHIR[T any](ctx context.Context, s *Service, actor *Actor, resourceType
 	if err != nil {
 		return nil, err
 	}
+	ref := resourceType + "/" + strconv.FormatInt(id, 10)
 	if err := s.withinReach(ctx, actor, resourceType, strconv.FormatInt(id, 10)); err != nil {
+		// read recorded the record's read; the answer is this refusal.
+		s.audit(ctx, actor, AuditRead, AuditKindRead, err, resourceType, []string{ref}, nil)
 		return nil, err
 	}
 	return r, nil
@@ -239,6 +242,7 @@ var nativeFound = map[string]foundFunc{
 	"Organization": found((*Service).SearchOrganizations),
 	"Group":        found((*Service).SearchGroups),
 	"Device":       found((*Service).SearchDevices),
+	"AuditEvent":   found((*Service).SearchAuditEvents),
 }
 
 // ofPatient is what a patient/ scope reaches of observations and imported
@@ -292,7 +296,10 @@ func intersectStrings(a, b []string) []string {
 // actor may read: their own for a patient, their organizations' patients'
 // for a practitioner; a study join limits each patient to the scopes they
 // consented to share with the study.
-func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search) (SearchResult[Observation], error) {
+func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search) (res SearchResult[Observation], err error) {
+	defer func() {
+		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(o Observation) int64 { return o.PatientID }))
+	}()
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
 		return SearchResult[Observation]{}, err
@@ -309,7 +316,8 @@ func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search
 }
 
 // SearchPatients runs a search of the Patient projection.
-func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (SearchResult[Patient], error) {
+func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (res SearchResult[Patient], err error) {
+	defer func() { s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(p Patient) int64 { return p.ID })) }()
 	reach, err := s.reachOf(actor, q, func(p int64) (Reach, error) { return Reach{IDs: []int64{p}}, nil })
 	if err != nil {
 		return SearchResult[Patient]{}, err

@@ -43,7 +43,14 @@ type CodeTranslation struct {
 // ImportSource is the FHIR source an R4 import writes to, named by the
 // SourceHeader value: 400 when it is missing or unknown, 403 when the
 // actor may not write to it.
-func (s *Service) ImportSource(ctx context.Context, actor *Actor, header string) (*FHIRSource, error) {
+func (s *Service) ImportSource(ctx context.Context, actor *Actor, header string) (src *FHIRSource, err error) {
+	defer func() {
+		var patients []int64
+		if src != nil {
+			patients = []int64{src.PatientID}
+		}
+		s.audit(ctx, actor, AuditCreate, AuditKindImport, err, "", nil, patients)
+	}()
 	if s.converter == nil {
 		return nil, Errorf(CodeNotSupported, "R4 import is not available: the R4 -> R5 maps or the FHIR packages are not installed (run scripts/setup)")
 	}

@@ -189,18 +189,40 @@ func (s *Service) CreateObservations(ctx context.Context, actor *Actor, in []New
 		valid = append(valid, o)
 		where = append(where, i)
 	}
-	if len(valid) == 0 {
-		return out
-	}
-	errs := s.store.CreateObservations(ctx, valid)
-	for k, o := range valid {
-		if errs[k] != nil {
-			out[where[k]].Err = errs[k]
-		} else {
-			out[where[k]].Observation = o
+	if len(valid) > 0 {
+		errs := s.store.CreateObservations(ctx, valid)
+		for k, o := range valid {
+			if errs[k] != nil {
+				out[where[k]].Err = errs[k]
+			} else {
+				out[where[k]].Observation = o
+			}
 		}
 	}
+	s.auditObservationWrites(ctx, actor, in, out)
 	return out
+}
+
+// auditObservationWrites records a batch of creates (auditBatch); a
+// refused entry names the patient of its subject.
+func (s *Service) auditObservationWrites(ctx context.Context, actor *Actor, in []NewObservation, out []ObservationOutcome) {
+	var refs []string
+	var stored, refused []int64
+	var refusal error
+	for i, o := range out {
+		if o.Err == nil {
+			refs = append(refs, ref("Observation", o.Observation.ID))
+			stored = append(stored, o.Observation.PatientID)
+			continue
+		}
+		if refusal == nil {
+			refusal = o.Err
+		}
+		if id, err := referenceID("subject", in[i].Subject, "Patient"); err == nil {
+			refused = append(refused, id)
+		}
+	}
+	s.auditBatch(ctx, actor, "Observation", refs, stored, refusal, refused)
 }
 
 func (s *Service) checkObservation(ctx context.Context, actor *Actor, n NewObservation, patients map[int64]*writerCheck, devices map[int64]error) (*Observation, error) {
@@ -443,18 +465,21 @@ func nativeCode(codings []Coding) (string, error) {
 	return id.Code(), nil
 }
 
-// ObservationByID returns a native observation the actor may read.
+// ObservationByID returns a native observation the actor may read. The
+// read is audited, a refused one too.
 func (s *Service) ObservationByID(ctx context.Context, actor *Actor, id int64) (*Observation, error) {
 	o, err := s.store.ObservationByID(ctx, id)
 	if err != nil {
+		s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Observation", []string{ref("Observation", id)}, nil)
 		return nil, err
 	}
 	p, err := s.store.PatientByID(ctx, o.PatientID)
+	if err == nil && !actor.CanReadPatient(p) {
+		err = Errorf(CodeForbidden, "you may not read Observation/%d", id)
+	}
+	s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Observation", []string{ref("Observation", id)}, []int64{o.PatientID})
 	if err != nil {
 		return nil, err
-	}
-	if !actor.CanReadPatient(p) {
-		return nil, Errorf(CodeForbidden, "you may not read Observation/%d", id)
 	}
 	return o, nil
 }

@@ -26,7 +26,8 @@ type NewPatient struct {
 // must be able to manage data in every organization named. Returns
 // CodeInvalid, CodeForbidden, or CodeDuplicate (email or identifier taken);
 // on any error nothing is left behind.
-func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient) (*Patient, error) {
+func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient) (created *Patient, err error) {
+	defer func() { s.auditPatientChange(ctx, actor, AuditCreate, created, err) }()
 	p := &Patient{
 		FamilyName:      strings.TrimSpace(in.FamilyName),
 		GivenNames:      trimAll(in.GivenNames),
@@ -67,8 +68,16 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 }
 
 // PatientByID returns a patient the actor may read. Returns CodeNotFound
-// or CodeForbidden.
+// or CodeForbidden. The read is audited, a refused one too.
 func (s *Service) PatientByID(ctx context.Context, actor *Actor, id int64) (*Patient, error) {
+	p, err := s.readablePatient(ctx, actor, id)
+	s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Patient", []string{ref("Patient", id)}, []int64{id})
+	return p, err
+}
+
+// readablePatient is PatientByID without the audit, for the use cases
+// that read the patient on the way to what they record.
+func (s *Service) readablePatient(ctx context.Context, actor *Actor, id int64) (*Patient, error) {
 	p, err := s.store.PatientByID(ctx, id)
 	if err != nil {
 		return nil, err
@@ -110,12 +119,26 @@ func (a *Actor) readablePatients() PatientQuery {
 // ListPatients lists the patients the actor may read that pass the filter.
 // Filtering on an organization or study the actor may not read is
 // CodeForbidden; on one that does not exist, CodeInvalid.
-func (s *Service) ListPatients(ctx context.Context, actor *Actor, f PatientFilter, p Page) (List[Patient], error) {
+func (s *Service) ListPatients(ctx context.Context, actor *Actor, f PatientFilter, p Page) (l List[Patient], err error) {
+	defer func() {
+		s.audit(ctx, actor, AuditExecute, AuditKindSearch, err, "Patient", nil, idsOf(l.Items, func(p Patient) int64 { return p.ID }))
+	}()
 	q, err := s.patientQuery(ctx, actor, f)
 	if err != nil {
 		return List[Patient]{}, err
 	}
 	return s.store.ListPatients(ctx, q, p)
+}
+
+// auditPatientChange records a create, update or delete of a patient's
+// record (p: the patient, when known).
+func (s *Service) auditPatientChange(ctx context.Context, actor *Actor, action AuditAction, p *Patient, err error) {
+	var refs []string
+	var patients []int64
+	if p != nil {
+		refs, patients = []string{ref("Patient", p.ID)}, []int64{p.ID}
+	}
+	s.audit(ctx, actor, action, changeKind(action), err, "Patient", refs, patients)
 }
 
 // patientQuery combines the actor's reach with a filter.
@@ -196,8 +219,9 @@ type PatientPatch struct {
 // UpdatePatient changes a patient's record. Writing needs the right to
 // write the patient's data; moving the patient into or out of an
 // organization needs patient.manage_data there.
-func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (*Patient, error) {
-	old, err := s.PatientByID(ctx, actor, id)
+func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (_ *Patient, err error) {
+	defer func() { s.auditPatientChange(ctx, actor, AuditUpdate, &Patient{ID: id}, err) }()
+	old, err := s.readablePatient(ctx, actor, id)
 	if err != nil {
 		return nil, err
 	}
@@ -317,8 +341,9 @@ func (a *Actor) CanManagePatient(p *Patient) bool {
 // A patient with FHIR sources or native observations is kept
 // (CodeConflict): their data would lose its owner. Needs a practitioner who manages the patient's data. The order
 // makes a retry finish an interrupted delete: the record goes last.
-func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) error {
-	p, err := s.PatientByID(ctx, actor, id)
+func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) (err error) {
+	defer func() { s.auditPatientChange(ctx, actor, AuditDelete, &Patient{ID: id}, err) }()
+	p, err := s.readablePatient(ctx, actor, id)
 	if err != nil {
 		return err
 	}
@@ -360,7 +385,7 @@ func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) err
 // PatientForInvitation returns the patient if the actor may invite them
 // (issue their authorization link): a practitioner who manages their data.
 func (s *Service) PatientForInvitation(ctx context.Context, actor *Actor, id int64) (*Patient, error) {
-	p, err := s.PatientByID(ctx, actor, id)
+	p, err := s.readablePatient(ctx, actor, id)
 	if err != nil {
 		return nil, err
 	}

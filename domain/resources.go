@@ -2,6 +2,7 @@ package domain
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -203,8 +204,9 @@ func (s *Service) CreateResource(ctx context.Context, actor *Actor, w ResourceWr
 // CreateResources creates resources each on its own, as CreateResource
 // does: an entry that breaks a rule gets its error and writes nothing, the
 // others are stored together. The sources are checked once per batch.
-func (s *Service) CreateResources(ctx context.Context, actor *Actor, ws []ResourceWrite) []ResourceOutcome {
-	out := make([]ResourceOutcome, len(ws))
+func (s *Service) CreateResources(ctx context.Context, actor *Actor, ws []ResourceWrite) (out []ResourceOutcome) {
+	defer func() { s.auditResourceWrites(ctx, actor, out) }()
+	out = make([]ResourceOutcome, len(ws))
 	if err := s.importedWrites(); err != nil {
 		for i := range out {
 			out[i].Err = err
@@ -238,6 +240,22 @@ func (s *Service) CreateResources(ctx context.Context, actor *Actor, ws []Resour
 		out[i].Resource = r
 	}
 	return out
+}
+
+// auditResourceWrites records a batch of creates (auditBatch).
+func (s *Service) auditResourceWrites(ctx context.Context, actor *Actor, out []ResourceOutcome) {
+	var refs []string
+	var stored []int64
+	var refusal error
+	for _, o := range out {
+		if o.Err != nil {
+			refusal = cmp.Or(refusal, o.Err)
+			continue
+		}
+		refs = append(refs, o.Resource.Type+"/"+o.Resource.ID)
+		stored = append(stored, o.Resource.SourcePatientID)
+	}
+	s.auditBatch(ctx, actor, "", refs, stored, refusal, nil)
 }
 
 // sourceCheck caches, within one batch, whether the actor may write to a
@@ -485,8 +503,21 @@ func invalidResource(resourceType string, issues []fhirdefs.Issue) *Error {
 // ResourceByID returns an imported resource the actor may read: one of a
 // FHIR source of a patient the actor may read, which the token's scopes
 // reach. Others are CodeNotFound, as if they did not exist; a token that
-// reads no resource of the type at all is CodeForbidden.
+// reads no resource of the type at all is CodeForbidden. The read is
+// audited, a refused one too.
 func (s *Service) ResourceByID(ctx context.Context, actor *Actor, resourceType, id string) (*Resource, error) {
+	r, err := s.reachableResource(ctx, actor, resourceType, id)
+	s.audit(ctx, actor, AuditRead, AuditKindRead, err, resourceType, []string{resourceType + "/" + id}, resourcePatients(r))
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// reachableResource is ResourceByID before the audit: the resource, when
+// found, comes back with a refusal too, so that its patient sees the
+// attempt.
+func (s *Service) reachableResource(ctx context.Context, actor *Actor, resourceType, id string) (*Resource, error) {
 	if err := actor.AllowFHIR(InteractionRead, resourceType); err != nil {
 		return nil, err
 	}
@@ -495,11 +526,19 @@ func (s *Service) ResourceByID(ctx context.Context, actor *Actor, resourceType, 
 		return nil, err
 	}
 	if err := s.withinReach(ctx, actor, resourceType, id); IsCode(err, CodeForbidden) {
-		return nil, Errorf(CodeNotFound, "%s/%s does not exist", resourceType, id)
+		return r, Errorf(CodeNotFound, "%s/%s does not exist", resourceType, id)
 	} else if err != nil {
-		return nil, err
+		return r, err
 	}
 	return r, nil
+}
+
+// resourcePatients is the patient of a resource, if any.
+func resourcePatients(r *Resource) []int64 {
+	if r == nil {
+		return nil
+	}
+	return []int64{r.SourcePatientID}
 }
 
 // resourceByID returns an imported resource the permission model lets the
@@ -553,7 +592,8 @@ func (s *Service) writableResource(ctx context.Context, actor *Actor, i Interact
 // the resource's id; it stays with its FHIR source and upstream id. A body
 // that holds what the current version holds answers that version and
 // stores nothing: no new version for a repeated PUT.
-func (s *Service) UpdateResource(ctx context.Context, actor *Actor, id string, w ResourceWrite) (*Resource, error) {
+func (s *Service) UpdateResource(ctx context.Context, actor *Actor, id string, w ResourceWrite) (r *Resource, err error) {
+	defer func() { s.auditResourceChange(ctx, actor, AuditUpdate, w.Type, id, r, err) }()
 	if err := s.importedWrites(); err != nil {
 		return nil, err
 	}
@@ -631,7 +671,8 @@ func withoutVersion(resource map[string]any) map[string]any {
 // merge patch; the result is validated like a replacement. A patch that
 // changes nothing ([], a merge patch of what is there) answers the
 // current version and stores nothing.
-func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType, id string, format PatchFormat, patch []byte, ifMatch int64) (*Resource, error) {
+func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType, id string, format PatchFormat, patch []byte, ifMatch int64) (r *Resource, err error) {
+	defer func() { s.auditResourceChange(ctx, actor, AuditUpdate, resourceType, id, r, err) }()
 	if err := s.importedWrites(); err != nil {
 		return nil, err
 	}
@@ -671,17 +712,27 @@ func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType,
 // DeleteResource removes an imported resource.
 func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType, id string, ifMatch int64) error {
 	r, err := s.writableResource(ctx, actor, InteractionDelete, resourceType, id, ifMatch)
-	if err != nil {
-		return err
+	if err == nil {
+		err = s.store.DeleteResource(ctx, resourceType, id, r.VersionID)
 	}
-	return s.store.DeleteResource(ctx, resourceType, id, r.VersionID)
+	s.auditResourceChange(ctx, actor, AuditDelete, resourceType, id, r, err)
+	return err
+}
+
+// auditResourceChange records an update or delete of an imported
+// resource; r, when known, names its patient.
+func (s *Service) auditResourceChange(ctx context.Context, actor *Actor, action AuditAction, resourceType, id string, r *Resource, err error) {
+	s.audit(ctx, actor, action, changeKind(action), err, resourceType, []string{resourceType + "/" + id}, resourcePatients(r))
 }
 
 // SearchResources runs a search of the imported store, within the FHIR
 // sources the actor may read: all of them, or the one _source names
 // (CodeForbidden when the actor may not read it). patient= selects the
 // resources of the patient's sources and those referring to the patient.
-func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (SearchResult[Resource], error) {
+func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (res SearchResult[Resource], err error) {
+	defer func() {
+		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(r Resource) int64 { return r.SourcePatientID }))
+	}()
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
 		return SearchResult[Resource]{}, err

@@ -114,6 +114,8 @@ type Search interface {
 	// Interaction is InteractionSearch, or InteractionRead for a read
 	// answered as a search for one id (see IDSearches).
 	Interaction() Interactions
+	// String is the query string as asked, without paging parameters.
+	String() string
 	// Store says which store the search reads.
 	Store() StoreSelection
 	Joins() []Join

@@ -34,6 +34,7 @@ type Service struct {
 	searches   IDSearches
 	// maxDataPoint bounds one data point, in bytes (MAX_DATA_POINT_BYTES).
 	maxDataPoint int
+	auditor      Auditor
 	now          func() time.Time
 	log          *slog.Logger
 	signIns      keyLocks // sign-in attempts in progress, by account and address
@@ -61,6 +62,9 @@ type Config struct {
 	// MaxDataPointBytes bounds the size of one data point, decoded from its
 	// Base64 (MAX_DATA_POINT_BYTES); 0 means DefaultMaxDataPointBytes.
 	MaxDataPointBytes int
+	// Auditor keeps the audit trail; nil: nothing is recorded (tests that
+	// do not look at it).
+	Auditor Auditor
 	// Now is the clock; nil means time.Now. Tests inject a clock to step
 	// over expiry without sleeping.
 	Now func() time.Time
@@ -83,9 +87,12 @@ func NewService(c Config) *Service {
 	if c.MaxDataPointBytes <= 0 {
 		c.MaxDataPointBytes = DefaultMaxDataPointBytes
 	}
+	if c.Auditor == nil {
+		c.Auditor = noAudit{}
+	}
 	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
 		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, maxDataPoint: c.MaxDataPointBytes,
-		now: c.Now, log: c.Logger}
+		auditor: c.Auditor, now: c.Now, log: c.Logger}
 }
 
 // Now returns the service clock's time in UTC.

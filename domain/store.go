@@ -24,6 +24,13 @@ type Store interface {
 	ResourceStore
 	LoginThrottle
 	CredentialStore
+	AuditStore
+}
+
+// AuditStore reads the audit trail (an Auditor writes it).
+type AuditStore interface {
+	AuditEventByID(ctx context.Context, id int64) (*AuditEvent, error)
+	SearchAuditEvents(ctx context.Context, plan *SearchPlan) (SearchResult[AuditEvent], error)
 }
 
 // ProjectionStore runs searches over the admin collections that FHIR shows

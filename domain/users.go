@@ -211,6 +211,12 @@ func (s *Service) SetInvitedPatientPassword(ctx context.Context, userID int64, p
 // an unknown email is throttled like a known one. Refusals are logged with
 // the user's id when known, never with the password or the email.
 func (s *Service) Authenticate(ctx context.Context, email, password, addr string) (*User, error) {
+	u, err := s.authenticate(ctx, email, password, addr)
+	s.auditSignIn(ctx, email, u, err)
+	return u, err
+}
+
+func (s *Service) authenticate(ctx context.Context, email, password, addr string) (*User, error) {
 	email = strings.ToLower(strings.TrimSpace(email))
 	k := newLoginKeys(email, addr)
 	defer s.signIns.lock(k.account, k.address)()

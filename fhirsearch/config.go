@@ -94,6 +94,9 @@ type Resource struct {
 	// collection's compound indexes start with: the planner puts the
 	// longest run of them it has at the top of the $match.
 	IndexPrefix []string
+	// PatientField is the native field the patients a search may return
+	// are matched on (domain.Scope.PatientIDs); empty: patientId.
+	PatientField string
 	// Imported says the imported store keeps resources of the type.
 	Imported bool
 	// SortParam is the date parameter imported resources of the type sort
@@ -249,6 +252,22 @@ var configured = []Resource{
 			joins("Data sources of the patient's studies; imported: devices of the patient's FHIR sources", true)...),
 		Sorts: []SortKey{lastUpdatedSort},
 	},
+	{
+		// Native and read-only: the audit trail the exchange records, never
+		// an imported store type (AuditEvents sent by FHIR sources would
+		// mix with it).
+		Type: "AuditEvent", Collection: "audit_events", Interactions: []string{"read", "vread", "search-type"},
+		Doc: "Native, read-only: the exchange's audit trail (reads, searches, writes and imports of patient data, consent changes, sign-ins, token issues). Superusers see every event; a patient the events about themselves.",
+		Params: []Param{
+			{Name: "patient", Type: TypeReference, Join: domain.JoinPatient, Doc: "Events about the patient's data: Patient/<id> or <id>"},
+			{Name: "date", Type: TypeDate, Field: "lastUpdated", EndField: "lastUpdated", Doc: "When the event was recorded"},
+			{Name: "agent", Type: TypeReference, Field: "agent", Doc: "Who acted: Practitioner/<user id> or Patient/<id>"},
+			{Name: "entity-type", Type: TypeToken, Field: "entityTypes", CodeSystem: "http://hl7.org/fhir/fhir-types", Doc: "The type of what was acted on (Observation, Patient, Consent, ...)"},
+			{Name: "action", Type: TypeToken, Field: "action", CodeSystem: "http://hl7.org/fhir/audit-event-action", Doc: "C, R, U, D or E (searches, sign-ins, token issues)"},
+		},
+		Sorts:       []SortKey{{Name: "date", Asc: "lastUpdated", Desc: "lastUpdated"}, lastUpdatedSort},
+		IndexPrefix: []string{"patientIds"}, PatientField: "patientIds",
+	},
 	imported("AllergyIntolerance", token("clinical-status"), patient),
 	imported("CarePlan", token("category"), date("date"), token("status"), patient),
 	imported("CareTeam", withExpression(token("role"), "CareTeam.participant.role"), token("status"), patient),
@@ -278,6 +297,12 @@ var configured = []Resource{
 
 // Native reports whether the type has a native store.
 func (r *Resource) Native() bool { return r.Collection != "" }
+
+// Allows reports whether the type takes a FHIR interaction (create,
+// update, ...).
+func (r *Resource) Allows(interaction string) bool {
+	return slices.Contains(r.Interactions, interaction)
+}
 
 // AllParams returns the type's parameters followed by the common ones:
 // every parameter the type honours, as the CapabilityStatement lists them.

@@ -80,9 +80,9 @@ type Query struct {
 	store        domain.StoreSelection
 	after        *cursor
 	unknown      []string
-	// canonical is the query without paging parameters, which a cursor is
-	// bound to.
-	canonical string
+	// asked is the query without paging parameters; canonical adds the
+	// type, and is what a cursor is bound to.
+	asked, canonical string
 	// read marks the search for one id that answers a read (ByID).
 	read bool
 }
@@ -146,13 +146,15 @@ func (t *Translator) Parse(resourceType string, query url.Values, strict bool) (
 			}
 		}
 	}
-	canonical := url.Values{"_type": {r.Type}}
+	asked := url.Values{}
 	for k, v := range query {
-		if k != CursorParam && k != "_format" && k != "_pretty" {
-			canonical[k] = v
+		if !slices.Contains(ignoredParams, k) {
+			asked[k] = v
 		}
 	}
-	q.canonical = canonical.Encode()
+	q.asked = asked.Encode()
+	asked.Set("_type", r.Type)
+	q.canonical = asked.Encode()
 	if c := query.Get(CursorParam); c != "" {
 		cur, err := t.openCursor(c, q)
 		if err != nil {
@@ -379,3 +381,7 @@ func (q *Query) Elements() []string { return q.elements }
 
 // Store returns the store the search reads.
 func (q *Query) Store() domain.StoreSelection { return q.store }
+
+// String is the query as asked, without paging parameters (sorted by
+// name): what the audit trail records of a search.
+func (q *Query) String() string { return q.asked }

@@ -1,6 +1,7 @@
 package fhirsearch
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"regexp"
@@ -73,7 +74,7 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 				b.and = append(b.and, matchNothing)
 			}
 		case scope.PatientIDs != nil:
-			b.addSimple("patientId", bson.M{"$in": int64s(scope.PatientIDs)})
+			b.addSimple(cmp.Or(r.PatientField, "patientId"), bson.M{"$in": int64s(scope.PatientIDs)})
 		}
 		if scope.IDs != nil {
 			b.and = append(b.and, bson.M{"_id": bson.M{"$in": int64s(scope.IDs)}})
@@ -169,7 +170,7 @@ func (q *Query) reachCondition(reach []domain.Reach) any {
 			if q.store.Kind == domain.StoreImported {
 				conds = append(conds, importedPatientCondition(r.PatientIDs))
 			} else {
-				conds = append(conds, bson.M{"patientId": bson.M{"$in": int64s(r.PatientIDs)}})
+				conds = append(conds, bson.M{cmp.Or(q.resource.PatientField, "patientId"): bson.M{"$in": int64s(r.PatientIDs)}})
 			}
 		}
 		if r.IDs != nil {
@@ -363,6 +364,12 @@ func clauseCondition(c Clause, now time.Time) (field string, cond any, simple bo
 			}
 		}
 		return p.Field, bson.M{"$in": keys}, true
+	case p.Type == TypeReference:
+		refs := bson.A{}
+		for _, r := range c.References {
+			refs = append(refs, r)
+		}
+		return p.Field, bson.M{"$in": refs}, true
 	case p.Type == TypeString:
 		var alts bson.A
 		for _, s := range c.Strings {

@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"exchange/domain"
 	"exchange/fhirsearch"
@@ -28,9 +29,19 @@ type Config struct {
 	// Schemas are the Open mHealth schemas offered to clients; nil when not
 	// installed.
 	Schemas *omh.Registry
-	// Ping checks the database for /health.
-	Ping   func(ctx context.Context) error
-	Logger *slog.Logger
+	// Ping checks the database for /ready.
+	Ping func(ctx context.Context) error
+	// Loaded says, for /ready, what start-up ensured or loaded ("indexes",
+	// "omh-schemas", "r5-definitions", "r4-maps") and whether it is in
+	// place.
+	Loaded map[string]bool
+	// Metrics receives the HTTP layer's series; nil: a registry of its own
+	// (tests).
+	Metrics prometheus.Registerer
+	// MetricsHandler serves /metrics on this port; nil: not here
+	// (METRICS_ADDR serves it elsewhere).
+	MetricsHandler http.Handler
+	Logger         *slog.Logger
 	// TrustedProxies are the peers whose X-Forwarded-Proto and
 	// X-Forwarded-Host give the origin of absolute URLs (the OAuth
 	// provider's setting).
@@ -48,7 +59,9 @@ type server struct {
 	catalog *fhirsearch.Catalog // the types served: search's
 	schemas *omh.Registry
 	ping    func(ctx context.Context) error
+	loaded  map[string]bool
 	log     *slog.Logger
+	metrics *metrics
 	native  map[string]nativeType // by FHIR type
 	proxies oauth.TrustedProxies
 	// capabilityResources are the CapabilityStatement's resource entries,
@@ -61,8 +74,11 @@ func New(c Config) *fiber.App {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
 	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, catalog: c.Search.Catalog(), schemas: c.Schemas, ping: c.Ping,
-		log: c.Logger, proxies: c.TrustedProxies}
+		loaded: c.Loaded, log: c.Logger, metrics: newMetrics(c.Metrics, c.Search.Catalog()), proxies: c.TrustedProxies}
 	s.native = s.nativeTypes()
 	s.capabilityResources = sync.OnceValues(func() (json.RawMessage, error) { return capabilityResources(s.catalog) })
 	app := fiber.New(fiber.Config{
@@ -81,11 +97,15 @@ func New(c Config) *fiber.App {
 		JSONEncoder:                  marshalJSON,
 	})
 	app.Server().ErrorHandler = s.readErrorHandler(app)
-	app.Use(recover.New(), s.withProxies)
+	app.Use(s.withProxies, s.observe, recover.New())
 	app.Get("/health", s.health)
-	app.All("/o/*", adaptor.HTTPHandler(c.OAuth.Handler()))
+	app.Get("/ready", s.ready)
+	if c.MetricsHandler != nil {
+		app.Get("/metrics", adaptor.HTTPHandler(c.MetricsHandler))
+	}
+	app.All("/o/*", withOrigin(c.OAuth.Handler()))
 	if c.Console != nil {
-		console := adaptor.HTTPHandler(c.Console)
+		console := withOrigin(c.Console)
 		app.All("/console", console)
 		app.All("/console/*", console)
 	}
@@ -165,15 +185,50 @@ func New(c Config) *fiber.App {
 	return app
 }
 
-// health reports whether the service and its database answer.
+// health is liveness: the process answers. It asks nothing of the
+// database, so an outage there does not get healthy processes restarted.
 func (s *server) health(c *fiber.Ctx) error {
-	ctx, cancel := context.WithTimeout(c.UserContext(), 5*time.Second)
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(fiber.Map{"status": "ok"})
+}
+
+// readyTimeout bounds /ready's ping of the database.
+const readyTimeout = 3 * time.Second
+
+// ready is readiness: the database answers a ping within readyTimeout,
+// and what start-up ensures (indexes) and loads (the standards data) is in
+// place. 503 names what is not.
+func (s *server) ready(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), readyTimeout)
 	defer cancel()
+	report := fiber.Map{"status": "ready", "database": "ok"}
+	status := fiber.StatusOK
 	if err := s.ping(ctx); err != nil {
-		s.log.Warn("health check found the database unreachable", "error", err)
-		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"status": "unavailable", "database": "unreachable"})
+		s.log.Warn("readiness check found the database unreachable", "error", err)
+		report["database"], status = "unreachable", fiber.StatusServiceUnavailable
 	}
-	return c.JSON(fiber.Map{"status": "ok", "database": "ok"})
+	for name, ok := range s.loaded {
+		report[name] = "ok"
+		if !ok {
+			report[name], status = "missing", fiber.StatusServiceUnavailable
+		}
+	}
+	if status != fiber.StatusOK {
+		report["status"] = "unavailable"
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.Status(status).JSON(report)
+}
+
+// withOrigin serves a net/http handler (the OAuth endpoints) with the
+// request's origin in its context, for the audit trail.
+func withOrigin(h http.Handler) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		origin := domain.OriginOf(c.UserContext())
+		return adaptor.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r.WithContext(domain.WithOrigin(r.Context(), origin)))
+		}))(c)
+	}
 }
 
 // marshalJSON encodes like encoding/json without escaping <, > and & (URLs

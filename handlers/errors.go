@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"errors"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -96,8 +98,11 @@ func (s *server) handleError(c *fiber.Ctx, err error) error {
 	if fe != nil {
 		message = fe.Message
 	}
-	if status >= 500 {
-		s.log.Error("request failed", "method", c.Method(), "path", c.Path(), "error", err)
+	if wait := domain.RetryAfter(err); wait > 0 {
+		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+	}
+	if status >= 500 && domain.ErrorCode(err) != domain.CodeUnavailable {
+		s.log.Error("request failed", "request_id", requestID(c), "method", c.Method(), "route", c.Route().Path, "error", err)
 		err, message = domain.Errorf(domain.CodeInternal, "internal error"), "internal error"
 	}
 	if status == fiber.StatusUnauthorized && len(c.Response().Header.Peek(fiber.HeaderWWWAuthenticate)) == 0 {

@@ -142,6 +142,23 @@ func TestFHIRCapabilityStatement(t *testing.T) {
 	if len(types) != len(catalog.Resources()) || len(types) < 130 || types["Claim"] == nil || types["Bundle"] != nil {
 		t.Errorf("%d types", len(types))
 	}
+	// The audit trail: read-only, searched by its own parameters.
+	var auditInteractions, auditParams []string
+	for _, i := range fxArr(types["AuditEvent"]["interaction"]) {
+		auditInteractions = append(auditInteractions, fxObj(i)["code"].(string))
+	}
+	for _, p := range fxArr(types["AuditEvent"]["searchParam"]) {
+		auditParams = append(auditParams, fxObj(p)["name"].(string)+":"+fxObj(p)["type"].(string))
+	}
+	slices.Sort(auditInteractions)
+	if !slices.Equal(auditInteractions, []string{"read", "search-type", "vread"}) {
+		t.Errorf("AuditEvent interactions %v", auditInteractions)
+	}
+	for _, want := range []string{"patient:reference", "date:date", "agent:reference", "entity-type:token", "action:token"} {
+		if !slices.Contains(auditParams, want) {
+			t.Errorf("AuditEvent search parameters %v lack %s", auditParams, want)
+		}
+	}
 	// Parameters of the imported store only are marked so.
 	marked := func(rt, name string) bool {
 		for _, p := range fxArr(types[rt]["searchParam"]) {

@@ -77,10 +77,13 @@ type fxWorld struct {
 
 // fxNewWorld starts the exchange with the fixture. The test runs in
 // parallel with the other parallel tests of the package.
-func fxNewWorld(t *testing.T) *fxWorld {
+func fxNewWorld(t *testing.T) *fxWorld { return fxNewWorldWith(t, handlerstest.Options{}) }
+
+// fxNewWorldWith is fxNewWorld on an exchange started with options.
+func fxNewWorldWith(t *testing.T, o handlerstest.Options) *fxWorld {
 	t.Helper()
 	t.Parallel()
-	env := handlerstest.StartWith(t, behindLoopbackProxy)
+	env := handlerstest.StartWith(t, o)
 	w := &fxWorld{t: t, env: env, ctx: context.Background(), tok: map[string]string{}}
 	svc, ctx := env.Service, w.ctx
 	w.orgA = fxMust(svc.CreateOrganization(ctx, fxSys, domain.NewOrganization{Name: "Clinic", Type: "prov"}))

@@ -42,14 +42,19 @@ func (s *server) importR4(c *fiber.Ctx) error {
 	}
 	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(entries))}
 	convs := make([]*domain.R4Conversion, len(entries))
+	types := make([]string, len(entries)) // of each entry, for the metrics
+	refused := make([]bool, len(entries))
 	failed := func(i int, err error) {
 		if domain.ErrorCode(err) == domain.CodeInternal {
-			s.log.Error("R4 import entry failed", "entry", i, "error", err)
+			s.log.Error("R4 import entry failed", "request_id", requestID(c), "entry", i, "error", err)
 		}
 		out.Entry[i] = errorEntry(err)
+		s.metrics.imports.WithLabelValues(s.metrics.typeLabel(types[i]), outcomeLabel(err)).Inc()
+		refused[i] = true
 	}
 	var pending creates
 	for i, e := range entries {
+		types[i] = resourceType
 		body, err := importBody(i, e, resourceType)
 		if err != nil {
 			failed(i, err)
@@ -60,16 +65,20 @@ func (s *server) importR4(c *fiber.Ctx) error {
 			failed(i, err)
 			continue
 		}
-		convs[i] = conv
+		convs[i], types[i] = conv, conv.Type
 		for _, path := range conv.Dropped {
-			s.log.Warn("R4 import dropped a value", "path", path, "source", src.ID, "maps", s.service.MapSet())
+			s.log.Warn("R4 import dropped a value", "request_id", requestID(c), "path", path, "source", src.ID, "maps", s.service.MapSet())
 		}
+		s.metrics.dropped.WithLabelValues(s.metrics.typeLabel(conv.Type)).Add(float64(len(conv.Dropped)))
 		if err := s.addCreate(&pending, i, conv.Type, conv.Body, fmt.Sprint(src.ID)); err != nil {
 			failed(i, err)
 		}
 	}
 	s.createAll(ctx, c, a, &pending, out.Entry, failed)
 	for i := range out.Entry {
+		if !refused[i] {
+			s.metrics.imports.WithLabelValues(s.metrics.typeLabel(types[i]), outcomeLabel(nil)).Inc()
+		}
 		if out.Entry[i].Response == nil {
 			continue
 		}

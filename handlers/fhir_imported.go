@@ -54,8 +54,12 @@ func ifMatch(c *fiber.Ctx) (int64, error) {
 // under the FHIR source the request names.
 func (s *server) fhirCreate(c *fiber.Ctx) error {
 	resourceType := c.Params("type")
-	if _, err := s.catalog.Require(resourceType); err != nil {
+	t, err := s.catalog.Require(resourceType)
+	if err != nil {
 		return err
+	}
+	if !t.Allows("create") {
+		return readOnlyType(c, t)
 	}
 	if resourceType == "Observation" && domain.IsNativeObservation(c.Body()) {
 		return s.createNativeObservation(c)
@@ -92,6 +96,9 @@ func (s *server) importedOnly(write func(*fiber.Ctx) error) fiber.Handler {
 		if err != nil {
 			return err
 		}
+		if r, _ := s.catalog.Lookup(c.Params("type")); !r.Allows("update") {
+			return readOnlyType(c, r)
+		}
 		if !imported {
 			c.Set(fiber.HeaderAllow, "GET")
 			return fiber.NewError(fiber.StatusMethodNotAllowed, c.Method()+" is not allowed on "+c.Params("type")+"/"+c.Params("id")+
@@ -99,6 +106,13 @@ func (s *server) importedOnly(write func(*fiber.Ctx) error) fiber.Handler {
 		}
 		return write(c)
 	}
+}
+
+// readOnlyType refuses a write to a type that takes none (AuditEvent):
+// 405, whatever the id.
+func readOnlyType(c *fiber.Ctx, r *fhirsearch.Resource) error {
+	c.Set(fiber.HeaderAllow, "GET")
+	return fiber.NewError(fiber.StatusMethodNotAllowed, c.Method()+" is not allowed on "+r.Type+": it is read-only")
 }
 
 // fhirUpdate answers PUT [base]/<type>/<uuid>.

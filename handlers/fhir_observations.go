@@ -252,9 +252,11 @@ func statusLine(code int) string { return strconv.Itoa(code) + " " + http.Status
 func (s *server) createNativeObservation(c *fiber.Ctx) error {
 	n, err := s.decodeObservation(c.Body())
 	if err != nil {
+		s.metrics.observation(err)
 		return err
 	}
 	res := s.service.CreateObservations(c.UserContext(), actor(c), []domain.NewObservation{*n})[0]
+	s.metrics.observation(res.Err)
 	if res.Err != nil {
 		return res.Err
 	}
@@ -337,7 +339,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(in.Entry))}
 	failed := func(i int, err error) {
 		if domain.ErrorCode(err) == domain.CodeInternal {
-			s.log.Error("batch entry failed", "entry", i, "error", err)
+			s.log.Error("batch entry failed", "request_id", requestID(c), "entry", i, "error", err)
 		}
 		out.Entry[i] = errorEntry(err)
 	}
@@ -349,6 +351,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 			continue
 		}
 		if err := s.addCreate(&pending, i, resourceType, e.Resource, c.Get(domain.SourceHeader)); err != nil {
+			s.metrics.observation(err) // only a native Observation fails to be added
 			failed(i, err)
 		}
 	}
@@ -400,6 +403,7 @@ func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p
 	}
 	for k, res := range s.service.CreateObservations(ctx, a, p.natives) {
 		i := p.nativeAt[k]
+		s.metrics.observation(res.Err)
 		if res.Err != nil {
 			failed(i, res.Err)
 			continue
@@ -422,8 +426,12 @@ func (s *server) batchEntry(i int, e entryRequest) (string, error) {
 		return "", domain.FieldErrorf(at+".request", "each entry must be {method: POST, url: <type>}")
 	}
 	resourceType := strings.TrimSuffix(e.Request.URL, "/")
-	if _, err := s.catalog.Require(resourceType); err != nil {
+	r, err := s.catalog.Require(resourceType)
+	if err != nil {
 		return "", domain.FieldErrorf(at+".request.url", "%s", domain.ErrorMessage(err))
+	}
+	if !r.Allows("create") {
+		return "", domain.FieldErrorf(at+".request.url", "%s is read-only", resourceType)
 	}
 	if _, err := e.resource(i); err != nil {
 		return "", err

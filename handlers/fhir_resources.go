@@ -39,8 +39,9 @@ type fhirIdentifier struct {
 }
 
 type fhirReference struct {
-	Reference string `json:"reference,omitempty"`
-	Display   string `json:"display,omitempty"`
+	Reference  string          `json:"reference,omitempty"`
+	Identifier *fhirIdentifier `json:"identifier,omitempty"`
+	Display    string          `json:"display,omitempty"`
 }
 
 type fhirHumanName struct {

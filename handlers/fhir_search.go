@@ -146,6 +146,11 @@ func (s *server) nativeTypes() map[string]nativeType {
 		"Device": nativeOf(s.service, "Device", s.service.SearchDevices, s.service.DeviceByID, func(d *domain.DataSource) (any, fhirsearch.Position) {
 			return deviceFHIR(d), at(d.LastUpdated, d.ID)
 		}),
+		"AuditEvent": nativeOf(s.service, "AuditEvent", s.service.SearchAuditEvents, s.service.AuditEventByID, func(e *domain.AuditEvent) (any, fhirsearch.Position) {
+			pos := at(e.Recorded, e.ID)
+			pos.Date = &e.Recorded
+			return auditEventFHIR(e), pos
+		}),
 	}
 }
 
@@ -188,7 +193,9 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 		}
 		run = native.search
 	}
+	start := time.Now()
 	page, more, total, err := run(c.UserContext(), actor(c), q)
+	s.metrics.searches.WithLabelValues(q.ResourceType(), storeLabel(q.Store().Kind)).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return err
 	}

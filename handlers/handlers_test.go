@@ -12,14 +12,6 @@ import (
 
 func TestMain(m *testing.M) { repotest.Main(m) }
 
-func TestHealth(t *testing.T) {
-	env := handlerstest.Start(t)
-	resp, body := env.GetJSON(t, "/health", "")
-	if resp.StatusCode != http.StatusOK || body["status"] != "ok" || body["database"] != "ok" {
-		t.Fatalf("health: %d %v", resp.StatusCode, body)
-	}
-}
-
 func TestProfile(t *testing.T) {
 	env := handlerstest.Start(t)
 	ctx := context.Background()

@@ -201,18 +201,24 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		p.logServerError("token request failed", err)
+		p.metrics.tokenRefused(err)
 		p.oauth2.WriteAccessError(ctx, w, ar, err)
 		return
 	}
 	resp, err := p.oauth2.NewAccessResponse(ctx, ar)
 	if err != nil {
 		p.logServerError("token response failed", err)
+		p.metrics.tokenRefused(err)
 		p.oauth2.WriteAccessError(ctx, w, ar, err)
 		return
 	}
 	// SMART's launch context: the patient beside the access token.
 	if s, ok := ar.GetSession().(*session); ok && s.LaunchPatient != 0 && ar.GetGrantedScopes().Has(domain.ScopeLaunchPatient) {
 		resp.SetExtra("patient", strconv.FormatInt(s.LaunchPatient, 10))
+	}
+	p.metrics.tokenIssued(ar)
+	if id, err := strconv.ParseInt(ar.GetSession().GetSubject(), 10, 64); err == nil {
+		p.users.TokenIssued(ctx, id, ar.GetClient().GetID())
 	}
 	p.oauth2.WriteAccessResponse(ctx, w, ar, resp)
 }
@@ -380,6 +386,7 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 	}
 	checkedAt := p.now().UTC()
 	u, err := p.users.Authenticate(r.Context(), page.Email, r.PostFormValue("password"), p.proxies.RequestClientAddress(r).String())
+	p.metrics.login(err)
 	if err == nil {
 		err = p.startSession(w, r, u.ID, checkedAt)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/ory/fosite/compose"
 	"github.com/ory/fosite/handler/openid"
 	"github.com/ory/fosite/token/jwt"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"exchange/domain"
 )
@@ -44,6 +45,9 @@ type Users interface {
 	// in a SMART launch (launch/patient), among those they may read.
 	ListPatients(ctx context.Context, actor *domain.Actor, f domain.PatientFilter, p domain.Page) (domain.List[domain.Patient], error)
 	PatientByID(ctx context.Context, actor *domain.Actor, id int64) (*domain.Patient, error)
+	// TokenIssued records, in the audit trail, that the token endpoint
+	// issued tokens for the user to the client.
+	TokenIssued(ctx context.Context, userID int64, clientID string)
 }
 
 // Config configures a Provider.
@@ -71,6 +75,9 @@ type Config struct {
 	// ResourceTypes are the types the FHIR API serves: what a SMART
 	// resource scope (patient/<type>.rs) may name besides *.
 	ResourceTypes []string
+	// Metrics receives the token endpoint's and the sign-ins' series; nil:
+	// none.
+	Metrics prometheus.Registerer
 	// Now is the clock of login sessions and of the codes and tokens this
 	// package issues itself; nil means time.Now. fosite's own expiry checks
 	// use the wall clock.
@@ -88,6 +95,7 @@ type Provider struct {
 	patientChallenge string
 	types            map[string]bool
 	log              *slog.Logger
+	metrics          *metrics
 	now              func() time.Time
 	pages            *template.Template
 	proxies          TrustedProxies
@@ -183,7 +191,7 @@ func New(c Config) (*Provider, error) {
 	return &Provider{
 		oauth2: provider, strategy: strategy, storage: storage, store: c.Store, users: c.Users,
 		key: key, patientChallenge: c.PatientCodeChallenge, types: types,
-		log: c.Logger, now: c.Now, pages: pageTemplates, proxies: c.TrustedProxies,
+		log: c.Logger, metrics: newMetrics(c.Metrics), now: c.Now, pages: pageTemplates, proxies: c.TrustedProxies,
 		sessionLifetime: c.SessionLifetime, sessionIdleTimeout: c.SessionIdleTimeout,
 	}, nil
 }
@@ -256,9 +264,10 @@ func emptySession() *session {
 // scopes granted to it and its patient context (the SMART launch patient;
 // 0: none). domain.Service.TokenActor turns it into the request's actor.
 type Bearer struct {
-	UserID  int64
-	Scopes  []string
-	Patient int64
+	UserID   int64
+	ClientID string // the client it was issued to
+	Scopes   []string
+	Patient  int64
 }
 
 // AuthenticateBearer returns what an access token stands for. Refresh
@@ -273,7 +282,7 @@ func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Beare
 	if err != nil {
 		return nil, domain.Errorf(domain.CodeLogin, "the access token has no user")
 	}
-	b := &Bearer{UserID: id, Scopes: ar.GetGrantedScopes()}
+	b := &Bearer{UserID: id, ClientID: ar.GetClient().GetID(), Scopes: ar.GetGrantedScopes()}
 	if s, ok := ar.GetSession().(*session); ok {
 		b.Patient = s.LaunchPatient
 	}

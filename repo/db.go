@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -38,18 +39,45 @@ const (
 
 // DB is the exchange's database. It is safe for concurrent use.
 type DB struct {
-	client *mongo.Client
-	db     *mongo.Database
-	now    func() time.Time
+	client  *mongo.Client
+	db      *mongo.Database
+	now     func() time.Time
+	metrics *Metrics
+	ferret  bool // the server is FerretDB (the embedded database, or another)
+	// searches bounds the searches FerretDB runs at once (nil: no bound).
+	searches    chan struct{}
+	searchQueue time.Duration
 }
 
 var _ domain.Store = (*DB)(nil)
+
+// Options tune a DB; the zero value is a plain connection.
+type Options struct {
+	// Metrics counts the database's operations; nil: none.
+	Metrics *Metrics
+	// SearchSlots bounds how many searches run at once on FerretDB, which
+	// decodes every document of a collection for each one: beyond it they
+	// queue. 0: no bound. MongoDB is never bounded.
+	SearchSlots int
+	// SearchQueue is how long a search waits for a slot before it is
+	// refused with domain.CodeUnavailable.
+	SearchQueue time.Duration
+}
 
 // Open connects to the MongoDB server at uri and uses the named database.
 // It pings the server so that a wrong address fails here, not on the first
 // request.
 func Open(ctx context.Context, uri, database string) (*DB, error) {
-	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("exchange"))
+	return OpenWith(ctx, uri, database, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, uri, database string, o Options) (*DB, error) {
+	opts := options.Client().ApplyURI(uri).SetAppName("exchange")
+	if m := composeMonitors(o.Metrics.monitor()); m != nil {
+		opts.SetMonitor(m)
+	}
+	client, err := mongo.Connect(opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", redactURI(uri), err)
 	}
@@ -59,7 +87,28 @@ func Open(ctx context.Context, uri, database string) (*DB, error) {
 		_ = client.Disconnect(context.Background())
 		return nil, fmt.Errorf("reach MongoDB at %s: %w", redactURI(uri), err)
 	}
-	return &DB{client: client, db: client.Database(database), now: time.Now}, nil
+	d := &DB{client: client, db: client.Database(database), now: time.Now, metrics: o.Metrics, searchQueue: o.SearchQueue}
+	if d.ferret, err = isFerretDB(pingCtx, client); err != nil {
+		_ = client.Disconnect(context.Background())
+		return nil, fmt.Errorf("ask %s what it is: %w", redactURI(uri), err)
+	}
+	if d.ferret && o.SearchSlots > 0 {
+		d.searches = make(chan struct{}, o.SearchSlots)
+	}
+	return d, nil
+}
+
+// IsFerretDB reports whether the server is FerretDB rather than MongoDB.
+func (d *DB) IsFerretDB() bool { return d.ferret }
+
+// isFerretDB asks the server's buildInfo, where FerretDB names itself.
+func isFerretDB(ctx context.Context, client *mongo.Client) (bool, error) {
+	var info bson.M
+	if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		return false, err
+	}
+	_, ok := info["ferretdbVersion"]
+	return ok, nil
 }
 
 // Close disconnects from the server.

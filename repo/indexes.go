@@ -82,6 +82,14 @@ var indexes = []index{
 	{colLoginSessions, "user", bson.D{{Key: "userId", Value: 1}}, false}, // end a user's sessions
 	{colLoginSessions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colIDBlocks, "sequence_last", bson.D{{Key: "sequence", Value: 1}, {Key: "last", Value: 1}}, false},
+	// The audit trail: each search parameter's field first (patientIds is
+	// multikey), then the time and _id, which sort and page; the time alone
+	// for date ranges, superusers' browsing and retention.
+	{colAuditEvents, "patient_date", bson.D{{Key: "patientIds", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colAuditEvents, "agent_date", bson.D{{Key: "agent", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colAuditEvents, "entityType_date", bson.D{{Key: "entityTypes", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colAuditEvents, "action_date", bson.D{{Key: "action", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colAuditEvents, "date", bson.D{{Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
 }
 
 // Migrate creates every collection's missing indexes and returns how many

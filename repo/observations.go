@@ -380,6 +380,11 @@ func (d *DB) anyObservation(ctx context.Context, field string, id int64) (bool, 
 // whether another page follows) and the count when the plan has a filter.
 func runSearch[D, T any](ctx context.Context, d *DB, plan *domain.SearchPlan, conv func(D) T) (domain.SearchResult[T], error) {
 	res := domain.SearchResult[T]{Items: []T{}}
+	release, err := d.searchSlot(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer release()
 	if plan.Pipeline != nil {
 		cur, err := d.c(plan.Collection).Aggregate(ctx, plan.Pipeline)
 		if err != nil {

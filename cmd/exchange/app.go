@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"exchange/converter"
 	"exchange/domain"
 	"exchange/fhirdefs"
@@ -23,6 +25,7 @@ import (
 	"exchange/oauth"
 	"exchange/omh"
 	"exchange/repo"
+	"exchange/telemetry"
 )
 
 // app is the assembled service: the database and the layers over it.
@@ -40,6 +43,11 @@ type app struct {
 	// catalog is the resource types served: with the R5 package, every
 	// type it defines but those excluded; without, the configured ones.
 	catalog *fhirsearch.Catalog
+	// The server's alone (nil for commands): its metrics, its audit
+	// trail's writer, and what /ready reports as loaded.
+	metrics *prometheus.Registry
+	audit   *repo.AuditLog
+	loaded  map[string]bool
 }
 
 // openApp connects to the database (starting the embedded one when no
@@ -66,7 +74,12 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		}
 		a.mongoURI = a.embedded.URI()
 	}
-	if a.db, err = repo.Open(ctx, a.mongoURI, s.MongoDatabase); err != nil {
+	var opts repo.Options
+	if !command {
+		a.metrics = telemetry.NewRegistry()
+		opts = repo.Options{Metrics: repo.NewMetrics(a.metrics), SearchSlots: s.EmbeddedSearchSlots, SearchQueue: s.EmbeddedSearchQueue}
+	}
+	if a.db, err = repo.OpenWith(ctx, a.mongoURI, s.MongoDatabase, opts); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -76,12 +89,17 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 	}
 	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase, Logger: log, MaxDataPointBytes: s.MaxDataPointBytes}
 	// The models (schemas, R5 definitions, R4 maps: ~0.6 s) serve requests;
-	// the administration commands write none of what they check.
+	// the administration commands write none of what they check. Their
+	// actor is the system, which the audit trail does not record.
 	if !command {
 		if err := a.openModels(&config); err != nil {
 			a.Close()
 			return nil, err
 		}
+		a.loaded = map[string]bool{"indexes": true, "omh-schemas": config.Schemas != nil,
+			"r5-definitions": config.Validator != nil, "r4-maps": config.Converter != nil}
+		a.audit = a.db.NewAuditLog(log, s.AuditBuffer)
+		config.Auditor = a.audit
 	}
 	cursorKey, err := hkdf.Key(sha256.New, secret, nil, "exchange search cursor", 32)
 	if err != nil {
@@ -99,7 +117,7 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 	a.service = domain.NewService(config)
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
-		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log,
+		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log, Metrics: a.registerer(),
 		TrustedProxies: s.TrustedProxies, SessionLifetime: s.SessionLifetime, SessionIdleTimeout: s.SessionIdle,
 		ResourceTypes: a.catalog.TypeNames(),
 	})
@@ -145,11 +163,26 @@ func (a *app) openModels(config *domain.Config) error {
 	return err
 }
 
-// Close disconnects and stops the embedded database, if any.
+// registerer is where the server's layers register their series; nil
+// for commands.
+func (a *app) registerer() prometheus.Registerer {
+	if a.metrics == nil {
+		return nil
+	}
+	return a.metrics
+}
+
+// Close writes the audit events still queued, disconnects, and stops the
+// embedded database, if any.
 func (a *app) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if a.audit != nil {
+		if err := a.audit.Close(ctx); err != nil {
+			a.log.Error("closing the audit trail", "error", err)
+		}
+	}
 	if a.db != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
 		_ = a.db.Close(ctx)
 	}
 	if a.embedded != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -289,26 +290,43 @@ func migrateCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 	return nil
 }
 
-// healthcheckCommand asks the local service's /health; for container
-// health checks, where no curl exists (distroless image).
+// healthcheckCommand asks the local service's /health (the process
+// answers) and then its /ready (the database answers, indexes and
+// standards data in place); for container health checks. --live asks
+// /health only.
 func healthcheckCommand(ctx context.Context, s *settings, _ *slog.Logger, io stdio, args []string) error {
-	if err := parseFlags(newFlags("healthcheck", io), args); err != nil {
+	fs := newFlags("healthcheck", io)
+	live := fs.Bool("live", false, "check liveness (/health) only, not readiness (/ready)")
+	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	paths := []string{"/health", "/ready"}
+	if *live {
+		paths = paths[:1]
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/health", s.Port), nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("healthcheck: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthcheck: the service answered %s", resp.Status)
+	for _, path := range paths {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", s.Port, path), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("healthcheck: %w", err)
+		}
+		body := firstKiB(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthcheck: %s answered %s: %s", path, resp.Status, body)
+		}
 	}
 	fmt.Fprintln(io.out, "ok")
 	return nil
+}
+
+// firstKiB is the start of an answer's body, for a message.
+func firstKiB(r io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(r, 1<<10))
+	return strings.TrimSpace(string(b))
 }

@@ -91,8 +91,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	return cmd(ctx, s, log, stdio{in, out, errOut, getenv}, args)
+	return cmd(ctx, s, s.Log.NewLogger(errOut), stdio{in, out, errOut, getenv}, args)
 }
 
 const usage = `usage: exchange [command] [flags]
@@ -106,7 +105,7 @@ commands:
   token create     print a bearer token: --email E [--ttl 24h]
   invitation       print a patient's invitation link: --patient-id N --client-id C
   migrate          create the database indexes
-  healthcheck      exit 0 if the local service answers /health
+  healthcheck      exit 0 if the local service is live (/health) and ready (/ready); --live: /health only
   import r4        send R4 files to a running service: FILE|DIR... --source ID | --sources FILE
   help             show this text
 

@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"exchange/console"
 	"exchange/handlers"
 	"exchange/repo"
+	"exchange/telemetry"
 )
 
 // shutdownGrace is how long in-flight requests may take once SIGTERM came.
@@ -34,14 +36,38 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 		return err
 	}
 	defer a.Close()
-	web := handlers.New(handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping, Logger: log,
-		TrustedProxies: s.TrustedProxies,
+	if a.embedded != nil && !s.GoMemLimitSet {
+		// FerretDB runs in this process: the limit makes the collector
+		// work harder as the heap nears it, instead of letting the
+		// decoded documents of a few searches double it.
+		debug.SetMemoryLimit(embeddedMemoryLimit)
+		log.Info("embedded database: memory limit set (GOMEMLIMIT)", "limitMiB", embeddedMemoryLimit>>20)
+	}
+	metrics := telemetry.MetricsHandler(a.metrics, s.Metrics.Token)
+	config := handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping,
+		Loaded: a.loaded, Metrics: a.metrics, Logger: log, TrustedProxies: s.TrustedProxies,
 		Console: console.New(console.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas,
-			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log})})
+			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log})}
+	if s.Metrics.Addr == "" {
+		config.MetricsHandler = metrics
+	} else {
+		stopMetrics, err := telemetry.ServeMetrics(s.Metrics.Addr, metrics, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	web := handlers.New(config)
 
-	sweepCtx, stopSweeping := context.WithCancel(ctx)
-	defer stopSweeping()
-	go sweep(sweepCtx, a.db, log)
+	background, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	go sweep(background, a.db, log)
+	if a.embedded != nil {
+		go watchEmbeddedSize(background, a.db, log)
+	}
+	if s.AuditRetention > 0 {
+		go expireAuditEvents(background, a.db, s.AuditRetention, log)
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- handlers.Serve(web, ln) }()
@@ -75,6 +101,61 @@ func sweep(ctx context.Context, db *repo.DB, log *slog.Logger) {
 			} else if n > 0 {
 				log.Debug("swept expired records", "count", n)
 			}
+		}
+	}
+}
+
+// embeddedMemoryLimit is the Go memory limit of a server running the
+// embedded database when GOMEMLIMIT is not set: a soft ceiling for the
+// process, FerretDB included (see docs/operations.md, sizing).
+const embeddedMemoryLimit = 512 << 20
+
+// sizeCheckEvery is how often the embedded database's size is compared
+// with what it serves comfortably.
+const sizeCheckEvery = 24 * time.Hour
+
+// watchEmbeddedSize warns, at start-up and once a day, when the embedded
+// database holds more observations than it serves comfortably.
+func watchEmbeddedSize(ctx context.Context, db *repo.DB, log *slog.Logger) {
+	t := time.NewTicker(sizeCheckEvery)
+	defer t.Stop()
+	for {
+		n, err := db.ObservationCount(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("counting the embedded database's observations failed", "error", err)
+		case n > repo.EmbeddedComfortableObservations:
+			log.Warn("the embedded database holds more observations than it searches comfortably: searches slow down with every one; "+
+				"run the exchange on MongoDB (set MONGODB_URI, or docker compose up)",
+				"observations", n, "comfortable", repo.EmbeddedComfortableObservations)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// auditExpiryEvery is how often audit events past AUDIT_RETENTION go.
+const auditExpiryEvery = time.Hour
+
+// expireAuditEvents deletes, every hour, the audit events older than the
+// retention, in batches.
+func expireAuditEvents(ctx context.Context, db *repo.DB, retention time.Duration, log *slog.Logger) {
+	t := time.NewTicker(auditExpiryEvery)
+	defer t.Stop()
+	for {
+		n, err := db.DeleteAuditEventsBefore(ctx, time.Now().Add(-retention))
+		if err != nil && ctx.Err() == nil {
+			log.Warn("deleting expired audit events failed", "error", err)
+		} else if n > 0 {
+			log.Info("expired audit events deleted", "count", n, "retention", retention)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

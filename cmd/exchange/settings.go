@@ -17,6 +17,7 @@ import (
 	"exchange/domain"
 	"exchange/oauth"
 	"exchange/omh"
+	"exchange/telemetry"
 )
 
 // settings are the service's environment variables, parsed and checked. The
@@ -49,7 +50,27 @@ type settings struct {
 	SessionLifetime    time.Duration
 	SessionIdle        time.Duration
 	MaxDataPointBytes  int
+	Log                telemetry.LogConfig
+	Metrics            telemetry.MetricsConfig
+	// AuditRetention is how long audit events are kept; 0: for ever.
+	AuditRetention time.Duration
+	// AuditBuffer is how many audit events may wait to be written.
+	AuditBuffer int
+	// EmbeddedSearchSlots and EmbeddedSearchQueue bound the searches
+	// FerretDB runs at once, and how long others wait.
+	EmbeddedSearchSlots int
+	EmbeddedSearchQueue time.Duration
+	// GoMemLimitSet says GOMEMLIMIT is set: the embedded mode's default
+	// limit then stays out of the way.
+	GoMemLimitSet bool
 }
+
+// Defaults of the operations settings (the README's settings table).
+const (
+	defaultAuditBuffer         = 10000
+	defaultEmbeddedSearchSlots = 2
+	defaultEmbeddedSearchQueue = 10 * time.Second
+)
 
 // defaultPatientVerifier is the reference PKCE verifier of patient
 // authorization codes. It is public by design: client apps are configured
@@ -199,7 +220,46 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 		// The ConceptMaps ship beside the maps (scripts/setup's layout).
 		s.XverConceptMapDir = filepath.Join(filepath.Dir(s.XverPackageDir), "conceptmaps")
 	}
+	if err := loadOperations(s, get); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// loadOperations reads the settings of logs, metrics, the audit trail and
+// the embedded database's bounds.
+func loadOperations(s *settings, get func(name, def string) string) error {
+	var err error
+	if s.Log, err = telemetry.ParseLogConfig(get("LOG_FORMAT", ""), get("LOG_LEVEL", "")); err != nil {
+		return err
+	}
+	if s.Metrics, err = telemetry.ParseMetricsConfig(get("METRICS_ADDR", ""), get("METRICS_TOKEN", "")); err != nil {
+		return err
+	}
+	if v := get("AUDIT_RETENTION", ""); v != "" {
+		if s.AuditRetention, err = parseDays(v); err != nil || s.AuditRetention <= 0 {
+			return fmt.Errorf("AUDIT_RETENTION: %q is not a positive duration (such as 2190d for six years, or 720h)", v)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		def  int
+		dest *int
+	}{
+		{"AUDIT_BUFFER", defaultAuditBuffer, &s.AuditBuffer},
+		{"EMBEDDED_SEARCH_SLOTS", defaultEmbeddedSearchSlots, &s.EmbeddedSearchSlots},
+	} {
+		v := get(n.name, strconv.Itoa(n.def))
+		if *n.dest, err = strconv.Atoi(v); err != nil || *n.dest < 1 {
+			return fmt.Errorf("%s: %q is not a positive whole number", n.name, v)
+		}
+	}
+	s.GoMemLimitSet = get("GOMEMLIMIT", "") != ""
+	v := get("EMBEDDED_SEARCH_QUEUE", defaultEmbeddedSearchQueue.String())
+	if s.EmbeddedSearchQueue, err = parseDays(v); err != nil || s.EmbeddedSearchQueue <= 0 {
+		return fmt.Errorf("EMBEDDED_SEARCH_QUEUE: %q is not a positive duration (such as 10s)", v)
+	}
+	return nil
 }
 
 // parseDays parses a Go duration, a number of seconds, or a number of days

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"exchange/console"
@@ -34,6 +35,7 @@ import (
 	"exchange/omh/omhtest"
 	"exchange/repo"
 	"exchange/repo/repotest"
+	"exchange/telemetry"
 )
 
 // Clock is a test clock: the wall clock moved by an offset, or, once
@@ -95,6 +97,7 @@ type Env struct {
 	// Routes are the app's routes, "METHOD /path/:param", for sweeps of
 	// every endpoint.
 	Routes []string
+	Audit  *repo.AuditLog // with Options.Audit
 }
 
 var (
@@ -208,17 +211,26 @@ type Options struct {
 	// SessionLifetime and SessionIdleTimeout are LOGIN_SESSION_LIFETIME and
 	// LOGIN_SESSION_IDLE_TIMEOUT; zero: the defaults.
 	SessionLifetime, SessionIdleTimeout time.Duration
-	// Logger receives the service's logs; nil: slog.Default().
+	// Logger receives the service's logs; nil: warnings and errors to
+	// stderr (a line per request would drown the test's).
 	Logger *slog.Logger
+	// DB opens the database (search slots, metrics).
+	DB repo.Options
+	// Audit records the audit trail with a real repo.AuditLog (Env.Audit).
+	Audit bool
+	// Metrics receives the series and is served at /metrics, behind
+	// MetricsToken when set; nil: a registry the test cannot see.
+	Metrics      *prometheus.Registry
+	MetricsToken string
+	// Ping and Loaded answer /ready; nil Ping: the database's.
+	Ping   func(context.Context) error
+	Loaded map[string]bool
 }
 
 // Start runs the exchange over a new database named after the test, and
 // stops it when the test ends. The package's TestMain must call
 // repotest.Main.
-func Start(t testing.TB) *Env {
-	t.Helper()
-	return StartWith(t, Options{})
-}
+func Start(t testing.TB) *Env { return StartWith(t, Options{}) }
 
 // StartWith is Start with settings.
 func StartWith(t testing.TB, o Options) *Env {
@@ -227,7 +239,10 @@ func StartWith(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := repotest.NewDB(t)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	db := repotest.NewDBWith(t, o.DB)
 	clock := &Clock{}
 	validator, catalog := R5(t)
 	search := fhirsearch.NewTranslator(catalog, []byte("test cursor key"), SourceBase, clock.Now)
@@ -236,8 +251,15 @@ func StartWith(t testing.TB, o Options) *Env {
 	}
 	f := &faults{}
 	log := slog.New(f.logHandler(o.Logger.Handler()))
+	var audit *repo.AuditLog
+	var auditor domain.Auditor
+	if o.Audit {
+		audit = db.NewAuditLog(log, 1000)
+		auditor = audit
+		t.Cleanup(func() { _ = audit.Close(context.Background()) })
+	}
 	svc := domain.NewService(domain.Config{Store: db, Schemas: Schemas(t), SourceBase: SourceBase,
-		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Now: clock.Now, Logger: log})
+		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
@@ -247,10 +269,17 @@ func StartWith(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app := handlers.New(handlers.Config{Service: svc, OAuth: provider, Ping: db.Ping, Schemas: Schemas(t), Logger: log,
+	if o.Ping == nil {
+		o.Ping = db.Ping
+	}
+	config := handlers.Config{Service: svc, OAuth: provider, Ping: o.Ping, Loaded: o.Loaded, Schemas: Schemas(t), Logger: log,
 		TrustedProxies: proxies, Search: search,
 		Console: console.New(console.Config{Service: svc, OAuth: provider, Search: search, Schemas: Schemas(t),
-			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: log})})
+			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: log})}
+	if o.Metrics != nil {
+		config.Metrics, config.MetricsHandler = o.Metrics, telemetry.MetricsHandler(o.Metrics, o.MetricsToken)
+	}
+	app := handlers.New(config)
 	f.watch(app.Server())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -269,7 +298,7 @@ func StartWith(t testing.TB, o Options) *Env {
 			routes = append(routes, route)
 		}
 	}
-	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock, Routes: routes}
+	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock, Routes: routes, Audit: audit}
 }
 
 // GatewayClientID is the MCP gateway's client id the console is told of.

@@ -1,0 +1,319 @@
+package domain
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The audit trail answers "who did what to whose data": every read,
+// search, create, update, delete and import of patient data, every consent
+// change, sign-in and token issue becomes an AuditEvent. The use cases
+// decide what is recorded (they know the patients concerned); an Auditor
+// keeps it, off the request path. FHIR shows the events as read-only R5
+// AuditEvents, to superusers, and to a patient about themselves.
+
+// AuditAction is what was done, as FHIR's AuditEvent.action codes it.
+type AuditAction string
+
+// The actions (http://hl7.org/fhir/audit-event-action).
+const (
+	AuditCreate  AuditAction = "C"
+	AuditRead    AuditAction = "R"
+	AuditUpdate  AuditAction = "U"
+	AuditDelete  AuditAction = "D"
+	AuditExecute AuditAction = "E" // searches, sign-ins, token issues
+)
+
+// AuditKind is the event's code: a FHIR RESTful interaction, or one of
+// the exchange's own events.
+type AuditKind string
+
+// The kinds of events. The RESTful ones are codes of
+// http://hl7.org/fhir/restful-interaction; the others of AuditSystem.
+const (
+	AuditKindRead   AuditKind = "read"
+	AuditKindSearch AuditKind = "search-type"
+	AuditKindCreate AuditKind = "create"
+	AuditKindUpdate AuditKind = "update"
+	AuditKindDelete AuditKind = "delete"
+	AuditKindImport AuditKind = "import"       // an R4 import
+	AuditKindSignIn AuditKind = "sign-in"      // a password login
+	AuditKindToken  AuditKind = "token-issued" // an OAuth token endpoint answer
+)
+
+// AuditSystem is the code system of the exchange's own kinds of events.
+const AuditSystem = "https://w3id.org/exchange/audit-event"
+
+// MaxAuditEntities bounds the entities and patients one event names: a
+// search names those of its page (at most a page), a batch those it wrote.
+const MaxAuditEntities = 1000
+
+// AuditEvent is one entry of the audit trail.
+type AuditEvent struct {
+	ID       int64 // given by the store
+	Recorded time.Time
+	Action   AuditAction
+	Kind     AuditKind
+	// Outcome is the error code of a refused or failed attempt; "" when it
+	// succeeded.
+	Outcome Code
+	// UserID is who acted; 0 for a sign-in of an unknown account. Agent is
+	// their FHIR reference: Practitioner/<user id>, or Patient/<patient id>
+	// for a patient user.
+	UserID int64
+	Agent  string
+	// ClientID is the OAuth client the request came through; "" for the
+	// console, commands and sign-ins.
+	ClientID string
+	// RequestID and Address are where the request came from (its
+	// X-Request-Id and the client's network address).
+	RequestID string
+	Address   string
+	// EntityTypes are the types of what was acted on ("Observation",
+	// "Consent"); Entities their references ("Observation/12"), at most
+	// MaxAuditEntities.
+	EntityTypes []string
+	Entities    []string
+	// Query is a search's query string, without paging parameters.
+	Query string
+	// PatientIDs are the patients whose data it was: for a search, those
+	// of the page it answered.
+	PatientIDs []int64
+}
+
+// Auditor keeps the audit trail. Record must not block the request: an
+// implementation buffers, and one that cannot keep an event says so
+// (a metric and a log line), never silently.
+type Auditor interface {
+	Record(ctx context.Context, e AuditEvent)
+}
+
+// noAudit is the Auditor of a Service configured without one (tests that
+// do not look at the trail).
+type noAudit struct{}
+
+func (noAudit) Record(context.Context, AuditEvent) {}
+
+// Origin is where a request came from, as the transport saw it: the
+// audit trail records it with each event.
+type Origin struct {
+	RequestID string
+	Address   string
+}
+
+type originKey struct{}
+
+// WithOrigin returns ctx carrying the request's origin.
+func WithOrigin(ctx context.Context, o Origin) context.Context {
+	return context.WithValue(ctx, originKey{}, o)
+}
+
+// OriginOf returns the origin ctx carries; zero when none.
+func OriginOf(ctx context.Context) Origin {
+	o, _ := ctx.Value(originKey{}).(Origin)
+	return o
+}
+
+// auditOf starts the event of an actor's act: who, through which client,
+// from where, when, and how it ended.
+func (s *Service) auditOf(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, err error) AuditEvent {
+	o := OriginOf(ctx)
+	e := AuditEvent{Recorded: s.Now(), Action: action, Kind: kind, Outcome: ErrorCode(err),
+		RequestID: o.RequestID, Address: o.Address}
+	if actor != nil {
+		e.UserID, e.Agent, e.ClientID = actor.User.ID, actor.reference(), actor.ClientID
+	}
+	return e
+}
+
+// reference is the actor's FHIR reference: Patient/<id> for a patient
+// user with a record, else Practitioner/<user id>; "" for the system.
+func (a *Actor) reference() string {
+	switch {
+	case a.User.ID == 0:
+		return ""
+	case a.Patient != nil:
+		return "Patient/" + strconv.FormatInt(a.Patient.ID, 10)
+	default:
+		return "Practitioner/" + strconv.FormatInt(a.User.ID, 10)
+	}
+}
+
+// audit records the event of an actor's act on entities (references,
+// Type/id) of entityType ("": the types of the references), concerning
+// patients. System actors (commands, seed) are operators at the console
+// of the database: not recorded.
+func (s *Service) audit(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, err error, entityType string, refs []string, patients []int64) {
+	if actor != nil && actor.User.ID == 0 {
+		return
+	}
+	e := s.auditOf(ctx, actor, action, kind, err)
+	e.Entities = refs[:min(len(refs), MaxAuditEntities)]
+	if entityType != "" {
+		// Cloned: the caller's string may share a buffer it reuses (Fiber's
+		// path parameters), and the Auditor keeps the event.
+		e.EntityTypes = []string{strings.Clone(entityType)}
+	}
+	for _, ref := range e.Entities {
+		if t, _, _ := strings.Cut(ref, "/"); !slices.Contains(e.EntityTypes, t) {
+			e.EntityTypes = append(e.EntityTypes, t)
+		}
+	}
+	e.PatientIDs = boundedIDs(patients)
+	s.auditor.Record(ctx, e)
+}
+
+// auditBatch records a batch of creates as two events: what was stored,
+// and what was refused, with the first refusal's code and the patients
+// the refused entries named, so each patient sees the attempt.
+func (s *Service) auditBatch(ctx context.Context, actor *Actor, entityType string, stored []string, storedPatients []int64, refusal error, refusedPatients []int64) {
+	if len(stored) > 0 {
+		s.audit(ctx, actor, AuditCreate, AuditKindCreate, nil, entityType, stored, storedPatients)
+	}
+	if refusal != nil {
+		s.audit(ctx, actor, AuditCreate, AuditKindCreate, refusal, entityType, nil, refusedPatients)
+	}
+}
+
+// changeKind is the RESTful interaction of a change.
+func changeKind(action AuditAction) AuditKind {
+	switch action {
+	case AuditCreate:
+		return AuditKindCreate
+	case AuditDelete:
+		return AuditKindDelete
+	default:
+		return AuditKindUpdate
+	}
+}
+
+// auditSearch records a search of a type and the patients whose data its
+// page held.
+func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err error, patients []int64) {
+	// A search that answers a read (a token's reach of one id) is part of
+	// the read, which records itself (ReadFHIR, ResourceByID).
+	if (actor != nil && actor.User.ID == 0) || q.Interaction() == InteractionRead {
+		return
+	}
+	e := s.auditOf(ctx, actor, AuditExecute, AuditKindSearch, err)
+	e.EntityTypes = []string{q.ResourceType()}
+	e.Query = q.String()
+	if err != nil {
+		// Refused: the patients it named, so each can see the attempt.
+		for _, j := range q.Joins() {
+			if j.Kind == JoinPatient {
+				patients = append(patients, j.IDs...)
+			}
+		}
+	}
+	e.PatientIDs = boundedIDs(patients)
+	s.auditor.Record(ctx, e)
+}
+
+// boundedIDs returns the distinct ids, sorted, at most MaxAuditEntities.
+func boundedIDs(ids []int64) []int64 {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	return ids[:min(len(ids), MaxAuditEntities)]
+}
+
+// ref is the reference Type/id of a native entity.
+func ref(entityType string, id int64) string {
+	return entityType + "/" + strconv.FormatInt(id, 10)
+}
+
+// auditSignIn records a password sign-in. A refused one names the account
+// when it exists, so its owner sees the attempt; never the email typed.
+func (s *Service) auditSignIn(ctx context.Context, email string, u *User, err error) {
+	if u == nil && !IsCode(err, CodeInternal) {
+		u, _ = s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
+	}
+	s.auditUserEvent(ctx, u, AuditKindSignIn, "", err)
+}
+
+// TokenIssued records that the token endpoint issued tokens to a client
+// for a user (a sign-in's code redeemed, or a refresh).
+func (s *Service) TokenIssued(ctx context.Context, userID int64, clientID string) {
+	u, err := s.store.UserByID(ctx, userID)
+	if err != nil {
+		u = &User{ID: userID}
+	}
+	s.auditUserEvent(ctx, u, AuditKindToken, clientID, nil)
+}
+
+// auditUserEvent records an event of a user's account (nil: unknown):
+// a patient user's events are about their own record.
+func (s *Service) auditUserEvent(ctx context.Context, u *User, kind AuditKind, clientID string, err error) {
+	actor := &Actor{ClientID: clientID}
+	if u != nil {
+		actor.User = *u
+		if u.Type == UserPatient {
+			actor.Patient, _ = s.store.PatientByUserID(ctx, u.ID)
+		}
+	}
+	e := s.auditOf(ctx, actor, AuditExecute, kind, err)
+	if actor.Patient != nil {
+		e.PatientIDs = []int64{actor.Patient.ID}
+	}
+	s.auditor.Record(ctx, e)
+}
+
+// auditReach is the patients whose events the actor may read: nil for a
+// superuser (all), the patient's own for a patient user. Others read no
+// audit trail (CodeForbidden).
+func auditReach(actor *Actor) ([]int64, error) {
+	switch {
+	case actor.IsSuperuser():
+		return nil, nil
+	case actor.Patient != nil:
+		return []int64{actor.Patient.ID}, nil
+	}
+	return nil, Errorf(CodeForbidden, "the audit trail is for superusers, and for patients about themselves")
+}
+
+// SearchAuditEvents runs a search of the audit trail within the actor's
+// reach (auditReach) and the token's scopes (a patient/ scope: the events
+// about its patient); patient= narrows it to patients the actor may read.
+// Reading the trail is not itself recorded.
+func (s *Service) SearchAuditEvents(ctx context.Context, actor *Actor, q Search) (SearchResult[AuditEvent], error) {
+	ids, err := auditReach(actor)
+	if err != nil {
+		return SearchResult[AuditEvent]{}, err
+	}
+	reach, err := s.reachOf(actor, q, ofPatient)
+	if err != nil {
+		return SearchResult[AuditEvent]{}, err
+	}
+	for _, j := range q.Joins() {
+		t, err := s.resolveJoin(ctx, actor, j)
+		if err != nil {
+			return SearchResult[AuditEvent]{}, err
+		}
+		ids = intersect(ids, t.patients)
+	}
+	plan, err := q.Plan(Scope{PatientIDs: ids}.within(reach))
+	if err != nil {
+		return SearchResult[AuditEvent]{}, err
+	}
+	return s.store.SearchAuditEvents(ctx, plan)
+}
+
+// AuditEventByID returns an event of the audit trail within the actor's
+// reach: a patient reads the events about themselves (CodeForbidden for
+// others).
+func (s *Service) AuditEventByID(ctx context.Context, actor *Actor, id int64) (*AuditEvent, error) {
+	reach, err := auditReach(actor)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.store.AuditEventByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if reach != nil && !slices.ContainsFunc(reach, func(p int64) bool { return slices.Contains(e.PatientIDs, p) }) {
+		return nil, Errorf(CodeForbidden, "you may not read AuditEvent/%d: it is not about you", id)
+	}
+	return e, nil
+}
