@@ -77,9 +77,10 @@ type fxWorld struct {
 
 // fxNewWorld starts the exchange with the fixture. The test runs in
 // parallel with the other parallel tests of the package.
-func fxNewWorld(t *testing.T) *fxWorld { return fxNewWorldWith(t, handlerstest.Options{}) }
+func fxNewWorld(t *testing.T) *fxWorld { return fxNewWorldWith(t, behindLoopbackProxy) }
 
-// fxNewWorldWith is fxNewWorld on an exchange started with options.
+// fxNewWorldWith is fxNewWorld on an exchange started with options (the
+// tests' own address trusted as a proxy, or not).
 func fxNewWorldWith(t *testing.T, o handlerstest.Options) *fxWorld {
 	t.Helper()
 	t.Parallel()
