@@ -158,10 +158,11 @@ func TestAudienceModes(t *testing.T) {
 	}
 }
 
-// TestHealth: /health is 200 only when the service answers and accepts
+// TestReady: /ready is 200 only when the service is ready and accepts
 // the gateway's client credentials; otherwise 503 with the reason, which
-// names settings and never the service's address.
-func TestHealth(t *testing.T) {
+// names settings and never the service's address. /health, liveness,
+// answers 200 all the same.
+func TestReady(t *testing.T) {
 	s := newStack(t)
 	down := closedPort(t)
 	for _, c := range []struct {
@@ -189,7 +190,10 @@ func TestHealth(t *testing.T) {
 				}
 				serviceURL = cfg.ServiceURL
 			})
-			resp, body := getJSON(t, g.URL+"/health")
+			if resp, body := getJSON(t, g.URL+"/health"); resp.StatusCode != http.StatusOK || body["status"] != "ok" {
+				t.Errorf("health: %d %v", resp.StatusCode, body)
+			}
+			resp, body := getJSON(t, g.URL+"/ready")
 			if resp.StatusCode != c.status || body["service"] != c.service || body["credentials"] != c.credentials {
 				t.Fatalf("%d %v", resp.StatusCode, body)
 			}
@@ -240,12 +244,12 @@ func newCountingProxy(t *testing.T, s *stack, path string) *countingProxy {
 	return p
 }
 
-func TestHealthIsCached(t *testing.T) {
+func TestReadyIsCached(t *testing.T) {
 	s := newStack(t)
 	proxy := newCountingProxy(t, s, "/o/introspect/")
 	g := s.startGateway(t, func(c *mcp.Config) { c.ServiceURL = proxy.URL })
 	for range 3 {
-		if resp, body := getJSON(t, g.URL+"/health"); resp.StatusCode != http.StatusOK {
+		if resp, body := getJSON(t, g.URL+"/ready"); resp.StatusCode != http.StatusOK {
 			t.Fatalf("%d %v", resp.StatusCode, body)
 		}
 	}
@@ -254,7 +258,7 @@ func TestHealthIsCached(t *testing.T) {
 	}
 	proxy.down.Store(true)
 	g.clock.Advance(6 * time.Second)
-	if resp, body := getJSON(t, g.URL+"/health"); resp.StatusCode != http.StatusServiceUnavailable || body["service"] != "HTTP 503" {
+	if resp, body := getJSON(t, g.URL+"/ready"); resp.StatusCode != http.StatusServiceUnavailable || body["service"] != "HTTP 503" {
 		t.Errorf("after the outage: %d %v", resp.StatusCode, body)
 	}
 }

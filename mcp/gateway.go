@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config is what the gateway needs; cmd/gateway fills it from the
@@ -48,6 +50,11 @@ type Config struct {
 	HTTPClient *http.Client     // calls to the exchange; nil: a client with timeouts
 	Now        func() time.Time // nil: time.Now; tests move it
 	Log        *slog.Logger     // nil: silent
+	// Metrics receives the gateway's series; nil: a registry of its own.
+	Metrics prometheus.Registerer
+	// MetricsHandler serves /metrics on the gateway's port; nil: not here
+	// (METRICS_ADDR serves it elsewhere).
+	MetricsHandler http.Handler
 }
 
 // Gateway is the MCP gateway: the OAuth broker, token validation and the
@@ -66,6 +73,7 @@ type Gateway struct {
 	validator   *validator
 	tools       *server.MCPServer
 	log         *slog.Logger
+	metrics     *metrics
 }
 
 // New checks the configuration and builds the gateway. Errors name the
@@ -77,6 +85,14 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: serviceTimeout}
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+	}
+	m := newMetrics(cfg.Metrics)
+	// The calls to the exchange are timed and carry the request id.
+	client := *cfg.HTTPClient
+	client.Transport = upstream{next: cmp.Or[http.RoundTripper](client.Transport, http.DefaultTransport), m: m}
+	cfg.HTTPClient = &client
 	if err := checkBaseURL("SERVICE_BASE_URL", cfg.ServiceURL); err != nil {
 		return nil, err
 	}
@@ -111,11 +127,11 @@ func New(cfg Config) (*Gateway, error) {
 		cfg: cfg, issuer: issuer, resource: issuer + "/mcp",
 		metadataURL: issuer + "/.well-known/oauth-protected-resource/mcp",
 		callbackURL: svc.redirectURI, browserURL: strings.TrimRight(cfg.ServiceBrowserURL, "/"),
-		seal: seal, cookies: newCookieSettings(issuer), svc: svc, log: logger(cfg.Log),
+		seal: seal, cookies: newCookieSettings(issuer), svc: svc, log: logger(cfg.Log), metrics: m,
 		validator: &validator{svc: svc, requireAudience: cfg.RequireAudience, now: cfg.Now, cache: map[[32]byte]time.Time{}},
 	}
 	g.health = &healthCheck{svc: svc, now: cfg.Now}
-	g.tools = newToolServer(svc, cfg.Now, g.log)
+	g.tools = newToolServer(svc, cfg.Now, g.log, m.countTools())
 	return g, nil
 }
 
@@ -152,7 +168,11 @@ func (g *Gateway) Handler() http.Handler {
 	sameOrigin.SetDenyHandler(http.HandlerFunc(crossOriginRefused))
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", g.serveHealth)
+	mux.HandleFunc("GET /health", serveLive)
+	mux.HandleFunc("GET /ready", g.serveReady)
+	if g.cfg.MetricsHandler != nil {
+		mux.Handle("GET /metrics", g.cfg.MetricsHandler)
+	}
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource", g.protectedResourceMetadata)
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", g.protectedResourceMetadata)
 	mux.HandleFunc("GET /.well-known/oauth-authorization-server", g.authorizationServerMetadata)
@@ -165,7 +185,7 @@ func (g *Gateway) Handler() http.Handler {
 	// answer it and a restart loses nothing.
 	mux.Handle("/mcp", g.requireToken(server.NewStreamableHTTPServer(g.tools,
 		server.WithStateLess(true), server.WithStreamableHTTPLogger(g.log))))
-	return mux
+	return g.observe(mux)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// healthTTL is how long a health report is reused: probes that arrive
+// healthTTL is how long a readiness report is reused: probes that arrive
 // more often (a load balancer, several) cost the service nothing more.
 const healthTTL = 5 * time.Second
 
@@ -21,12 +21,12 @@ const healthTimeout = 3 * time.Second
 // credentials were accepted.
 const healthProbeToken = "gateway-health-probe"
 
-// healthReport is the answer of /health.
+// healthReport is the answer of /ready.
 type healthReport struct {
 	// Status is "ok" when the gateway can serve (200), "unhealthy" (503).
 	Status string `json:"status"`
 	// Service is "ok", "unreachable" or "HTTP <status>": the service's own
-	// /health.
+	// /ready.
 	Service string `json:"service"`
 	// Credentials is "accepted" or "refused" by the service's
 	// introspection, "unchecked" without SERVICE_CLIENT_SECRET (the gateway
@@ -49,9 +49,16 @@ type healthCheck struct {
 	report healthReport
 }
 
-// serveHealth answers 200 when the service answers and accepts the
-// gateway's client credentials, else 503 with the reason.
-func (g *Gateway) serveHealth(w http.ResponseWriter, r *http.Request) {
+// serveLive is liveness: the gateway answers. It asks nothing of the
+// exchange, so an outage there does not get healthy gateways restarted.
+func serveLive(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// serveReady is readiness: 200 when the exchange is ready (its /ready)
+// and accepts the gateway's client credentials, else 503 with the reason.
+func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
 	report := g.health.get(r.Context())
 	status := http.StatusOK
 	if report.Status != "ok" {
@@ -76,7 +83,7 @@ func (h *healthCheck) get(ctx context.Context) healthReport {
 
 func (h *healthCheck) probe(ctx context.Context) healthReport {
 	unhealthy := healthReport{Status: "unhealthy", Service: "unreachable", Credentials: "unknown", Reason: "the service does not answer at SERVICE_BASE_URL"}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.svc.base+"/health", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.svc.base+"/ready", nil)
 	if err != nil {
 		return unhealthy
 	}
@@ -87,7 +94,7 @@ func (h *healthCheck) probe(ctx context.Context) healthReport {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		unhealthy.Service = fmt.Sprintf("HTTP %d", resp.StatusCode)
-		unhealthy.Reason = "the service's /health answers " + unhealthy.Service
+		unhealthy.Reason = "the service's /ready answers " + unhealthy.Service
 		return unhealthy
 	}
 	report := healthReport{Status: "ok", Service: "ok", Credentials: "unchecked"}

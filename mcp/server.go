@@ -29,17 +29,22 @@ Results are compact and paged: follow has_more with next_cursor (FHIR searches) 
 
 // newToolServer is the MCP server with every tool over the service. Tool
 // calls act with the token WithToken put in their context.
-func newToolServer(svc *service, now func() time.Time, log *slog.Logger) *server.MCPServer {
+func newToolServer(svc *service, now func() time.Time, log *slog.Logger, outer ...server.ToolHandlerMiddleware) *server.MCPServer {
 	a := &api{svc: svc, caps: &capabilities{svc: svc, now: now, log: log}}
-	s := server.NewMCPServer("exchange-mcp-gateway", Version,
+	opts := []server.ServerOption{
 		server.WithInstructions(instructions),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
 		server.WithInputSchemaValidation(),
 		server.WithStrictInputSchemaDefault(),
-		server.WithToolHandlerMiddleware(guardTools(log)),
-		server.WithResourceHandlerMiddleware(guardResources(log)),
-	)
+	}
+	// The first middleware is the outermost: outer ones (the metrics) see
+	// what guard made of a call.
+	for _, m := range outer {
+		opts = append(opts, server.WithToolHandlerMiddleware(m))
+	}
+	opts = append(opts, server.WithToolHandlerMiddleware(guardTools(log)), server.WithResourceHandlerMiddleware(guardResources(log)))
+	s := server.NewMCPServer("exchange-mcp-gateway", Version, opts...)
 	for _, build := range toolConstructors {
 		s.AddTool(build(a))
 	}

@@ -3,7 +3,7 @@
 //
 //	gateway [serve]       MCP over Streamable HTTP at /mcp, with the OAuth broker (the default)
 //	gateway stdio         MCP over stdin/stdout with a token from `exchange token create`
-//	gateway healthcheck   exit 0 when the local gateway answers /health (for containers)
+//	gateway healthcheck   exit 0 when the local gateway is live (/health) and ready (/ready), for containers
 //
 // Settings come from environment variables; see the README.
 package main
@@ -25,6 +25,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"exchange/mcp"
+	"exchange/telemetry"
 )
 
 func main() {
@@ -48,7 +49,7 @@ const usage = `usage: gateway [serve | stdio | healthcheck | help]
 
   serve        MCP over Streamable HTTP at /mcp with the OAuth broker (default)
   stdio        MCP over stdin/stdout, acting with SERVICE_ACCESS_TOKEN
-  healthcheck  exit 0 if the gateway on MCP_HTTP_ADDR answers /health`
+  healthcheck  exit 0 if the gateway on MCP_HTTP_ADDR is live (/health) and ready (/ready)`
 
 // run is the whole program: settings come through getenv and output goes
 // to the given streams, so tests run it as users do.
@@ -60,7 +61,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 	if len(args) > 1 {
 		return usageError(fmt.Sprintf("unexpected argument %q\n%s", args[1], usage))
 	}
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs, err := telemetry.ParseLogConfig(getenv("LOG_FORMAT"), getenv("LOG_LEVEL"))
+	if err != nil {
+		return err
+	}
+	log := logs.NewLogger(errOut)
 	switch name {
 	case "serve":
 		s, warnings, err := loadSettings(getenv)
@@ -84,12 +89,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 
 // serve runs the HTTP gateway until ctx ends, then drains requests.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
-	g, err := mcp.New(mcp.Config{
+	reg := telemetry.NewRegistry()
+	config := mcp.Config{
 		ServiceURL: s.ServiceURL, ServiceBrowserURL: s.ServicePublicURL,
 		ClientID: s.ClientID, ClientSecret: s.ClientSecret,
 		ResourceURL: s.ResourceURL, BrokerKey: s.BrokerKey, AllowedRedirects: s.AllowedRedirects,
-		RequireAudience: s.RequireAudience, ApprovalLifetime: s.ApprovalLifetime, Log: log,
-	})
+		RequireAudience: s.RequireAudience, ApprovalLifetime: s.ApprovalLifetime, Log: log, Metrics: reg,
+	}
+	metrics := telemetry.MetricsHandler(reg, s.Metrics.Token)
+	if s.Metrics.Addr == "" {
+		config.MetricsHandler = metrics
+	} else {
+		stop, err := telemetry.ServeMetrics(s.Metrics.Addr, metrics, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	g, err := mcp.New(config)
 	if err != nil {
 		return err
 	}
@@ -133,8 +150,9 @@ func stdio(ctx context.Context, getenv func(string) string, in io.Reader, out io
 	return err
 }
 
-// healthcheck probes the local gateway's /health: on its loopback address
-// when it listens on every interface.
+// healthcheck probes the local gateway's /health (it answers) and /ready
+// (the exchange is ready and accepts the gateway's credentials): on its
+// loopback address when it listens on every interface.
 func healthcheck(ctx context.Context, getenv func(string) string) error {
 	addr, _, err := listenAddr(getenv)
 	if err != nil {
@@ -146,18 +164,20 @@ func healthcheck(ctx context.Context, getenv func(string) string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/health", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	for _, path := range []string{"/health", "/ready"} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-		return fmt.Errorf("/health answered %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %d: %s", path, resp.StatusCode, strings.TrimSpace(string(body)))
+		}
 	}
 	return nil
 }

@@ -147,6 +147,7 @@ func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(vars, "MCP_RESOURCE_URL")
+	vars["LOG_FORMAT"] = "text" // what the patterns below read
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
 	done := make(chan error, 1)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"exchange/mcp"
+	"exchange/telemetry"
 )
 
 // settings are the gateway's environment variables, parsed; mcp.New
@@ -24,6 +25,7 @@ type settings struct {
 	Addr             string
 	RequireAudience  bool
 	ApprovalLifetime time.Duration
+	Metrics          telemetry.MetricsConfig
 }
 
 // defaultResourceURL is the reference deployment's public URL of the
@@ -83,6 +85,9 @@ func loadSettings(getenv func(string) string) (*settings, []string, error) {
 	lifetime := get(getenv, "MCP_APPROVAL_LIFETIME", mcp.DefaultApprovalLifetime.String())
 	if s.ApprovalLifetime, err = time.ParseDuration(lifetime); err != nil || s.ApprovalLifetime < 0 {
 		return nil, nil, fmt.Errorf("MCP_APPROVAL_LIFETIME: %q is not a duration such as 720h (0: never remember an approval)", lifetime)
+	}
+	if s.Metrics, err = telemetry.ParseMetricsConfig(getenv("METRICS_ADDR"), getenv("METRICS_TOKEN")); err != nil {
+		return nil, nil, err
 	}
 	return s, warnings, nil
 }
