@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"exchange/handlers/handlerstest"
+	"exchange/repo"
 	"exchange/telemetry"
 )
 
@@ -152,7 +153,7 @@ func TestRequestLogLines(t *testing.T) {
 func TestMetricsEndpoint(t *testing.T) {
 	reg := telemetry.NewRegistry()
 	const metricsToken = "metrics-token-0123456789"
-	w := fxNewWorldWith(t, handlerstest.Options{Metrics: reg, MetricsToken: metricsToken})
+	w := fxNewWorldWith(t, handlerstest.Options{Metrics: reg, MetricsToken: metricsToken, DB: repo.Options{Metrics: repo.NewMetrics(reg)}})
 	w.create(t, w.tok["doc"], fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00Z")))})
 	w.search(t, w.tok["doc"], fmt.Sprintf("/Observation?patient=%d", w.alice.ID))
 	w.search(t, w.tok["doc"], fmt.Sprintf("/Patient/%d", w.alice.ID))
@@ -184,6 +185,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		`exchange_http_requests_total{method="GET",route="/FHIR/R5/:type/:id",status="2xx"}`,
 		`exchange_fhir_observations_total{outcome="created"} 1`,
 		`exchange_fhir_search_duration_seconds_count{store="native",type="Observation"} 1`,
+		`exchange_db_operation_duration_seconds_count{collection="observations",operation="insert"}`,
+		`exchange_db_operation_duration_seconds_count{collection="observations",operation="aggregate"}`,
 		"go_goroutines", "process_cpu_seconds_total",
 	} {
 		if !strings.Contains(text, want) {

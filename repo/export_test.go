@@ -12,3 +12,20 @@ func RawDocument(ctx context.Context, d *DB, collection string, id any) (bson.M,
 	err := d.c(collection).FindOne(ctx, bson.M{"_id": id}).Decode(&m)
 	return m, err
 }
+
+// HoldSearchSlots takes every search slot of d until release: the
+// embedded database is as busy as it may be. On MongoDB (no slots) it
+// takes nothing.
+func HoldSearchSlots(d *DB) (release func()) {
+	if d.searches == nil {
+		return func() {}
+	}
+	for range cap(d.searches) {
+		d.searches <- struct{}{}
+	}
+	return func() {
+		for range cap(d.searches) {
+			<-d.searches
+		}
+	}
+}

@@ -1,10 +1,17 @@
 // Package repotest gives tests a real database: one embedded FerretDB per
-// test binary, and a fresh, migrated database per test, named after the test,
-// dropped when the test passes and kept for inspection when it fails.
+// test binary, or the MongoDB server TEST_MONGODB_URI names, and a fresh,
+// migrated database per test, named after the test, dropped when the test
+// passes and kept for inspection when it fails.
+//
+// On a server of TEST_MONGODB_URI, which other packages' tests use at the
+// same time, every database of a test binary starts with a prefix of its
+// own, and the binary drops its databases when it ends (those of failed
+// tests too when everything else passed; else it names them).
 package repotest
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -22,16 +29,36 @@ import (
 	"exchange/repo"
 )
 
-var uri string
+var (
+	uri string
+	// prefix starts the names of this binary's databases on a shared
+	// server; empty on its own embedded one.
+	prefix string
+)
 
-// Main runs the package's tests with an embedded FerretDB; call it from
-// TestMain. The database files live in a temporary directory removed at the
-// end.
+// TestMongoDBURI is the setting that runs the tests against a MongoDB
+// server instead of an embedded FerretDB.
+const TestMongoDBURI = "TEST_MONGODB_URI"
+
+// Main runs the package's tests with an embedded FerretDB, or on the server
+// of TEST_MONGODB_URI when it is set; call it from TestMain. The embedded
+// database's files live in a temporary directory removed at the end.
 func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
+	if uri = os.Getenv(TestMongoDBURI); uri != "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		prefix = "t" + hex.EncodeToString(b[:]) + "_"
+		code := m.Run()
+		if err := dropOwnDatabases(code == 0); err != nil {
+			fmt.Fprintln(os.Stderr, "repotest:", err)
+			return 1
+		}
+		return code
+	}
 	dir, err := os.MkdirTemp("", "exchange-test-db-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -58,14 +85,59 @@ func URI() string {
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_]+`)
 
-// DatabaseName returns a valid database name derived from a test name.
+// DatabaseName returns a valid database name derived from a test name (at
+// most 49 characters, well within MongoDB's 63).
 func DatabaseName(testName string) string {
 	name := unsafeName.ReplaceAllString(testName, "_")
 	if len(name) > 40 {
 		sum := sha256.Sum256([]byte(testName))
 		name = name[:30] + "_" + hex.EncodeToString(sum[:4])
 	}
-	return name
+	return prefix + name
+}
+
+// dropOwnDatabases drops the databases of this binary on the shared
+// server: all of them when the tests passed; else it keeps them (the
+// failed tests' are named in their output) and says how to drop them.
+func dropOwnDatabases(passed bool) error {
+	ctx := context.Background()
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = client.Disconnect(ctx) }()
+	names, err := client.ListDatabaseNames(ctx, bson.D{{Key: "name", Value: bson.D{{Key: "$regex", Value: "^" + prefix}}}})
+	if err != nil {
+		return err
+	}
+	if !passed && len(names) > 0 {
+		fmt.Fprintf(os.Stderr, "repotest: kept %d databases named %s* on %s for inspection\n", len(names), prefix, redacted(uri))
+		return nil
+	}
+	for _, name := range names {
+		if err := client.Database(name).Drop(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var credentials = regexp.MustCompile(`://[^@/]*@`)
+
+// redacted hides the credentials of a connection string.
+func redacted(uri string) string { return credentials.ReplaceAllString(uri, "://***@") }
+
+// IsFerretDB reports whether the tests run on FerretDB (the embedded one,
+// or a FerretDB server as TEST_MONGODB_URI), which answers some commands
+// (explain, collection statistics) its own way.
+func IsFerretDB(t testing.TB) bool {
+	t.Helper()
+	var info bson.M
+	if err := sharedClient(t).Database("admin").RunCommand(context.Background(), bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	_, ok := info["ferretdbVersion"]
+	return ok
 }
 
 // NewDB returns a migrated database named after the test. It is dropped
@@ -90,7 +162,7 @@ func NewDBWith(t testing.TB, o repo.Options) *repo.DB {
 		if !t.Failed() {
 			_ = db.Drop(ctx)
 		} else {
-			t.Logf("kept database %s at %s for inspection", db.Name(), URI())
+			t.Logf("kept database %s at %s for inspection", db.Name(), redacted(URI()))
 		}
 		_ = db.Close(ctx)
 	})

@@ -1,0 +1,253 @@
+package repo_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"exchange/domain"
+	"exchange/fhirsearch"
+	"exchange/repo"
+	"exchange/repo/repotest"
+)
+
+// seedForPlans fills every searched collection with documents of the
+// shape the service writes (the fields the indexes and the searches
+// name), spread over patients, codes, sources and time, so that a query
+// planner has real choices.
+func seedForPlans(t *testing.T, db *repo.DB) {
+	t.Helper()
+	ctx := context.Background()
+	base := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	insert := func(collection string, n int, doc func(i int) bson.M) {
+		t.Helper()
+		docs := make([]any, n)
+		for i := range docs {
+			docs[i] = doc(i)
+		}
+		if _, err := repotest.Collection(t, db, collection).InsertMany(ctx, docs); err != nil {
+			t.Fatalf("seed %s: %v", collection, err)
+		}
+	}
+	codes := []string{"omh:heart-rate:2.0", "omh:blood-pressure:4.0", "omh:step-count:3.0"}
+	insert("observations", 600, func(i int) bson.M {
+		at := base.Add(time.Duration(i) * time.Hour)
+		code := codes[i%len(codes)]
+		return bson.M{"_id": int64(i + 1), "patientId": int64(i%12 + 1), "dataSourceId": int64(i%3 + 1), "status": "final",
+			"code": code, "codeTokens": bson.A{domain.SystemOpenMHealth + "|" + code, code, domain.SystemOpenMHealth + "|"},
+			"identifierTokens": bson.A{fmt.Sprintf("https://device.example.org/ids|reading-%d", i)},
+			"effectiveStart":   at, "effectiveEnd": at, "sortAsc": at, "sortDesc": at, "lastUpdated": at}
+	})
+	insert("patients", 120, func(i int) bson.M {
+		birth := base.AddDate(-30-i%40, 0, 0)
+		return bson.M{"_id": int64(i + 1), "userId": int64(1000 + i), "familyKey": fmt.Sprintf("family%d", i%30),
+			"givenKeys": bson.A{fmt.Sprintf("given%d", i%20)}, "nameKeys": bson.A{fmt.Sprintf("family%d", i%30), fmt.Sprintf("given%d", i%20)},
+			"identifierTokens": bson.A{fmt.Sprintf("http://hospital.example.org/mrn|M-%d", i)}, "organizationIds": bson.A{int64(i%6 + 1)},
+			"birthDateStart": birth, "birthDateEnd": birth.Add(24*time.Hour - time.Millisecond), "lastUpdated": base}
+	})
+	insert("users", 120, func(i int) bson.M {
+		kind := "practitioner"
+		if i%2 == 1 {
+			kind = "patient"
+		}
+		return bson.M{"_id": int64(i + 1), "email": fmt.Sprintf("u%d@example.org", i), "userType": kind, "lastUpdated": base}
+	})
+	for _, col := range []string{"organizations", "studies", "data_sources"} {
+		insert(col, 60, func(i int) bson.M {
+			return bson.M{"_id": int64(i + 1), "name": fmt.Sprintf("%s %d", col, i), "organizationId": int64(i%6 + 1), "partOf": nil, "lastUpdated": base}
+		})
+	}
+	types := []string{"Condition", "Observation", "Encounter"}
+	insert("resources", 600, func(i int) bson.M {
+		at := base.Add(time.Duration(i) * time.Hour)
+		source := int64(i%8 + 1)
+		return bson.M{"_id": fmt.Sprintf("00000000-0000-4000-8000-%012d", i), "resourceType": types[i%len(types)], "sourceId": source,
+			"sourcePatientId": source, "uniqueKey": fmt.Sprintf("u%d", i), "versionId": int64(1), "lastUpdated": at,
+			"search": bson.A{"code|http://snomed.info/sct|38341003", fmt.Sprintf("patient|Patient/%d", source), "clinical-status|active"},
+			"dates": bson.M{"onset-date": bson.M{"start": at, "end": at}, "date": bson.M{"start": at, "end": at}}, "sortAsc": at, "sortDesc": at}
+	})
+	insert("audit_events", 600, func(i int) bson.M {
+		return bson.M{"_id": int64(i + 1), "lastUpdated": base.Add(time.Duration(i) * time.Minute), "action": []string{"R", "E", "C"}[i%3],
+			"kind": "read", "agent": fmt.Sprintf("Practitioner/%d", i%10+1), "entityTypes": bson.A{[]string{"Observation", "Patient", "Consent"}[i%3]},
+			"entities": bson.A{}, "patientIds": bson.A{int64(i%12 + 1), int64((i+1)%12 + 1)}}
+	})
+}
+
+// planCase is a search as the domain hands it to the store: the type,
+// the query, and the scope the caller's reach resolved to.
+type planCase struct {
+	resourceType, query string
+	scope               domain.Scope
+}
+
+// planCases are the searches whose plans must use an index: the shapes
+// the service sends (TestFHIRObservationPlansUseIndexes checks their
+// $match statically), with each store's usual scopes.
+func planCases() []planCase {
+	hr, bp := "omh:heart-rate:2.0", "omh:blood-pressure:4.0"
+	practitioner := domain.Scope{PatientIDs: []int64{3, 5, 9}}
+	patient := domain.Scope{PatientIDs: []int64{5}}
+	study := domain.Scope{PatientIDs: []int64{3, 5, 9}, Codes: map[int64][]string{3: {hr, bp}, 5: {hr}, 9: {}}}
+	var cases []planCase
+	for _, scope := range []domain.Scope{practitioner, patient, study} {
+		for _, q := range []string{"", "code=" + hr, "code=" + hr + "," + bp, "date=ge2024-01-02&date=lt2024-01-10",
+			"code=" + hr + "&date=ge2024-01-02&_sort=date", "_sort=-date", "_sort=-_lastUpdated", "_lastUpdated=gt2024-01-02",
+			"identifier=https://device.example.org/ids|reading-4", "status=final", "_id=12,13", "_summary=count", "_total=accurate&code=" + hr} {
+			cases = append(cases, planCase{"Observation", q, scope})
+		}
+	}
+	for _, q := range []string{"", "family=family1", "given=given2", "name=fam", "birthdate=ge1980-01-01", "identifier=http://hospital.example.org/mrn|M-4"} {
+		cases = append(cases, planCase{"Patient", q, domain.Scope{}}, planCase{"Patient", q, domain.Scope{IDs: []int64{1, 2, 3}}})
+	}
+	for _, t := range []string{"Practitioner", "Organization", "Group", "Device"} {
+		cases = append(cases, planCase{t, "", domain.Scope{IDs: []int64{1, 2, 3}}})
+	}
+	cases = append(cases, planCase{"Practitioner", "", domain.Scope{}}, planCase{"Practitioner", "_sort=-_lastUpdated", domain.Scope{}})
+	source := "_source=https://exchange.example.org/fhir-source/"
+	for _, q := range []string{"", "code=http://snomed.info/sct|38341003", "clinical-status=active", "onset-date=ge2024-01-02",
+		"_sort=-onset-date", "_lastUpdated=gt2024-01-02&_sort=_lastUpdated"} {
+		cases = append(cases,
+			planCase{"Condition", "_source:below=https://exchange.example.org/fhir-source/&" + q, domain.Scope{}},
+			planCase{"Condition", "_source:below=https://exchange.example.org/fhir-source/&" + q, domain.Scope{SourceIDs: []int64{1, 2}}},
+			planCase{"Condition", source + "3&" + q, domain.Scope{SourceIDs: []int64{3}, PatientIDs: []int64{3}}})
+	}
+	for _, q := range []string{"", "agent=Practitioner/3", "entity-type=Observation", "action=E", "date=ge2024-01-01T02:00:00Z", "_sort=-date",
+		"agent=Practitioner/3&date=ge2024-01-01T02:00:00Z&_sort=-date"} {
+		cases = append(cases, planCase{"AuditEvent", q, domain.Scope{}}, planCase{"AuditEvent", q, domain.Scope{PatientIDs: []int64{5}}})
+	}
+	return cases
+}
+
+// TestSearchPlansUseIndexes runs every planned search on seeded data, and
+// on MongoDB asks explain for each pipeline and count: the winning plan
+// must scan an index (IXSCAN and its kin), never the collection. FerretDB
+// (the embedded database, or a FerretDB server as TEST_MONGODB_URI) uses
+// no index but _id equality and explains otherwise: there the pipelines
+// only run, and the explain assertions are skipped, saying so.
+func TestSearchPlansUseIndexes(t *testing.T) {
+	db := repotest.NewDB(t)
+	seedForPlans(t, db)
+	ctx := context.Background()
+	tr := fhirsearch.NewTranslator([]byte("explain test key"), "https://exchange.example.org/fhir-source", time.Now)
+	onMongoDB := !repotest.IsFerretDB(t)
+	explained := 0
+	for _, c := range planCases() {
+		values, err := url.ParseQuery(c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := tr.Parse(c.resourceType, values, true)
+		if err != nil {
+			t.Fatalf("%s?%s: %v", c.resourceType, c.query, err)
+		}
+		plan, err := q.Plan(c.scope)
+		if err != nil {
+			t.Fatalf("%s?%s: %v", c.resourceType, c.query, err)
+		}
+		name := fmt.Sprintf("%s?%s scope %+v", c.resourceType, c.query, c.scope)
+		database := repotest.Collection(t, db, plan.Collection).Database()
+		var pipelines []bson.A
+		if plan.Pipeline != nil {
+			pipelines = append(pipelines, bson.A(plan.Pipeline))
+		}
+		if plan.Filter != nil {
+			pipelines = append(pipelines, bson.A{bson.D{{Key: "$match", Value: plan.Filter}}, bson.D{{Key: "$count", Value: "n"}}})
+		}
+		for _, pipeline := range pipelines {
+			cur, err := database.Collection(plan.Collection).Aggregate(ctx, pipeline)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if err := cur.All(ctx, new([]bson.Raw)); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !onMongoDB {
+				continue
+			}
+			stages, err := winningStages(ctx, database, plan.Collection, pipeline)
+			if err != nil {
+				t.Fatalf("%s: explain: %v", name, err)
+			}
+			explained++
+			if stages["COLLSCAN"] || !usesIndex(stages) {
+				t.Errorf("%s: the winning plan's stages are %v, want an index scan and no COLLSCAN\npipeline %v", name, keys(stages), pipeline)
+			}
+		}
+	}
+	if !onMongoDB {
+		t.Skipf("the server is FerretDB, which uses no index but _id equality: %d search plans ran; their explain assertions need MongoDB (TEST_MONGODB_URI)", len(planCases()))
+	}
+	t.Logf("%d pipelines explained: each scans an index", explained)
+}
+
+// winningStages returns the stage names of every winning plan MongoDB's
+// explain of an aggregation reports: under queryPlanner at the top, or in
+// the $cursor stage, in either the classic or the slot-based engine's
+// form (whose queryPlan holds the stages).
+func winningStages(ctx context.Context, database *mongo.Database, collection string, pipeline bson.A) (map[string]bool, error) {
+	var out bson.M
+	err := database.RunCommand(ctx, bson.D{
+		{Key: "explain", Value: bson.D{{Key: "aggregate", Value: collection}, {Key: "pipeline", Value: pipeline}, {Key: "cursor", Value: bson.D{}}}},
+		{Key: "verbosity", Value: "queryPlanner"},
+	}).Decode(&out)
+	if err != nil {
+		return nil, err
+	}
+	stages := map[string]bool{}
+	var walk func(v any, inWinning bool)
+	walk = func(v any, inWinning bool) {
+		switch x := v.(type) {
+		case bson.M:
+			for k, child := range x {
+				switch {
+				case k == "winningPlan":
+					walk(child, true)
+				case k == "rejectedPlans":
+				case inWinning && k == "stage":
+					if s, ok := child.(string); ok {
+						stages[s] = true
+					}
+				default:
+					walk(child, inWinning)
+				}
+			}
+		case bson.D:
+			m := bson.M{}
+			for _, e := range x {
+				m[e.Key] = e.Value
+			}
+			walk(m, inWinning)
+		case bson.A:
+			for _, child := range x {
+				walk(child, inWinning)
+			}
+		}
+	}
+	walk(out, false)
+	return stages, nil
+}
+
+// usesIndex reports whether a plan's stages read an index, or nothing at
+// all (EOF: a search the planner knows matches nothing).
+func usesIndex(stages map[string]bool) bool {
+	for s := range stages {
+		if strings.Contains(s, "IXSCAN") || strings.Contains(s, "IDHACK") || s == "COUNT_SCAN" || s == "DISTINCT_SCAN" || s == "EOF" {
+			return true
+		}
+	}
+	return false
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
