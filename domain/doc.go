@@ -13,4 +13,8 @@
 //     line behave the same.
 //   - Errors are *[Error] values carrying one [Code]; the transport layers map
 //     codes to statuses and never inspect messages.
+//   - The use cases decide what the audit trail records (audit.go): every
+//     read, search, write and import of patient data, consent change,
+//     sign-in and token issue, refusals included, through the [Auditor]
+//     port, which must not block.
 package domain

@@ -100,14 +100,15 @@ describe('discovery', () => {
     assert.equal(cs.resourceType, 'CapabilityStatement');
     assert.equal(cs.fhirVersion, '5.0.0');
     // Every R5 resource type but those with no meaning here: the 28 the
-    // imported store configures (the six native ones among them) and the
-    // rest of R5 with R5's search parameters.
+    // imported store configures (the six native ones among them), the
+    // audit trail (native and read-only) and the rest of R5 with R5's
+    // search parameters.
     const types = cs.rest[0].resource.map((r) => r.type);
     assert.deepEqual(types, [...types].sort(), 'listed by name');
     const r5Types = Object.keys(JSON.parse(readFileSync(schemaPath, 'utf8')).discriminator.mapping);
     for (const type of types) assert.ok(r5Types.includes(type), `${type} is no R5 resource type`);
     for (const type of [
-      'AllergyIntolerance', 'CarePlan', 'CareTeam', 'Condition', 'Coverage', 'Device', 'DiagnosticReport',
+      'AllergyIntolerance', 'AuditEvent', 'CarePlan', 'CareTeam', 'Condition', 'Coverage', 'Device', 'DiagnosticReport',
       'DocumentReference', 'Encounter', 'FamilyMemberHistory', 'Goal', 'Group', 'Immunization', 'Location',
       'Medication', 'MedicationDispense', 'MedicationRequest', 'Observation', 'Organization', 'Patient',
       'Practitioner', 'PractitionerRole', 'Procedure', 'Provenance', 'QuestionnaireResponse', 'RelatedPerson',
@@ -121,6 +122,10 @@ describe('discovery', () => {
     assert.ok(types.length >= 130, `${types.length} types`);
     for (const r of cs.rest[0].resource) {
       const codes = r.interaction.map((i) => i.code);
+      if (r.type === 'AuditEvent') {
+        assert.deepEqual(codes.sort(), ['read', 'search-type', 'vread']);
+        continue;
+      }
       for (const code of ['read', 'search-type', 'create', 'update', 'patch', 'delete']) {
         assert.ok(codes.includes(code), `${r.type} lacks ${code}`);
       }

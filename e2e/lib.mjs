@@ -1,7 +1,8 @@
 // Shared settings and helpers of the end-to-end tests. e2e/run sets the
 // environment; each value is required so a test never runs against a guess.
 import { execFile } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { appendFileSync, mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
@@ -16,6 +17,128 @@ export function artifactsDir() {
   const dir = fileURLToPath(new URL('.artifacts/', import.meta.url));
   mkdirSync(dir, { recursive: true });
   return dir;
+}
+
+// ---- Secrets and data values, for the log scan (log-scan.mjs) -------------
+
+/**
+ * Records values that must never appear in the service's or the gateway's
+ * logs (tokens, codes, cookies, passwords, uploaded data) in
+ * $EXCHANGE_SECRETS_FILE, one JSON string per line. Values shorter than 8
+ * characters are left out: they would match by chance.
+ */
+export function remember(...values) {
+  const file = process.env.EXCHANGE_SECRETS_FILE;
+  if (!file) return;
+  for (const v of values) {
+    if (typeof v === 'string' && v.length >= 8) appendFileSync(file, `${JSON.stringify(v)}\n`);
+  }
+}
+
+/** The secret fields of OAuth requests and answers. */
+const secretFields = ['access_token', 'refresh_token', 'id_token', 'code', 'password', 'client_secret', 'code_verifier', 'token'];
+
+/** Remembers the secrets a request's form or JSON body carries. */
+function rememberBody(body) {
+  if (typeof body !== 'string' && !(body instanceof URLSearchParams)) return;
+  const text = body.toString();
+  try {
+    const form = new URLSearchParams(text);
+    for (const f of secretFields) remember(form.get(f));
+  } catch {}
+}
+
+/** Remembers what an answer hands out: cookies, a code in a redirect. */
+function rememberHeaders(headers) {
+  for (const c of headers.getSetCookie?.() ?? []) remember(c.split(';')[0].split('=').slice(1).join('='));
+  const location = headers.get('location');
+  if (location) {
+    try {
+      const u = new URL(location, 'http://x');
+      remember(u.searchParams.get('code'));
+    } catch {}
+  }
+}
+
+// Every fetch of the tests (openid-client's and the MCP SDK's included)
+// passes here: bearer tokens sent, secrets in form bodies, cookies and codes
+// handed out, and the tokens of token endpoint answers are remembered.
+const realFetch = globalThis.fetch;
+globalThis.fetch = async (input, init = {}) => {
+  const headers = new Headers(init.headers ?? (input instanceof Request ? input.headers : undefined));
+  const auth = headers.get('authorization');
+  if (auth?.startsWith('Bearer ')) remember(auth.slice(7));
+  rememberBody(init.body);
+  const res = await realFetch(input, init);
+  rememberHeaders(res.headers);
+  const url = new URL(input instanceof Request ? input.url : String(input));
+  if (/\/token\/?$/.test(url.pathname) && (res.headers.get('content-type') ?? '').includes('json')) {
+    try {
+      const body = await res.clone().json();
+      for (const f of secretFields) remember(body[f]);
+    } catch {}
+  }
+  return res;
+};
+
+// ---- Sign-in without a browser ----------------------------------------------
+
+/**
+ * Signs in at an exchange's login page (base: its origin) with an email and
+ * password, as a browser form post does (the CSRF cookie and field are the
+ * same random value), from the client address forwardedFor when given (the
+ * exchange trusts e2e/run's loopback proxy). Returns the response, and the
+ * login session cookie when the sign-in succeeded.
+ */
+export async function formSignIn(base, email, password, { forwardedFor } = {}) {
+  const csrf = randomBytes(24).toString('hex');
+  const headers = { 'Content-Type': 'application/x-www-form-urlencoded', Cookie: `exchange_csrf=${csrf}` };
+  if (forwardedFor) headers['X-Forwarded-For'] = forwardedFor;
+  remember(password);
+  const res = await fetch(`${base}/o/login/`, {
+    method: 'POST',
+    redirect: 'manual',
+    headers,
+    body: new URLSearchParams({ csrf_token: csrf, email, password, next: '' }),
+  });
+  const session = res.headers.getSetCookie().map((c) => c.split(';')[0]).find((c) => c.startsWith('exchange_session='));
+  return { res, session };
+}
+
+/**
+ * Runs the authorization code flow of the gateway's client (confidential,
+ * trusted: no consent page; e2e/run's MCP_OAUTH_CLIENT_ID and _SECRET) at
+ * an exchange for a signed-in session, and redeems the code there. Returns
+ * the token endpoint's answer.
+ */
+export async function codeFlowTokens(base, session) {
+  const clientId = env('MCP_OAUTH_CLIENT_ID');
+  const redirectUri = env('MCP_OAUTH_REDIRECT_URI');
+  const verifier = randomBytes(32).toString('base64url');
+  const { createHash } = await import('node:crypto');
+  const challenge = createHash('sha256').update(verifier).digest('base64url');
+  const authorize = new URL(`${base}/o/authorize/`);
+  authorize.search = new URLSearchParams({
+    response_type: 'code', client_id: clientId, redirect_uri: redirectUri, scope: 'openid offline_access',
+    state: randomBytes(12).toString('hex'), code_challenge: challenge, code_challenge_method: 'S256',
+  }).toString();
+  const res = await fetch(authorize, { redirect: 'manual', headers: { Cookie: session } });
+  const location = res.headers.get('location');
+  if (res.status !== 302 && res.status !== 303) throw new Error(`authorize: ${res.status} ${await res.text()}`);
+  const code = new URL(location).searchParams.get('code');
+  if (!code) throw new Error(`authorize redirected to ${location}`);
+  return tokenRequest(base, { grant_type: 'authorization_code', code, redirect_uri: redirectUri, code_verifier: verifier });
+}
+
+/** A token endpoint request as the gateway's client (HTTP Basic). */
+export async function tokenRequest(base, form) {
+  const basic = Buffer.from(`${encodeURIComponent(env('MCP_OAUTH_CLIENT_ID'))}:${encodeURIComponent(env('MCP_OAUTH_CLIENT_SECRET'))}`).toString('base64');
+  const res = await fetch(`${base}/o/token/`, {
+    method: 'POST',
+    headers: { Authorization: `Basic ${basic}`, 'Content-Type': 'application/x-www-form-urlencoded', Accept: 'application/json' },
+    body: new URLSearchParams(form),
+  });
+  return { status: res.status, json: await res.json() };
 }
 
 /** Chromium flags that keep it quiet on a closed network. */
@@ -36,12 +159,31 @@ const chromiumArgs = [
  */
 export async function launchChromium() {
   const { chromium } = await import('playwright-core');
-  return chromium.launch({
+  const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     headless: true,
     args: chromiumArgs,
     timeout: 60_000,
   });
+  // What the browser is handed (cookies, codes in redirects) is
+  // remembered for the log scan, as fetch's is.
+  const newContext = browser.newContext.bind(browser);
+  browser.newContext = async (...args) => {
+    const context = await newContext(...args);
+    context.on('response', async (r) => {
+      try {
+        rememberHeaders(new Headers(await r.allHeaders()));
+      } catch {}
+    });
+    context.on('request', (r) => {
+      try {
+        remember(new URL(r.url()).searchParams.get('code'));
+        rememberBody(r.postData() ?? undefined);
+      } catch {}
+    });
+    return context;
+  };
+  return browser;
 }
 
 /**
@@ -104,6 +246,7 @@ export async function exchangeCommand(...args) {
 export async function bearerToken(email, ...flags) {
   const token = (await exchangeCommand('token', 'create', '--email', email, ...flags)).trim();
   if (!token) throw new Error(`exchange token create --email ${email} printed no token`);
+  remember(token);
   return token;
 }
 
@@ -147,6 +290,8 @@ export function omhDataPoint(id, name, version, body) {
  */
 export function nativeObservation({ patient, device, dataPoint, identifier, status = 'final' }) {
   const { name, version } = dataPoint.header.schema_id;
+  const data = Buffer.from(JSON.stringify(dataPoint)).toString('base64');
+  remember(data, JSON.stringify(dataPoint.body));
   return {
     resourceType: 'Observation',
     identifier: [{ system: 'urn:exchange:e2e', value: identifier }],
@@ -154,10 +299,7 @@ export function nativeObservation({ patient, device, dataPoint, identifier, stat
     code: { coding: [{ system: 'https://w3id.org/openmhealth', code: `omh:${name}:${version}` }] },
     subject: { reference: `Patient/${patient}` },
     device: { reference: `Device/${device}` },
-    valueAttachment: {
-      contentType: 'application/json',
-      data: Buffer.from(JSON.stringify(dataPoint)).toString('base64'),
-    },
+    valueAttachment: { contentType: 'application/json', data },
   };
 }
 
@@ -168,4 +310,69 @@ export function batchBundle(resources) {
     type: 'batch',
     entry: resources.map((resource) => ({ request: { method: 'POST', url: resource.resourceType }, resource })),
   };
+}
+
+/** A request to the admin API: the status and the parsed JSON answer. */
+export async function api(path, { token, method = 'GET', body, base = env('EXCHANGE_URL') } = {}) {
+  const headers = { Accept: 'application/json' };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const res = await fetch(`${base}/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, json: text ? JSON.parse(text) : undefined };
+}
+
+/**
+ * A patient of the Cardiology Department of its own (the demo manager,
+ * manager@example.org, manages their data), enrolled in a study of its own
+ * that requests heart rates, which the patient consented to share: a
+ * patient whose observations no other test counts. Returns the patient's
+ * id, email, password and names, and the study's id. The names, email and
+ * password are remembered for the log scan.
+ */
+export async function ownPatient(managerToken, label) {
+  const run = `${label}-${randomBytes(4).toString('hex')}`;
+  const orgs = await api('/organizations?pageSize=100', { token: managerToken });
+  const cardiology = orgs.json.results.find((o) => o.name === 'Cardiology Department');
+  if (!cardiology) throw new Error(`no Cardiology Department among ${JSON.stringify(orgs.json)}`);
+  const family = `Quillfeather${randomBytes(3).toString('hex')}`;
+  const given = `Ottoline${randomBytes(3).toString('hex')}`;
+  const email = `${run}@example.org`;
+  const password = `pw-${randomBytes(12).toString('hex')}`;
+  remember(family, given, email, password);
+  const patient = await api('/patients', {
+    token: managerToken, method: 'POST',
+    body: { email, password, nameFamily: family, nameGiven: [given], birthDate: '1979-04-02', organizationIds: [cardiology.id] },
+  });
+  if (patient.status !== 201) throw new Error(`create patient: ${patient.status} ${JSON.stringify(patient.json)}`);
+  const study = await api('/studies', {
+    token: managerToken, method: 'POST',
+    body: { organizationId: cardiology.id, name: `Study ${run}`, description: 'operations e2e' },
+  });
+  const steps = [
+    await api(`/studies/${study.json.id}/scope_requests`, {
+      token: managerToken, method: 'POST', body: { codingSystem: 'https://w3id.org/openmhealth', codingCode: 'omh:heart-rate:2.0' },
+    }),
+    await api(`/studies/${study.json.id}/patients`, { token: managerToken, method: 'POST', body: { patientIds: [patient.json.id] } }),
+    await api(`/patients/${patient.json.id}/consents`, {
+      token: managerToken, method: 'POST',
+      body: { studyScopeConsents: [{ studyId: study.json.id, scopeConsents: [{ codingSystem: 'https://w3id.org/openmhealth', codingCode: 'omh:heart-rate:2.0', consented: true }] }] },
+    }),
+  ];
+  for (const s of [study, ...steps]) {
+    if (s.status >= 300) throw new Error(`set up ${run}: ${s.status} ${JSON.stringify(s.json)}`);
+  }
+  return { id: patient.json.id, email, password, family, given, studyId: study.json.id, organizationId: cardiology.id };
+}
+
+/** Heart rates of a patient from Device/1, as native Observations with identifiers of their own. */
+export function heartRates(patient, n, label) {
+  return Array.from({ length: n }, (_, i) => {
+    const id = `${label}-${randomBytes(4).toString('hex')}-${i}`;
+    const dataPoint = omhDataPoint(id, 'heart-rate', '2.0', {
+      heart_rate: { value: 61 + i, unit: 'beats/min' },
+      effective_time_frame: { date_time: `2025-04-0${1 + (i % 9)}T0${i % 10}:00:00Z` },
+    });
+    return nativeObservation({ patient, device: 1, dataPoint, identifier: id });
+  });
 }

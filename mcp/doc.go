@@ -29,8 +29,12 @@
 //     500. The 5xx carry an OAuth-style JSON error and no WWW-Authenticate.
 //     An outage met during a tool call (the token validated from the cache)
 //     is the same 503; other faults reach the client without the
-//     service's address or Go's error text (faults.go). /health reports
-//     whether the service answers and accepts the gateway's credentials.
+//     service's address or Go's error text (faults.go). /health is
+//     liveness; /ready reports whether the service is ready and accepts
+//     the gateway's credentials. One middleware (metrics.go) gives each
+//     request its id, passed on to the exchange with the calls it makes,
+//     counts it, and logs a line; /metrics adds tool calls by tool and
+//     outcome and the calls to the exchange by endpoint and status.
 //   - The tools: studies, patients, observations, Open mHealth schemas
 //     (also MCP resources) and FHIR capabilities, each a constructor that
 //     returns (mcp.Tool, server.ToolHandlerFunc). They call the exchange's

@@ -17,5 +17,11 @@
 //     ordered so that a failure removes what was written before it.
 //   - Driver errors are mapped at this boundary: no documents becomes
 //     domain.CodeNotFound, a duplicate key domain.CodeDuplicate.
+//   - The audit trail is written by AuditLog off the request path, in
+//     batches; a lost event is counted and logged, never silent.
+//   - Every driver command is timed (Metrics, a CommandMonitor that
+//     composes with other watchers); on FerretDB, searches take one of a
+//     few slots, so that a busy embedded database answers 503 instead of
+//     drowning.
 //   - Nothing here knows about HTTP.
 package repo

@@ -70,7 +70,7 @@ func seedForPlans(t *testing.T, db *repo.DB) {
 		return bson.M{"_id": fmt.Sprintf("00000000-0000-4000-8000-%012d", i), "resourceType": types[i%len(types)], "sourceId": source,
 			"sourcePatientId": source, "uniqueKey": fmt.Sprintf("u%d", i), "versionId": int64(1), "lastUpdated": at,
 			"search": bson.A{"code|http://snomed.info/sct|38341003", fmt.Sprintf("patient|Patient/%d", source), "clinical-status|active"},
-			"dates": bson.M{"onset-date": bson.M{"start": at, "end": at}, "date": bson.M{"start": at, "end": at}}, "sortAsc": at, "sortDesc": at}
+			"dates":  bson.M{"onset-date": bson.M{"start": at, "end": at}, "date": bson.M{"start": at, "end": at}}, "sortAsc": at, "sortDesc": at}
 	})
 	insert("audit_events", 600, func(i int) bson.M {
 		return bson.M{"_id": int64(i + 1), "lastUpdated": base.Add(time.Duration(i) * time.Minute), "action": []string{"R", "E", "C"}[i%3],
