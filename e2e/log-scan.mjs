@@ -12,10 +12,13 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { api, bearerToken, env } from './lib.mjs';
 
+// The log lines: JSON objects (the files also hold what the programs print
+// on stdout for a person starting them, the start-up banner, which is not
+// a log).
 const dir = env('EXCHANGE_LOG_DIR');
 const logs = readdirSync(dir)
   .filter((f) => /^(serve(-\d+)?|gateway)\.log$/.test(f))
-  .map((f) => ({ name: f, lines: readFileSync(join(dir, f), 'utf8').split('\n').filter((l) => l !== '') }));
+  .map((f) => ({ name: f, lines: readFileSync(join(dir, f), 'utf8').split('\n').filter((l) => l.startsWith('{')) }));
 
 /** Every page of an admin API list. */
 async function all(path, token) {

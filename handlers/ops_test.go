@@ -1,18 +1,14 @@
 package handlers_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -84,38 +80,12 @@ func TestRequestIDs(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination that many requests write at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // TestRequestLogLines: each request is one JSON line at debug level with
 // its id, route template, status, duration and who acted through which
 // client; and nothing of what was sent: no token, query value, body
 // value, name or email.
 func TestRequestLogLines(t *testing.T) {
-	var logs syncBuffer
+	var logs handlerstest.LogBuffer
 	log, err := telemetry.ParseLogConfig("json", "debug")
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +98,7 @@ func TestRequestLogLines(t *testing.T) {
 	handlerstest.SendTo(t, "POST", w.env.URL+"/api/v1/studies", token, secretBody, nil)
 	w.create(t, token, fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00Z")))})
 
-	lines := logs.lines(t)
+	lines := logs.JSONLines(t)
 	var search map[string]any
 	for _, l := range lines {
 		if l["request_id"] == "trace-me-1" {
@@ -139,7 +109,7 @@ func TestRequestLogLines(t *testing.T) {
 		search["status"] != 200.0 || search["user"] != float64(w.doc.ID) || search["client"] != "exchange-cli" || search["duration_ms"] == nil {
 		t.Errorf("the search's line is %v", search)
 	}
-	all := logs.buf.String()
+	all := logs.String()
 	for _, secret := range []string{token, "Smithson", "Alice", "Secret Study Name", "alice@example.org", "doc@example.org", "beats/min",
 		base64.StdEncoding.EncodeToString(fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00Z"))))[:40]} {
 		if strings.Contains(all, secret) {
@@ -158,19 +128,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	w.search(t, w.tok["doc"], fmt.Sprintf("/Observation?patient=%d", w.alice.ID))
 	w.search(t, w.tok["doc"], fmt.Sprintf("/Patient/%d", w.alice.ID))
 
-	scrape := func(token string) (int, string) {
-		req, _ := http.NewRequest("GET", w.env.URL+"/metrics", nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	scrape := func(token string) (int, string) { return handlerstest.GetText(t, w.env.URL+"/metrics", token) }
 	for _, wrong := range []string{"", "metrics-token-012345678", w.tok["super"]} {
 		if status, _ := scrape(wrong); status != http.StatusUnauthorized {
 			t.Errorf("/metrics with token %q: %d, want 401", wrong, status)

@@ -2,14 +2,13 @@ package handlers_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 
 	"exchange/domain"
+	"exchange/handlers/handlerstest"
 )
 
 // person is someone the directory could leak: their marks are values
@@ -141,15 +140,6 @@ func TestUserDirectoryLeaksNoOne(t *testing.T) {
 // getBody sends GET with a bearer token (none: empty) and returns the body.
 func getBody(t *testing.T, rawURL, token string) string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", rawURL, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return string(data)
+	_, body := handlerstest.GetText(t, rawURL, token)
+	return body
 }

@@ -1,12 +1,8 @@
 package mcp_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"exchange/handlers/handlerstest"
@@ -14,35 +10,13 @@ import (
 	"exchange/telemetry"
 )
 
-// lockedBuffer is a log many goroutines write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// requestIDs returns the request id of each line logged for a route
+// requestIDs returns the request id of each line a log holds for a route
 // prefix.
-func (l *lockedBuffer) requestIDs(t *testing.T, routePrefix string) map[string]bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func requestIDs(t *testing.T, log *handlerstest.LogBuffer, routePrefix string) map[string]bool {
 	ids := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
-		var m struct {
-			Msg       string `json:"msg"`
-			Route     string `json:"route"`
-			RequestID string `json:"request_id"`
-		}
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("not a JSON log line: %q", line)
-		}
-		if m.Msg == "request" && strings.HasPrefix(m.Route, routePrefix) {
-			ids[m.RequestID] = true
+	for _, m := range log.JSONLines(t) {
+		if route, _ := m["route"].(string); m["msg"] == "request" && strings.HasPrefix(route, routePrefix) {
+			ids[m["request_id"].(string)] = true
 		}
 	}
 	return ids
@@ -55,7 +29,7 @@ func (l *lockedBuffer) requestIDs(t *testing.T, routePrefix string) map[string]b
 // made.
 func TestGatewayMetricsAndRequestIDs(t *testing.T) {
 	logConfig, _ := telemetry.ParseLogConfig("json", "info")
-	var serviceLog, gatewayLog lockedBuffer
+	var serviceLog, gatewayLog handlerstest.LogBuffer
 	s := &stack{env: handlerstest.StartWith(t, handlerstest.Options{Logger: logConfig.NewLogger(&serviceLog)})}
 	w := s.seed(t)
 	reg := telemetry.NewRegistry()
@@ -69,19 +43,7 @@ func TestGatewayMetricsAndRequestIDs(t *testing.T) {
 		t.Fatal("get_study of a missing study is no tool error")
 	}
 
-	get := func(auth string) (int, string) {
-		req, _ := http.NewRequest("GET", g.URL+"/metrics", nil)
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := func(auth string) (int, string) { return handlerstest.GetText(t, g.URL+"/metrics", auth) }
 	if status, _ := get(""); status != http.StatusUnauthorized {
 		t.Errorf("/metrics without the token: %d", status)
 	}
@@ -102,9 +64,9 @@ func TestGatewayMetricsAndRequestIDs(t *testing.T) {
 		}
 	}
 
-	mcpCalls := gatewayLog.requestIDs(t, "/mcp")
+	mcpCalls := requestIDs(t, &gatewayLog, "/mcp")
 	joined := 0
-	for id := range serviceLog.requestIDs(t, "/api/v1/") {
+	for id := range requestIDs(t, &serviceLog, "/api/v1/") {
 		if mcpCalls[id] {
 			joined++
 		}

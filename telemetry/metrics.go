@@ -71,9 +71,21 @@ func MetricsHandler(g prometheus.Gatherer, token string) http.Handler {
 	})
 }
 
-// ServeMetrics serves h as /metrics alone on addr (METRICS_ADDR), away
-// from the program's public port; stop closes it.
-func ServeMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+// Serve arranges /metrics as configured, behind Token: with Addr, alone on
+// a listener of its own, away from the program's public port (stop closes
+// it); else it returns the handler the program serves on its main port
+// (stop does nothing).
+func (c MetricsConfig) Serve(g prometheus.Gatherer, log *slog.Logger) (onMainPort http.Handler, stop func(), err error) {
+	h := MetricsHandler(g, c.Token)
+	if c.Addr == "" {
+		return h, func() {}, nil
+	}
+	stop, err = serveAlone(c.Addr, h, log)
+	return nil, stop, err
+}
+
+// serveAlone serves h as /metrics alone on addr.
+func serveAlone(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("METRICS_ADDR: %w", err)

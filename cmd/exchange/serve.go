@@ -13,7 +13,6 @@ import (
 	"exchange/console"
 	"exchange/handlers"
 	"exchange/repo"
-	"exchange/telemetry"
 )
 
 // shutdownGrace is how long in-flight requests may take once SIGTERM came.
@@ -43,21 +42,15 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 		debug.SetMemoryLimit(embeddedMemoryLimit)
 		log.Info("embedded database: memory limit set (GOMEMLIMIT)", "limitMiB", embeddedMemoryLimit>>20)
 	}
-	metrics := telemetry.MetricsHandler(a.metrics, s.Metrics.Token)
-	config := handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping,
-		Loaded: a.loaded, Metrics: a.metrics, Logger: log, TrustedProxies: s.TrustedProxies,
-		Console: console.New(console.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas,
-			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log})}
-	if s.Metrics.Addr == "" {
-		config.MetricsHandler = metrics
-	} else {
-		stopMetrics, err := telemetry.ServeMetrics(s.Metrics.Addr, metrics, log)
-		if err != nil {
-			return err
-		}
-		defer stopMetrics()
+	metrics, stopMetrics, err := s.Metrics.Serve(a.metrics, log)
+	if err != nil {
+		return err
 	}
-	web := handlers.New(config)
+	defer stopMetrics()
+	web := handlers.New(handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping,
+		Loaded: a.loaded, Metrics: a.metrics, MetricsHandler: metrics, Logger: log, TrustedProxies: s.TrustedProxies,
+		Console: console.New(console.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas,
+			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log})})
 
 	background, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()

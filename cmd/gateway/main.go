@@ -90,23 +90,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, in io.R
 // serve runs the HTTP gateway until ctx ends, then drains requests.
 func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 	reg := telemetry.NewRegistry()
-	config := mcp.Config{
+	metrics, stopMetrics, err := s.Metrics.Serve(reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	g, err := mcp.New(mcp.Config{
 		ServiceURL: s.ServiceURL, ServiceBrowserURL: s.ServicePublicURL,
 		ClientID: s.ClientID, ClientSecret: s.ClientSecret,
 		ResourceURL: s.ResourceURL, BrokerKey: s.BrokerKey, AllowedRedirects: s.AllowedRedirects,
-		RequireAudience: s.RequireAudience, ApprovalLifetime: s.ApprovalLifetime, Log: log, Metrics: reg,
-	}
-	metrics := telemetry.MetricsHandler(reg, s.Metrics.Token)
-	if s.Metrics.Addr == "" {
-		config.MetricsHandler = metrics
-	} else {
-		stop, err := telemetry.ServeMetrics(s.Metrics.Addr, metrics, log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-	g, err := mcp.New(config)
+		RequireAudience: s.RequireAudience, ApprovalLifetime: s.ApprovalLifetime, Log: log, Metrics: reg, MetricsHandler: metrics,
+	})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -113,24 +112,6 @@ func TestListenAddress(t *testing.T) {
 	}
 }
 
-// syncBuffer is a buffer the server logs to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listening = regexp.MustCompile(`msg="gateway listening" addr=\S*:(\d+)`)
 
 // TestServeWarnsAboutTheResourceURLFallback starts the program as users
@@ -149,7 +130,7 @@ func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 	delete(vars, "MCP_RESOURCE_URL")
 	vars["LOG_FORMAT"] = "text" // what the patterns below read
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
+	var logs handlerstest.LogBuffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, env(vars), nil, io.Discard, &logs) }()
 	var port string

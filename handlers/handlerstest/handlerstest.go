@@ -478,3 +478,57 @@ func (h faultLog) WithAttrs(attrs []slog.Attr) slog.Handler {
 func (h faultLog) WithGroup(name string) slog.Handler {
 	return faultLog{h.Handler.WithGroup(name), h.f}
 }
+
+// GetText sends GET with a bearer token (none: empty) and returns the
+// status and the body as text.
+func GetText(t testing.TB, rawURL, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+// LogBuffer is a log destination a running server writes while the test
+// reads it.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is what was written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// JSONLines decodes what was written so far, one JSON object a line.
+func (l *LogBuffer) JSONLines(t testing.TB) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}

@@ -1,0 +1,69 @@
+package telemetry_test
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"exchange/telemetry"
+)
+
+func TestParseMetricsConfig(t *testing.T) {
+	for _, tc := range []struct{ addr, token, err string }{
+		{"", "", ""},
+		{":9090", "a-token-of-16-chars", ""},
+		{"127.0.0.1:0", "", ""},
+		{"9090", "", "METRICS_ADDR"},
+		{"", "short", "METRICS_TOKEN"},
+	} {
+		_, err := telemetry.ParseMetricsConfig(tc.addr, tc.token)
+		if (tc.err == "") != (err == nil) || (err != nil && !strings.HasPrefix(err.Error(), tc.err+":")) {
+			t.Errorf("%q %q: %v, want an error naming %q", tc.addr, tc.token, err, tc.err)
+		}
+	}
+}
+
+// TestMetricsServedAlone: with METRICS_ADDR, /metrics is served there,
+// behind the token, and not handed to the main port.
+func TestMetricsServedAlone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c, err := telemetry.ParseMetricsConfig(addr, "metrics-token-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onMain, stop, err := c.Serve(telemetry.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if onMain != nil {
+		t.Error("a handler for the main port as well")
+	}
+	get := func(token string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if status, _ := get("metrics-token-0123456780"); status != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d", status)
+	}
+	if status, body := get("metrics-token-0123456789"); status != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("the token: %d %.80s", status, body)
+	}
+}
