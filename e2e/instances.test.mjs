@@ -13,6 +13,7 @@ import { openSync, writeFileSync, mkdtempSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import {
   api, batchBundle, bearerToken, codeFlowTokens, env, fhir, formSignIn, heartRates, ownPatient, tokenRequest,
@@ -40,7 +41,10 @@ before(async () => {
   second = `http://127.0.0.1:${port}`;
   // Its log joins the others in EXCHANGE_LOG_DIR, for log-scan.mjs.
   const log = openSync(join(env('EXCHANGE_LOG_DIR'), 'serve-2.log'), 'a');
+  // From the repository's root, as e2e/run starts the first: the standards
+  // data is found where /ready checks for it.
   child = spawn(env('EXCHANGE_BIN'), ['serve'], {
+    cwd: fileURLToPath(new URL('..', import.meta.url)),
     env: { ...process.env, PORT: String(port), MONGODB_URI: env('EXCHANGE_MONGO_URI') },
     stdio: ['ignore', log, log],
   });
@@ -140,8 +144,12 @@ describe('two instances on one database', () => {
     const token = await bearerToken('admin@example.org');
     const dir = mkdtempSync(join(tmpdir(), 'exchange-e2e-instances-'));
     const file = join(dir, 'procedure.json');
-    writeFileSync(file, JSON.stringify({ resourceType: 'Procedure', id: `proc-inst-${randomBytes(3).toString('hex')}`, status: 'completed', code: { text: 'Checkup' } }));
-    const imported = await run(env('EXCHANGE_BIN'), ['import', 'r4', '--url', second, '--source', '1', file], { env: { ...process.env, EXCHANGE_TOKEN: token } });
+    writeFileSync(file, JSON.stringify({
+      resourceType: 'Procedure', id: `proc-inst-${randomBytes(3).toString('hex')}`, status: 'completed',
+      code: { text: 'Checkup' }, subject: { reference: 'Patient/a1' },
+    }));
+    const imported = await run(env('EXCHANGE_BIN'), ['import', 'r4', '--url', second, '--source', '1', '--report', join(dir, 'report.ndjson'), file],
+      { env: { ...process.env, EXCHANGE_TOKEN: token } });
     assert.match(imported.stdout, /1 resources read: 1 converted/);
   });
 });
