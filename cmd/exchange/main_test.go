@@ -45,6 +45,18 @@ func TestSettingsDefaults(t *testing.T) {
 	if err != nil || s.PatientCodeTTL != 36*time.Hour || s.FHIRSourceBase != "https://x.example.org/src" || s.MaxDataPointBytes != 4096 {
 		t.Errorf("TTL and base: %+v %v", s, err)
 	}
+	// Operations: JSON logs at info, metrics on the main port, the audit trail kept for ever, two search
+	// slots of the embedded database for 10 s; and each set.
+	if s, _ := loadSettings(env(nil)); !s.Log.JSON || s.Log.Level != slog.LevelInfo || s.Metrics.Addr != "" || s.AuditRetention != 0 ||
+		s.AuditBuffer != 10000 || s.EmbeddedSearchSlots != 2 || s.EmbeddedSearchQueue != 10*time.Second || s.GoMemLimitSet {
+		t.Errorf("operations defaults: %+v", s)
+	}
+	s, err = loadSettings(env(map[string]string{"LOG_FORMAT": "text", "LOG_LEVEL": "debug", "METRICS_ADDR": ":9090", "METRICS_TOKEN": "a-metrics-token-0123",
+		"AUDIT_RETENTION": "2190d", "AUDIT_BUFFER": "50", "EMBEDDED_SEARCH_SLOTS": "4", "EMBEDDED_SEARCH_QUEUE": "30s", "GOMEMLIMIT": "1GiB"}))
+	if err != nil || s.Log.JSON || s.Log.Level != slog.LevelDebug || s.Metrics.Addr != ":9090" || s.Metrics.Token != "a-metrics-token-0123" ||
+		s.AuditRetention != 2190*24*time.Hour || s.AuditBuffer != 50 || s.EmbeddedSearchSlots != 4 || s.EmbeddedSearchQueue != 30*time.Second || !s.GoMemLimitSet {
+		t.Errorf("operations settings: %+v %v", s, err)
+	}
 }
 
 func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
@@ -76,6 +88,15 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		{"FHIR_XVER_TRANSLATE_CODES", "sometimes"},
 		{"MAX_DATA_POINT_BYTES", "1MiB"},
 		{"MAX_DATA_POINT_BYTES", "0"},
+		{"LOG_FORMAT", "xml"},
+		{"LOG_LEVEL", "loud"},
+		{"METRICS_ADDR", "9090"},
+		{"METRICS_TOKEN", "short"},
+		{"AUDIT_RETENTION", "forever"},
+		{"AUDIT_RETENTION", "-1d"},
+		{"AUDIT_BUFFER", "0"},
+		{"EMBEDDED_SEARCH_SLOTS", "many"},
+		{"EMBEDDED_SEARCH_QUEUE", "0"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), nil, env(map[string]string{tc.name: tc.value, "DATA_DIR": t.TempDir()}), nil, &stdout, &stderr)
