@@ -108,16 +108,17 @@ describe('two instances on one database', () => {
 
   it('creates ids on both at once: none given twice, no write lost', { timeout: 120_000 }, async () => {
     const admin = await bearerToken('admin@example.org');
-    const run = randomBytes(3).toString('hex');
+    const patient = await ownPatient('instances');
+    const manager = await bearerToken(patient.managerEmail);
+    // Teams of the test's own organization, so that no other test's counts change.
     const creates = Array.from({ length: 30 }, (_, i) =>
-      api('/organizations', { token: admin, method: 'POST', base: i % 2 ? second : first, body: { name: `Org ${run} ${i}`, type: 'team' } }));
+      api('/organizations', { token: admin, method: 'POST', base: i % 2 ? second : first,
+        body: { name: `Team ${i}`, type: 'team', partOf: patient.organizationId } }));
     const orgs = await Promise.all(creates);
     for (const o of orgs) assert.equal(o.status, 201, JSON.stringify(o.json));
     const ids = orgs.map((o) => o.json.id);
     assert.equal(new Set(ids).size, ids.length, `organization ids ${ids}`);
 
-    const manager = await bearerToken('manager@example.org');
-    const patient = await ownPatient(manager, 'instances');
     const batches = await Promise.all(Array.from({ length: 6 }, (_, i) =>
       fhir(`${i % 2 ? second : first}/FHIR/R5/`, { token: manager, method: 'POST', body: batchBundle(heartRates(patient.id, 10, `inst${i}`)) })));
     const observationIDs = [];

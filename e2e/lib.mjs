@@ -323,46 +323,39 @@ export async function api(path, { token, method = 'GET', body, base = env('EXCHA
 }
 
 /**
- * A patient of the Cardiology Department of its own (the demo manager,
- * manager@example.org, manages their data), enrolled in a study of its own
- * that requests heart rates, which the patient consented to share: a
- * patient whose observations no other test counts. Returns the patient's
- * id, email, password and names, and the study's id. The names, email and
- * password are remembered for the log scan.
+ * An organization of its own (as the console test has, so that no other
+ * test's counts of the demo data change), with a manager and a patient
+ * (emails at ops.example.net, not the demo's example.org) enrolled in a
+ * study that requests heart rates, which the patient consented to share.
+ * Returns the patient's id, email, password and names, the manager's email
+ * (`exchange token create` makes their token) and the study's and
+ * organization's ids. Names, emails and passwords are remembered for the
+ * log scan.
  */
-export async function ownPatient(managerToken, label) {
+export async function ownPatient(label) {
+  const admin = await bearerToken('admin@example.org');
   const run = `${label}-${randomBytes(4).toString('hex')}`;
-  const orgs = await api('/organizations?pageSize=100', { token: managerToken });
-  const cardiology = orgs.json.results.find((o) => o.name === 'Cardiology Department');
-  if (!cardiology) throw new Error(`no Cardiology Department among ${JSON.stringify(orgs.json)}`);
   const family = `Quillfeather${randomBytes(3).toString('hex')}`;
   const given = `Ottoline${randomBytes(3).toString('hex')}`;
-  const email = `${run}@example.org`;
+  const email = `${run}@ops.example.net`;
+  const managerEmail = `manager-${run}@ops.example.net`;
   const password = `pw-${randomBytes(12).toString('hex')}`;
-  remember(family, given, email, password);
-  const patient = await api('/patients', {
-    token: managerToken, method: 'POST',
-    body: { email, password, nameFamily: family, nameGiven: [given], birthDate: '1979-04-02', organizationIds: [cardiology.id] },
-  });
-  if (patient.status !== 201) throw new Error(`create patient: ${patient.status} ${JSON.stringify(patient.json)}`);
-  const study = await api('/studies', {
-    token: managerToken, method: 'POST',
-    body: { organizationId: cardiology.id, name: `Study ${run}`, description: 'operations e2e' },
-  });
-  const steps = [
-    await api(`/studies/${study.json.id}/scope_requests`, {
-      token: managerToken, method: 'POST', body: { codingSystem: 'https://w3id.org/openmhealth', codingCode: 'omh:heart-rate:2.0' },
-    }),
-    await api(`/studies/${study.json.id}/patients`, { token: managerToken, method: 'POST', body: { patientIds: [patient.json.id] } }),
-    await api(`/patients/${patient.json.id}/consents`, {
-      token: managerToken, method: 'POST',
-      body: { studyScopeConsents: [{ studyId: study.json.id, scopeConsents: [{ codingSystem: 'https://w3id.org/openmhealth', codingCode: 'omh:heart-rate:2.0', consented: true }] }] },
-    }),
-  ];
-  for (const s of [study, ...steps]) {
-    if (s.status >= 300) throw new Error(`set up ${run}: ${s.status} ${JSON.stringify(s.json)}`);
-  }
-  return { id: patient.json.id, email, password, family, given, studyId: study.json.id, organizationId: cardiology.id };
+  remember(family, given, email, managerEmail, password);
+  const step = async (path, body) => {
+    const res = await api(path, { token: admin, method: 'POST', body });
+    if (res.status >= 300) throw new Error(`set up ${run}: POST ${path}: ${res.status} ${JSON.stringify(res.json)}`);
+    return res.json;
+  };
+  const org = await step('/organizations', { name: `Operations ${run}`, type: 'prov' });
+  await step('/practitioners', { email: managerEmail, password, firstName: 'Opal', lastName: `Manager${randomBytes(3).toString('hex')}`,
+    organizationId: org.id, role: 'manager' });
+  const patient = await step('/patients', { email, password, nameFamily: family, nameGiven: [given], birthDate: '1979-04-02', organizationIds: [org.id] });
+  const study = await step('/studies', { organizationId: org.id, name: `Study ${run}`, description: 'operations e2e' });
+  const heartRate = { codingSystem: 'https://w3id.org/openmhealth', codingCode: 'omh:heart-rate:2.0' };
+  await step(`/studies/${study.id}/scope_requests`, heartRate);
+  await step(`/studies/${study.id}/patients`, { patientIds: [patient.id] });
+  await step(`/patients/${patient.id}/consents`, { studyScopeConsents: [{ studyId: study.id, scopeConsents: [{ ...heartRate, consented: true }] }] });
+  return { id: patient.id, email, password, family, given, managerEmail, studyId: study.id, organizationId: org.id };
 }
 
 /** Heart rates of a patient from Device/1, as native Observations with identifiers of their own. */

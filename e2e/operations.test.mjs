@@ -22,9 +22,9 @@ let managerID;
 let patient;
 
 before(async () => {
-  manager = await bearerToken('manager@example.org');
+  patient = await ownPatient('ops');
+  manager = await bearerToken(patient.managerEmail);
   managerID = (await api('/users/profile', { token: manager })).json.id;
-  patient = await ownPatient(manager, 'ops');
 });
 
 describe('health and readiness', () => {
