@@ -1,13 +1,13 @@
 package telemetry_test
 
 import (
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 
+	"exchange/handlers/handlerstest"
 	"exchange/telemetry"
 )
 
@@ -47,19 +47,7 @@ func TestMetricsServedAlone(t *testing.T) {
 	if onMain != nil {
 		t.Error("a handler for the main port as well")
 	}
-	get := func(token string) (int, string) {
-		req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := func(token string) (int, string) { return handlerstest.GetText(t, "http://"+addr+"/metrics", token) }
 	if status, _ := get("metrics-token-0123456780"); status != http.StatusUnauthorized {
 		t.Errorf("a wrong token: %d", status)
 	}
