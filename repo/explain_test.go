@@ -79,6 +79,17 @@ func seedForPlans(t *testing.T, db *repo.DB) {
 	})
 }
 
+// configuredTypes is the catalog of the configured types (no R5 package:
+// the repository's tests plan, they do not index).
+func configuredTypes(t *testing.T) *fhirsearch.Catalog {
+	t.Helper()
+	c, err := fhirsearch.NewCatalog(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // planCase is a search as the domain hands it to the store: the type,
 // the query, and the scope the caller's reach resolved to.
 type planCase struct {
@@ -134,7 +145,7 @@ func TestSearchPlansUseIndexes(t *testing.T) {
 	db := repotest.NewDB(t)
 	seedForPlans(t, db)
 	ctx := context.Background()
-	tr := fhirsearch.NewTranslator([]byte("explain test key"), "https://exchange.example.org/fhir-source", time.Now)
+	tr := fhirsearch.NewTranslator(configuredTypes(t), []byte("explain test key"), "https://exchange.example.org/fhir-source", time.Now)
 	onMongoDB := !repotest.IsFerretDB(t)
 	explained := 0
 	for _, c := range planCases() {

@@ -20,7 +20,7 @@ import (
 // observationSearch is a plan of a search of every observation.
 func observationSearch(t *testing.T) *domain.SearchPlan {
 	t.Helper()
-	q, err := fhirsearch.NewTranslator([]byte("k"), "https://exchange.example.org/fhir-source", nil).Parse("Observation", nil, true)
+	q, err := fhirsearch.NewTranslator(configuredTypes(t), []byte("k"), "https://exchange.example.org/fhir-source", nil).Parse("Observation", nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
