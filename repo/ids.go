@@ -25,6 +25,12 @@ import (
 // a sequence form one chain without gaps or overlaps. After a claim the
 // hint is raised to the block's end ($max); a raise that a concurrent one
 // overwrote on FerretDB costs a later caller one more try, never an id.
+//
+// Ids are never given back: those a refused batch reserved stay unused. A
+// give-back would move the hint back and drop the block, and a claim
+// racing it could then take a block across a later one: without an atomic
+// update (FerretDB has none) only inserts can decide, and a gap in the ids
+// costs nothing.
 
 // maxClaimTries bounds the walk along taken blocks: the hint lags the
 // chain by at most the claims that raced it.
@@ -83,23 +89,6 @@ func (d *DB) nextIDs(ctx context.Context, sequence string, n int) (int64, error)
 		first = taken.Last + 1
 	}
 	return 0, fmt.Errorf("next %s id: no free block after %d tries", sequence, maxClaimTries)
-}
-
-// releaseIDs gives back the n ids nextIDs reserved from first, when no id
-// of the sequence was claimed since: the hint moves back before them (a
-// compare-and-set, so a concurrent claim wins) and only then is their
-// block deleted, so a caller walking the chain meanwhile still finds the
-// block and steps past it. When ids were claimed since, they stay unused:
-// a sequence never moves back past another caller's ids. Call it only once
-// nothing refers to the ids.
-func (d *DB) releaseIDs(ctx context.Context, sequence string, first int64, n int) error {
-	last := first + int64(n) - 1
-	res, err := d.c(colCounters).UpdateOne(ctx, bson.M{"_id": sequence, "seq": last}, bson.M{"$set": bson.M{"seq": first - 1}})
-	if err != nil || res.ModifiedCount == 0 {
-		return err
-	}
-	_, err = d.c(colIDBlocks).DeleteOne(ctx, bson.M{"_id": idBlockID(sequence, first), "last": last})
-	return err
 }
 
 // raiseHint moves the sequence's hint up to last. Its failure costs

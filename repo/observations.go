@@ -204,7 +204,6 @@ func ObservationDocuments(o *domain.Observation) (doc any, claims []any) {
 // insert fails as a whole (not document by document), the claims of the
 // whole batch count as unsure and are released with the rest; stored
 // observations are then looked up, so that only the undecided entries fail.
-// A batch of which nothing is stored gives its ids back (releaseIDs).
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
 	errs := make([]error, len(obs))
 	first, err := d.nextIDs(ctx, colObservations, len(obs))
@@ -270,20 +269,12 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 			released = append(released, i)
 		}
 	}
-	claimsReleased := true
 	if len(release) > 0 {
 		if _, err := d.c(colObservationIdentifier).DeleteMany(context.WithoutCancel(ctx), bson.M{"observationId": bson.M{"$in": release}}); err != nil {
-			claimsReleased = false
 			for _, i := range released {
 				errs[i] = fmt.Errorf("%w (and releasing its identifier claims failed: %v)", errs[i], err)
 			}
 		}
-	}
-	if claimsReleased && !slices.Contains(errs, nil) && !slices.Contains(maybeStored, true) {
-		// Nothing of the batch is stored and nothing names its ids: a batch
-		// refused whole (a retry of one stored already) costs no ids. If
-		// the release fails, the ids stay unused, which is harmless.
-		_ = d.releaseIDs(context.WithoutCancel(ctx), colObservations, first, len(obs))
 	}
 	return errs
 }
