@@ -86,11 +86,10 @@ func RunningFerretDB(ctx context.Context, addr string) bool {
 }
 
 // EmbeddedComfortableObservations is how many observations the embedded
-// database holds while its searches stay near a second on two cores. It
-// is derived, conservatively, from the measurement of issue 14: FerretDB
-// decodes every document a search's collection holds, about 0.37 ms each
-// (19 s of CPU for a search page at 50,000 observations), so a second is
-// reached near 2,700 observations. The performance pass measures it.
+// database holds while its searches stay under a second of CPU. FerretDB
+// decodes every document a search's collection holds; scripts/bench-search
+// measured 0.78 s of server CPU per search page at 2,500 observations,
+// 1.53 s at 5,000 and about 17 s at 50,000 (2 cores, loaded machine).
 const EmbeddedComfortableObservations = 2500
 
 // ObservationCount returns about how many observations are stored: from
