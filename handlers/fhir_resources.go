@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -61,7 +60,7 @@ type fhirPeriod struct {
 
 type fhirAttachment struct {
 	ContentType string `json:"contentType,omitempty"`
-	Data        string `json:"data,omitempty"`
+	Data        []byte `json:"data,omitempty"` // encoding/json writes it in Base64
 }
 
 // instant renders a time as a FHIR instant in UTC, keeping its fraction
@@ -110,7 +109,7 @@ func observationFHIR(o *domain.Observation) observationResource {
 		r.Device = &fhirReference{Reference: "Device/" + strconv.FormatInt(o.DataSourceID, 10)}
 	}
 	if o.Payload != nil {
-		r.ValueAttachment = &fhirAttachment{ContentType: o.ContentType, Data: base64.StdEncoding.EncodeToString(o.Payload)}
+		r.ValueAttachment = &fhirAttachment{ContentType: o.ContentType, Data: o.Payload}
 	}
 	if tf := o.Effective; tf != nil {
 		if tf.IsInstant() {

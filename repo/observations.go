@@ -369,7 +369,18 @@ func (d *DB) anyObservation(ctx context.Context, field string, id int64) (bool, 
 
 // runSearch runs a plan: the page (one more entry than asked, to tell
 // whether another page follows) and the count when the plan has a filter.
+// Documents are decoded into D, then converted.
 func runSearch[D, T any](ctx context.Context, d *DB, plan *domain.SearchPlan, conv func(D) T) (domain.SearchResult[T], error) {
+	return runSearchRaw(ctx, d, plan, func(raw bson.Raw) (T, error) {
+		var x D
+		err := bson.Unmarshal(raw, &x)
+		return conv(x), err
+	})
+}
+
+// runSearchRaw is runSearch with a decoder of its own; each document it
+// hands over is a copy, which the decoded value may share.
+func runSearchRaw[T any](ctx context.Context, d *DB, plan *domain.SearchPlan, decode func(bson.Raw) (T, error)) (domain.SearchResult[T], error) {
 	res := domain.SearchResult[T]{Items: []T{}}
 	release, err := d.searchSlot(ctx)
 	if err != nil {
@@ -381,14 +392,20 @@ func runSearch[D, T any](ctx context.Context, d *DB, plan *domain.SearchPlan, co
 		if err != nil {
 			return res, err
 		}
-		var docs []D
-		if err := cur.All(ctx, &docs); err != nil {
+		defer cur.Close(context.WithoutCancel(ctx))
+		for cur.Next(ctx) {
+			item, err := decode(slices.Clone(cur.Current))
+			if err != nil {
+				return res, err
+			}
+			res.Items = append(res.Items, item)
+		}
+		if err := cur.Err(); err != nil {
 			return res, err
 		}
-		if len(docs) > plan.PageSize {
-			docs, res.More = docs[:plan.PageSize], true
+		if len(res.Items) > plan.PageSize {
+			res.Items, res.More = res.Items[:plan.PageSize], true
 		}
-		res.Items = convert(docs, conv)
 	}
 	if plan.Filter != nil {
 		n, err := d.c(plan.Collection).CountDocuments(ctx, plan.Filter)
@@ -402,7 +419,7 @@ func runSearch[D, T any](ctx context.Context, d *DB, plan *domain.SearchPlan, co
 
 // SearchObservations implements domain.ObservationStore.
 func (d *DB) SearchObservations(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Observation], error) {
-	return runSearch(ctx, d, plan, observationDoc.observation)
+	return runSearchRaw(ctx, d, plan, observationFromBSON)
 }
 
 // SearchPatients implements domain.ProjectionStore.

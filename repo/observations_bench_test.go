@@ -7,6 +7,7 @@ package repo
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,9 +60,9 @@ func BenchmarkObservationDocument(b *testing.B) {
 }
 
 // BenchmarkObservationPageDecode is the CPU of reading one search page of
-// 50 observations back: unmarshalling the documents as the pipeline returns
-// them (without omh, which the planner projects out) and converting them
-// to domain values, as runSearch does.
+// 50 observations back as runSearchRaw does: each document (without omh,
+// which the planner projects out) copied off the cursor and read by
+// observationFromBSON.
 func BenchmarkObservationPageDecode(b *testing.B) {
 	var raws [][]byte
 	for i := range 50 {
@@ -75,14 +76,16 @@ func BenchmarkObservationPageDecode(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		docs := make([]observationDoc, len(raws))
-		for i, raw := range raws {
-			if err := bson.Unmarshal(raw, &docs[i]); err != nil {
+		page := make([]domain.Observation, 0, len(raws))
+		for _, raw := range raws {
+			o, err := observationFromBSON(slices.Clone(raw))
+			if err != nil {
 				b.Fatal(err)
 			}
+			page = append(page, o)
 		}
-		if page := convert(docs, observationDoc.observation); len(page) != 50 {
-			b.Fatal(len(page))
+		if len(page) != 50 || page[49].Effective == nil {
+			b.Fatal("not read")
 		}
 	}
 }

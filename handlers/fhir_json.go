@@ -1,0 +1,296 @@
+package handlers
+
+import (
+	"encoding/base64"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The hot FHIR documents (a searchset Bundle of Observations, the
+// batch-response Bundle of an upload) are written by hand rather than by
+// encoding/json's reflection, which costs more than everything else a
+// search page does. Each writer below appends exactly the bytes marshalJSON
+// gives for the same value (tests compare them over varied values), so the
+// two paths are one format.
+
+// jsonAppender is a value that writes its own JSON, byte for byte as
+// marshalJSON would write it.
+type jsonAppender interface {
+	appendJSON(b []byte) []byte
+}
+
+// jsonObject writes the members of one JSON object, in order, leaving out
+// those that encoding/json's omitempty leaves out.
+type jsonObject struct {
+	b     []byte
+	first bool
+}
+
+func openObject(b []byte) jsonObject { return jsonObject{b: append(b, '{'), first: true} }
+
+func (o *jsonObject) key(name string) {
+	if !o.first {
+		o.b = append(o.b, ',')
+	}
+	o.first = false
+	o.b = append(o.b, '"')
+	o.b = append(o.b, name...) // names are plain ASCII
+	o.b = append(o.b, '"', ':')
+}
+
+// str writes a string member; omitempty leaves out "".
+func (o *jsonObject) str(name, v string, omitEmpty bool) {
+	if v == "" && omitEmpty {
+		return
+	}
+	o.key(name)
+	o.b = appendJSONString(o.b, v)
+}
+
+// value writes a member that writes itself.
+func (o *jsonObject) value(name string, v jsonAppender) {
+	o.key(name)
+	o.b = v.appendJSON(o.b)
+}
+
+// any writes a member of no known writer by marshalJSON.
+func (o *jsonObject) marshalled(name string, v any) {
+	o.key(name)
+	o.b = appendMarshalled(o.b, v)
+}
+
+func (o *jsonObject) close() []byte { return append(o.b, '}') }
+
+// appendMarshalled appends v as marshalJSON writes it: by its own writer
+// when it has one.
+func appendMarshalled(b []byte, v any) []byte {
+	if a, ok := v.(jsonAppender); ok {
+		return a.appendJSON(b)
+	}
+	data, err := marshalJSON(v)
+	if err != nil {
+		// Only values that cannot be JSON (channels, NaN) fail, and none
+		// is rendered; null keeps the document well-formed all the same.
+		return append(b, "null"...)
+	}
+	return append(b, data...)
+}
+
+// appendArray writes a JSON array of n items.
+func appendArray(b []byte, n int, item func(b []byte, i int) []byte) []byte {
+	b = append(b, '[')
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = item(b, i)
+	}
+	return append(b, ']')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// escapes it without HTML escaping: the two-character escapes for \b, \f,
+// \n, \r, \t, " and \, \u00XX for other control characters, \u2028 and
+// \u2029 (which JavaScript reads as line ends), and \ufffd for each byte
+// that is not UTF-8.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+func (m *fhirMeta) appendJSON(b []byte) []byte {
+	if m == nil {
+		return append(b, "null"...)
+	}
+	o := openObject(b)
+	o.str("versionId", m.VersionID, true)
+	o.str("lastUpdated", m.LastUpdated, true)
+	o.str("source", m.Source, true)
+	if len(m.Tag) > 0 {
+		o.key("tag")
+		o.b = appendArray(o.b, len(m.Tag), func(b []byte, i int) []byte { return m.Tag[i].appendJSON(b) })
+	}
+	return o.close()
+}
+
+func (c fhirCoding) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("system", c.System, true)
+	o.str("code", c.Code, true)
+	o.str("display", c.Display, true)
+	return o.close()
+}
+
+func (c fhirCodeableConcept) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	if len(c.Coding) > 0 {
+		o.key("coding")
+		o.b = appendArray(o.b, len(c.Coding), func(b []byte, i int) []byte { return c.Coding[i].appendJSON(b) })
+	}
+	o.str("text", c.Text, true)
+	return o.close()
+}
+
+func (id fhirIdentifier) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("system", id.System, true)
+	o.str("value", id.Value, true)
+	return o.close()
+}
+
+func (r fhirReference) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("reference", r.Reference, true)
+	o.str("display", r.Display, true)
+	return o.close()
+}
+
+func (p fhirPeriod) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("start", p.Start, true)
+	o.str("end", p.End, true)
+	return o.close()
+}
+
+// appendJSON writes the data as encoding/json writes a []byte: standard
+// Base64 with padding.
+func (a fhirAttachment) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("contentType", a.ContentType, true)
+	if len(a.Data) > 0 {
+		o.key("data")
+		o.b = append(o.b, '"')
+		o.b = base64.StdEncoding.AppendEncode(o.b, a.Data)
+		o.b = append(o.b, '"')
+	}
+	return o.close()
+}
+
+func (r observationResource) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("resourceType", r.ResourceType, false)
+	o.str("id", r.ID, false)
+	o.value("meta", r.Meta)
+	if len(r.Identifier) > 0 {
+		o.key("identifier")
+		o.b = appendArray(o.b, len(r.Identifier), func(b []byte, i int) []byte { return r.Identifier[i].appendJSON(b) })
+	}
+	o.str("status", r.Status, false)
+	o.value("code", r.Code)
+	o.value("subject", r.Subject)
+	o.str("effectiveDateTime", r.EffectiveDateTime, true)
+	if r.EffectivePeriod != nil {
+		o.value("effectivePeriod", *r.EffectivePeriod)
+	}
+	if r.Device != nil {
+		o.value("device", *r.Device)
+	}
+	if r.ValueAttachment != nil {
+		o.value("valueAttachment", *r.ValueAttachment)
+	}
+	return o.close()
+}
+
+func (l bundleLink) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("relation", l.Relation, false)
+	o.str("url", l.URL, false)
+	return o.close()
+}
+
+func (r *bundleResponse) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("status", r.Status, false)
+	o.str("location", r.Location, true)
+	o.str("etag", r.Etag, true)
+	o.str("lastModified", r.LastModified, true)
+	if r.Outcome != nil {
+		o.marshalled("outcome", r.Outcome)
+	}
+	return o.close()
+}
+
+func (e bundleEntry) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("fullUrl", e.FullURL, true)
+	if e.Resource != nil {
+		o.marshalled("resource", e.Resource)
+	}
+	if e.Search != nil {
+		o.key("search")
+		search := openObject(o.b)
+		search.str("mode", e.Search.Mode, false)
+		o.b = search.close()
+	}
+	if e.Response != nil {
+		o.value("response", e.Response)
+	}
+	return o.close()
+}
+
+func (bd bundle) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.str("resourceType", bd.ResourceType, false)
+	o.str("type", bd.Type, false)
+	o.str("timestamp", bd.Timestamp, true)
+	if bd.Total != nil {
+		o.key("total")
+		o.b = strconv.AppendInt(o.b, *bd.Total, 10)
+	}
+	if len(bd.Link) > 0 {
+		o.key("link")
+		o.b = appendArray(o.b, len(bd.Link), func(b []byte, i int) []byte { return bd.Link[i].appendJSON(b) })
+	}
+	if len(bd.Entry) > 0 {
+		o.key("entry")
+		o.b = appendArray(o.b, len(bd.Entry), func(b []byte, i int) []byte { return bd.Entry[i].appendJSON(b) })
+	}
+	return o.close()
+}

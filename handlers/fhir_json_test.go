@@ -1,0 +1,143 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"exchange/domain"
+	"exchange/omh"
+)
+
+// reflectJSON is what encoding/json writes for v, as marshalJSON wrote it
+// before the hand-written writers: the reference they must match.
+func reflectJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// jsonStrings are strings that every escaping rule of JSON meets.
+func jsonStrings() []string {
+	out := []string{"", "plain", `"quoted" \back\slash/`, "<html> & </html>", "tab\tnew\nline\rcr\bbs\fff", "\x00\x01\x1f\x7f",
+		"é ü 中文 🙂", "\u2028 and \u2029", "\xff", "a\xc3", "\xed\xa0\x80 surrogate", "\xf4\x90\x80\x80 beyond", "\ufffd"}
+	for c := range 256 {
+		out = append(out, string([]byte{byte(c)}), "x"+string([]byte{byte(c)})+"y")
+	}
+	return out
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for _, s := range jsonStrings() {
+		if got, want := appendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
+			t.Errorf("%q: wrote %s, encoding/json %s", s, got, want)
+		}
+	}
+}
+
+func FuzzAppendJSONString(f *testing.F) {
+	for _, s := range jsonStrings() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := appendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
+			t.Errorf("%q: wrote %s, encoding/json %s", s, got, want)
+		}
+	})
+}
+
+// variedObservations are native observations of every shape a page
+// renders: an instant, a period, no time frame; one coding or several,
+// with and without display; identifiers or none, with text JSON escapes;
+// a device or none; a payload, an empty one, none.
+func variedObservations() []domain.Observation {
+	at := time.Date(2024, 2, 1, 12, 0, 0, 123456000, time.UTC)
+	var out []domain.Observation
+	for i, s := range jsonStrings()[:14] {
+		o := domain.Observation{ID: int64(i + 1), PatientID: int64(i%3 + 1), Status: "final", Code: "omh:heart-rate:2.0",
+			Codings:     []domain.Coding{{System: domain.SystemOpenMHealth, Code: "omh:heart-rate:2.0", Display: s}},
+			ContentType: "application/json", Payload: []byte(`{"header":{"id":"` + s + `"},"body":{}}`),
+			LastUpdated: at.Add(time.Duration(i) * time.Microsecond)}
+		switch i % 4 {
+		case 0:
+			o.Effective = &omh.TimeFrame{Start: at, End: at, DateTime: "2024-02-01T13:00:00+01:00"}
+			o.DataSourceID = 9
+		case 1:
+			o.Effective = &omh.TimeFrame{Start: at, End: at.Add(time.Hour), PeriodStart: "2024-02-01T12:00:00Z", PeriodEnd: "2024-02-01T13:00:00Z"}
+			o.Identifiers = []domain.Identifier{{System: "urn:x", Value: s}, {System: "urn:y" + s, Value: "v"}}
+		case 2:
+			o.Codings = append(o.Codings, domain.Coding{System: "http://loinc.org", Code: "8867-4"})
+			o.Payload = []byte{}
+		case 3:
+			o.Payload, o.ContentType, o.Status = nil, "", ""
+			o.LastUpdated = time.Time{}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// TestBundleJSON shows that searchset and batch-response Bundles, written
+// by hand, are byte for byte what encoding/json writes: observations,
+// observations cut by _elements, imported resources, outcomes, links,
+// totals, and the empty Bundle of _summary=count.
+func TestBundleJSON(t *testing.T) {
+	total := int64(7)
+	base := "http://localhost/FHIR/R5"
+	var entries []bundleEntry
+	for i, o := range variedObservations() {
+		var resource any = observationFHIR(&o)
+		if i%5 == 4 {
+			resource = withElements(resource, []string{"status", "effective[x]"})
+		}
+		entries = append(entries, bundleEntry{FullURL: fmt.Sprintf("%s/Observation/%d", base, o.ID), Resource: resource, Search: &bundleSearch{Mode: "match"}})
+		created := bundleEntry{FullURL: fmt.Sprintf("%s/Observation/%d", base, o.ID), Resource: resource,
+			Response: &bundleResponse{Status: statusLine(201), Location: "Observation/1/_history/1", Etag: `W/"1"`, LastModified: instant(o.LastUpdated)}}
+		entries = append(entries, created)
+	}
+	entries = append(entries,
+		bundleEntry{FullURL: base + "/Condition/x", Resource: json.RawMessage(`{ "resourceType" : "Condition", "id":"x", "note":[{"text":"<b>1.50</b>"}] }`), Search: &bundleSearch{Mode: "include"}},
+		errorEntry(domain.FieldErrorf("Observation.status", `"x" & "y" <are> not statuses`)),
+		errorEntry(errors.New("boom")),
+		bundleEntry{Resource: outcomeOf(fhirIssue("warning", "not-supported", "ignored: a, b", "")), Search: &bundleSearch{Mode: "outcome"}},
+		bundleEntry{})
+	links := []bundleLink{{Relation: "self", URL: base + "/Observation?code=a|b&date=ge2024-01-01<>"}, {Relation: "next", URL: base + "/Observation?_cursor=x%20y"}}
+	for name, bd := range map[string]bundle{
+		"searchset":      {ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()), Total: &total, Link: links, Entry: entries},
+		"batch-response": {ResourceType: "Bundle", Type: "batch-response", Entry: entries},
+		"summary count":  {ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()), Total: &total, Link: links[:1]},
+		"empty":          {},
+		"empty entries":  {ResourceType: "Bundle", Type: "searchset", Entry: []bundleEntry{}},
+	} {
+		got, err := marshalJSON(bd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := reflectJSON(t, bd); !bytes.Equal(got, want) {
+			t.Errorf("%s: wrote\n%s\nencoding/json\n%s", name, got, want)
+		}
+		if !utf8.Valid(got) || !json.Valid(got) {
+			t.Errorf("%s: not valid JSON: %s", name, got)
+		}
+	}
+	for _, o := range variedObservations() {
+		r := observationFHIR(&o)
+		if got, want := r.appendJSON(nil), reflectJSON(t, r); !bytes.Equal(got, want) {
+			t.Errorf("Observation/%d: wrote\n%s\nencoding/json\n%s", o.ID, got, want)
+		}
+	}
+	r := observationResource{} // a nil meta
+	if got, want := r.appendJSON(nil), reflectJSON(t, r); !bytes.Equal(got, want) || !strings.Contains(string(got), `"meta":null`) {
+		t.Errorf("wrote %s, encoding/json %s", got, want)
+	}
+}

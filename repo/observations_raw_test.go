@@ -1,0 +1,118 @@
+package repo
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/domain"
+	"exchange/omh"
+)
+
+// storedVariety returns stored observation documents of many shapes: what
+// the service writes (instants, periods, no time frame, several codings
+// and identifiers, none, text that JSON escapes) and what it does not
+// (int32 ids, a string where a date belongs, duplicated members, a
+// missing lastUpdatedMicros).
+func storedVariety(t testing.TB) map[string]bson.Raw {
+	t.Helper()
+	marshal := func(v any) bson.Raw {
+		data, err := bson.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	out := map[string]bson.Raw{}
+	updated := time.Date(2024, 2, 1, 12, 0, 0, 123456000, time.UTC)
+	payload := []byte(`{"header":{"id":"x","creation_date_time":"2024-01-01T00:00:00Z","schema_id":{"namespace":"omh","name":"step-count","version":"2.0"}},"body":{}}`)
+	for i, o := range []domain.Observation{
+		{ID: 1, PatientID: 2, DataSourceID: 3, Status: "final", Code: "omh:heart-rate:2.0",
+			Codings:     []domain.Coding{{System: domain.SystemOpenMHealth, Code: "omh:heart-rate:2.0", Display: "Heart rate"}},
+			Identifiers: []domain.Identifier{{System: "urn:x", Value: "a"}}, ContentType: "application/json", Payload: payload,
+			Effective: &omh.TimeFrame{Start: updated, End: updated, DateTime: "2024-02-01T13:00:00.123456+01:00"}, LastUpdated: updated},
+		{ID: 1 << 40, PatientID: 7, Status: "amended", Code: "ieee:sleep-episode:1.0",
+			Codings:     []domain.Coding{{System: "http://loinc.org", Code: "8867-4"}, {System: domain.SystemIEEE1752, Code: "ieee:sleep-episode:1.0"}},
+			Identifiers: []domain.Identifier{{System: "urn:x", Value: "é <&> \"quoted\" \u2028"}, {System: "urn:y", Value: "b"}},
+			ContentType: "application/json; charset=utf-8", Payload: payload,
+			Effective:   &omh.TimeFrame{Start: updated.Add(-time.Hour), End: updated, PeriodStart: "2024-02-01T11:00:00Z", PeriodEnd: "2024-02-01T12:00:00Z"},
+			LastUpdated: updated.Add(time.Microsecond)},
+		{ID: 3, PatientID: 1, DataSourceID: 1, Status: "final", Code: "omh:step-count:2.0", ContentType: "application/json", Payload: payload,
+			LastUpdated: time.Date(1969, 12, 31, 23, 59, 59, 999999000, time.UTC)}, // no time frame, before 1970
+		{ID: 4, Status: "final"},
+	} {
+		x := toObservationDoc(&o)
+		x.OMH = nil // the planner projects it out
+		out[fmt.Sprintf("written %d", i)] = marshal(x)
+	}
+	out["int32 ids"] = marshal(bson.D{{Key: "_id", Value: int32(5)}, {Key: "patientId", Value: int32(6)}, {Key: "status", Value: "final"}})
+	out["a string date"] = marshal(bson.D{{Key: "_id", Value: int64(5)}, {Key: "effective", Value: bson.D{{Key: "dateTime", Value: "2024"}}},
+		{Key: "effectiveStart", Value: "2024"}, {Key: "effectiveEnd", Value: "2024"}})
+	out["members twice"] = marshal(bson.D{{Key: "_id", Value: int64(5)},
+		{Key: "codings", Value: bson.A{bson.D{{Key: "system", Value: "a"}, {Key: "code", Value: "b"}}}},
+		{Key: "codings", Value: bson.A{bson.D{{Key: "system", Value: "c"}, {Key: "code", Value: "d"}, {Key: "extra", Value: 1}}}},
+		{Key: "status", Value: "final"}, {Key: "status", Value: "amended"}})
+	out["no members"] = marshal(bson.D{})
+	out["empty lists"] = marshal(bson.D{{Key: "codings", Value: bson.A{}}, {Key: "identifiers", Value: bson.A{}}, {Key: "payload", Value: []byte{}}})
+	out["null lists"] = marshal(bson.D{{Key: "codings", Value: nil}, {Key: "identifiers", Value: nil}, {Key: "payload", Value: nil}})
+	out["old binary"] = marshal(bson.D{{Key: "payload", Value: bson.Binary{Subtype: bson.TypeBinaryBinaryOld, Data: []byte("{}")}}})
+	out["a time frame without its dates"] = marshal(bson.D{{Key: "effective", Value: bson.D{{Key: "dateTime", Value: "2024-01-01"}}}})
+	return out
+}
+
+// sameAsReflective fails t unless observationFromBSON reads raw as the
+// reflective decoder does: the same value, or an error from both. With
+// lenient set, the reader may also accept a document that the reflective
+// decoder refuses for a member the domain value does not hold (such as a
+// corrupted codeTokens), which it does not read.
+func sameAsReflective(t *testing.T, raw bson.Raw, lenient bool) {
+	t.Helper()
+	var x observationDoc
+	wantErr := bson.Unmarshal(raw, &x)
+	got, err := observationFromBSON(slices.Clone(raw))
+	switch {
+	case err != nil && wantErr == nil, err == nil && wantErr != nil && !lenient:
+		t.Fatalf("%x: error %v, the reflective decoder's %v", []byte(raw), err, wantErr)
+	case err == nil && wantErr == nil && !reflect.DeepEqual(got, x.observation()):
+		t.Fatalf("%x: read\n%#v\nthe reflective decoder\n%#v", []byte(raw), got, x.observation())
+	}
+}
+
+// TestObservationFromBSON shows that the reader of search pages gives
+// what the reflective decoder gives, for every shape of stored document.
+func TestObservationFromBSON(t *testing.T) {
+	for name, raw := range storedVariety(t) {
+		t.Run(name, func(t *testing.T) { sameAsReflective(t, raw, false) })
+	}
+}
+
+// TestObservationFromBSONCorrupted shows that truncated and corrupted
+// documents read as the reflective decoder reads them (mostly refused),
+// or, when it refuses them for a member the reader skips, are read as
+// they stand; never a panic.
+func TestObservationFromBSONCorrupted(t *testing.T) {
+	for name, raw := range storedVariety(t) {
+		t.Run(name, func(t *testing.T) {
+			for cut := range len(raw) {
+				sameAsReflective(t, raw[:cut], true)
+			}
+			for i := range raw {
+				bad := slices.Clone(raw)
+				bad[i] ^= 0xff
+				sameAsReflective(t, bad, true)
+			}
+		})
+	}
+}
+
+// FuzzObservationFromBSON feeds the reader of search pages any bytes.
+func FuzzObservationFromBSON(f *testing.F) {
+	for _, raw := range storedVariety(f) {
+		f.Add([]byte(raw))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { sameAsReflective(t, data, true) })
+}
