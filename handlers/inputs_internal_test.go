@@ -38,9 +38,10 @@ func FuzzBase64BinaryLen(f *testing.F) {
 	})
 }
 
-// FuzzDecodeObservation: the native reader refuses or reads any body
-// without a fault; what it reads has no member named twice and no name
-// that is not exactly an element it knows.
+// FuzzDecodeObservation: the native reader routes any body as
+// domain.IsNativeObservation does, and refuses or reads it without a
+// fault; what it reads has no member named twice and no name that is not
+// exactly an element it knows.
 func FuzzDecodeObservation(f *testing.F) {
 	s := &server{service: domain.NewService(domain.Config{MaxDataPointBytes: 64})}
 	for _, seed := range []string{
@@ -48,11 +49,17 @@ func FuzzDecodeObservation(f *testing.F) {
 			`"subject":{"reference":"Patient/1"},"valueAttachment":{"contentType":"application/json","data":"` + base64.StdEncoding.EncodeToString([]byte(`{}`)) + `"}}`,
 		`{"resourceType":"Observation","status":"final","status":"x"}`, `{"Status":"final"}`, `{"code":{"coding":[{"System":"x"}]}}`,
 		`{"identifier":[{"value":"a","value":"b"}]}`, `{"valueAttachment":{"data":"` + strings.Repeat("A", 200) + `"}}`, `[]`, `null`, `{"meta":{"versionId":"1"}}`,
+		`{"code":{"coding":[{"system":"https://w3id.org/ieee1752"},"x"]}}`, `{"code":{"coding":[null,{"system":"https://w3id.org/openmhealth"}]},"status":1}`,
+		`{"code":{"coding":[{"system":"https://w3id.org/openmhealth"}]},"CODE":{"coding":[]}}`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		if _, err := s.decodeObservation(raw); err != nil {
+		if _, native, _ := s.nativeObservation(raw); native != domain.IsNativeObservation(raw) {
+			t.Fatalf("%q: routed native=%v, domain.IsNativeObservation says %v", raw, native, !native)
+		}
+		var in observationIn
+		if _, err := s.newObservation(raw, &in, json.Unmarshal(raw, &in)); err != nil {
 			if domain.ErrorCode(err) == domain.CodeInternal {
 				t.Fatalf("%q: a fault: %v", raw, err)
 			}
