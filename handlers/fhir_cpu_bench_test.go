@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -218,7 +219,7 @@ func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server
 		b.Fatal(err)
 	}
 	s := &server{service: svc, search: fhirsearch.NewTranslator(catalog, []byte("bench cursor key"), "https://exchange.example.org/fhir-source", nil),
-		catalog: catalog, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		catalog: catalog, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(prometheus.NewRegistry(), catalog)}
 	s.native = s.nativeTypes() // as New builds it
 	a, err := svc.Actor(context.Background(), store.manager.ID)
 	if err != nil {
