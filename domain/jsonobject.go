@@ -99,6 +99,82 @@ func parseJSONObject(data []byte) (jsonObject, error) {
 	return o, nil
 }
 
+// EachValidJSONMember is EachJSONMember for a text already known to be
+// valid JSON (json.Valid: a caller that decoded it has), without that
+// function's copies, which cost more than the typed decoding of a native
+// upload: values alias data as they came (not compacted), and a key is
+// given as its bytes, escapes resolved and invalid UTF-8 replaced as
+// encoding/json reads it. A member named twice is a *DuplicateMemberError,
+// returned before f sees any member; data that is not an object is an
+// error.
+func EachValidJSONMember(data []byte, f func(key, value []byte) error) error {
+	type member struct{ key, value []byte }
+	var small [16]member // an Observation's objects fit: no allocation
+	members := small[:0]
+	i := skipJSONSpace(data, 0)
+	if i == len(data) || data[i] != '{' {
+		return errors.New("not a JSON object")
+	}
+	for i = skipJSONSpace(data, i+1); data[i] != '}'; i = skipJSONSpace(data, i+1) {
+		end := jsonValueEnd(data, i)
+		key, err := jsonKeyBytes(data[i:end])
+		if err != nil {
+			return err
+		}
+		i = skipJSONSpace(data, skipJSONSpace(data, end)+1) // past the colon
+		end = jsonValueEnd(data, i)
+		members = append(members, member{key, data[i:end]})
+		i = skipJSONSpace(data, end) // at the comma or the closing brace
+		if data[i] == '}' {
+			break
+		}
+	}
+	if len(members) <= len(small) {
+		for k, m := range members {
+			for _, other := range members[:k] {
+				if bytes.Equal(m.key, other.key) {
+					return &DuplicateMemberError{Key: string(m.key)}
+				}
+			}
+		}
+	} else {
+		seen := make(map[string]bool, len(members))
+		for _, m := range members {
+			if seen[string(m.key)] {
+				return &DuplicateMemberError{Key: string(m.key)}
+			}
+			seen[string(m.key)] = true
+		}
+	}
+	for _, m := range members {
+		if err := f(m.key, m.value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EachValidJSONItem calls f with each item of the JSON array data, which
+// is valid JSON (as for EachValidJSONMember), in order; the items alias
+// data. data that is not an array is an error.
+func EachValidJSONItem(data []byte, f func(item []byte) error) error {
+	i := skipJSONSpace(data, 0)
+	if i == len(data) || data[i] != '[' {
+		return errors.New("not a JSON array")
+	}
+	for i = skipJSONSpace(data, i+1); data[i] != ']'; i = skipJSONSpace(data, i+1) {
+		end := jsonValueEnd(data, i)
+		if err := f(data[i:end]); err != nil {
+			return err
+		}
+		i = skipJSONSpace(data, end) // at the comma or the closing bracket
+		if data[i] == ']' {
+			break
+		}
+	}
+	return nil
+}
+
 // The helpers below read JSON that json.Valid accepted: they never see a
 // malformed text, so they need not check it.
 
@@ -149,6 +225,15 @@ func jsonStringEnd(data []byte, i int) int {
 		}
 	}
 	return i + 1
+}
+
+// jsonKeyBytes is jsonKey without a copy of a plain key.
+func jsonKeyBytes(quoted []byte) ([]byte, error) {
+	if bytes.IndexByte(quoted, '\\') < 0 && utf8.Valid(quoted) {
+		return quoted[1 : len(quoted)-1], nil
+	}
+	key, err := jsonKey(quoted)
+	return []byte(key), err
 }
 
 // jsonKey reads an object key as encoding/json does: escapes resolved,

@@ -93,6 +93,61 @@ func FuzzJSONObjectAgreesWithTheDecoder(f *testing.F) {
 	})
 }
 
+// FuzzValidJSONMembersAgreeWithTheDecoder: EachValidJSONMember and
+// EachValidJSONItem read valid JSON by position; encoding/json is the
+// reference: the same members (keys, compacted values) or the same first
+// duplicate, and the same array items.
+func FuzzValidJSONMembersAgreeWithTheDecoder(f *testing.F) {
+	for _, seed := range []string{`{"a":1,"a":2}`, `{"a\u0062":1,"ab":2}`, "{\"\xff\":1,\"\ufffd\":2}", ` {"a" : [ 1 , {"b":"}"} ] , "c":"\\""} `,
+		`[1, {"a":[]} ,"]"]`, `[]`, `{"a":-0.5e+3,"b":true,"c":null,"d":"x\\u0000y"}`, `{}`, ` `,
+		`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"c":18}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return // the functions' contract
+		}
+		var got jsonObject
+		err := EachValidJSONMember(data, func(key, value []byte) error {
+			var compact bytes.Buffer
+			_ = json.Compact(&compact, value)
+			got = append(got, jsonMember{key: string(key), value: compact.Bytes()})
+			return nil
+		})
+		want, wantErr := referenceMembers(data)
+		var dup, wantDup *DuplicateMemberError
+		switch {
+		case (err == nil) != (wantErr == nil):
+			t.Fatalf("%q: error %v, the decoder's %v", data, err, wantErr)
+		case errors.As(wantErr, &wantDup) && (!errors.As(err, &dup) || dup.Key != wantDup.Key || got != nil):
+			t.Fatalf("%q: error %v after %d members, want the duplicate %q first", data, err, len(got), wantDup.Key)
+		case err == nil && !reflect.DeepEqual(got, want):
+			t.Fatalf("%q: members %q, the decoder's %q", data, got, want)
+		}
+
+		var items, wantItems []string
+		err = EachValidJSONItem(data, func(item []byte) error {
+			var compact bytes.Buffer
+			_ = json.Compact(&compact, item)
+			items = append(items, compact.String())
+			return nil
+		})
+		var raw []json.RawMessage
+		wantErr = json.Unmarshal(data, &raw)
+		if trimmed := bytes.TrimSpace(data); trimmed[0] != '[' {
+			wantErr = errors.New("not an array") // json.Unmarshal takes null
+		}
+		for _, r := range raw {
+			var compact bytes.Buffer
+			_ = json.Compact(&compact, r)
+			wantItems = append(wantItems, compact.String())
+		}
+		if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(items, wantItems) {
+			t.Fatalf("%q: items %q (%v), the decoder's %q (%v)", data, items, err, wantItems, wantErr)
+		}
+	})
+}
+
 // referenceMembers reads a JSON object's members with encoding/json's
 // token stream, as parseJSONObject did before it split by position.
 func referenceMembers(data []byte) (jsonObject, error) {

@@ -88,38 +88,50 @@ func elementsOf(t reflect.Type) elements {
 var nativeElements = elementsOf(reflect.TypeFor[observationIn]())
 
 // unknownElements returns the FHIR paths (under at) of the members of the
-// JSON object raw that known does not name, at any depth, sorted. It reads
-// the object as the imported store does (domain.EachJSONMember), so a
-// member named twice is refused by its path, where encoding/json would
-// keep the last value; and names match exactly, so "Status" is an unknown
-// element, where encoding/json would read it as status. Values of the
-// wrong JSON type, and bodies that are not JSON, are left to the typed
-// decoding to report.
+// JSON object raw that known does not name, at any depth, sorted; raw is
+// valid JSON (json.Valid). It reads the object as the imported store does
+// (domain.EachJSONMember), so a member named twice is refused by its path,
+// where encoding/json would keep the last value; and names match exactly,
+// so "Status" is an unknown element, where encoding/json would read it as
+// status. Values of the wrong JSON type are left to the typed decoding to
+// report.
 func unknownElements(at string, raw []byte, known elements) ([]string, error) {
-	var out []string
-	descend := func(path string, value json.RawMessage, inner elements) error {
-		more, err := unknownElements(path, value, inner)
-		out = append(out, more...)
-		return err
+	w := unknownWalk{path: []byte(at)}
+	if err := w.object(raw, known); err != nil {
+		return nil, err
 	}
-	err := domain.EachJSONMember(raw, func(name string, value json.RawMessage) error {
-		path := at + "." + name
-		inner, ok := known[name]
+	slices.Sort(w.out)
+	return w.out, nil
+}
+
+// unknownWalk gathers unknown elements; path is the FHIR path of the
+// value walked, a buffer grown and cut back as the walk descends, so that
+// only the paths reported are made into strings.
+type unknownWalk struct {
+	path []byte
+	out  []string
+}
+
+// object walks a JSON object, or does nothing for any other value.
+func (w *unknownWalk) object(raw []byte, known elements) error {
+	at := len(w.path)
+	err := domain.EachValidJSONMember(raw, func(name, value []byte) error {
+		w.path = append(append(w.path[:at], '.'), name...)
+		inner, ok := known[string(name)]
 		switch {
 		case !ok:
-			out = append(out, path)
+			w.out = append(w.out, string(w.path))
 		case inner == nil:
 		case value[0] == '[':
-			var items []json.RawMessage
-			if json.Unmarshal(value, &items) == nil {
-				for i, item := range items {
-					if err := descend(fmt.Sprintf("%s[%d]", path, i), item, inner); err != nil {
-						return err
-					}
-				}
-			}
+			member := len(w.path)
+			i := 0
+			return domain.EachValidJSONItem(value, func(item []byte) error {
+				w.path = append(strconv.AppendInt(append(w.path[:member], '['), int64(i), 10), ']')
+				i++
+				return w.object(item, inner)
+			})
 		case value[0] == '{':
-			return descend(path, value, inner)
+			return w.object(value, inner)
 		}
 		return nil
 	})
@@ -127,14 +139,11 @@ func unknownElements(at string, raw []byte, known elements) ([]string, error) {
 	var dup *domain.DuplicateMemberError
 	switch {
 	case errors.As(err, &deeper):
-		return nil, err // a member named twice deeper down, by its path
+		return err // a member named twice deeper down, by its path
 	case errors.As(err, &dup):
-		return nil, domain.FieldErrorf(at+"."+dup.Key, "is given twice: a JSON object names each member once")
-	case err != nil:
-		return nil, nil // not a JSON object: the typed decoding says why
+		return domain.FieldErrorf(string(w.path[:at])+"."+dup.Key, "is given twice: a JSON object names each member once")
 	}
-	slices.Sort(out)
-	return out, nil
+	return nil // nil, or not a JSON object: the typed decoding says why
 }
 
 // nativeObservation reads an Observation's JSON for the native store when
@@ -164,12 +173,14 @@ func (s *server) nativeObservation(raw []byte) (n *domain.NewObservation, native
 // and elements the native store does not keep are refused by name. A data
 // point over the service's bound is refused before its Base64 is decoded.
 func (s *server) newObservation(raw []byte, in *observationIn, decodeErr error) (*domain.NewObservation, error) {
-	unknown, err := unknownElements("Observation", raw, nativeElements)
-	if err != nil {
-		return nil, err
-	}
-	if len(unknown) > 0 {
-		return nil, unknownElementsError(unknown)
+	if decodeErr == nil || json.Valid(raw) { // else the decoding says why
+		unknown, err := unknownElements("Observation", raw, nativeElements)
+		if err != nil {
+			return nil, err
+		}
+		if len(unknown) > 0 {
+			return nil, unknownElementsError(unknown)
+		}
 	}
 	if decodeErr != nil {
 		return nil, fhirJSONError("Observation", decodeErr)
