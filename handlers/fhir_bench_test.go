@@ -181,7 +181,10 @@ func BenchmarkRawDriverInsert(b *testing.B) {
 		var claimDocs, docs []any
 		for k := i; k < i+benchBatch; k++ {
 			o := handlers.BenchStored("raw", k, firstID+int64(k), w.patient.ID, w.device, now)
-			doc, cs := repo.ObservationDocuments(o)
+			doc, cs, err := repo.ObservationDocuments(o)
+			if err != nil {
+				b.Fatal(err)
+			}
 			claimDocs = append(claimDocs, cs...)
 			docs = append(docs, doc)
 		}
@@ -226,7 +229,10 @@ func (w *benchWorld) checkDocuments(b *testing.B) {
 	id := stored.Lookup("_id").Int64()
 	micros := stored.Lookup("lastUpdatedMicros").Int64()
 	o := handlers.BenchStored("shape", 0, id, w.patient.ID, w.device, time.UnixMicro(micros).UTC())
-	doc, claims := repo.ObservationDocuments(o)
+	doc, claims, err := repo.ObservationDocuments(o)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for name, pair := range map[string][2]any{"observation": {doc, stored}, "claim": {claims[0], bson.Raw(claim)}} {
 		want, err := bson.Marshal(pair[0])
 		if err != nil {

@@ -98,26 +98,6 @@ func identifierTokens(ids []domain.Identifier) []string {
 	return keys
 }
 
-func toObservationDoc(o *domain.Observation) observationDoc {
-	x := observationDoc{ID: o.ID, PatientID: o.PatientID, DataSourceID: o.DataSourceID, Status: o.Status, Code: o.Code,
-		CodeTokens: codeTokens(o.Codings), Identifiers: []codedValueDoc{}, IDTokens: identifierTokens(o.Identifiers),
-		ContentType: o.ContentType, Payload: o.Payload, OMH: bsonDocument(o.DataPoint),
-		SortAsc: domain.SortLastAscending, SortDesc: domain.SortLastDescending,
-		LastUpdated: o.LastUpdated.Truncate(time.Millisecond), LastUpdateUS: o.LastUpdated.UnixMicro()}
-	for _, c := range o.Codings {
-		x.Codings = append(x.Codings, codingDoc{c.System, c.Code, c.Display})
-	}
-	for _, id := range o.Identifiers {
-		x.Identifiers = append(x.Identifiers, codedValueDoc{id.System, id.Value})
-	}
-	if tf := o.Effective; tf != nil {
-		start, end := tf.Start.UTC(), tf.End.UTC()
-		x.Start, x.End, x.SortAsc, x.SortDesc = &start, &end, start, start
-		x.Effective = &effectiveDoc{DateTime: tf.DateTime, Start: tf.PeriodStart, End: tf.PeriodEnd}
-	}
-	return x
-}
-
 func (x observationDoc) observation() domain.Observation {
 	o := domain.Observation{ID: x.ID, PatientID: x.PatientID, DataSourceID: x.DataSourceID, Status: x.Status, Code: x.Code,
 		ContentType: x.ContentType, Payload: x.Payload, LastUpdated: time.UnixMicro(x.LastUpdateUS).UTC()}
@@ -189,11 +169,12 @@ func identifierClaims(o *domain.Observation) []observationIdentifierDoc {
 // an observation whose ID and LastUpdated are set: the observation and its
 // identifier claims. Benchmarks insert them with the raw driver to
 // compare against the service.
-func ObservationDocuments(o *domain.Observation) (doc any, claims []any) {
+func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, err error) {
 	for _, c := range identifierClaims(o) {
 		claims = append(claims, c)
 	}
-	return toObservationDoc(o), claims
+	doc, err = observationBSON(o)
+	return doc, claims, err
 }
 
 // CreateObservations implements domain.ObservationStore. It reserves the
@@ -242,10 +223,16 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	var docs []any
 	var docOwner []int
 	for i, o := range obs {
-		if errs[i] == nil {
-			docs = append(docs, toObservationDoc(o))
-			docOwner = append(docOwner, i)
+		if errs[i] != nil {
+			continue
 		}
+		doc, err := observationBSON(o)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		docs = append(docs, doc)
+		docOwner = append(docOwner, i)
 	}
 	// maybeStored marks the failed entries that may have been stored all
 	// the same: their claims stay.

@@ -40,13 +40,13 @@ func benchObservation(b *testing.B, i int) *domain.Observation {
 }
 
 // BenchmarkObservationDocument is the CPU per observation of building its
-// stored document and identifier claim (toObservationDoc) and marshalling
-// both to BSON, as the driver does inside InsertMany.
+// stored document (observationBSON) and marshalling its identifier claim,
+// as CreateObservations and the driver do inside InsertMany.
 func BenchmarkObservationDocument(b *testing.B) {
 	o := benchObservation(b, 7)
 	b.ReportAllocs()
 	for b.Loop() {
-		data, err := bson.Marshal(toObservationDoc(o))
+		data, err := observationBSON(o)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,7 +1,12 @@
 package repo
 
 import (
+	"encoding/json"
 	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -212,4 +217,177 @@ func readString(v bsoncore.Value, dest *string) error {
 	}
 	*dest = s
 	return nil
+}
+
+// observationBSON is the stored document of an observation, exactly as
+// bson.Marshal(toObservationDoc(o)) writes it (a test compares them), built
+// with bsoncore's appenders: an upload of 1,000 observations spent a sixth
+// of its CPU in the reflective encoder and in turning each decoded data
+// point into a bson.D first. The data point (o.DataPoint) is JSON as
+// omh.Parse decodes it; a value of any other Go type is encoded by the
+// driver. An error means a document BSON cannot hold (a key with NUL,
+// which omh.Parse refuses).
+func observationBSON(o *domain.Observation) (bson.Raw, error) {
+	start, b := bsoncore.AppendDocumentStart(make([]byte, 0, 2*len(o.Payload)+512))
+	b = bsoncore.AppendInt64Element(b, "_id", o.ID)
+	b = bsoncore.AppendInt64Element(b, "patientId", o.PatientID)
+	b = bsoncore.AppendInt64Element(b, "dataSourceId", o.DataSourceID)
+	b = bsoncore.AppendStringElement(b, "status", o.Status)
+	b = bsoncore.AppendStringElement(b, "code", o.Code)
+	if o.Codings == nil {
+		b = bsoncore.AppendNullElement(b, "codings")
+	} else {
+		var arr int32
+		arr, b = bsoncore.AppendArrayElementStart(b, "codings")
+		for i, c := range o.Codings {
+			var doc int32
+			doc, b = bsoncore.AppendDocumentElementStart(b, arrayKey(i))
+			b = bsoncore.AppendStringElement(b, "system", c.System)
+			b = bsoncore.AppendStringElement(b, "code", c.Code)
+			if c.Display != "" {
+				b = bsoncore.AppendStringElement(b, "display", c.Display)
+			}
+			b, _ = bsoncore.AppendDocumentEnd(b, doc)
+		}
+		b, _ = bsoncore.AppendArrayEnd(b, arr)
+	}
+	b = appendStrings(b, "codeTokens", codeTokens(o.Codings))
+	arr, b := bsoncore.AppendArrayElementStart(b, "identifiers")
+	for i, id := range o.Identifiers {
+		var doc int32
+		doc, b = bsoncore.AppendDocumentElementStart(b, arrayKey(i))
+		b = bsoncore.AppendStringElement(b, "system", id.System)
+		b = bsoncore.AppendStringElement(b, "value", id.Value)
+		b, _ = bsoncore.AppendDocumentEnd(b, doc)
+	}
+	b, _ = bsoncore.AppendArrayEnd(b, arr)
+	b = appendStrings(b, "identifierTokens", identifierTokens(o.Identifiers))
+	b = bsoncore.AppendStringElement(b, "contentType", o.ContentType)
+	if o.Payload == nil {
+		b = bsoncore.AppendNullElement(b, "payload")
+	} else {
+		b = bsoncore.AppendBinaryElement(b, "payload", bson.TypeBinaryGeneric, o.Payload)
+	}
+	if len(o.DataPoint) > 0 { // omitempty
+		var err error
+		if b, err = appendJSONDocument(bsoncore.AppendHeader(b, bsoncore.TypeEmbeddedDocument, "omh"), o.DataPoint); err != nil {
+			return nil, err
+		}
+	}
+	sortAsc, sortDesc := domain.SortLastAscending, domain.SortLastDescending
+	if tf := o.Effective; tf != nil {
+		var doc int32
+		doc, b = bsoncore.AppendDocumentElementStart(b, "effective")
+		for _, m := range [...]struct{ key, value string }{{"dateTime", tf.DateTime}, {"start", tf.PeriodStart}, {"end", tf.PeriodEnd}} {
+			if m.value != "" {
+				b = bsoncore.AppendStringElement(b, m.key, m.value)
+			}
+		}
+		b, _ = bsoncore.AppendDocumentEnd(b, doc)
+		b = appendTime(b, "effectiveStart", tf.Start)
+		b = appendTime(b, "effectiveEnd", tf.End)
+		sortAsc, sortDesc = tf.Start, tf.Start
+	} else {
+		b = bsoncore.AppendNullElement(b, "effective")
+		b = bsoncore.AppendNullElement(b, "effectiveStart")
+		b = bsoncore.AppendNullElement(b, "effectiveEnd")
+	}
+	b = appendTime(b, "sortAsc", sortAsc)
+	b = appendTime(b, "sortDesc", sortDesc)
+	b = appendTime(b, "lastUpdated", o.LastUpdated)
+	b = bsoncore.AppendInt64Element(b, "lastUpdatedMicros", o.LastUpdated.UnixMicro())
+	b, err := bsoncore.AppendDocumentEnd(b, start)
+	return bson.Raw(b), err
+}
+
+// arrayKeys are the keys of the first items of a BSON array.
+var arrayKeys = [...]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
+
+// arrayKey is the key of item i of a BSON array: its index.
+func arrayKey(i int) string {
+	if i < len(arrayKeys) {
+		return arrayKeys[i]
+	}
+	return strconv.Itoa(i)
+}
+
+// appendTime appends a BSON date (milliseconds) as the driver encodes a
+// time.Time.
+func appendTime(b []byte, key string, t time.Time) []byte {
+	return bsoncore.AppendDateTimeElement(b, key, int64(bson.NewDateTimeFromTime(t)))
+}
+
+// appendStrings appends a []string as the driver encodes it: nil is null.
+func appendStrings(b []byte, key string, values []string) []byte {
+	if values == nil {
+		return bsoncore.AppendNullElement(b, key)
+	}
+	arr, b := bsoncore.AppendArrayElementStart(b, key)
+	for i, v := range values {
+		b = bsoncore.AppendStringElement(b, arrayKey(i), v)
+	}
+	b, _ = bsoncore.AppendArrayEnd(b, arr)
+	return b
+}
+
+// errNULKey refuses a key BSON cannot hold.
+var errNULKey = errors.New("a key with NUL cannot be stored in BSON")
+
+// appendJSONDocument appends m as the value of a document element whose
+// header b ends with, as bsonDocument(m) marshals: keys sorted, integers
+// that fit as int64, other numbers as doubles.
+func appendJSONDocument(b []byte, m map[string]any) ([]byte, error) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if strings.IndexByte(k, 0) >= 0 {
+			return nil, errNULKey
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	start, b := bsoncore.AppendDocumentStart(b)
+	var err error
+	for _, k := range keys {
+		if b, err = appendJSONValue(b, k, m[k]); err != nil {
+			return nil, err
+		}
+	}
+	return bsoncore.AppendDocumentEnd(b, start)
+}
+
+// appendJSONValue appends the element key: v, as bsonValue(v) marshals.
+func appendJSONValue(b []byte, key string, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case map[string]any:
+		return appendJSONDocument(bsoncore.AppendHeader(b, bsoncore.TypeEmbeddedDocument, key), v)
+	case []any:
+		arr, b := bsoncore.AppendArrayElementStart(b, key)
+		var err error
+		for i, x := range v {
+			if b, err = appendJSONValue(b, arrayKey(i), x); err != nil {
+				return nil, err
+			}
+		}
+		return bsoncore.AppendArrayEnd(b, arr)
+	case string:
+		return bsoncore.AppendStringElement(b, key, v), nil
+	case bool:
+		return bsoncore.AppendBooleanElement(b, key, v), nil
+	case nil:
+		return bsoncore.AppendNullElement(b, key), nil
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return bsoncore.AppendInt64Element(b, key, n), nil
+		}
+		f, _ := v.Float64()
+		if math.IsInf(f, 0) {
+			return bsoncore.AppendNullElement(b, key), nil
+		}
+		return bsoncore.AppendDoubleElement(b, key, f), nil
+	}
+	t, data, err := bson.MarshalValue(bsonValue(v))
+	if err != nil {
+		return nil, err
+	}
+	return bsoncore.AppendValueElement(b, key, bsoncore.Value{Type: bsoncore.Type(t), Data: data}), nil
 }
