@@ -14,6 +14,7 @@ import (
 
 	"exchange/converter"
 	"exchange/fhirdefs"
+	"exchange/internal/benchcpu"
 )
 
 func standards(parts ...string) string {
@@ -463,6 +464,7 @@ func BenchmarkConvert(b *testing.B) {
 		}
 		b.Run(rt, func(b *testing.B) {
 			b.ReportAllocs()
+			defer benchcpu.Per(b, 1, "res")()
 			for i := 0; b.Loop(); i++ {
 				m, err := converter.DecodeJSON(inputs[i%len(inputs)])
 				if err != nil {
@@ -472,7 +474,6 @@ func BenchmarkConvert(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "resources/s")
 		})
 	}
 }

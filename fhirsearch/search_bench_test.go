@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"exchange/domain"
+	"exchange/internal/benchcpu"
 )
 
 // benchQuery is one patient's heart rate in January 2024, a page of 50: the
@@ -20,6 +21,7 @@ func BenchmarkSearchParsePlan(b *testing.B) {
 	scope := domain.Scope{PatientIDs: []int64{1}}
 	b.Run("parse", func(b *testing.B) {
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			v, err := url.ParseQuery(benchQuery)
 			if err != nil {
@@ -37,6 +39,7 @@ func BenchmarkSearchParsePlan(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			if _, err := q.Plan(scope); err != nil {
 				b.Fatal(err)
@@ -45,6 +48,7 @@ func BenchmarkSearchParsePlan(b *testing.B) {
 	})
 	b.Run("parse+plan", func(b *testing.B) {
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			v, err := url.ParseQuery(benchQuery)
 			if err != nil {

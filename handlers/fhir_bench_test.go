@@ -12,7 +12,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"exchange/domain"
 	"exchange/handlers"
 	"exchange/handlers/handlerstest"
+	"exchange/internal/benchcpu"
 	"exchange/repo"
 	"exchange/repo/repotest"
 )
@@ -117,11 +117,7 @@ func (w *benchWorld) count(b *testing.B, collection string) int64 {
 
 // cpuTime is the CPU time (user and system) of the whole test process so
 // far: the HTTP client, the server and the embedded database all run in it.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+var cpuTime = benchcpu.Process
 
 // reportRate reports observations per second and wall time per
 // observation, and the process's CPU time per observation (cpu, measured

@@ -28,6 +28,7 @@ import (
 
 	"exchange/domain"
 	"exchange/fhirsearch"
+	"exchange/internal/benchcpu"
 	"exchange/omh"
 	"exchange/omh/omhtest"
 	"exchange/repo"
@@ -242,7 +243,9 @@ func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server
 func perObservation(b *testing.B, n int, loop func()) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	stop := benchcpu.Per(b, n, "obs")
 	loop()
+	stop()
 	runtime.ReadMemStats(&after)
 	total := float64(b.N * n)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/total, "ns/obs")
@@ -270,6 +273,7 @@ func BenchmarkObservationCPU(b *testing.B) {
 	s := &server{service: domain.NewService(domain.Config{})}
 	b.Run("decode", func(b *testing.B) { // FHIR Observation JSON and the Base64 attachment, routed to the native store
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			if _, native, err := s.nativeObservation(raw); err != nil || !native {
 				b.Fatal(native, err)
@@ -278,6 +282,7 @@ func BenchmarkObservationCPU(b *testing.B) {
 	})
 	b.Run("omh.Parse", func(b *testing.B) {
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			if _, err := omh.Parse(data); err != nil {
 				b.Fatal(err)
@@ -286,6 +291,7 @@ func BenchmarkObservationCPU(b *testing.B) {
 	})
 	b.Run("validate", func(b *testing.B) { // the data-point header schema and heart-rate 2.0
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			if err := schemas.Validate(dp); err != nil {
 				b.Fatal(err)
@@ -294,6 +300,7 @@ func BenchmarkObservationCPU(b *testing.B) {
 	})
 	b.Run("timeframe", func(b *testing.B) {
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			if tf, err := omh.EffectiveTimeFrame(dp.Body); tf == nil || err != nil {
 				b.Fatal("no time frame")
@@ -363,6 +370,7 @@ func BenchmarkSearchPageCPU(b *testing.B) {
 	b.Run("handler", func(b *testing.B) {
 		var ctx fasthttp.RequestCtx
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			ctx.Request.Reset()
 			ctx.Response.Reset()
@@ -396,6 +404,7 @@ func BenchmarkSearchPageCPU(b *testing.B) {
 			return observationFHIR(o), pos
 		}
 		b.ReportAllocs()
+		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
 			// As fhirSearch, from the store's page to the encoded Bundle.
 			page := hits(store.page, render)

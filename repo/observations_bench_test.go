@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"exchange/domain"
+	"exchange/internal/benchcpu"
 	"exchange/omh"
 )
 
@@ -45,6 +46,7 @@ func benchObservation(b *testing.B, i int) *domain.Observation {
 func BenchmarkObservationDocument(b *testing.B) {
 	o := benchObservation(b, 7)
 	b.ReportAllocs()
+	defer benchcpu.Per(b, 1, "op")()
 	for b.Loop() {
 		data, err := observationBSON(o)
 		if err != nil {
@@ -75,6 +77,7 @@ func BenchmarkObservationPageDecode(b *testing.B) {
 		raws = append(raws, data)
 	}
 	b.ReportAllocs()
+	defer benchcpu.Per(b, 1, "op")()
 	for b.Loop() {
 		page := make([]domain.Observation, 0, len(raws))
 		for _, raw := range raws {
