@@ -6,6 +6,7 @@ require (
 	github.com/FerretDB/FerretDB v1.24.0
 	github.com/alexedwards/argon2id v1.0.0
 	github.com/evanphx/json-patch/v5 v5.9.11
+	github.com/go-json-experiment/json v1.27.2
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/fhir/go v0.7.4

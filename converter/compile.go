@@ -34,9 +34,7 @@ type Engine struct {
 	r4, r5  *fhirdefs.Package
 	log     *slog.Logger
 	stats   Stats
-	elems   sync.Map // elemKey -> *elemInfo
-	// requiredElems caches the required elements below each R5 path.
-	requiredElems sync.Map // elemKey (no name) -> []*fhirdefs.Element
+	defs    sync.Map // defKey -> *tdef: the typing tables, made on first use
 	// supported caches Supports for the types that have a map: the
 	// verification of a type's map against the R4 definitions runs once.
 	supported sync.Map // R4 type -> error (nil: converted)

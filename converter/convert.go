@@ -2,7 +2,7 @@ package converter
 
 import (
 	"bytes"
-	"encoding/json"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -78,13 +78,13 @@ func (e *Engine) convert(rt string, resource map[string]any) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sd, err := e.r5.Type(g.targetType)
+	d, err := e.typeDef(e.r5, g.targetType)
 	if err != nil {
 		return nil, fmt.Errorf("R5 type %s: %w", g.targetType, err)
 	}
-	tgt := &tval{typ: g.targetType, sd: sd, path: g.targetType}
+	tgt := &tval{typ: g.targetType, def: d}
 	tgt.set("resourceType", &tval{scalar: g.targetType})
-	if err := e.runGroup(g, []any{src, tgt}, 0); err != nil {
+	if err := e.runGroup(g, []any{src, tgt}, &stacks{}, 0); err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
@@ -92,92 +92,95 @@ func (e *Engine) convert(rt string, resource map[string]any) (*Result, error) {
 	w.object(tgt)
 	slices.Sort(w.absent)
 	res := &Result{Type: g.targetType, Resource: buf.Bytes(), Absent: slices.Compact(w.absent)}
-	r := report{carried: w.carried, translated: w.translated}
+	r := report{carried: w.carried, translated: w.translated, path: []byte(rt)}
 	addr := mapAddr(resource)
-	for _, k := range memberNames(resource) { // the resource itself is never collapsed
-		_, _, paths := r.walk(resource[k], rt+"."+k, leaf{addr, k, -1})
-		res.Dropped = append(res.Dropped, paths...)
+	for k, v := range resource { // the resource itself is never collapsed
+		if k != "resourceType" {
+			r.path = append(append(r.path[:len(rt)], '.'), k...)
+			r.pos = append(append(r.pos[:0], k...), 0)
+			r.walk(v, leaf{addr, k, -1})
+		}
 	}
-	slices.Sort(res.Dropped)
-	res.Dropped = slices.Compact(res.Dropped)
-	res.Translated = r.done
+	slices.Sort(r.dropped)
+	res.Dropped = slices.Compact(r.dropped)
+	// Map order is random: the translations are put in the order of a
+	// walk of the members by name, array items by index.
+	slices.SortFunc(r.done, func(a, b placed) int { return strings.Compare(a.pos, b.pos) })
+	for _, t := range r.done {
+		res.Translated = append(res.Translated, t.Translation)
+	}
 	return res, nil
+}
+
+// placed is a translation and its place in the R4 resource: the names
+// of the members and the indexes of the items that lead to it, each name
+// ended by a zero byte and each index in four bytes, big-endian, so
+// that places compare as strings in the order of a walk of the members
+// by name and of the items by index.
+type placed struct {
+	Translation
+	pos string
 }
 
 // report walks the R4 resource against what the output carried.
 type report struct {
 	carried    map[leaf]bool
 	translated map[leaf]*translation
-	done       []Translation
+	done       []placed
+	dropped    []string
+	// path is the R4 path of the value walked (array items share their
+	// element's path) and pos its place (see placed): built in place,
+	// made strings only for a value reported.
+	path, pos []byte
 }
 
-// walk visits a value at path (at: where it sits) and returns whether
-// all of its scalars were dropped, whether it has any, and the dropped
-// paths below it, a subtree whose every scalar is dropped collapsed into
-// its own path. It records the translations of the scalars it meets.
-func (r *report) walk(v any, path string, at leaf) (all, has bool, paths []string) {
-	var children []any
-	var childPaths []string
-	var childLeaves []leaf
+// walk visits a value at r.path (at: where it sits) and returns whether
+// all of its scalars were dropped and whether it has any. It adds the
+// dropped paths below it to r.dropped, a subtree whose every scalar is
+// dropped collapsed into its own path, and records the translations of
+// the scalars it meets. A resource's type is not walked: it may change
+// name from R4 to R5.
+func (r *report) walk(v any, at leaf) (all, has bool) {
+	mark := len(r.dropped)
+	all = true
+	visit := func(child any, at leaf) {
+		if a, h := r.walk(child, at); h {
+			has, all = true, all && a
+		}
+	}
 	switch v := v.(type) {
 	case map[string]any:
-		addr := mapAddr(v)
-		for _, k := range memberNames(v) {
-			children, childPaths = append(children, v[k]), append(childPaths, path+"."+k)
-			childLeaves = append(childLeaves, leaf{addr, k, -1})
-		}
-	case []any: // array items share their element's path
-		for i, item := range v {
-			children, childPaths = append(children, item), append(childPaths, path)
-			childLeaves = append(childLeaves, leaf{obj: at.obj, key: at.key, index: i})
-		}
-	case nil:
-		return false, false, nil
-	default:
-		if t := r.translated[at]; t != nil {
-			r.done = append(r.done, Translation{Path: path, From: t.from, To: t.to, ConceptMap: t.conceptMap})
-		}
-		if r.carried[at] {
-			return false, true, nil
-		}
-		return true, true, []string{path}
-	}
-	all = true
-	for i, c := range children {
-		a, h, p := r.walk(c, childPaths[i], childLeaves[i])
-		if h {
-			has, all = true, all && a
-			paths = append(paths, p...)
-		}
-	}
-	if has && all {
-		return true, true, []string{path}
-	}
-	return false, has, paths
-}
-
-// memberNames are an object's member names but resourceType (a resource's
-// type may change name from R4 to R5), sorted.
-func memberNames(m map[string]any) []string {
-	return slices.Sorted(func(yield func(string) bool) {
-		for k := range m {
-			if k != "resourceType" && !yield(k) {
-				return
+		addr, n, p := mapAddr(v), len(r.path), len(r.pos)
+		for k, child := range v {
+			if k != "resourceType" {
+				r.path = append(append(r.path[:n], '.'), k...)
+				r.pos = append(append(r.pos[:p], k...), 0)
+				visit(child, leaf{addr, k, -1})
 			}
 		}
-	})
-}
-
-// DecodeJSON decodes an R4 resource with numbers kept as written.
-func DecodeJSON(data []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		return nil, err
+		r.path, r.pos = r.path[:n], r.pos[:p]
+	case []any:
+		p := len(r.pos)
+		for i, item := range v {
+			r.pos = binary.BigEndian.AppendUint32(r.pos[:p], uint32(i))
+			visit(item, leaf{obj: at.obj, key: at.key, index: i})
+		}
+		r.pos = r.pos[:p]
+	case nil:
+		return false, false
+	default:
+		if t := r.translated[at]; t != nil {
+			r.done = append(r.done, placed{Translation{Path: string(r.path), From: t.from, To: t.to, ConceptMap: t.conceptMap}, string(r.pos)})
+		}
+		if r.carried[at] {
+			return false, true
+		}
+		r.dropped = append(r.dropped, string(r.path))
+		return true, true
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("data follows the JSON object")
+	if has && all {
+		r.dropped = append(r.dropped[:mark], string(r.path))
+		return true, true
 	}
-	return m, nil
+	return false, has
 }

@@ -17,7 +17,10 @@
 //   - run.go executes a compiled group over JSON trees, typing the R4
 //     source by R4's own definitions (4.0.1, the StructureDefinitions the
 //     maps were written against) and the R5 target by hl7.fhir.r5.core
-//     5.0.0, through package fhirdefs;
+//     5.0.0, through package fhirdefs; typing.go tables each definition's
+//     elements by name, once per engine, so that typing a member while a
+//     conversion runs is a map read, not a search of the definitions;
+//   - decode.go reads the R4 JSON, strictly;
 //   - write.go writes the R5 JSON and records which R4 values it carried;
 //   - convert.go converts one resource and reports its losses;
 //     verify.go checks, once per type, that its map reads only elements

@@ -25,25 +25,24 @@ type snode struct {
 	v any // a primitive's scalar: nil when it has only its `_x` sibling
 	// ext is a primitive's `_x` sibling (its id and extensions): the
 	// members of the primitive's other elements than value.
-	ext  map[string]any
-	typ  string
-	sd   *fhirdefs.StructureDefinition
-	path string
-	at   leaf // where a primitive's scalar sits in the R4 JSON
+	ext map[string]any
+	typ string
+	def *tdef // nil for a primitive's value
+	at  leaf  // where a primitive's scalar sits in the R4 JSON
 }
 
-func (n *snode) primitive() bool { return n.sd == nil || n.sd.Kind == "primitive-type" }
+func (n *snode) primitive() bool { return n.def == nil || n.def.primitive }
 
 // tval is a typed value of the R5 target under construction: an object
 // whose members keep the order the rules wrote them, or a primitive
 // whose scalar a rule sets. Empty ones are pruned when written out.
 type tval struct {
-	typ    string
-	sd     *fhirdefs.StructureDefinition
-	path   string
-	keys   []string
-	vals   map[string]any // *tval or []*tval; a primitive's are its id and extension
-	scalar any            // a primitive's value, once set
+	typ string
+	def *tdef // nil for a literal (resourceType)
+	// members in the order the rules wrote them; a primitive's are its id
+	// and extension. An object has a few: a list beats a map.
+	members []member
+	scalar  any // a primitive's value, once set
 	// from is the R4 scalar the value was carried from (zero for a
 	// literal), and translated says how translate() changed it.
 	from       leaf
@@ -55,24 +54,80 @@ type translation struct {
 	from, to, conceptMap string
 }
 
-func (t *tval) primitive() bool { return t.sd != nil && t.sd.Kind == "primitive-type" }
-
-// scope holds the variables of a group call and of the rules within it.
-type scope struct {
-	vars   map[string]any
-	parent *scope
+// member is a member of a target object: its JSON key and its value,
+// a *tval or (an element that repeats) a []*tval.
+type member struct {
+	key string
+	val any
 }
 
-func (s *scope) get(name string) (any, bool) {
-	for ; s != nil; s = s.parent {
-		if v, ok := s.vars[name]; ok {
-			return v, true
+func (t *tval) primitive() bool { return t.def != nil && t.def.primitive }
+
+// get returns the value of member key, nil when there is none.
+func (t *tval) get(key string) any {
+	for _, m := range t.members {
+		if m.key == key {
+			return m.val
+		}
+	}
+	return nil
+}
+
+// scope is the variables a rule sees: those of its group call and of
+// the rules it is nested in, and its own. Scopes nest strictly, so the
+// variables of one conversion live on one stack: a group call's from
+// base, a scope's own from start, the innermost on top. A scope is two
+// indexes, not an allocation, and is left by cutting the stack back to
+// its start.
+type scope struct {
+	st          *stacks
+	base, start int
+}
+
+// stacks are the working memory of one conversion: the variables of its
+// scopes (b) and the source items its rules visit (nodes), each cut
+// back when the rule that pushed them is done. An item is never changed
+// once pushed, so a pointer to it stays good when the stack grows into
+// a new array.
+type stacks struct {
+	b     []binding
+	nodes []snode
+}
+
+type binding struct {
+	name string
+	val  any
+}
+
+// enter opens a scope inside s, on top of the stack.
+func (s scope) enter() scope { return scope{st: s.st, base: s.base, start: len(s.st.b)} }
+
+// leave drops the variables of scope s and of any scope inside it.
+func (s scope) leave() { clear(s.st.b[s.start:]); s.st.b = s.st.b[:s.start] }
+
+// get looks a variable up from the innermost scope out, down to the
+// group call's.
+func (s scope) get(name string) (any, bool) {
+	b := s.st.b
+	for i := len(b) - 1; i >= s.base; i-- {
+		if b[i].name == name {
+			return b[i].val, true
 		}
 	}
 	return nil, false
 }
 
-func (s *scope) child() *scope { return &scope{vars: map[string]any{}, parent: s} }
+// bind sets a variable of scope s, the innermost.
+func (s scope) bind(name string, v any) {
+	b := s.st.b
+	for i := s.start; i < len(b); i++ {
+		if b[i].name == name {
+			b[i].val = v
+			return
+		}
+	}
+	s.st.b = append(b, binding{name, v})
+}
 
 // elemType is the type of a non-choice element, with the FHIRPath system
 // types of Element.id, Resource.id and Extension.url as plain strings.
@@ -90,63 +145,6 @@ func elemType(e *fhirdefs.Element) string {
 func upperFirst(s string) string {
 	r, n := utf8.DecodeRuneInString(s)
 	return string(unicode.ToUpper(r)) + s[n:]
-}
-
-// elemInfo is an element as the engine uses it, computed once per
-// (definition, path, name): the element, and for a choice the JSON key
-// of each of its types (valueQuantity: Quantity).
-type elemInfo struct {
-	el      *fhirdefs.Element
-	keyType map[string]string // choice only
-	typeKey map[string]string
-}
-
-type elemKey struct {
-	sd         *fhirdefs.StructureDefinition
-	path, name string
-}
-
-// lookup finds the element `name` under a node's path: itself or, as a
-// choice, `name[x]`. Found or not, the answer is cached.
-func (e *Engine) lookup(sd *fhirdefs.StructureDefinition, path, name string) (*elemInfo, bool) {
-	k := elemKey{sd, path, name}
-	if v, ok := e.elems.Load(k); ok {
-		info := v.(*elemInfo)
-		return info, info.el != nil
-	}
-	info := &elemInfo{}
-	if el, ok := sd.Element(path + "." + name); ok {
-		info.el = el
-	} else if el, ok := sd.Element(path + "." + name + "[x]"); ok {
-		info.el = el
-		info.keyType, info.typeKey = map[string]string{}, map[string]string{}
-		for _, t := range el.Types {
-			info.keyType[name+upperFirst(t)] = t
-			info.typeKey[t] = name + upperFirst(t)
-		}
-	}
-	e.elems.Store(k, info)
-	return info, info.el != nil
-}
-
-// required returns the elements R5 requires (min 1 or more) directly
-// below path in sd, computed once per (definition, path); nil for none.
-func (e *Engine) required(sd *fhirdefs.StructureDefinition, path string) []*fhirdefs.Element {
-	if sd == nil {
-		return nil
-	}
-	k := elemKey{sd, path, ""}
-	if v, ok := e.requiredElems.Load(k); ok {
-		return v.([]*fhirdefs.Element)
-	}
-	var out []*fhirdefs.Element
-	for _, el := range sd.Children(path) {
-		if el.Min > 0 {
-			out = append(out, el)
-		}
-	}
-	e.requiredElems.Store(k, out)
-	return out
 }
 
 // typed returns where the children of a value of type typ, found at
@@ -167,27 +165,31 @@ func typed(pkg *fhirdefs.Package, sd *fhirdefs.StructureDefinition, e *fhirdefs.
 }
 
 func (e *Engine) sourceNode(v any, typ string) (*snode, error) {
-	sd, err := e.r4.Type(typ)
+	d, err := e.typeDef(e.r4, typ)
 	if err != nil {
 		return nil, err
 	}
-	return &snode{v: v, typ: typ, sd: sd, path: typ}, nil
+	return &snode{v: v, typ: typ, def: d}, nil
 }
 
 // sourceChildren returns the items of element name of a source node,
 // typed. A primitive's items pair its values with their `_x` siblings by
 // index (either may be missing); a primitive's own id and extension are
 // read from its `_x` sibling.
-func (e *Engine) sourceChildren(n *snode, name string) ([]*snode, error) {
+//
+// The items are pushed on the conversion's stack of items (st.nodes): the
+// caller cuts it back when it is done with them.
+func (e *Engine) sourceChildren(n *snode, name string, st *stacks) ([]snode, error) {
 	var obj map[string]any
 	switch {
 	case n.primitive() && name == "value":
-		if n.sd != nil && n.v != nil {
-			return []*snode{{v: n.v, at: n.at}}, nil
+		if n.def != nil && n.v != nil {
+			st.nodes = append(st.nodes, snode{v: n.v, at: n.at})
+			return st.nodes[len(st.nodes)-1:], nil
 		}
 		return nil, nil
 	case n.primitive():
-		if n.sd == nil || n.ext == nil {
+		if n.def == nil || n.ext == nil {
 			return nil, nil
 		}
 		obj = n.ext
@@ -197,39 +199,50 @@ func (e *Engine) sourceChildren(n *snode, name string) ([]*snode, error) {
 			return nil, nil
 		}
 	}
-	info, ok := e.lookup(n.sd, n.path, name)
+	info, ok := n.def.elem(name)
 	if !ok {
-		return nil, fmt.Errorf("%s has no element %s", n.path, name)
+		return nil, fmt.Errorf("%s has no element %s", n.def.path, name)
 	}
 	el := info.el
-	var out []*snode
+	if !el.Choice() && obj[name] == nil && obj[info.sibling] == nil {
+		return nil, nil // most elements a rule reads are absent
+	}
+	start, out := len(st.nodes), st.nodes
+	defer func() { st.nodes = out }()
 	addr := mapAddr(obj)
 	add := func(key, typ string) error {
 		if typ == "Resource" {
 			for _, item := range asList(obj[key]) {
 				m, _ := item.(map[string]any)
 				rt, _ := m["resourceType"].(string)
-				child, err := e.sourceNode(item, rt)
+				d, err := e.typeDef(e.r4, rt)
 				if err != nil {
 					return err
 				}
-				out = append(out, child)
+				out = append(out, snode{v: item, typ: rt, def: d})
 			}
 			return nil
 		}
-		sd, path, err := typed(e.r4, n.sd, el, typ)
+		d, err := e.childDef(n.def, info, typ)
 		if err != nil {
 			return err
 		}
 		if typ == "BackboneElement" || typ == "Element" || el.ContentRef != "" {
 			typ = "BackboneElement"
 		}
-		if sd.Kind == "primitive-type" {
-			out = appendPrimitives(out, obj, addr, key, typ, sd)
+		if d.primitive {
+			out = appendPrimitives(out, obj, addr, key, typ, d)
 			return nil
 		}
-		for _, item := range asList(obj[key]) {
-			out = append(out, &snode{v: item, typ: typ, sd: sd, path: path})
+		switch items := obj[key].(type) {
+		case nil:
+		case []any:
+			out = slices.Grow(out, len(items))
+			for _, item := range items {
+				out = append(out, snode{v: item, typ: typ, def: d})
+			}
+		default:
+			out = append(out, snode{v: items, typ: typ, def: d})
 		}
 		return nil
 	}
@@ -242,17 +255,19 @@ func (e *Engine) sourceChildren(n *snode, name string) ([]*snode, error) {
 				}
 			}
 		}
-		return out, nil
+		return out[start:], nil
 	}
+	typ := elemType(el)
 	if el.ContentRef != "" {
-		return out, add(name, "BackboneElement")
+		typ = "BackboneElement"
 	}
-	return out, add(name, elemType(el))
+	err := add(name, typ)
+	return out[start:], err
 }
 
 // appendPrimitives appends the items of a primitive element key of obj:
 // each value with the `_key` item of the same index.
-func appendPrimitives(out []*snode, obj map[string]any, addr uintptr, key, typ string, sd *fhirdefs.StructureDefinition) []*snode {
+func appendPrimitives(out []snode, obj map[string]any, addr uintptr, key, typ string, d *tdef) []snode {
 	values, exts := obj[key], obj["_"+key]
 	if values == nil && exts == nil {
 		return out
@@ -261,8 +276,9 @@ func appendPrimitives(out []*snode, obj map[string]any, addr uintptr, key, typ s
 	extList, extIsList := exts.([]any)
 	if !isList && !extIsList {
 		ext, _ := exts.(map[string]any)
-		return append(out, &snode{v: values, ext: ext, typ: typ, sd: sd, path: typ, at: leaf{addr, key, -1}})
+		return append(out, snode{v: values, ext: ext, typ: typ, def: d, at: leaf{addr, key, -1}})
 	}
+	out = slices.Grow(out, max(len(list), len(extList)))
 	for i := range max(len(list), len(extList)) {
 		var v any
 		var ext map[string]any
@@ -273,7 +289,7 @@ func appendPrimitives(out []*snode, obj map[string]any, addr uintptr, key, typ s
 			ext, _ = extList[i].(map[string]any)
 		}
 		if v != nil || ext != nil {
-			out = append(out, &snode{v: v, ext: ext, typ: typ, sd: sd, path: typ, at: leaf{addr, key, i}})
+			out = append(out, snode{v: v, ext: ext, typ: typ, def: d, at: leaf{addr, key, i}})
 		}
 	}
 	return out
@@ -289,26 +305,27 @@ func asList(v any) []any {
 	return []any{v}
 }
 
-func (e *Engine) newTarget(parent *tval, el *fhirdefs.Element, typ string) (*tval, error) {
-	sd, path, err := typed(e.r5, parent.sd, el, typ)
+func (e *Engine) newTarget(parent *tval, info *elemInfo, typ string) (*tval, error) {
+	d, err := e.childDef(parent.def, info, typ)
 	if err != nil {
 		return nil, err
 	}
-	t := &tval{typ: typ, sd: sd, path: path}
-	if sd.Kind == "resource" && path == sd.Type {
+	t := &tval{typ: typ, def: d}
+	if d.resource {
 		t.set("resourceType", &tval{scalar: typ})
 	}
 	return t, nil
 }
 
+// set sets member key, in the place it first had.
 func (t *tval) set(key string, v any) {
-	if t.vals == nil {
-		t.vals = map[string]any{}
+	for i := range t.members {
+		if t.members[i].key == key {
+			t.members[i].val = v
+			return
+		}
 	}
-	if _, ok := t.vals[key]; !ok {
-		t.keys = append(t.keys, key)
-	}
-	t.vals[key] = v
+	t.members = append(t.members, member{key, v})
 }
 
 // makeChild creates the value of element name under parent, of type typ
@@ -316,12 +333,12 @@ func (t *tval) set(key string, v any) {
 // Resource). reuse returns the existing value of a single element. A
 // primitive's children are its id and extension; its value is assigned.
 func (e *Engine) makeChild(parent *tval, name, typ string, reuse bool) (*tval, error) {
-	if parent.sd == nil || (parent.primitive() && name == "value") {
+	if parent.def == nil || (parent.primitive() && name == "value") {
 		return nil, fmt.Errorf("%s is a primitive: no element %s", parent.typ, name)
 	}
-	info, ok := e.lookup(parent.sd, parent.path, name)
+	info, ok := parent.def.elem(name)
 	if !ok {
-		return nil, fmt.Errorf("%s has no element %s", parent.path, name)
+		return nil, fmt.Errorf("%s has no element %s", parent.def.path, name)
 	}
 	el, key := info.el, name
 	switch {
@@ -335,27 +352,24 @@ func (e *Engine) makeChild(parent *tval, name, typ string, reuse bool) (*tval, e
 		typ = elemType(el)
 	}
 	if el.Max == 1 && reuse {
-		if existing, ok := parent.vals[key].(*tval); ok {
+		if existing, ok := parent.get(key).(*tval); ok {
 			return existing, nil
 		}
 	}
-	child, err := e.newTarget(parent, el, typ)
+	child, err := e.newTarget(parent, info, typ)
 	if err != nil {
 		return nil, err
 	}
 	if el.Max == 1 {
 		if el.Choice() { // one of the choice's types only
-			parent.keys = slices.DeleteFunc(parent.keys, func(k string) bool {
-				_, other := info.keyType[k]
-				if other && k != key {
-					delete(parent.vals, k)
-				}
-				return other && k != key
+			parent.members = slices.DeleteFunc(parent.members, func(m member) bool {
+				_, other := info.keyType[m.key]
+				return other && m.key != key
 			})
 		}
 		parent.set(key, child)
 	} else {
-		list, _ := parent.vals[key].([]*tval)
+		list, _ := parent.get(key).([]*tval)
 		parent.set(key, append(list, child))
 	}
 	return child, nil
@@ -364,8 +378,8 @@ func (e *Engine) makeChild(parent *tval, name, typ string, reuse bool) (*tval, e
 // dispatch picks the R5 type a source item becomes at element el and
 // the group that converts it: the <<type+>> group of its type when the
 // element takes that type, else a <<types>> group of the pair.
-func (e *Engine) dispatch(src *snode, el *fhirdefs.Element) (string, *cgroup, error) {
-	if src.sd != nil && src.sd.Kind == "resource" {
+func (e *Engine) dispatch(src *snode, info *elemInfo) (string, *cgroup, error) {
+	if src.def != nil && src.def.sd.Kind == "resource" {
 		// A resource inside another (contained, Bundle.entry, Parameters)
 		// passes the same gate as one imported alone.
 		if err := e.Supports(src.typ); err != nil {
@@ -373,37 +387,33 @@ func (e *Engine) dispatch(src *snode, el *fhirdefs.Element) (string, *cgroup, er
 		}
 		return e.typePlus[src.typ].targetType, e.typePlus[src.typ], nil
 	}
-	candidates := el.Types
-	if !el.Choice() {
-		candidates = []string{elemType(el)}
-	}
-	for _, t := range candidates {
+	for _, t := range info.types {
 		if g := e.typePlus[src.typ]; g != nil && g.targetType == t {
 			return t, g, nil
 		}
 	}
-	for _, t := range candidates {
+	for _, t := range info.types {
 		if g := e.pairs[typePair{src.typ, t}]; g != nil {
 			return t, g, nil
 		}
 	}
-	return "", nil, fmt.Errorf("%w: %s to %s (%v)", errNoGroup, src.typ, el.Path, candidates)
+	return "", nil, fmt.Errorf("%w: %s to %s (%v)", errNoGroup, src.typ, info.el.Path, info.types)
 }
 
 // copyInto converts a source item into a new value of element name
 // under parent, through the group its pair of types dispatches to.
-func (e *Engine) copyInto(src *snode, parent *tval, name string, depth int) (*tval, error) {
+func (e *Engine) copyInto(src *snode, parent *tval, name string, st *stacks, depth int) (*tval, error) {
 	if parent.primitive() && name == "value" && src.primitive() {
-		return e.assignFrom(parent, name, src, src.v, depth)
+		return e.assignFrom(parent, name, src, src.v, st, depth)
 	}
-	if parent.sd == nil || (parent.primitive() && name == "value") {
+	if parent.def == nil || (parent.primitive() && name == "value") {
 		return nil, fmt.Errorf("%s is a primitive: no element %s", parent.typ, name)
 	}
-	info, ok := e.lookup(parent.sd, parent.path, name)
+	info, ok := parent.def.elem(name)
 	if !ok {
-		return nil, fmt.Errorf("%s has no element %s", parent.path, name)
+		return nil, fmt.Errorf("%s has no element %s", parent.def.path, name)
 	}
-	typ, g, err := e.dispatch(src, info.el)
+	typ, g, err := e.dispatch(src, info)
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +421,7 @@ func (e *Engine) copyInto(src *snode, parent *tval, name string, depth int) (*tv
 	if err != nil {
 		return nil, err
 	}
-	return child, e.runGroup(g, []any{src, child}, depth+1)
+	return child, e.runGroup(g, []any{src, child}, st, depth+1)
 }
 
 // assign sets element name of parent to a scalar (or a primitive's own
@@ -421,12 +431,12 @@ func (e *Engine) assign(parent *tval, name string, v any, hint string) (*tval, e
 		parent.scalar = scalarFor(parent.typ, v)
 		return parent, nil
 	}
-	if parent.sd == nil || parent.primitive() {
+	if parent.def == nil || parent.primitive() {
 		return nil, fmt.Errorf("%s is a primitive: no element %s", parent.typ, name)
 	}
-	info, ok := e.lookup(parent.sd, parent.path, name)
+	info, ok := parent.def.elem(name)
 	if !ok {
-		return nil, fmt.Errorf("%s has no element %s", parent.path, name)
+		return nil, fmt.Errorf("%s has no element %s", parent.def.path, name)
 	}
 	el, typ := info.el, ""
 	if el.Choice() {
@@ -456,14 +466,14 @@ func (e *Engine) assign(parent *tval, name string, v any, hint string) (*tval, e
 // translated from) the source primitive src, and carries src's id and
 // extensions (its `_x` sibling) through the maps' Element group, as a
 // group of the primitive's type would.
-func (e *Engine) assignFrom(parent *tval, name string, src *snode, v any, depth int) (*tval, error) {
+func (e *Engine) assignFrom(parent *tval, name string, src *snode, v any, st *stacks, depth int) (*tval, error) {
 	child, err := e.assign(parent, name, v, src.typ)
 	if err != nil {
 		return nil, err
 	}
 	child.from = src.at
 	if src.ext != nil && e.element != nil {
-		if err := e.runGroup(e.element, []any{src, child}, depth+1); err != nil {
+		if err := e.runGroup(e.element, []any{src, child}, st, depth+1); err != nil {
 			return child, err
 		}
 	}
@@ -494,19 +504,20 @@ func scalarFor(typ string, v any) any {
 	return v
 }
 
-func (e *Engine) runGroup(g *cgroup, args []any, depth int) error {
+func (e *Engine) runGroup(g *cgroup, args []any, st *stacks, depth int) error {
 	if depth > maxDepth {
 		return errTooDeep
 	}
 	if g.extends != nil {
-		if err := e.runGroup(g.extends, args[:min(len(args), len(g.extends.params))], depth+1); err != nil {
+		if err := e.runGroup(g.extends, args[:min(len(args), len(g.extends.params))], st, depth+1); err != nil {
 			return err
 		}
 	}
-	sc := &scope{vars: map[string]any{}}
+	sc := scope{st: st, base: len(st.b), start: len(st.b)}
+	defer sc.leave()
 	for i, prm := range g.params {
 		if i < len(args) && args[i] != nil {
-			sc.vars[prm.Name] = args[i]
+			sc.bind(prm.Name, args[i])
 		}
 	}
 	return e.runRules(g, g.rules, sc, depth)
@@ -514,7 +525,7 @@ func (e *Engine) runGroup(g *cgroup, args []any, depth int) error {
 
 // runRules runs rules one after the other; a rule that fails is skipped,
 // except for input too deep to convert, which ends the conversion.
-func (e *Engine) runRules(g *cgroup, rules []*crule, sc *scope, depth int) error {
+func (e *Engine) runRules(g *cgroup, rules []*crule, sc scope, depth int) error {
 	for _, r := range rules {
 		err := e.runRule(g, r, sc, depth)
 		if errors.Is(err, errTooDeep) {
@@ -529,52 +540,63 @@ func (e *Engine) runRules(g *cgroup, rules []*crule, sc *scope, depth int) error
 
 // runRule runs a rule for every combination of its source items that
 // passes its conditions. An error skips what remains of the rule.
-func (e *Engine) runRule(g *cgroup, r *crule, sc *scope, depth int) error {
+func (e *Engine) runRule(g *cgroup, r *crule, sc scope, depth int) error {
 	if r.skip != "" {
 		return nil
 	}
-	var each func(i int, sc *scope, item *snode) error
-	each = func(i int, sc *scope, item *snode) error {
-		if i == len(r.sources) {
-			return e.runBody(g, r, sc, item, depth)
-		}
-		s := r.sources[i]
-		ctx, ok := sc.get(s.Context)
-		if !ok {
-			return fmt.Errorf("unknown variable %s", s.Context)
-		}
-		node, ok := ctx.(*snode)
-		if !ok {
-			return fmt.Errorf("%s is not a source", s.Context)
-		}
-		items := []*snode{node}
-		if s.Element != "" {
-			var err error
-			if items, err = e.sourceChildren(node, s.Element); err != nil {
-				return err
-			}
-		}
-		for _, it := range items {
-			if s.Type != "" && it.typ != s.Type {
-				continue
-			}
-			inner := sc.child()
-			if s.Var != "" {
-				inner.vars[s.Var] = it
-			}
-			if s.where != nil && !e.holds(s.where, inner) {
-				continue
-			}
-			if err := each(i+1, inner, it); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return each(0, sc, nil)
+	return e.runSources(g, r, 0, sc, nil, depth)
 }
 
-func (e *Engine) runBody(g *cgroup, r *crule, sc *scope, item *snode, depth int) error {
+// runSources runs rule r from its source i on: for each item of that
+// source in scope sc, and on to the next source, then the rule's body.
+func (e *Engine) runSources(g *cgroup, r *crule, i int, sc scope, item *snode, depth int) error {
+	if i == len(r.sources) {
+		return e.runBody(g, r, sc, item, depth)
+	}
+	s := &r.sources[i]
+	ctx, ok := sc.get(s.Context)
+	if !ok {
+		return fmt.Errorf("unknown variable %s", s.Context)
+	}
+	node, ok := ctx.(*snode)
+	if !ok {
+		return fmt.Errorf("%s is not a source", s.Context)
+	}
+	if s.Element == "" {
+		return e.runItem(g, r, i, sc, node, depth)
+	}
+	defer func(mark int) { sc.st.nodes = sc.st.nodes[:mark] }(len(sc.st.nodes))
+	items, err := e.sourceChildren(node, s.Element, sc.st)
+	if err != nil {
+		return err
+	}
+	for k := range items {
+		if err := e.runItem(g, r, i, sc, &items[k], depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runItem runs rule r for one item of its source i that passes the
+// source's type and condition, bound to the source's variable.
+func (e *Engine) runItem(g *cgroup, r *crule, i int, sc scope, it *snode, depth int) error {
+	s := &r.sources[i]
+	if s.Type != "" && it.typ != s.Type {
+		return nil
+	}
+	inner := sc.enter()
+	defer inner.leave()
+	if s.Var != "" {
+		inner.bind(s.Var, it)
+	}
+	if s.where != nil && !e.holds(s.where, inner) {
+		return nil
+	}
+	return e.runSources(g, r, i+1, inner, it, depth)
+}
+
+func (e *Engine) runBody(g *cgroup, r *crule, sc scope, item *snode, depth int) error {
 	if r.simple {
 		t := r.targets[0]
 		parent, ok := sc.get(t.Context)
@@ -582,7 +604,7 @@ func (e *Engine) runBody(g *cgroup, r *crule, sc *scope, item *snode, depth int)
 		if !ok || !isTarget {
 			return fmt.Errorf("%s is not a target", t.Context)
 		}
-		_, err := e.copyInto(item, tv, t.Element, depth)
+		_, err := e.copyInto(item, tv, t.Element, sc.st, depth)
 		return err
 	}
 	for _, t := range r.targets {
@@ -598,14 +620,14 @@ func (e *Engine) runBody(g *cgroup, r *crule, sc *scope, item *snode, depth int)
 		for i, a := range c.args {
 			args[i] = resolve(a, sc)
 		}
-		if err := e.runGroup(c.group, args, depth+1); err != nil {
+		if err := e.runGroup(c.group, args, sc.st, depth+1); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func resolve(a argument, sc *scope) any {
+func resolve(a argument, sc scope) any {
 	if a.Var == "" {
 		return a.Literal
 	}
@@ -613,7 +635,7 @@ func resolve(a argument, sc *scope) any {
 	return v
 }
 
-func (e *Engine) runTarget(t ctarget, sc *scope, item *snode, depth int) error {
+func (e *Engine) runTarget(t ctarget, sc scope, item *snode, depth int) error {
 	ctxv, ok := sc.get(t.Context)
 	ctx, isTarget := ctxv.(*tval)
 	if !ok || !isTarget {
@@ -621,7 +643,7 @@ func (e *Engine) runTarget(t ctarget, sc *scope, item *snode, depth int) error {
 	}
 	bind := func(v *tval) {
 		if t.Var != "" && v != nil {
-			sc.vars[t.Var] = v
+			sc.bind(t.Var, v)
 		}
 	}
 	if t.Element == "" {
@@ -657,14 +679,14 @@ func (e *Engine) runTarget(t ctarget, sc *scope, item *snode, depth int) error {
 		case *snode:
 			if v.primitive() {
 				value, tr := t.conceptMap.translate(v.v)
-				child, err := e.assignFrom(ctx, t.Element, v, value, depth)
+				child, err := e.assignFrom(ctx, t.Element, v, value, sc.st, depth)
 				if child != nil && tr != nil {
 					child.translated = tr
 				}
 				bind(child)
 				return err
 			}
-			child, err := e.copyInto(v, ctx, t.Element, depth)
+			child, err := e.copyInto(v, ctx, t.Element, sc.st, depth)
 			bind(child)
 			return err
 		case *tval:
@@ -687,7 +709,7 @@ func firstLiteral(t *transform) any {
 
 // holds evaluates an equality or inequality. Empty on either side is
 // false, as FHIRPath's empty result is.
-func (e *Engine) holds(c *condition, sc *scope) bool {
+func (e *Engine) holds(c *condition, sc scope) bool {
 	left, right := e.values(c.left, sc), e.values(c.right, sc)
 	if len(left) != 1 || len(right) != 1 {
 		return false
@@ -696,7 +718,7 @@ func (e *Engine) holds(c *condition, sc *scope) bool {
 	return equal != c.not
 }
 
-func (e *Engine) values(o operand, sc *scope) []any {
+func (e *Engine) values(o operand, sc scope) []any {
 	if o.path == nil {
 		return []any{o.literal}
 	}
@@ -708,15 +730,18 @@ func (e *Engine) values(o operand, sc *scope) []any {
 	if !isNode {
 		return []any{v}
 	}
+	defer func(mark int) { sc.st.nodes = sc.st.nodes[:mark] }(len(sc.st.nodes))
 	nodes := []*snode{node}
 	for _, name := range o.path[1:] {
 		var next []*snode
 		for _, n := range nodes {
-			children, err := e.sourceChildren(n, name)
+			children, err := e.sourceChildren(n, name, sc.st)
 			if err != nil {
 				return nil
 			}
-			next = append(next, children...)
+			for k := range children {
+				next = append(next, &children[k])
+			}
 		}
 		nodes = next
 	}

@@ -60,7 +60,7 @@ func (v *reads) rules(rules []*crule, bound map[string]string) {
 				}
 				continue
 			}
-			info, ok := v.e.lookup(v.sd, path, s.Element)
+			info, ok := v.e.def(v.e.r4, v.sd, path).elem(s.Element)
 			if !ok {
 				v.undefined = append(v.undefined, path+"."+s.Element)
 				continue

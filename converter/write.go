@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"exchange/fhirdefs"
@@ -38,7 +39,7 @@ type writer struct {
 
 // value writes a value; false (nothing written) when it is empty.
 func (w *writer) value(v *tval) bool {
-	if v.sd == nil || v.primitive() {
+	if v.def == nil || v.primitive() {
 		return w.scalar(v)
 	}
 	return w.object(v)
@@ -48,11 +49,9 @@ func (w *writer) scalar(v *tval) bool {
 	if v.scalar == nil {
 		return false
 	}
-	data, err := marshalScalar(v.scalar)
-	if err != nil {
+	if !w.writeScalar(v.scalar) {
 		return false
 	}
-	w.buf.Write(data)
 	if v.from.obj != 0 {
 		w.carried[v.from] = true
 		if v.translated != nil {
@@ -73,19 +72,19 @@ func (w *writer) object(v *tval) bool {
 	start := w.buf.Len()
 	w.buf.WriteByte('{')
 	members := 0
-	required := w.e.required(v.sd, v.path)
+	required := v.def.required
 	var written []string // the members written, when required elements are checked
-	for _, key := range v.keys {
-		n := w.member(members, key, v.vals[key])
+	for _, m := range v.members {
+		n := w.member(members, m.key, m.val)
 		if n > 0 && required != nil {
-			written = append(written, key)
+			written = append(written, m.key)
 		}
 		members += n
 	}
 	if members > 0 {
 		for _, el := range required {
 			if !hasMember(written, el) {
-				members += w.absentMember(members, v.sd, el, 0)
+				members += w.absentMember(members, v.def, el, 0)
 			}
 		}
 	}
@@ -106,7 +105,7 @@ func (w *writer) member(members int, key string, val any) int {
 			return w.keep(w.key(members, key), w.value(val))
 		}
 		n := w.keep(w.key(members, key), w.scalar(val))
-		if len(val.keys) > 0 && !noSibling(val.typ, key) {
+		if len(val.members) > 0 && !noSibling(val.typ, key) {
 			n += w.keep(w.key(members+n, "_"+key), w.object(val))
 		}
 		return n
@@ -153,7 +152,7 @@ const maxAbsentDepth = 8
 // primitive's `_name` sibling, or an element holding only the
 // extension and, for a backbone element, its own required elements
 // marked absent. It returns 1 (the member count).
-func (w *writer) absentMember(members int, sd *fhirdefs.StructureDefinition, el *fhirdefs.Element, depth int) int {
+func (w *writer) absentMember(members int, parent *tdef, el *fhirdefs.Element, depth int) int {
 	key, typ := el.Name, elemType(el)
 	if el.Choice() {
 		typ = el.Types[0]
@@ -175,8 +174,9 @@ func (w *writer) absentMember(members int, sd *fhirdefs.StructureDefinition, el 
 		children = el.ContentRef
 	}
 	if (typ == "BackboneElement" || typ == "Element" || el.ContentRef != "") && depth < maxAbsentDepth {
-		for _, child := range w.e.required(sd, children) {
-			w.absentMember(1, sd, child, depth+1)
+		d := w.e.def(parent.pkg, parent.sd, children)
+		for _, child := range d.required {
+			w.absentMember(1, d, child, depth+1)
 		}
 	}
 	w.buf.WriteByte('}')
@@ -259,7 +259,7 @@ func (w *writer) primitives(members int, key string, items []*tval) int {
 	}
 	var exts [][]byte // each value's `_key` object; nil when none has one
 	for i, item := range values {
-		if len(item.keys) == 0 {
+		if len(item.members) == 0 {
 			continue
 		}
 		sub := writer{e: w.e, buf: &bytes.Buffer{}, carried: w.carried, translated: w.translated, absent: w.absent}
@@ -289,12 +289,40 @@ func (w *writer) primitives(members int, key string, items []*tval) int {
 	return 2
 }
 
-func marshalScalar(v any) ([]byte, error) {
+// writeScalar writes a scalar as JSON: false (nothing written) for a
+// value JSON cannot hold. A string of printable ASCII needing no escape,
+// most of them, is written as it is; others go through encoding/json,
+// whose escaping the output keeps.
+func (w *writer) writeScalar(v any) bool {
+	switch v := v.(type) {
+	case string:
+		if plainASCII(v) {
+			w.buf.WriteByte('"')
+			w.buf.WriteString(v)
+			w.buf.WriteByte('"')
+			return true
+		}
+	case bool:
+		w.buf.WriteString(strconv.FormatBool(v))
+		return true
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return nil, err
+		return false
 	}
-	return bytes.TrimRight(b.Bytes(), "\n"), nil
+	w.buf.Write(bytes.TrimRight(b.Bytes(), "\n"))
+	return true
+}
+
+// plainASCII reports whether s is printable ASCII without a quote or a
+// backslash: a JSON string as it is.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,123 @@
+package converter
+
+import (
+	"strings"
+	"sync/atomic"
+
+	"exchange/fhirdefs"
+)
+
+// tdef is where the children of a typed value are defined: a
+// StructureDefinition and the path of the element whose children they
+// are (Observation, Observation.component, Quantity). An engine makes
+// each one once, with its child elements tabled by name and the
+// definitions of their types resolved on first use, so that typing a
+// member of the source or the target while a conversion runs is a map
+// read and a pointer load, not a search of the definitions.
+type tdef struct {
+	pkg  *fhirdefs.Package
+	sd   *fhirdefs.StructureDefinition
+	path string
+	// primitive: a primitive type, whose value is a JSON scalar and whose
+	// other elements (id, extension) sit in its `_x` sibling.
+	primitive bool
+	// resource: a resource type's root, whose JSON object names its type.
+	resource bool
+	elems    map[string]*elemInfo // by name; a choice by its name without [x]
+	required []*fhirdefs.Element  // the children R5 requires (min 1 or more)
+}
+
+// elemInfo is an element as the engine uses it: the element, for a
+// choice the JSON key of each of its types (valueQuantity: Quantity), and
+// where the children of a value of each type it takes are defined.
+type elemInfo struct {
+	el *fhirdefs.Element
+	// sibling is the key of a primitive's `_x` sibling: "_" + the name.
+	sibling string
+	// types are the types a value of the element may have: a choice's,
+	// else its one type (elemType).
+	types   []string
+	keyType map[string]string // choice only
+	typeKey map[string]string
+	// defs holds one slot per type the element names (and
+	// BackboneElement, how a recursive element is typed), filled on first
+	// use. A Resource element's types are the resources: not tabled.
+	defs map[string]*atomic.Pointer[tdef]
+}
+
+type defKey struct {
+	sd   *fhirdefs.StructureDefinition
+	path string
+}
+
+// def returns the tdef of (sd, path), made once per engine.
+func (e *Engine) def(pkg *fhirdefs.Package, sd *fhirdefs.StructureDefinition, path string) *tdef {
+	k := defKey{sd, path}
+	if d, ok := e.defs.Load(k); ok {
+		return d.(*tdef)
+	}
+	d := &tdef{pkg: pkg, sd: sd, path: path, primitive: sd.Kind == "primitive-type",
+		resource: sd.Kind == "resource" && path == sd.Type, elems: map[string]*elemInfo{}}
+	for _, el := range sd.Children(path) {
+		info := &elemInfo{el: el, types: []string{elemType(el)}, defs: map[string]*atomic.Pointer[tdef]{}}
+		name := el.Name
+		if el.Choice() {
+			info.types = el.Types
+			name = strings.TrimSuffix(name, "[x]")
+			info.keyType, info.typeKey = map[string]string{}, map[string]string{}
+			for _, t := range el.Types {
+				info.keyType[name+upperFirst(t)] = t
+				info.typeKey[t] = name + upperFirst(t)
+			}
+		}
+		for _, t := range append(el.Types[:len(el.Types):len(el.Types)], elemType(el), "BackboneElement") {
+			if t != "Resource" && t != "" {
+				info.defs[t] = &atomic.Pointer[tdef]{}
+			}
+		}
+		info.sibling = "_" + name
+		d.elems[name] = info
+		if el.Min > 0 {
+			d.required = append(d.required, el)
+		}
+	}
+	actual, _ := e.defs.LoadOrStore(k, d)
+	return actual.(*tdef)
+}
+
+// typeDef returns the tdef of a type's own definition in pkg.
+func (e *Engine) typeDef(pkg *fhirdefs.Package, typ string) (*tdef, error) {
+	sd, err := pkg.Type(typ)
+	if err != nil {
+		return nil, err
+	}
+	return e.def(pkg, sd, typ), nil
+}
+
+// elem finds the element `name` below d: itself or, as a choice,
+// `name[x]`.
+func (d *tdef) elem(name string) (*elemInfo, bool) {
+	info, ok := d.elems[name]
+	return info, ok
+}
+
+// childDef returns where the children of a value of type typ, found at
+// element info of parent, are defined: a backbone element's own path, a
+// recursive element's referenced path, or the type's definition.
+func (e *Engine) childDef(parent *tdef, info *elemInfo, typ string) (*tdef, error) {
+	slot := info.defs[typ]
+	if slot != nil {
+		if d := slot.Load(); d != nil {
+			return d, nil
+		}
+	}
+	sd, path, err := typed(parent.pkg, parent.sd, info.el, typ)
+	if err != nil {
+		return nil, err
+	}
+	d := e.def(parent.pkg, sd, path)
+	if slot != nil {
+		slot.Store(d)
+	}
+	return d, nil
+}
