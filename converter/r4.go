@@ -1,7 +1,6 @@
 package converter
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -33,15 +32,16 @@ func NewImporter(e *Engine) (*Importer, error) {
 // MapSet implements domain.R4Converter.
 func (im *Importer) MapSet() string { return MapSetVersion }
 
-// ConvertR4 implements domain.R4Converter.
-func (im *Importer) ConvertR4(resource map[string]any) (*domain.R4Conversion, error) {
+// ConvertR4 implements domain.R4Converter: the parser and the engine
+// read the same bytes.
+func (im *Importer) ConvertR4(data []byte) (*domain.R4Conversion, error) {
+	resource, err := DecodeJSON(data)
+	if err != nil {
+		return nil, domain.Errorf(domain.CodeInvalid, "the R4 resource is not valid JSON: %v", err)
+	}
 	rt, _ := resource["resourceType"].(string)
 	if err := im.engine.Supports(rt); err != nil {
 		return nil, domain.Errorf(domain.CodeNotSupported, "%s", strings.TrimPrefix(err.Error(), ErrNotSupported.Error()+": "))
-	}
-	data, err := json.Marshal(resource)
-	if err != nil {
-		return nil, domain.Errorf(domain.CodeInvalid, "the R4 resource cannot be encoded: %v", err)
 	}
 	if _, err := im.parser.Unmarshal(data); err != nil {
 		return nil, domain.FieldErrorf(rt, "not valid R4: %v", err)

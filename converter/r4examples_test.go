@@ -3,6 +3,7 @@ package converter_test
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -299,7 +300,7 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 		}
 		return o
 	}
-	conv, err := im.ConvertR4(m)
+	conv, err := im.ConvertR4(mustJSON(t, m))
 	if o.refused = err; err != nil {
 		return o
 	}
@@ -343,7 +344,7 @@ func TestR4ExampleFidelity(t *testing.T) {
 	}
 	imported := func(t *testing.T, m map[string]any) *domain.R4Conversion {
 		t.Helper()
-		conv, err := im.ConvertR4(m)
+		conv, err := im.ConvertR4(mustJSON(t, m))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,4 +382,14 @@ func TestR4ExampleFidelity(t *testing.T) {
 			t.Errorf("dropped %v: %s", conv.Dropped, conv.Body)
 		}
 	})
+}
+
+// mustJSON is an example, its id removed, as the import hands it over.
+func mustJSON(t *testing.T, m map[string]any) []byte {
+	t.Helper()
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

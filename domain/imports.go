@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -10,10 +9,10 @@ import (
 // R4Converter converts FHIR R4 resources to R5 (package converter runs
 // the official HL7 StructureMaps).
 type R4Converter interface {
-	// ConvertR4 checks one R4 resource, its id already removed, and
-	// converts it. Returns CodeNotSupported for a type it does not
-	// convert and CodeInvalid for input that is not valid R4.
-	ConvertR4(resource map[string]any) (*R4Conversion, error)
+	// ConvertR4 checks one R4 resource, its JSON with the id already
+	// removed, and converts it. Returns CodeNotSupported for a type it
+	// does not convert and CodeInvalid for input that is not valid R4.
+	ConvertR4(resource []byte) (*R4Conversion, error)
 	// MapSet names the maps it runs, for every import outcome.
 	MapSet() string
 }
@@ -97,13 +96,7 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	}
 	upstream, hasID := in.get("id")
 	in.remove("id")
-	dec := json.NewDecoder(bytes.NewReader(in.marshal()))
-	dec.UseNumber()
-	var resource map[string]any
-	if err := dec.Decode(&resource); err != nil {
-		return nil, Errorf(CodeInvalid, "the R4 resource is not valid JSON")
-	}
-	conv, err := s.converter.ConvertR4(resource)
+	conv, err := s.converter.ConvertR4(in.marshal())
 	if err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func TestTranslateCodesSetting(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}
-	encounter := map[string]any{"resourceType": "Encounter", "status": "finished", "class": map[string]any{"code": "AMB"}}
+	encounter := []byte(`{"resourceType": "Encounter", "status": "finished", "class": {"code": "AMB"}}`)
 	for _, c := range []struct {
 		translate, status string
 		translated        int
