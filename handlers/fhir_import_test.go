@@ -105,6 +105,19 @@ func TestImportR4RequestChecks(t *testing.T) {
 	if entries := fxArr(out["entry"]); status != 200 || len(entries) != 1 || !strings.Contains(fmt.Sprint(entries[0]), `the member "gender" appears twice`) {
 		t.Errorf("duplicate member: %d %v", status, out)
 	}
+	// So is one named twice deeper in, and a string that is not UTF-8:
+	// the converter reads the JSON strictly, not settling either by a map.
+	for name, body := range map[string]string{
+		"nested duplicate": `{"resourceType": "Patient", "name": [{"family": "Doe", "family": "Roe"}]}`,
+		"invalid UTF-8":    "{\"resourceType\": \"Patient\", \"name\": [{\"family\": \"Do\xffe\"}]}",
+	} {
+		status, out := w.importR4(t, "doc", src, "/Patient", body)
+		e := fxArr(out["entry"])
+		if status != 200 || len(e) != 1 || !strings.HasPrefix(fmt.Sprint(fxObj(fxObj(e[0])["response"])["status"]), "400") ||
+			!strings.Contains(fmt.Sprint(e[0]), "the R4 resource is not valid JSON") {
+			t.Errorf("%s: %d %v", name, status, out)
+		}
+	}
 	if n := w.count(t); n != 0 {
 		t.Errorf("%d resources stored by refused requests", n)
 	}
