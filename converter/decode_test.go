@@ -1,6 +1,7 @@
 package converter_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -36,4 +37,28 @@ func TestDecodeJSON(t *testing.T) {
 			t.Errorf("%q: decoded %v", bad, m)
 		}
 	}
+}
+
+// FuzzDecodeJSON: DecodeJSON never panics, refuses what encoding/json
+// refuses, and what it accepts decodes to what encoding/json makes of it.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, s := range []string{`{"resourceType":"Patient","name":[{"family":"Doe"}]}`, `{"a":[1.50,true,null,{}]}`,
+		`{"a":1,"a":2}`, `null`, `{"a":"\u00e9\ud800"}`, `{"a":1}]`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := converter.DecodeJSON(data)
+		if err != nil {
+			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("%q: decoded although not valid JSON", data)
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var want map[string]any
+		if err := dec.Decode(&want); err != nil || !reflect.DeepEqual(m, want) {
+			t.Fatalf("%q: %#v, encoding/json %#v %v", data, m, want, err)
+		}
+	})
 }
