@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"exchange/converter"
@@ -95,7 +96,7 @@ func BenchmarkImportR4CPU(b *testing.B) {
 	importer, validator, catalog := benchImporter(b)
 	store := &importBenchStore{benchStore: newBenchStore()}
 	svc := domain.NewService(domain.Config{Store: store, Schemas: omhtest.Registry(b), Validator: validator, Indexer: catalog, Converter: importer})
-	s := &server{service: svc, catalog: catalog, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &server{service: svc, catalog: catalog, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(prometheus.NewRegistry(), catalog)}
 	s.native = s.nativeTypes()
 	a, err := svc.Actor(context.Background(), store.manager.ID)
 	if err != nil {
