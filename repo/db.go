@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -35,7 +36,12 @@ const (
 	colLoginThrottle      = "login_throttle"
 	colLoginSessions      = "sessions"
 	colIDBlocks           = "id_blocks"
+	colInstances          = "service_instances"
 )
+
+// faultMonitor, when set, watches every command the driver sends; only
+// the crash suite's build (-tags crashtest) sets it.
+var faultMonitor *event.CommandMonitor
 
 // DB is the exchange's database. It is safe for concurrent use.
 type DB struct {
@@ -74,7 +80,7 @@ func Open(ctx context.Context, uri, database string) (*DB, error) {
 // OpenWith is Open with options.
 func OpenWith(ctx context.Context, uri, database string, o Options) (*DB, error) {
 	opts := options.Client().ApplyURI(uri).SetAppName("exchange")
-	if m := composeMonitors(o.Metrics.monitor()); m != nil {
+	if m := composeMonitors(o.Metrics.monitor(), faultMonitor); m != nil {
 		opts.SetMonitor(m)
 	}
 	client, err := mongo.Connect(opts)
