@@ -70,6 +70,11 @@ type Error struct {
 	// RetryAfter says when a CodeThrottled request may be repeated; the
 	// transport layers send it as Retry-After.
 	RetryAfter time.Duration
+	// Stored names the stored resource a CodeDuplicate is about, as
+	// Type/id, when that resource is what the request sends: it is
+	// stored already, and a client may count the request done. Empty when
+	// the request clashes with something else.
+	Stored string
 }
 
 // Detail is one problem of an input: the element at fault and what is
@@ -113,6 +118,16 @@ func RetryAfter(err error) time.Duration {
 		return e.RetryAfter
 	}
 	return 0
+}
+
+// StoredAs returns the stored resource a duplicate names (Error.Stored):
+// "" unless err says that what the request sends is stored already.
+func StoredAs(err error) string {
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeDuplicate {
+		return e.Stored
+	}
+	return ""
 }
 
 // IsCode reports whether err carries the code.

@@ -109,6 +109,11 @@ func (s *server) handleError(c *fiber.Ctx, err error) error {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="exchange"`)
 	}
 	if isFHIRPath(c.Path()) {
+		if stored := domain.StoredAs(err); stored != "" {
+			// A 409 that names what the request sends, stored already:
+			// the client may count it done.
+			c.Set(fiber.HeaderLocation, fhirBase(c)+"/"+stored)
+		}
 		c.Set(fiber.HeaderContentType, mediaFHIRJSON)
 		return c.Status(status).JSON(outcome(err), mediaFHIRJSON)
 	}

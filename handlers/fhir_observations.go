@@ -472,7 +472,8 @@ func (s *server) batchEntry(i int, e entryRequest) (string, error) {
 	return resourceType, nil
 }
 
-// errorEntry is the batch-response entry of a refused request entry.
+// errorEntry is the batch-response entry of a refused request entry; a
+// duplicate of what is stored already carries its location.
 func errorEntry(err error) bundleEntry {
-	return bundleEntry{Response: &bundleResponse{Status: statusLine(domain.HTTPStatus(err)), Outcome: outcome(err)}}
+	return bundleEntry{Response: &bundleResponse{Status: statusLine(domain.HTTPStatus(err)), Location: domain.StoredAs(err), Outcome: outcome(err)}}
 }
