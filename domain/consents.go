@@ -105,19 +105,13 @@ func (s *Service) PatientConsents(ctx context.Context, actor *Actor, patientID i
 	return out, nil
 }
 
-// consentWrite is one validated answer of a consent write.
-type consentWrite struct {
-	consent Consent
-	old     *Consent // the stored answer, for updates and deletes
-}
-
 // checkConsentWrites validates a consent write before anything changes:
 // every study exists and the patient is enrolled in it, the actor may
 // answer for it, every scope is one the study requests, listed once, with
 // an answer when answers are wanted. existing says whether each answer must
-// already exist (update, delete) or must not (create is checked by the
-// unique index instead).
-func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents, wantAnswer, existing bool) ([]consentWrite, error) {
+// already exist (update, delete: CodeNotFound) or must not (create:
+// CodeDuplicate).
+func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents, wantAnswer, existing bool) ([]Consent, error) {
 	p, err := s.readablePatient(ctx, actor, patientID)
 	if err != nil {
 		return nil, err
@@ -129,7 +123,7 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 		return nil, err
 	}
 	now := s.Now()
-	var out []consentWrite
+	var out []Consent
 	for i, sc := range in {
 		field := "studyScopeConsents[" + strconv.Itoa(i) + "]"
 		st, err := s.store.StudyByID(ctx, sc.StudyID)
@@ -168,26 +162,24 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 			if wantAnswer && ans.Consented == nil {
 				return nil, FieldErrorf(f+".consented", "is required (true or false)")
 			}
-			w := consentWrite{consent: Consent{PatientID: patientID, StudyID: st.ID, ScopeCodeID: requested[k].ID, ConsentedTime: now}}
+			c := Consent{PatientID: patientID, StudyID: st.ID, ScopeCodeID: requested[k].ID, ConsentedTime: now}
 			if ans.Consented != nil {
-				w.consent.Consented = *ans.Consented
+				c.Consented = *ans.Consented
 			}
-			if slices.ContainsFunc(out, func(o consentWrite) bool {
-				return o.consent.StudyID == w.consent.StudyID && o.consent.ScopeCodeID == w.consent.ScopeCodeID
-			}) {
+			if slices.ContainsFunc(out, func(o Consent) bool { return o.StudyID == c.StudyID && o.ScopeCodeID == c.ScopeCodeID }) {
 				return nil, FieldErrorf(f, "scope %s|%s of study %d is listed twice", ans.System, ans.Code, st.ID)
 			}
-			if existing {
-				old, err := s.store.Consents(ctx, ConsentQuery{PatientIDs: []int64{patientID}, StudyIDs: []int64{st.ID}, ScopeCodeIDs: []int64{w.consent.ScopeCodeID}})
-				if err != nil {
-					return nil, err
-				}
-				if len(old) == 0 {
-					return nil, Errorf(CodeNotFound, "patient %d has not answered scope %s|%s of study %d", patientID, ans.System, ans.Code, st.ID)
-				}
-				w.old = &old[0]
+			old, err := s.store.Consents(ctx, ConsentQuery{PatientIDs: []int64{patientID}, StudyIDs: []int64{st.ID}, ScopeCodeIDs: []int64{c.ScopeCodeID}})
+			if err != nil {
+				return nil, err
 			}
-			out = append(out, w)
+			switch {
+			case existing && len(old) == 0:
+				return nil, Errorf(CodeNotFound, "patient %d has not answered scope %s|%s of study %d", patientID, ans.System, ans.Code, st.ID)
+			case !existing && len(old) > 0:
+				return nil, Errorf(CodeDuplicate, "patient %d has already answered scope %s|%s of study %d", patientID, ans.System, ans.Code, st.ID)
+			}
+			out = append(out, c)
 		}
 	}
 	return out, nil
@@ -199,72 +191,33 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 // organization.
 func (s *Service) AnswerConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
 	defer func() { s.auditConsents(ctx, actor, AuditCreate, patientID, err) }()
-	writes, err := s.checkConsentWrites(ctx, actor, patientID, in, true, false)
+	cs, err := s.checkConsentWrites(ctx, actor, patientID, in, true, false)
 	if err != nil {
 		return err
 	}
-	for i, w := range writes {
-		c := w.consent
-		if err := s.store.CreateConsent(ctx, &c); err != nil {
-			return s.undo(ctx, err, func(ctx context.Context) error {
-				for _, done := range writes[:i] {
-					if err := s.store.DeleteConsent(ctx, patientID, done.consent.StudyID, done.consent.ScopeCodeID); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		}
-	}
-	return nil
+	return s.store.CreateConsents(ctx, cs)
 }
 
 // UpdateConsents changes existing answers (CodeNotFound if one is missing):
 // all of them, or none.
 func (s *Service) UpdateConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
 	defer func() { s.auditConsents(ctx, actor, AuditUpdate, patientID, err) }()
-	writes, err := s.checkConsentWrites(ctx, actor, patientID, in, true, true)
+	cs, err := s.checkConsentWrites(ctx, actor, patientID, in, true, true)
 	if err != nil {
 		return err
 	}
-	for i, w := range writes {
-		c := w.consent
-		if err := s.store.UpdateConsent(ctx, &c); err != nil {
-			return s.undo(ctx, err, func(ctx context.Context) error {
-				for _, done := range writes[:i] {
-					if err := s.store.UpdateConsent(ctx, done.old); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		}
-	}
-	return nil
+	return s.store.UpdateConsents(ctx, cs)
 }
 
 // WithdrawConsents removes answers, which makes the scopes pending again
 // (CodeNotFound if one is missing): all of them, or none.
 func (s *Service) WithdrawConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
 	defer func() { s.auditConsents(ctx, actor, AuditDelete, patientID, err) }()
-	writes, err := s.checkConsentWrites(ctx, actor, patientID, in, false, true)
+	cs, err := s.checkConsentWrites(ctx, actor, patientID, in, false, true)
 	if err != nil {
 		return err
 	}
-	for i, w := range writes {
-		if err := s.store.DeleteConsent(ctx, patientID, w.consent.StudyID, w.consent.ScopeCodeID); err != nil {
-			return s.undo(ctx, err, func(ctx context.Context) error {
-				for _, done := range writes[:i] {
-					old := *done.old
-					if err := s.store.CreateConsent(ctx, &old); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		}
-	}
-	return nil
+	return s.store.WithdrawConsents(ctx, cs)
 }
 
 // auditConsents records a read or change of a patient's consents.

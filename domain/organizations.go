@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -34,13 +35,18 @@ type Member struct {
 
 // CreateOrganization stores a new organization. A top-level organization
 // needs a superuser; a sub-organization needs an administrator of its parent.
-// Returns CodeInvalid, CodeForbidden.
+// Names are unique among siblings, so that a create sent again (after a
+// timeout) is a duplicate naming the stored one, not a second
+// organization. Returns CodeInvalid, CodeForbidden, CodeDuplicate.
 func (s *Service) CreateOrganization(ctx context.Context, actor *Actor, in NewOrganization) (*Organization, error) {
 	o := &Organization{Name: strings.TrimSpace(in.Name), Type: in.Type, PartOf: in.PartOf}
 	if err := validateOrganization(o); err != nil {
 		return nil, err
 	}
 	if err := s.checkParent(ctx, actor, o.PartOf); err != nil {
+		return nil, err
+	}
+	if err := s.checkSiblingName(ctx, o); err != nil {
 		return nil, err
 	}
 	if err := s.store.CreateOrganization(ctx, o); err != nil {
@@ -60,6 +66,21 @@ func validateOrganization(o *Organization) error {
 		return FieldErrorf("type", "%q is not an organization type (one of %v)", o.Type, OrganizationTypes)
 	}
 	return nil
+}
+
+// checkSiblingName refuses a name another organization under the same
+// parent has (CodeDuplicate, naming it).
+func (s *Service) checkSiblingName(ctx context.Context, o *Organization) error {
+	other, err := s.store.OrganizationByName(ctx, o.Name, o.PartOf)
+	switch {
+	case IsCode(err, CodeNotFound):
+		return nil
+	case err != nil:
+		return err
+	case other.ID == o.ID:
+		return nil
+	}
+	return &Error{Code: CodeDuplicate, Field: "name", Message: fmt.Sprintf("name: organization %d is already named %q there", other.ID, o.Name)}
 }
 
 // checkParent checks that the actor may place an organization under
@@ -169,6 +190,9 @@ func (s *Service) UpdateOrganization(ctx context.Context, actor *Actor, id int64
 		}
 		o.PartOf = *in.PartOf
 	}
+	if err := s.checkSiblingName(ctx, o); err != nil {
+		return nil, err
+	}
 	return o, s.store.UpdateOrganization(ctx, o)
 }
 
@@ -221,12 +245,7 @@ func (s *Service) DeleteOrganization(ctx context.Context, actor *Actor, id int64
 		return Errorf(CodeConflict, "organization %d still has %d sub-organizations, %d patients and %d studies; move or delete them first",
 			id, children.Total, patients.Total, studies.Total)
 	}
-	// The organization goes first: memberships left by a failure point to
-	// nothing and give access to nothing.
-	if err := s.store.DeleteOrganization(ctx, id); err != nil {
-		return err
-	}
-	return s.store.DeleteMembershipsOfOrganization(ctx, id)
+	return s.store.DeleteOrganization(ctx, id)
 }
 
 // OrganizationTree returns the organization with everything below it.

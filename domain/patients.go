@@ -52,16 +52,11 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 	}
 	p.Identifiers = in.Identifiers
 	given, family := loginNames(p)
-	u, err := s.CreateUser(ctx, NewUser{Email: email, Password: in.Password, FirstName: given, LastName: family, Type: UserPatient})
+	u, err := s.newUser(NewUser{Email: email, Password: in.Password, FirstName: given, LastName: family, Type: UserPatient})
 	if err != nil {
 		return nil, err
 	}
-	p.UserID = u.ID
-	if err := s.store.CreatePatient(ctx, p); err != nil {
-		// Undo the user so that a refused patient leaves no login behind.
-		if derr := s.store.DeleteUser(ctx, u.ID); derr != nil {
-			return nil, fmt.Errorf("create patient: %w (and removing its user failed: %v)", err, derr)
-		}
+	if err := s.store.CreatePatient(ctx, u, p); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -339,8 +334,8 @@ func (a *Actor) CanManagePatient(p *Patient) bool {
 
 // DeletePatient removes a patient, their enrollments, consents and login.
 // A patient with FHIR sources or native observations is kept
-// (CodeConflict): their data would lose its owner. Needs a practitioner who manages the patient's data. The order
-// makes a retry finish an interrupted delete: the record goes last.
+// (CodeConflict): their data would lose its owner. Needs a practitioner
+// who manages the patient's data.
 func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) (err error) {
 	defer func() { s.auditPatientChange(ctx, actor, AuditDelete, &Patient{ID: id}, err) }()
 	p, err := s.readablePatient(ctx, actor, id)
@@ -363,21 +358,6 @@ func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) (er
 	}
 	if holds {
 		return Errorf(CodeConflict, "patient %d has observations; their data would lose its owner", id)
-	}
-	if err := s.store.DeleteConsents(ctx, ConsentQuery{PatientIDs: []int64{id}}); err != nil {
-		return err
-	}
-	es, err := s.store.Enrollments(ctx, EnrollmentQuery{PatientIDs: []int64{id}})
-	if err != nil {
-		return err
-	}
-	for _, e := range es {
-		if err := s.store.DeleteEnrollment(ctx, e.StudyID, id); err != nil && !IsCode(err, CodeNotFound) {
-			return err
-		}
-	}
-	if err := s.store.DeleteUser(ctx, p.UserID); err != nil {
-		return err
 	}
 	return s.store.DeletePatient(ctx, p)
 }

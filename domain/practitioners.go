@@ -2,7 +2,6 @@ package domain
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 )
@@ -37,8 +36,8 @@ type PractitionerMembership struct {
 }
 
 // CreatePractitioner creates a practitioner user, and their membership when
-// an organization is given. A superuser may create any; a manager only into
-// their organization. On a failed membership the user is removed again.
+// an organization is given: both or neither. A superuser may create any; a
+// manager only into their organization.
 func (s *Service) CreatePractitioner(ctx context.Context, actor *Actor, in NewPractitioner) (*Practitioner, error) {
 	if in.OrganizationID == 0 && !actor.IsSuperuser() {
 		return nil, FieldErrorf("organizationId", "is required: you may create practitioners only in an organization you manage")
@@ -57,17 +56,17 @@ func (s *Service) CreatePractitioner(ctx context.Context, actor *Actor, in NewPr
 			return nil, Errorf(CodeForbidden, "only a manager of organization %d may add practitioners to it", in.OrganizationID)
 		}
 	}
-	u, err := s.CreateUser(ctx, NewUser{Email: in.Email, Password: in.Password, FirstName: in.FirstName, LastName: in.LastName, Type: UserPractitioner})
+	u, err := s.newUser(NewUser{Email: in.Email, Password: in.Password, FirstName: in.FirstName, LastName: in.LastName, Type: UserPractitioner})
 	if err != nil {
 		return nil, err
 	}
-	if in.OrganizationID != 0 {
-		if err := s.store.CreateMembership(ctx, &Membership{OrganizationID: in.OrganizationID, UserID: u.ID, Role: in.Role}); err != nil {
-			if derr := s.store.DeleteUser(ctx, u.ID); derr != nil {
-				return nil, fmt.Errorf("create practitioner: %w (and removing its user failed: %v)", err, derr)
-			}
-			return nil, err
-		}
+	if in.OrganizationID == 0 {
+		err = s.store.CreateUser(ctx, u)
+	} else {
+		err = s.store.CreatePractitioner(ctx, u, &Membership{OrganizationID: in.OrganizationID, Role: in.Role})
+	}
+	if err != nil {
+		return nil, err
 	}
 	return s.practitioner(ctx, u)
 }

@@ -52,10 +52,12 @@ type UserStore interface {
 	// UsersByIDs returns the users that exist among ids, in id order.
 	UsersByIDs(ctx context.Context, ids []int64) ([]User, error)
 	ListUsers(ctx context.Context, q UserQuery, p Page) (List[User], error)
+	// CreatePractitioner stores a practitioner user and their membership
+	// (its UserID set to the new user), both or neither; CodeDuplicate if
+	// the email is taken.
+	CreatePractitioner(ctx context.Context, u *User, m *Membership) error
 	// UpdateUser replaces the stored user with the same ID (not its email).
 	UpdateUser(ctx context.Context, u *User) error
-	// DeleteUser removes the user; deleting a missing user is not an error.
-	DeleteUser(ctx context.Context, id int64) error
 	CountUsers(ctx context.Context) (int64, error)
 }
 
@@ -73,6 +75,7 @@ type OrganizationStore interface {
 	// AllOrganizations returns every organization: the tree is small.
 	AllOrganizations(ctx context.Context) ([]Organization, error)
 	UpdateOrganization(ctx context.Context, o *Organization) error
+	// DeleteOrganization removes the organization and its memberships.
 	DeleteOrganization(ctx context.Context, id int64) error
 
 	// CreateMembership adds a user to an organization; CodeDuplicate if the
@@ -87,16 +90,14 @@ type OrganizationStore interface {
 	MembershipsOfOrganizations(ctx context.Context, organizationIDs []int64, p Page) (List[Membership], error)
 	UpdateMembership(ctx context.Context, m *Membership) error
 	DeleteMembership(ctx context.Context, organizationID, userID int64) error
-	// DeleteMembershipsOfOrganization removes every member; none is not an
-	// error.
-	DeleteMembershipsOfOrganization(ctx context.Context, organizationID int64) error
 }
 
 // PatientStore keeps patients, with their identifiers unique across patients.
 type PatientStore interface {
-	// CreatePatient stores the patient; CodeDuplicate if the user already has
-	// a patient record or if one of the identifiers belongs to another patient.
-	CreatePatient(ctx context.Context, p *Patient) error
+	// CreatePatient stores the patient's user and record (p.UserID set to
+	// the new user), both or neither; CodeDuplicate if the email is taken
+	// (Field "email") or one of the identifiers belongs to another patient.
+	CreatePatient(ctx context.Context, u *User, p *Patient) error
 	PatientByID(ctx context.Context, id int64) (*Patient, error)
 	PatientByUserID(ctx context.Context, userID int64) (*Patient, error)
 	ListPatients(ctx context.Context, q PatientQuery, p Page) (List[Patient], error)
@@ -108,7 +109,8 @@ type PatientStore interface {
 	// released after, so no identifier is ever unowned or doubly owned;
 	// CodeDuplicate if a new identifier belongs to another patient.
 	UpdatePatient(ctx context.Context, old, p *Patient) error
-	// DeletePatient removes the record, then releases its identifiers.
+	// DeletePatient removes the patient's answers, enrollments, user,
+	// record and identifiers; a retry finishes an interrupted delete.
 	DeletePatient(ctx context.Context, p *Patient) error
 }
 
@@ -139,14 +141,25 @@ type StudyStore interface {
 	StudyDataSources(ctx context.Context, q StudyDataSourceQuery) ([]StudyDataSource, error)
 	DeleteStudyDataSource(ctx context.Context, s StudyDataSource) error
 
-	CreateEnrollment(ctx context.Context, e *Enrollment) error
-	Enrollments(ctx context.Context, q EnrollmentQuery) ([]Enrollment, error)
-	DeleteEnrollment(ctx context.Context, studyID, patientID int64) error
+	// The writes of several enrollments or answers below happen all, or
+	// not yet: a failed one is finished by its retry or by the store's
+	// repair. What is already as asked is left alone (no CodeDuplicate,
+	// no CodeNotFound): the callers check before.
 
-	CreateConsent(ctx context.Context, c *Consent) error
+	// CreateEnrollments enrolls patients (assigning LastUpdated).
+	CreateEnrollments(ctx context.Context, es []Enrollment) error
+	Enrollments(ctx context.Context, q EnrollmentQuery) ([]Enrollment, error)
+	// DeleteEnrollments removes the patients' enrollments in the study and
+	// their answers to its scope requests.
+	DeleteEnrollments(ctx context.Context, studyID int64, patientIDs []int64) error
+
+	// CreateConsents stores first answers (assigning LastUpdated).
+	CreateConsents(ctx context.Context, cs []Consent) error
 	Consents(ctx context.Context, q ConsentQuery) ([]Consent, error)
-	UpdateConsent(ctx context.Context, c *Consent) error
-	DeleteConsent(ctx context.Context, patientID, studyID, scopeCodeID int64) error
+	// UpdateConsents changes answers and their times.
+	UpdateConsents(ctx context.Context, cs []Consent) error
+	// WithdrawConsents removes answers.
+	WithdrawConsents(ctx context.Context, cs []Consent) error
 	// DeleteConsents removes every answer the query selects (at least one
 	// of its lists must be set).
 	DeleteConsents(ctx context.Context, q ConsentQuery) error

@@ -2,7 +2,6 @@ package domain
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -314,27 +313,23 @@ func (s *Service) EnrollPatients(ctx context.Context, actor *Actor, studyID int6
 			return FieldErrorf("patientIds", "patient %d does not belong to organization %d of study %d", id, st.OrganizationID, studyID)
 		}
 	}
-	for i, id := range patientIDs {
-		if err := s.store.CreateEnrollment(ctx, &Enrollment{StudyID: studyID, PatientID: id}); err != nil {
-			return s.undo(ctx, err, func(ctx context.Context) error {
-				for _, done := range patientIDs[:i] {
-					if err := s.store.DeleteEnrollment(ctx, studyID, done); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		}
+	enrolled, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{studyID}, PatientIDs: patientIDs})
+	if err != nil {
+		return err
 	}
-	return nil
+	if len(enrolled) > 0 {
+		return Errorf(CodeDuplicate, "patient %d is already enrolled in study %d", enrolled[0].PatientID, studyID)
+	}
+	es := make([]Enrollment, len(patientIDs))
+	for i, id := range patientIDs {
+		es[i] = Enrollment{StudyID: studyID, PatientID: id}
+	}
+	return s.store.CreateEnrollments(ctx, es)
 }
 
 // UnenrollPatients removes patients from a study, with their answers to its
 // scope requests: all of them, or none. Every patient must be enrolled
-// (CodeNotFound otherwise, before anything changes). Without transactions,
-// a failed removal puts back what was removed: the answers first go in one
-// delete, then the enrollments one by one; on a failure the removed
-// enrollments and the answers are recreated (with a new LastUpdated).
+// (CodeNotFound otherwise, before anything changes).
 func (s *Service) UnenrollPatients(ctx context.Context, actor *Actor, studyID int64, patientIDs []int64) error {
 	if _, err := s.managedStudy(ctx, actor, studyID); err != nil {
 		return err
@@ -342,8 +337,7 @@ func (s *Service) UnenrollPatients(ctx context.Context, actor *Actor, studyID in
 	if err := checkPatientIDs(patientIDs); err != nil {
 		return err
 	}
-	q := EnrollmentQuery{StudyIDs: []int64{studyID}, PatientIDs: patientIDs}
-	es, err := s.store.Enrollments(ctx, q)
+	es, err := s.store.Enrollments(ctx, EnrollmentQuery{StudyIDs: []int64{studyID}, PatientIDs: patientIDs})
 	if err != nil {
 		return err
 	}
@@ -352,50 +346,7 @@ func (s *Service) UnenrollPatients(ctx context.Context, actor *Actor, studyID in
 			return Errorf(CodeNotFound, "patient %d is not enrolled in study %d", id, studyID)
 		}
 	}
-	answers := ConsentQuery{PatientIDs: patientIDs, StudyIDs: []int64{studyID}}
-	old, err := s.store.Consents(ctx, answers)
-	if err != nil {
-		return err
-	}
-	// restore puts back the first n enrollments and every answer; what is
-	// still there (CodeDuplicate) is left as it is.
-	restore := func(n int) func(context.Context) error {
-		return func(ctx context.Context) error {
-			for _, e := range es[:n] {
-				if err := s.store.CreateEnrollment(ctx, &e); err != nil && !IsCode(err, CodeDuplicate) {
-					return err
-				}
-			}
-			for _, c := range old {
-				if err := s.store.CreateConsent(ctx, &c); err != nil && !IsCode(err, CodeDuplicate) {
-					return err
-				}
-			}
-			return nil
-		}
-	}
-	if len(old) > 0 {
-		if err := s.store.DeleteConsents(ctx, answers); err != nil {
-			return s.undo(ctx, err, restore(0))
-		}
-	}
-	for i, e := range es {
-		if err := s.store.DeleteEnrollment(ctx, studyID, e.PatientID); err != nil {
-			// The failed delete may have happened (a lost reply): restore
-			// it too; a restore of what is still there is a duplicate, ignored.
-			return s.undo(ctx, err, restore(i+1))
-		}
-	}
-	return nil
-}
-
-// undo runs a compensation after a failed write and returns the failure,
-// noting the compensation's own failure if any.
-func (s *Service) undo(ctx context.Context, cause error, compensate func(context.Context) error) error {
-	if err := compensate(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("%w (and undoing the partial change failed: %v)", cause, err)
-	}
-	return cause
+	return s.store.DeleteEnrollments(ctx, studyID, patientIDs)
 }
 
 // ScopeRef names a scope code by id or by coding.

@@ -41,6 +41,18 @@ func NormalizeEmail(field, email string) (string, error) {
 // CreateUser validates and stores a new user. Returns CodeInvalid for bad
 // input and CodeDuplicate if the email is taken.
 func (s *Service) CreateUser(ctx context.Context, in NewUser) (*User, error) {
+	u, err := s.newUser(in)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.CreateUser(ctx, u); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// newUser validates a new user and hashes its password.
+func (s *Service) newUser(in NewUser) (*User, error) {
 	email, err := NormalizeEmail("email", in.Email)
 	if err != nil {
 		return nil, err
@@ -68,12 +80,6 @@ func (s *Service) CreateUser(ctx context.Context, in NewUser) (*User, error) {
 		if u.PasswordHash, err = checkedPasswordHash(in.Password); err != nil {
 			return nil, err
 		}
-	}
-	if err := s.store.CreateUser(ctx, u); err != nil {
-		if IsCode(err, CodeDuplicate) {
-			return nil, &Error{Code: CodeDuplicate, Field: "email", Message: fmt.Sprintf("email: a user with email %q already exists", email)}
-		}
-		return nil, err
 	}
 	return u, nil
 }

@@ -318,7 +318,7 @@ func TestFHIRBatchStatuses(t *testing.T) {
 	own := fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-06T10:00:00Z")))}
 	other := own
 	other.patient = w.bob.ID
-	for _, c := range []struct {
+	for i, c := range []struct {
 		actor string
 		obs   fxObs
 		want  string
@@ -331,7 +331,10 @@ func TestFHIRBatchStatuses(t *testing.T) {
 		{"alice", other, "403 Forbidden"},
 		{"super", other, "201 Created"},
 	} {
-		e := w.batch(t, w.tok[c.actor], c.obs.resource())[0]
+		// Each its own data point: the same one twice is one observation.
+		o := c.obs
+		o.payload = fxDataPoint(fxHR, fxHeartRate(fxAt(fmt.Sprintf("2024-03-06T10:%02d:00Z", i))))
+		e := w.batch(t, w.tok[c.actor], o.resource())[0]
 		if s := fxObj(e["response"])["status"]; s != c.want {
 			t.Errorf("%s writing for patient %d: %v, want %s", c.actor, c.obs.patient, s, c.want)
 		}

@@ -53,6 +53,7 @@ type DB struct {
 	// searches bounds the searches FerretDB runs at once (nil: no bound).
 	searches    chan struct{}
 	searchQueue time.Duration
+	lease       *lease // this process's, taken by its first write intent
 }
 
 var _ domain.Store = (*DB)(nil)
@@ -93,7 +94,7 @@ func OpenWith(ctx context.Context, uri, database string, o Options) (*DB, error)
 		_ = client.Disconnect(context.Background())
 		return nil, fmt.Errorf("reach MongoDB at %s: %w", redactURI(uri), err)
 	}
-	d := &DB{client: client, db: client.Database(database), now: time.Now, metrics: o.Metrics, searchQueue: o.SearchQueue}
+	d := &DB{client: client, db: client.Database(database), now: time.Now, metrics: o.Metrics, searchQueue: o.SearchQueue, lease: newLease()}
 	if d.ferret, err = isFerretDB(pingCtx, client); err != nil {
 		_ = client.Disconnect(context.Background())
 		return nil, fmt.Errorf("ask %s what it is: %w", redactURI(uri), err)
@@ -117,8 +118,11 @@ func isFerretDB(ctx context.Context, client *mongo.Client) (bool, error) {
 	return ok, nil
 }
 
-// Close disconnects from the server.
-func (d *DB) Close(ctx context.Context) error { return d.client.Disconnect(ctx) }
+// Close gives up the instance lease and disconnects from the server.
+func (d *DB) Close(ctx context.Context) error {
+	d.release(ctx)
+	return d.client.Disconnect(ctx)
+}
 
 // Name returns the database name.
 func (d *DB) Name() string { return d.db.Name() }

@@ -12,11 +12,13 @@
 //   - Uniqueness is enforced by unique indexes on scalar, always-present keys
 //     and checked by inserts: FerretDB reports a duplicate from an update as
 //     code 1, not 11000. Identifiers that must be unique across owners get one
-//     document each in their own collection, inserted before the owner.
-//   - There are no transactions (FerretDB has none): multi-document writes are
-//     ordered so that a failure removes what was written before it.
+//     document each in their own collection (a claim), inserted before the
+//     owner; each claim names its owner.
 //   - Driver errors are mapped at this boundary: no documents becomes
 //     domain.CodeNotFound, a duplicate key domain.CodeDuplicate.
+//   - On FerretDB every lookup reads the whole collection, found or not:
+//     what a write needs to read about many documents it reads in one
+//     query, not one per document.
 //   - The audit trail is written by AuditLog off the request path, in
 //     batches; a lost event is counted and logged, never silent.
 //   - Every driver command is timed (Metrics, a CommandMonitor that
@@ -24,4 +26,66 @@
 //     few slots, so that a busy embedded database answers 503 instead of
 //     drowning.
 //   - Nothing here knows about HTTP.
+//
+// # Writes converge without transactions
+//
+// FerretDB has no transactions, and MongoDB's are not relied on: a process
+// may die (kill -9, power loss) between any two writes. Every write path
+// is built so that the same request sent again after a crash ends in the
+// state one successful request gives: nothing lost, nothing doubled, and
+// no document left that refuses a later write forever. Four devices do it.
+//
+// Keys that identify what a request sends. A resend must be recognised as
+// such. Imported resources take their _id from their unique key (a
+// name-based UUID of source, type and upstream id, or, without an upstream
+// id, a hash of the body sent), so their insert is one document that is
+// either stored or not, and a resend is a duplicate of the stored one.
+// Native observations claim their identifiers, or their content when they
+// have none, in observation_identifiers, whose _id is a hash of the key.
+// Imported updates and patches record a hash of the request that made the
+// current version: the same request again is answered with that version
+// rather than applied twice. Emails and sibling organization names are
+// unique too.
+//
+// Write intents. A write of several documents first inserts one
+// write_intents document that names what it is about to write (ids
+// reserved, keys it claims, the enrollments or answers it writes), and
+// deletes it after its last write. An intent that outlives its write marks
+// a write cut short. Its repair rolls creates back (their claims, users
+// and records, unless the final record is stored: then the create is
+// complete) and rolls forward the changes that were checked in full before
+// their first write (deletes, enrollments, consent answers): their repair
+// applies them again, which changes nothing that is already done.
+//
+// Leases. Every process that writes intents holds a service_instances
+// document it renews every leaseRenew; an intent is abandoned when its
+// process's lease is older than leaseTimeout or gone, when it is older
+// than intentTimeout, or, at the start of a process that started the
+// embedded database itself, always (no other process can be writing).
+// Only abandoned intents are repaired; the leases are what keeps one
+// process from undoing the write another is still making (MongoDB with
+// several instances, a command beside the server).
+//
+// Claims that point to their owner. A claim is taken over only when its
+// owner is not stored and no intent of a running write holds its key;
+// intents are checked before the owner, and a write deletes its intent
+// only after its owner is stored, so a claim of a write in flight is never
+// taken. A claim held by a stored owner refuses the new write with a
+// duplicate that names the owner (domain.Error.Stored when the owner is
+// what the request sends: "409 means stored").
+//
+// Why this holds: every document is written by a single-document
+// operation, which MongoDB and FerretDB make atomic; the state between two
+// writes of a path is therefore always one of the prefixes of its write
+// sequence, and for each prefix either the retry (which recognises what
+// was stored by its keys and redoes the rest) or the repair of the intent
+// (which exists from the first write that needs undoing or finishing)
+// reaches the final state. The crash suite (cmd/exchange/crash_test.go)
+// kills the service at every write of every path and checks it.
+//
+// Repair runs at start-up before the service answers (bounded by the
+// number of intents, the writes in flight when a process died, and by a
+// time budget), from the periodic sweep, when a write collides with an
+// abandoned intent's claim, and on demand (exchange doctor), which also
+// scans every claim for orphans left by versions before intents.
 package repo

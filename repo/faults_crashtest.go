@@ -44,6 +44,7 @@ type crashMonitor struct {
 	path    string
 	plan    crashPlan
 	armed   bool
+	gen     int // arms so far: a kill planned under an earlier plan does not fire
 	n       int
 	started map[int64]writeStart // write commands in flight, by request id
 	log     *os.File
@@ -93,6 +94,7 @@ func (m *crashMonitor) arm() {
 		return
 	}
 	m.plan, m.armed, m.n = plan, true, 0
+	m.gen++
 	clear(m.started)
 	_ = os.WriteFile(m.path+".armed", data, 0o600)
 }
@@ -113,10 +115,14 @@ func (m *crashMonitor) commandStarted(_ context.Context, e *event.CommandStarted
 	m.n++
 	m.started[e.RequestID] = writeStart{m.n, e.CommandName, coll, time.Now()}
 	if m.plan.At == m.n && m.plan.Mode == "during" {
-		delay := time.Duration(m.plan.DelayMicros) * time.Microsecond
+		delay, gen := time.Duration(m.plan.DelayMicros)*time.Microsecond, m.gen
 		go func() {
 			time.Sleep(delay)
-			kill()
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.gen == gen {
+				kill()
+			}
 		}()
 	}
 }

@@ -2,6 +2,8 @@ package repo
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +22,7 @@ import (
 
 const (
 	colObservations          = "observations"
-	colObservationIdentifier = "observation_identifiers"
+	colObservationIdentifier = "observation_identifiers" // the claims, observationClaimDoc
 )
 
 // observationDoc is a document of the observations collection. The field
@@ -60,13 +62,29 @@ type effectiveDoc struct {
 	End      string `bson:"end,omitempty"`
 }
 
-// observationIdentifierDoc claims one identifier for one observation.
-type observationIdentifierDoc struct {
+// observationClaimDoc claims one key for one observation: an identifier,
+// or, for an observation without identifiers, its content (system
+// contentClaimSystem, value the content's hash), so that the same
+// observation sent twice is stored once. Its _id is claimKey(system,
+// value); claims written before that was so have an ObjectID _id and are
+// found by (system, value).
+type observationClaimDoc struct {
+	Key           string    `bson:"_id"`
 	System        string    `bson:"system"`
 	Value         string    `bson:"value"`
 	ObservationID int64     `bson:"observationId"`
 	ClaimedAt     time.Time `bson:"claimedAt"`
 }
+
+// storedClaim is a claim as read: its _id may be either form.
+type storedClaim struct {
+	ID            any   `bson:"_id"`
+	ObservationID int64 `bson:"observationId"`
+}
+
+// contentClaimSystem is the system of the claims on observations'
+// content.
+const contentClaimSystem = "urn:exchange:observation-content"
 
 // codeTokens lists the token keys of an observation's codings. A native
 // code answers under both native systems: they are interchangeable.
@@ -155,36 +173,70 @@ func bsonValue(v any) any {
 	return v
 }
 
-// identifierClaims are the observation_identifiers documents that claim
-// the observation's identifiers.
-func identifierClaims(o *domain.Observation) []observationIdentifierDoc {
-	out := make([]observationIdentifierDoc, len(o.Identifiers))
+// observationContent is a hash of what an observation was sent with:
+// two observations with the same content are the same observation.
+func observationContent(o *domain.Observation) string {
+	h := sha256.New()
+	_ = json.NewEncoder(h).Encode([]any{o.PatientID, o.DataSourceID, o.Status, nonEmpty(o.Codings),
+		nonEmpty(o.Identifiers), o.ContentType, o.Payload})
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// nonEmpty makes an empty list nil, so that "none" hashes one way.
+func nonEmpty[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// observationClaims are the claims an observation takes: one per
+// identifier, or one on its content when it has none.
+func observationClaims(o *domain.Observation) []observationClaimDoc {
+	claimed := o.LastUpdated.Truncate(time.Millisecond)
+	if len(o.Identifiers) == 0 {
+		content := observationContent(o)
+		return []observationClaimDoc{{claimKey(contentClaimSystem, content), contentClaimSystem, content, o.ID, claimed}}
+	}
+	out := make([]observationClaimDoc, len(o.Identifiers))
 	for i, id := range o.Identifiers {
-		out[i] = observationIdentifierDoc{id.System, id.Value, o.ID, o.LastUpdated.Truncate(time.Millisecond)}
+		out[i] = observationClaimDoc{claimKey(id.System, id.Value), id.System, id.Value, o.ID, claimed}
 	}
 	return out
 }
 
 // ObservationDocuments are the documents CreateObservations inserts for
 // an observation whose ID and LastUpdated are set: the observation and its
-// identifier claims. Benchmarks insert them with the raw driver to
-// compare against the service.
+// claims. Benchmarks insert them with the raw driver to compare against
+// the service.
 func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, err error) {
-	for _, c := range identifierClaims(o) {
+	for _, c := range observationClaims(o) {
 		claims = append(claims, c)
 	}
 	doc, err = observationBSON(o)
 	return doc, claims, err
 }
 
-// CreateObservations implements domain.ObservationStore. It reserves the
-// batch's ids at once, claims every identifier in one unordered insert
-// (the unique index refuses taken ones) and inserts the observations that
-// kept all their claims in one unordered insert. Every path ends by
-// releasing the claims of the observations known not to be stored. When an
-// insert fails as a whole (not document by document), the claims of the
-// whole batch count as unsure and are released with the rest; stored
-// observations are then looked up, so that only the undecided entries fail.
+// CreateObservations implements domain.ObservationStore. Without
+// transactions, it converges: a request cut short at any point and sent
+// again stores each observation once.
+//
+//  1. It reserves the batch's ids and records a write intent naming them
+//     and the keys the batch claims.
+//  2. It claims every key (identifiers, or the content of observations
+//     without one) in one unordered insert; the unique _id refuses taken
+//     ones. A taken key whose observation is stored refuses the entry: a
+//     duplicate that names it (Stored when it is the same observation). A
+//     taken key whose observation is not stored belongs to a write still
+//     running (a conflict), or to one that was cut short: its intent is
+//     repaired, or, with none, the orphan claim is taken over.
+//  3. It inserts the observations that hold all their claims, releases
+//     the claims of the entries that failed, and ends the intent.
+//
+// A crash leaves the intent: its repair releases the claims whose
+// observation is not stored, and the retry finds the stored ones as
+// duplicates of themselves. Ids of entries not stored stay unused (ids
+// are never given back: ids.go).
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
 	errs := make([]error, len(obs))
 	first, err := d.nextIDs(ctx, colObservations, len(obs))
@@ -192,38 +244,54 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		return failAll(errs, err)
 	}
 	now := d.now().UTC().Truncate(time.Microsecond)
-	var claims []any
-	var claimOwner []int
+	in := &intentDoc{Kind: intentObservations, FirstID: first, LastID: first + int64(len(obs)) - 1}
+	claims := make([][]observationClaimDoc, len(obs))
+	firstWith := map[string]int{} // key -> the first entry claiming it
+	repeats := map[int]repeat{}   // entry -> the earlier entry of the batch with one of its keys
+	var inserts []any
+	var insertOwner []int
 	for i, o := range obs {
 		o.ID, o.LastUpdated = first+int64(i), now
-		for _, c := range identifierClaims(o) {
-			claims = append(claims, c)
-			claimOwner = append(claimOwner, i)
+		claims[i] = observationClaims(o)
+		for _, c := range claims[i] {
+			if j, ok := firstWith[c.Key]; ok {
+				repeats[i] = repeat{j, c}
+				break
+			}
+		}
+		if _, ok := repeats[i]; ok {
+			continue
+		}
+		for _, c := range claims[i] {
+			firstWith[c.Key] = i
+			in.Keys = append(in.Keys, c.Key)
+			inserts = append(inserts, c)
+			insertOwner = append(insertOwner, i)
 		}
 	}
-	if len(claims) > 0 {
-		for idx, werr := range insertErrors(d.c(colObservationIdentifier).InsertMany(ctx, claims, options.InsertMany().SetOrdered(false))) {
-			if idx < 0 {
-				// Which claims were written is unknown: store nothing, and
-				// release whatever was claimed below.
-				failAll(errs, werr)
-				continue
-			}
-			i := claimOwner[idx]
-			if errs[i] == nil {
-				if isDuplicate(werr) {
-					id := claims[idx].(observationIdentifierDoc)
-					errs[i] = domain.Errorf(domain.CodeDuplicate, "identifier %s|%s belongs to another observation", id.System, id.Value)
-				} else {
-					errs[i] = werr
-				}
-			}
+	if err := d.begin(ctx, in); err != nil {
+		return failAll(errs, err)
+	}
+	var taken []int // indexes into inserts
+	for idx, werr := range insertErrors(d.c(colObservationIdentifier).InsertMany(ctx, inserts, options.InsertMany().SetOrdered(false))) {
+		switch {
+		case idx < 0:
+			// Which claims were written is unknown: store nothing; the
+			// release below removes whatever was.
+			failAll(errs, werr)
+		case isDuplicate(werr):
+			taken = append(taken, idx)
+		case errs[insertOwner[idx]] == nil:
+			errs[insertOwner[idx]] = werr
 		}
+	}
+	if len(taken) > 0 {
+		d.resolveTaken(ctx, obs, inserts, insertOwner, taken, errs)
 	}
 	var docs []any
 	var docOwner []int
 	for i, o := range obs {
-		if errs[i] != nil {
+		if _, repeat := repeats[i]; errs[i] != nil || repeat {
 			continue
 		}
 		doc, err := observationBSON(o)
@@ -235,7 +303,7 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		docOwner = append(docOwner, i)
 	}
 	// maybeStored marks the failed entries that may have been stored all
-	// the same: their claims stay.
+	// the same: their claims stay, and so does the intent.
 	maybeStored := make([]bool, len(obs))
 	if len(docs) > 0 {
 		werrs := insertErrors(d.c(colObservations).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)))
@@ -248,22 +316,258 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 			d.settleInserted(ctx, obs, docOwner, errs, maybeStored, werr)
 		}
 	}
-	var release []int64
-	var released []int
-	for i, o := range obs {
-		if errs[i] != nil && !maybeStored[i] && len(o.Identifiers) > 0 {
-			release = append(release, o.ID)
-			released = append(released, i)
-		}
+	for i, r := range repeats {
+		errs[i] = r.err(obs[i], obs[r.entry], errs[r.entry])
 	}
-	if len(release) > 0 {
-		if _, err := d.c(colObservationIdentifier).DeleteMany(context.WithoutCancel(ctx), bson.M{"observationId": bson.M{"$in": release}}); err != nil {
-			for _, i := range released {
-				errs[i] = fmt.Errorf("%w (and releasing its identifier claims failed: %v)", errs[i], err)
+	settled := !slices.Contains(maybeStored, true)
+	var release []string
+	var unstored []int64
+	for i, o := range obs {
+		if _, repeat := repeats[i]; errs[i] != nil && !repeat && !maybeStored[i] {
+			unstored = append(unstored, o.ID)
+			for _, c := range claims[i] {
+				release = append(release, c.Key)
 			}
 		}
 	}
+	if err := d.releaseObservationClaims(ctx, release, 0, 0, unstored); err != nil {
+		settled = false
+		for _, id := range unstored {
+			i := int(id - first)
+			errs[i] = fmt.Errorf("%w (and releasing its claims failed: %v)", errs[i], err)
+		}
+	}
+	if settled {
+		// On failure the intent stays: its repair will find nothing to
+		// release.
+		_ = d.end(ctx, in)
+	}
 	return errs
+}
+
+// resolveTaken settles the claims the insert found taken (indexes into
+// inserts). Their holders, and the holders' observations, are read in one
+// query each: on FerretDB every lookup is a pass over the collection,
+// found or not. A claim whose observation is stored refuses its entry; the
+// rare rest (a claim of the older form, of a write cut short or still
+// running) goes through takeClaim.
+func (d *DB) resolveTaken(ctx context.Context, obs []*domain.Observation, inserts []any, insertOwner, taken []int, errs []error) {
+	keys := make([]string, len(taken))
+	for k, idx := range taken {
+		keys[k] = inserts[idx].(observationClaimDoc).Key
+	}
+	holders, err := d.claimHolders(ctx, keys)
+	var stored map[int64]domain.Observation
+	if err == nil {
+		var owners []int64
+		for _, h := range holders {
+			owners = append(owners, h.ObservationID)
+		}
+		stored, err = d.observationsByID(ctx, owners)
+	}
+	for _, idx := range taken {
+		i, c := insertOwner[idx], inserts[idx].(observationClaimDoc)
+		switch {
+		case errs[i] != nil:
+		case err != nil:
+			errs[i] = err
+		default:
+			if o, ok := stored[holders[c.Key].ObservationID]; ok {
+				errs[i] = duplicateOf(obs[i], c, &o)
+			} else {
+				errs[i] = d.takeClaim(ctx, obs[i], c)
+			}
+		}
+	}
+}
+
+// claimHolders returns the claims on keys (of the current form), by key.
+func (d *DB) claimHolders(ctx context.Context, keys []string) (map[string]storedClaim, error) {
+	var found []struct {
+		Key           string `bson:"_id"`
+		ObservationID int64  `bson:"observationId"`
+	}
+	if err := d.findAll(ctx, colObservationIdentifier, bson.M{"_id": bson.M{"$in": keys}}, &found); err != nil {
+		return nil, err
+	}
+	out := make(map[string]storedClaim, len(found))
+	for _, x := range found {
+		out[x.Key] = storedClaim{x.Key, x.ObservationID}
+	}
+	return out, nil
+}
+
+// observationsByID returns the stored observations among ids, by id.
+func (d *DB) observationsByID(ctx context.Context, ids []int64) (map[int64]domain.Observation, error) {
+	out := map[int64]domain.Observation{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var docs []observationDoc
+	if err := d.findAll(ctx, colObservations, bson.M{"_id": bson.M{"$in": ids}}, &docs, options.Find().SetProjection(bson.M{"omh": 0})); err != nil {
+		return nil, err
+	}
+	for _, x := range docs {
+		out[x.ID] = x.observation()
+	}
+	return out, nil
+}
+
+// takeClaim settles one claim the insert found taken, for observation o:
+// nil once o holds it, else the entry's error.
+func (d *DB) takeClaim(ctx context.Context, o *domain.Observation, c observationClaimDoc) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		owner, filter, found, err := d.observationClaim(ctx, c)
+		if err != nil {
+			return err
+		}
+		if found {
+			if err := d.claimedBy(ctx, o, c, owner); err != nil {
+				return err
+			}
+			// Its observation is not stored: a write still running, one
+			// cut short (its intent is repaired now), or none (an orphan
+			// of a version before intents).
+			live, err := d.settleKey(ctx, c.Key)
+			if err != nil {
+				return err
+			}
+			if live {
+				return domain.Errorf(domain.CodeConflict, "an observation with %s is being stored by another request as Observation/%d; send it again later", claimName(c), owner)
+			}
+			if err := d.claimedBy(ctx, o, c, owner); err != nil {
+				return err
+			}
+			if _, err := d.c(colObservationIdentifier).DeleteOne(ctx, filter); err != nil {
+				return err
+			}
+		}
+		_, err = d.c(colObservationIdentifier).InsertOne(ctx, c)
+		if !isDuplicate(err) {
+			return err
+		}
+	}
+	return domain.Errorf(domain.CodeConflict, "observations with %s are being stored by other requests; send it again later", claimName(c))
+}
+
+// observationClaim looks up who holds the key of c; filter selects that
+// very claim, to take it over.
+func (d *DB) observationClaim(ctx context.Context, c observationClaimDoc) (owner int64, filter bson.M, found bool, err error) {
+	var x storedClaim
+	err = d.c(colObservationIdentifier).FindOne(ctx, bson.M{"_id": c.Key}).Decode(&x)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		// A claim of the older form, keyed by an ObjectID.
+		err = d.c(colObservationIdentifier).FindOne(ctx, bson.M{"system": c.System, "value": c.Value}).Decode(&x)
+	}
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, nil, false, nil
+	}
+	if err != nil {
+		return 0, nil, false, err
+	}
+	return x.ObservationID, bson.M{"_id": x.ID, "observationId": x.ObservationID}, true, nil
+}
+
+// claimedBy returns the duplicate error of o when the owner of its claim
+// c is stored (or the failure to find out), nil when it is not stored.
+func (d *DB) claimedBy(ctx context.Context, o *domain.Observation, c observationClaimDoc, owner int64) error {
+	stored, err := d.observationsByID(ctx, []int64{owner})
+	if err != nil {
+		return err
+	}
+	if s, ok := stored[owner]; ok {
+		return duplicateOf(o, c, &s)
+	}
+	return nil
+}
+
+// duplicateOf is the error of o, whose claim c is held by the stored
+// observation s: Stored when s is o, sent again.
+func duplicateOf(o *domain.Observation, c observationClaimDoc, s *domain.Observation) error {
+	ref := fmt.Sprintf("Observation/%d", s.ID)
+	if observationContent(s) == observationContent(o) {
+		return &domain.Error{Code: domain.CodeDuplicate, Stored: ref,
+			Message: fmt.Sprintf("this observation (%s) is stored already, as %s", claimName(c), ref)}
+	}
+	return &domain.Error{Code: domain.CodeDuplicate, Field: "Observation.identifier",
+		Message: fmt.Sprintf("%s belongs to %s, a different observation", claimName(c), ref)}
+}
+
+// repeat is an entry of a batch that has a key of an earlier entry: the
+// claim on it.
+type repeat struct {
+	entry int
+	claim observationClaimDoc
+}
+
+// err is the error of the repeating entry o, given the earlier entry's
+// outcome.
+func (r repeat) err(o, first *domain.Observation, firstErr error) error {
+	ref := fmt.Sprintf("Observation/%d", first.ID)
+	switch {
+	case firstErr == nil && observationContent(o) == observationContent(first):
+		return &domain.Error{Code: domain.CodeDuplicate, Stored: ref,
+			Message: fmt.Sprintf("this observation (%s) is stored already, as %s (an earlier entry of the batch)", claimName(r.claim), ref)}
+	case firstErr == nil:
+		return &domain.Error{Code: domain.CodeDuplicate, Field: "Observation.identifier",
+			Message: fmt.Sprintf("%s belongs to %s (an earlier entry of the batch), a different observation", claimName(r.claim), ref)}
+	}
+	return domain.Errorf(domain.CodeDuplicate, "%s is also in an earlier entry of the batch, which was refused", claimName(r.claim))
+}
+
+// claimName says what a claim is about, for messages.
+func claimName(c observationClaimDoc) string {
+	if c.System == contentClaimSystem {
+		return "its content"
+	}
+	return fmt.Sprintf("identifier %s|%s", c.System, c.Value)
+}
+
+// releaseObservationClaims removes the claims on keys whose observation
+// is not stored: those of the ids given, or (ids nil) those of the
+// observations first..last. A few passes whatever the number of keys.
+func (d *DB) releaseObservationClaims(ctx context.Context, keys []string, first, last int64, ids []int64) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	if ids == nil {
+		// Which of the range's observations are not stored: the keys'
+		// claims name them.
+		holders, err := d.claimHolders(ctx, keys)
+		if err != nil {
+			return err
+		}
+		var owners []int64
+		for _, h := range holders {
+			if h.ObservationID >= first && h.ObservationID <= last && !slices.Contains(owners, h.ObservationID) {
+				owners = append(owners, h.ObservationID)
+			}
+		}
+		stored, err := d.observationsByID(ctx, owners)
+		if err != nil {
+			return err
+		}
+		for _, id := range owners {
+			if _, ok := stored[id]; !ok {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+	}
+	_, err := d.c(colObservationIdentifier).DeleteMany(ctx, bson.M{"_id": bson.M{"$in": keys}, "observationId": bson.M{"$in": ids}})
+	return err
+}
+
+// exists reports whether a document with the id is in the collection.
+func (d *DB) exists(ctx context.Context, col string, id any) (bool, error) {
+	err := d.c(col).FindOne(ctx, bson.M{"_id": id}, options.FindOne().SetProjection(bson.M{"_id": 1})).Err()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // settleInserted decides the entries of an insert of observations that

@@ -52,8 +52,7 @@ func BenchmarkObservationDocument(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		id := o.Identifiers[0]
-		claim, err := bson.Marshal(observationIdentifierDoc{id.System, id.Value, o.ID, o.LastUpdated.Truncate(time.Millisecond)})
+		claim, err := bson.Marshal(observationClaims(o)[0])
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -137,9 +138,28 @@ func (d *DB) UpdateOrganization(ctx context.Context, o *domain.Organization) err
 	return mustMatch(res.MatchedCount, "organization %d does not exist", o.ID)
 }
 
-// DeleteOrganization implements domain.OrganizationStore.
+// DeleteOrganization implements domain.OrganizationStore: its memberships,
+// then the organization, under a write intent that a retry or the repair
+// finishes.
 func (d *DB) DeleteOrganization(ctx context.Context, id int64) error {
-	return d.deleteOne(ctx, colOrganizations, bson.M{"_id": id}, "organization %d does not exist", id)
+	if stored, err := d.exists(ctx, colOrganizations, id); err != nil || !stored {
+		return cmp.Or(err, error(domain.Errorf(domain.CodeNotFound, "organization %d does not exist", id)))
+	}
+	in := &intentDoc{Kind: intentOrganizationDelete, OrganizationID: id}
+	if err := d.begin(ctx, in); err != nil {
+		return err
+	}
+	return d.finish(ctx, in, d.deleteOrganizationDocuments(ctx, id), false)
+}
+
+// deleteOrganizationDocuments removes an organization and its
+// memberships; what is gone already is no error.
+func (d *DB) deleteOrganizationDocuments(ctx context.Context, id int64) error {
+	if _, err := d.c(colMemberships).DeleteMany(ctx, bson.M{"organizationId": id}); err != nil {
+		return err
+	}
+	_, err := d.c(colOrganizations).DeleteOne(ctx, bson.M{"_id": id})
+	return err
 }
 
 // CreateMembership implements domain.OrganizationStore.
@@ -193,10 +213,4 @@ func (d *DB) UpdateMembership(ctx context.Context, m *domain.Membership) error {
 func (d *DB) DeleteMembership(ctx context.Context, organizationID, userID int64) error {
 	return d.deleteOne(ctx, colMemberships, bson.M{"organizationId": organizationID, "userId": userID},
 		"user %d is not a member of organization %d", userID, organizationID)
-}
-
-// DeleteMembershipsOfOrganization implements domain.OrganizationStore.
-func (d *DB) DeleteMembershipsOfOrganization(ctx context.Context, organizationID int64) error {
-	_, err := d.c(colMemberships).DeleteMany(ctx, bson.M{"organizationId": organizationID})
-	return err
 }

@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -92,28 +93,54 @@ func toPatientDoc(p *domain.Patient) patientDoc {
 	return x
 }
 
-// CreatePatient implements domain.PatientStore. The identifiers are claimed
-// first, one insert each; if one is taken, or the patient insert fails, the
-// claimed ones are released, so a refused patient leaves nothing behind.
-func (d *DB) CreatePatient(ctx context.Context, p *domain.Patient) error {
-	id, err := d.nextID(ctx, colPatients)
+// CreatePatient implements domain.PatientStore: the patient's user, the
+// claims on its identifiers, then the record, under a write intent. A
+// refusal undoes what was written; a crash leaves the intent, whose
+// repair does the same when the record is not stored.
+func (d *DB) CreatePatient(ctx context.Context, u *domain.User, p *domain.Patient) error {
+	userID, err := d.nextID(ctx, colUsers)
 	if err != nil {
 		return err
 	}
-	p.ID, p.LastUpdated = id, d.nowMillis()
-	if err := d.claimIdentifiers(ctx, p.ID, p.Identifiers); err != nil {
+	if p.ID, err = d.nextID(ctx, colPatients); err != nil {
 		return err
 	}
-	if err := d.insertUnique(ctx, colPatients, toPatientDoc(p), fmt.Sprintf("user %d already has a patient record", p.UserID)); err != nil {
-		return d.releaseIdentifiers(ctx, p.ID, p.Identifiers, err)
+	u.ID, p.UserID = userID, userID
+	in := &intentDoc{Kind: intentPatientCreate, UserID: u.ID, PatientID: p.ID, Keys: []string{emailKey(u.Email)}}
+	for _, id := range p.Identifiers {
+		in.Keys = append(in.Keys, claimKey(id.System, id.Value))
 	}
-	return nil
+	if err := d.begin(ctx, in); err != nil {
+		return err
+	}
+	err = d.insertUser(ctx, u)
+	if err == nil {
+		p.LastUpdated = d.nowMillis()
+		err = d.claimIdentifiers(ctx, p.ID, p.Identifiers)
+	}
+	if err == nil {
+		err = d.insertUnique(ctx, colPatients, toPatientDoc(p), fmt.Sprintf("user %d already has a patient record", p.UserID))
+	}
+	if err != nil {
+		undo := d.undoPatientCreate(ctx, in)
+		return d.finish(ctx, in, undone(err, undo), undo == nil)
+	}
+	return d.finish(ctx, in, nil, true)
 }
 
-// orphanClaimAge is how old a claim of a patient that does not exist must
-// be before another patient may take its identifier: younger claims may
-// belong to a patient being created right now.
-const orphanClaimAge = time.Minute
+// undoPatientCreate removes what a patient create wrote, unless its
+// record is stored (then the create is complete).
+func (d *DB) undoPatientCreate(ctx context.Context, in *intentDoc) error {
+	ctx = context.WithoutCancel(ctx)
+	if stored, err := d.exists(ctx, colPatients, in.PatientID); stored || err != nil {
+		return err
+	}
+	if _, err := d.c(colPatientIdentifiers).DeleteMany(ctx, bson.M{"patientId": in.PatientID}); err != nil {
+		return err
+	}
+	_, err := d.c(colUsers).DeleteOne(ctx, bson.M{"_id": in.UserID})
+	return err
+}
 
 // claimIdentifiers inserts one patient_identifiers document per identifier;
 // on a clash it releases the ones it claimed and returns CodeDuplicate.
@@ -127,30 +154,55 @@ func (d *DB) claimIdentifiers(ctx context.Context, patientID int64, ids []domain
 	return nil
 }
 
+// claimIdentifier claims one identifier for the patient. A claim of the
+// patient itself (a retry) is kept; one of a patient that is not stored
+// belongs to a write still running (a conflict), or was left by one cut
+// short: its intent is repaired, or, with none, the claim is taken over.
 func (d *DB) claimIdentifier(ctx context.Context, patientID int64, id domain.Identifier) error {
-	claim := patientIdentifierDoc{id.System, id.Value, patientID, d.nowMillis()}
 	taken := fmt.Sprintf("identifier %s|%s belongs to another patient", id.System, id.Value)
-	err := d.insertUnique(ctx, colPatientIdentifiers, claim, taken)
-	if !domain.IsCode(err, domain.CodeDuplicate) {
-		return err
+	for attempt := 0; attempt < 3; attempt++ {
+		claim := patientIdentifierDoc{id.System, id.Value, patientID, d.nowMillis()}
+		err := d.insertUnique(ctx, colPatientIdentifiers, claim, taken)
+		if !domain.IsCode(err, domain.CodeDuplicate) {
+			return err
+		}
+		owner, found, err := d.patientClaim(ctx, id)
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			continue // released meanwhile
+		case owner == patientID:
+			return nil
+		}
+		if stored, err := d.exists(ctx, colPatients, owner); stored || err != nil {
+			return cmp.Or(err, error(domain.Errorf(domain.CodeDuplicate, "%s", taken)))
+		}
+		live, err := d.settleKey(ctx, claimKey(id.System, id.Value))
+		if err != nil {
+			return err
+		}
+		if live {
+			return domain.Errorf(domain.CodeConflict, "identifier %s|%s is being given to patient %d by another request; try again later", id.System, id.Value, owner)
+		}
+		if stored, err := d.exists(ctx, colPatients, owner); stored || err != nil {
+			return cmp.Or(err, error(domain.Errorf(domain.CodeDuplicate, "%s", taken)))
+		}
+		if _, err := d.c(colPatientIdentifiers).DeleteOne(ctx, bson.M{"system": id.System, "value": id.Value, "patientId": owner}); err != nil {
+			return err
+		}
 	}
-	// A claim left behind by an interrupted delete has no patient; once it
-	// is old enough, it is taken over.
+	return domain.Errorf(domain.CodeConflict, "identifier %s|%s is being claimed by other requests; try again later", id.System, id.Value)
+}
+
+// patientClaim returns the patient that holds an identifier.
+func (d *DB) patientClaim(ctx context.Context, id domain.Identifier) (int64, bool, error) {
 	var owner patientIdentifierDoc
-	if err := d.c(colPatientIdentifiers).FindOne(ctx, bson.M{"system": id.System, "value": id.Value}).Decode(&owner); err != nil {
-		return domain.Errorf(domain.CodeDuplicate, "%s", taken)
+	err := d.c(colPatientIdentifiers).FindOne(ctx, bson.M{"system": id.System, "value": id.Value}).Decode(&owner)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, false, nil
 	}
-	if owner.PatientID == patientID || d.now().Sub(owner.ClaimedAt) < orphanClaimAge {
-		return domain.Errorf(domain.CodeDuplicate, "%s", taken)
-	}
-	err = d.c(colPatients).FindOne(ctx, bson.M{"_id": owner.PatientID}).Err()
-	if !errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.Errorf(domain.CodeDuplicate, "%s", taken)
-	}
-	if _, err := d.c(colPatientIdentifiers).DeleteOne(ctx, bson.M{"system": id.System, "value": id.Value, "patientId": owner.PatientID}); err != nil {
-		return err
-	}
-	return d.insertUnique(ctx, colPatientIdentifiers, claim, taken)
+	return owner.PatientID, err == nil, err
 }
 
 // releaseIdentifiers removes the patient's claims on ids after cause, and
@@ -223,30 +275,96 @@ func (d *DB) patientFilter(ctx context.Context, q domain.PatientQuery) (bson.D, 
 	return filter, nil
 }
 
-// UpdatePatient implements domain.PatientStore.
+// UpdatePatient implements domain.PatientStore, under a write intent: new
+// identifiers are claimed, the record replaced, dropped identifiers
+// released. Whatever stops it, the intent's repair (and a failure's undo)
+// releases the claims of the patient that the stored record does not
+// list.
 func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
-	added := missingFrom(p.Identifiers, old.Identifiers)
-	if err := d.claimIdentifiers(ctx, p.ID, added); err != nil {
+	added, dropped := missingFrom(p.Identifiers, old.Identifiers), missingFrom(old.Identifiers, p.Identifiers)
+	if len(added)+len(dropped) == 0 {
+		return d.replacePatient(ctx, p)
+	}
+	in := &intentDoc{Kind: intentPatientUpdate, PatientID: p.ID}
+	for _, id := range append(slices.Clone(added), dropped...) {
+		in.Identifiers = append(in.Identifiers, codedValueDoc{id.System, id.Value})
+	}
+	for _, id := range added {
+		in.Keys = append(in.Keys, claimKey(id.System, id.Value))
+	}
+	if err := d.begin(ctx, in); err != nil {
 		return err
 	}
-	p.LastUpdated = d.nowMillis()
-	res, err := d.c(colPatients).ReplaceOne(ctx, bson.M{"_id": p.ID}, toPatientDoc(p))
+	err := d.claimIdentifiers(ctx, p.ID, added)
 	if err == nil {
-		err = mustMatch(res.MatchedCount, "patient %d does not exist", p.ID)
+		err = d.replacePatient(ctx, p)
 	}
-	if err != nil {
-		return d.releaseIdentifiers(ctx, p.ID, added, err)
-	}
-	return d.releaseIdentifiers(ctx, p.ID, missingFrom(old.Identifiers, p.Identifiers), nil)
+	settle := d.settlePatientClaims(ctx, p.ID, in.Identifiers)
+	return d.finish(ctx, in, undone(err, settle), settle == nil)
 }
 
-// DeletePatient implements domain.PatientStore.
-func (d *DB) DeletePatient(ctx context.Context, p *domain.Patient) error {
-	if err := d.deleteOne(ctx, colPatients, bson.M{"_id": p.ID}, "patient %d does not exist", p.ID); err != nil {
+func (d *DB) replacePatient(ctx context.Context, p *domain.Patient) error {
+	p.LastUpdated = d.nowMillis()
+	res, err := d.c(colPatients).ReplaceOne(ctx, bson.M{"_id": p.ID}, toPatientDoc(p))
+	if err != nil {
 		return err
 	}
-	_, err := d.c(colPatientIdentifiers).DeleteMany(ctx, bson.M{"patientId": p.ID})
-	return err
+	return mustMatch(res.MatchedCount, "patient %d does not exist", p.ID)
+}
+
+// settlePatientClaims releases the patient's claims on ids that its
+// stored record does not list (all of them when it is gone).
+func (d *DB) settlePatientClaims(ctx context.Context, patientID int64, ids []codedValueDoc) error {
+	ctx = context.WithoutCancel(ctx)
+	var listed []codedValueDoc
+	var x patientDoc
+	err := d.c(colPatients).FindOne(ctx, bson.M{"_id": patientID}).Decode(&x)
+	switch {
+	case err == nil:
+		listed = x.Identifiers
+	case !errors.Is(err, mongo.ErrNoDocuments):
+		return err
+	}
+	for _, id := range ids {
+		if slices.Contains(listed, id) {
+			continue
+		}
+		if _, err := d.c(colPatientIdentifiers).DeleteOne(ctx, bson.M{"system": id.System, "value": id.Value, "patientId": patientID}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeletePatient implements domain.PatientStore: the patient's answers,
+// enrollments, login, record and identifier claims, under a write intent
+// that a retry or the repair finishes.
+func (d *DB) DeletePatient(ctx context.Context, p *domain.Patient) error {
+	in := &intentDoc{Kind: intentPatientDelete, PatientID: p.ID, UserID: p.UserID}
+	if err := d.begin(ctx, in); err != nil {
+		return err
+	}
+	return d.finish(ctx, in, d.deletePatientDocuments(ctx, p.ID, p.UserID), false)
+}
+
+// deletePatientDocuments removes every document of a patient; what is
+// gone already is no error.
+func (d *DB) deletePatientDocuments(ctx context.Context, patientID, userID int64) error {
+	for _, del := range []struct {
+		col    string
+		filter bson.M
+	}{
+		{colConsents, bson.M{"patientId": patientID}},
+		{colEnrollments, bson.M{"patientId": patientID}},
+		{colUsers, bson.M{"_id": userID}},
+		{colPatients, bson.M{"_id": patientID}},
+		{colPatientIdentifiers, bson.M{"patientId": patientID}},
+	} {
+		if _, err := d.c(del.col).DeleteMany(ctx, del.filter); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // missingFrom returns the identifiers of a that b lacks.

@@ -67,40 +67,48 @@ func TestUserEmailIsUnique(t *testing.T) {
 	}
 }
 
+// newPatient is a patient and its login, for CreatePatient.
+func newPatient(email, family string, ids ...domain.Identifier) (*domain.User, *domain.Patient) {
+	return &domain.User{Email: email, Type: domain.UserPatient, IsActive: true},
+		&domain.Patient{FamilyName: family, Identifiers: ids, OrganizationIDs: []int64{1}}
+}
+
 func TestPatientIdentifiersAreUniqueAcrossPatients(t *testing.T) {
 	db := repotest.NewDB(t)
 	ctx := context.Background()
+	create := func(email, family string, ids ...domain.Identifier) error {
+		u, p := newPatient(email, family, ids...)
+		return db.CreatePatient(ctx, u, p)
+	}
 	mrn := domain.Identifier{System: "urn:example:mrn", Value: "123"}
-	p1 := &domain.Patient{UserID: 1, FamilyName: "One", Identifiers: []domain.Identifier{mrn}, OrganizationIDs: []int64{1}}
-	if err := db.CreatePatient(ctx, p1); err != nil {
+	if err := create("one@example.org", "One", mrn); err != nil {
 		t.Fatal(err)
 	}
 	// The second patient's first identifier is free, its second is taken:
-	// the free one must not stay claimed.
+	// the free one must not stay claimed, nor its login stay.
 	free := domain.Identifier{System: "urn:example:mrn", Value: "456"}
-	p2 := &domain.Patient{UserID: 2, FamilyName: "Two", Identifiers: []domain.Identifier{free, mrn}}
-	if err := db.CreatePatient(ctx, p2); !domain.IsCode(err, domain.CodeDuplicate) {
+	if err := create("two@example.org", "Two", free, mrn); !domain.IsCode(err, domain.CodeDuplicate) {
 		t.Fatalf("taken identifier: got %v, want CodeDuplicate", err)
 	}
-	if _, err := db.PatientByUserID(ctx, 2); !domain.IsCode(err, domain.CodeNotFound) {
-		t.Errorf("refused patient was stored: %v", err)
+	if _, err := db.UserByEmail(ctx, "two@example.org"); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("the refused patient's login was stored: %v", err)
 	}
-	p3 := &domain.Patient{UserID: 3, FamilyName: "Three", Identifiers: []domain.Identifier{free}}
-	if err := db.CreatePatient(ctx, p3); err != nil {
+	if err := create("three@example.org", "Three", free); err != nil {
 		t.Fatalf("identifier released by the refused patient: %v", err)
 	}
-	// A second record for the same user is refused and releases its identifiers.
-	p4 := &domain.Patient{UserID: 1, FamilyName: "Again", Identifiers: []domain.Identifier{{System: "urn:example:mrn", Value: "789"}}}
-	if err := db.CreatePatient(ctx, p4); !domain.IsCode(err, domain.CodeDuplicate) {
-		t.Fatalf("second patient of user 1: got %v, want CodeDuplicate", err)
+	// A taken email is refused before any identifier is claimed.
+	other := domain.Identifier{System: "urn:example:mrn", Value: "789"}
+	err := create("one@example.org", "Again", other)
+	if !domain.IsCode(err, domain.CodeDuplicate) || err.(*domain.Error).Field != "email" {
+		t.Fatalf("taken email: got %v, want CodeDuplicate on email", err)
 	}
-	p5 := &domain.Patient{UserID: 5, FamilyName: "Five", Identifiers: []domain.Identifier{{System: "urn:example:mrn", Value: "789"}}}
-	if err := db.CreatePatient(ctx, p5); err != nil {
-		t.Fatalf("identifier of the refused record should be free: %v", err)
+	if err := create("five@example.org", "Five", other); err != nil {
+		t.Fatalf("identifier of the refused patient should be free: %v", err)
 	}
-	got, err := db.PatientByID(ctx, p1.ID)
+	u, _ := db.UserByEmail(ctx, "one@example.org")
+	got, err := db.PatientByUserID(ctx, u.ID)
 	if err != nil || len(got.Identifiers) != 1 || got.Identifiers[0] != mrn {
-		t.Fatalf("PatientByID = %+v, %v", got, err)
+		t.Fatalf("PatientByUserID = %+v, %v", got, err)
 	}
 }
 
@@ -111,16 +119,12 @@ func TestCompoundUniqueKeys(t *testing.T) {
 		"membership": func() error {
 			return db.CreateMembership(ctx, &domain.Membership{OrganizationID: 1, UserID: 2, Role: domain.RoleViewer})
 		},
-		"enrollment":    func() error { return db.CreateEnrollment(ctx, &domain.Enrollment{StudyID: 1, PatientID: 2}) },
 		"scope request": func() error { return db.CreateScopeRequest(ctx, domain.ScopeRequest{StudyID: 1, ScopeCodeID: 2}) },
 		"study source": func() error {
 			return db.CreateStudyDataSource(ctx, domain.StudyDataSource{StudyID: 1, DataSourceID: 2})
 		},
 		"scope code": func() error {
 			return db.CreateScopeCode(ctx, &domain.ScopeCode{System: "https://w3id.org/openmhealth", Code: "omh:heart-rate:2.0"})
-		},
-		"consent answer": func() error {
-			return db.CreateConsent(ctx, &domain.Consent{PatientID: 1, StudyID: 2, ScopeCodeID: 3, Consented: true})
 		},
 	} {
 		if err := create(); err != nil {
@@ -318,16 +322,17 @@ func TestTokenDeactivationByRequest(t *testing.T) {
 func TestPatientDocumentShape(t *testing.T) {
 	db := repotest.NewDB(t)
 	ctx := context.Background()
-	p := &domain.Patient{UserID: 4, FamilyName: "Doe", GivenNames: []string{"Jane"}, BirthDate: "1990-02-03",
+	u := &domain.User{Email: "jane@example.org", Type: domain.UserPatient}
+	p := &domain.Patient{FamilyName: "Doe", GivenNames: []string{"Jane"}, BirthDate: "1990-02-03",
 		Telecom: []domain.ContactPoint{{System: "email", Value: "jane@example.org"}}, OrganizationIDs: []int64{2}}
-	if err := db.CreatePatient(ctx, p); err != nil {
+	if err := db.CreatePatient(ctx, u, p); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := repo.RawDocument(ctx, db, "patients", p.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := bson.M{"_id": p.ID, "userId": int64(4), "birthDate": "1990-02-03"}
+	want := bson.M{"_id": p.ID, "userId": u.ID, "birthDate": "1990-02-03"}
 	for k, v := range want {
 		if raw[k] != v {
 			t.Errorf("patients.%s = %#v, want %#v", k, raw[k], v)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"exchange/domain"
@@ -220,11 +221,44 @@ func (d *DB) DeleteStudyDataSource(ctx context.Context, s domain.StudyDataSource
 		"study %d has no data source %d", s.StudyID, s.DataSourceID)
 }
 
-// CreateEnrollment implements domain.StudyStore.
-func (d *DB) CreateEnrollment(ctx context.Context, e *domain.Enrollment) error {
-	e.LastUpdated = d.nowMillis()
-	return d.insertUnique(ctx, colEnrollments, enrollmentDoc{e.StudyID, e.PatientID, e.LastUpdated},
-		fmt.Sprintf("patient %d is already enrolled in study %d", e.PatientID, e.StudyID))
+// CreateEnrollments implements domain.StudyStore, under a write intent
+// that a retry or the repair finishes; an enrollment that exists already
+// is left as it is.
+func (d *DB) CreateEnrollments(ctx context.Context, es []domain.Enrollment) error {
+	now := d.nowMillis()
+	in := &intentDoc{Kind: intentEnroll}
+	for i := range es {
+		es[i].LastUpdated = now
+		in.Enrollments = append(in.Enrollments, enrollmentDoc{es[i].StudyID, es[i].PatientID, now})
+	}
+	if err := d.begin(ctx, in); err != nil {
+		return err
+	}
+	return d.finish(ctx, in, d.insertEnrollments(ctx, in.Enrollments), false)
+}
+
+// insertEnrollments inserts enrollments; those that exist already are no
+// error.
+func (d *DB) insertEnrollments(ctx context.Context, docs []enrollmentDoc) error {
+	return insertAllOrExisting(ctx, d.c(colEnrollments), docs)
+}
+
+// insertAllOrExisting inserts docs in one unordered insert, where a
+// duplicate key means the document is there already.
+func insertAllOrExisting[T any](ctx context.Context, col *mongo.Collection, docs []T) error {
+	if len(docs) == 0 {
+		return nil
+	}
+	all := make([]any, len(docs))
+	for i, x := range docs {
+		all[i] = x
+	}
+	for _, werr := range insertErrors(col.InsertMany(ctx, all, options.InsertMany().SetOrdered(false))) {
+		if !isDuplicate(werr) {
+			return werr
+		}
+	}
+	return nil
 }
 
 // Enrollments implements domain.StudyStore.
@@ -240,18 +274,90 @@ func (d *DB) Enrollments(ctx context.Context, q domain.EnrollmentQuery) ([]domai
 	}), err
 }
 
-// DeleteEnrollment implements domain.StudyStore.
-func (d *DB) DeleteEnrollment(ctx context.Context, studyID, patientID int64) error {
-	return d.deleteOne(ctx, colEnrollments, bson.M{"studyId": studyID, "patientId": patientID},
-		"patient %d is not enrolled in study %d", patientID, studyID)
+// DeleteEnrollments implements domain.StudyStore: the patients' answers
+// to the study, then their enrollments, under a write intent that a retry
+// or the repair finishes.
+func (d *DB) DeleteEnrollments(ctx context.Context, studyID int64, patientIDs []int64) error {
+	in := &intentDoc{Kind: intentUnenroll, StudyID: studyID, PatientIDs: patientIDs}
+	if err := d.begin(ctx, in); err != nil {
+		return err
+	}
+	return d.finish(ctx, in, d.deleteEnrollments(ctx, studyID, patientIDs), false)
 }
 
-// CreateConsent implements domain.StudyStore.
-func (d *DB) CreateConsent(ctx context.Context, c *domain.Consent) error {
-	c.LastUpdated = d.nowMillis()
-	c.ConsentedTime = c.ConsentedTime.UTC().Truncate(time.Millisecond)
-	return d.insertUnique(ctx, colConsents, consentDoc{c.PatientID, c.StudyID, c.ScopeCodeID, c.Consented, c.ConsentedTime, c.LastUpdated},
-		fmt.Sprintf("patient %d has already answered scope code %d of study %d", c.PatientID, c.ScopeCodeID, c.StudyID))
+func (d *DB) deleteEnrollments(ctx context.Context, studyID int64, patientIDs []int64) error {
+	filter := bson.M{"studyId": studyID, "patientId": bson.M{"$in": nonNilIDs(patientIDs)}}
+	if _, err := d.c(colConsents).DeleteMany(ctx, filter); err != nil {
+		return err
+	}
+	_, err := d.c(colEnrollments).DeleteMany(ctx, filter)
+	return err
+}
+
+// consentOp is what a consent write does to its answers.
+type consentOp string
+
+const (
+	consentsAnswer   consentOp = "answer"   // insert them; one that exists already stays
+	consentsUpdate   consentOp = "update"   // set their answers and times
+	consentsWithdraw consentOp = "withdraw" // delete them
+)
+
+// CreateConsents implements domain.StudyStore.
+func (d *DB) CreateConsents(ctx context.Context, cs []domain.Consent) error {
+	return d.consentWrite(ctx, consentsAnswer, cs)
+}
+
+// UpdateConsents implements domain.StudyStore.
+func (d *DB) UpdateConsents(ctx context.Context, cs []domain.Consent) error {
+	return d.consentWrite(ctx, consentsUpdate, cs)
+}
+
+// WithdrawConsents implements domain.StudyStore.
+func (d *DB) WithdrawConsents(ctx context.Context, cs []domain.Consent) error {
+	return d.consentWrite(ctx, consentsWithdraw, cs)
+}
+
+// consentWrite writes answers under a write intent that a retry or the
+// repair finishes.
+func (d *DB) consentWrite(ctx context.Context, op consentOp, cs []domain.Consent) error {
+	now := d.nowMillis()
+	in := &intentDoc{Kind: intentConsents, ConsentOp: op}
+	for i := range cs {
+		c := &cs[i]
+		c.LastUpdated = now
+		c.ConsentedTime = c.ConsentedTime.UTC().Truncate(time.Millisecond)
+		in.Consents = append(in.Consents, consentDoc{c.PatientID, c.StudyID, c.ScopeCodeID, c.Consented, c.ConsentedTime, c.LastUpdated})
+	}
+	if err := d.begin(ctx, in); err != nil {
+		return err
+	}
+	return d.finish(ctx, in, d.writeConsents(ctx, op, in.Consents), false)
+}
+
+// writeConsents applies a consent write; applying it again changes
+// nothing more.
+func (d *DB) writeConsents(ctx context.Context, op consentOp, docs []consentDoc) error {
+	if op == consentsAnswer {
+		return insertAllOrExisting(ctx, d.c(colConsents), docs)
+	}
+	for _, x := range docs {
+		key := bson.M{"patientId": x.PatientID, "studyId": x.StudyID, "scopeCodeId": x.ScopeCodeID}
+		var err error
+		switch op {
+		case consentsUpdate:
+			_, err = d.c(colConsents).UpdateOne(ctx, key,
+				bson.M{"$set": bson.M{"consented": x.Consented, "consentedTime": x.ConsentedTime, "lastUpdated": x.LastUpdated}})
+		case consentsWithdraw:
+			_, err = d.c(colConsents).DeleteOne(ctx, key)
+		default:
+			err = fmt.Errorf("unknown consent write %q", op)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func consentFilter(q domain.ConsentQuery) bson.D {
@@ -264,24 +370,6 @@ func (d *DB) Consents(ctx context.Context, q domain.ConsentQuery) ([]domain.Cons
 	err := d.findAll(ctx, colConsents, consentFilter(q), &docs,
 		options.Find().SetSort(bson.D{{Key: "patientId", Value: 1}, {Key: "studyId", Value: 1}, {Key: "scopeCodeId", Value: 1}}))
 	return convert(docs, consentDoc.consent), err
-}
-
-// UpdateConsent implements domain.StudyStore: it changes the answer.
-func (d *DB) UpdateConsent(ctx context.Context, c *domain.Consent) error {
-	c.LastUpdated = d.nowMillis()
-	c.ConsentedTime = c.ConsentedTime.UTC().Truncate(time.Millisecond)
-	res, err := d.c(colConsents).UpdateOne(ctx, bson.M{"patientId": c.PatientID, "studyId": c.StudyID, "scopeCodeId": c.ScopeCodeID},
-		bson.M{"$set": bson.M{"consented": c.Consented, "consentedTime": c.ConsentedTime, "lastUpdated": c.LastUpdated}})
-	if err != nil {
-		return err
-	}
-	return mustMatch(res.MatchedCount, "patient %d has not answered scope code %d of study %d", c.PatientID, c.ScopeCodeID, c.StudyID)
-}
-
-// DeleteConsent implements domain.StudyStore.
-func (d *DB) DeleteConsent(ctx context.Context, patientID, studyID, scopeCodeID int64) error {
-	return d.deleteOne(ctx, colConsents, bson.M{"patientId": patientID, "studyId": studyID, "scopeCodeId": scopeCodeID},
-		"patient %d has not answered scope code %d of study %d", patientID, scopeCodeID, studyID)
 }
 
 // DeleteConsents implements domain.StudyStore.

@@ -1,13 +1,16 @@
 package repo
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"exchange/domain"
@@ -46,9 +49,71 @@ func (d *DB) CreateUser(ctx context.Context, u *domain.User) error {
 	if err != nil {
 		return err
 	}
-	u.ID, u.LastUpdated = id, d.nowMillis()
+	u.ID = id
+	return d.insertUser(ctx, u)
+}
+
+// emailKey is the claim key of an email address: how a user insert that
+// collides with the user of an interrupted create finds its intent.
+func emailKey(email string) string { return claimKey("email", email) }
+
+// insertUser stores u (its ID set). An email taken by the user of a
+// create that was cut short is freed first, by repairing its intent.
+func (d *DB) insertUser(ctx context.Context, u *domain.User) error {
+	u.LastUpdated = d.nowMillis()
 	u.DateJoined = u.DateJoined.UTC().Truncate(time.Millisecond)
-	return d.insertUnique(ctx, colUsers, toUserDoc(u), fmt.Sprintf("a user with email %q already exists", u.Email))
+	insert := func() error {
+		_, err := d.c(colUsers).InsertOne(ctx, toUserDoc(u))
+		if isDuplicate(err) {
+			return &domain.Error{Code: domain.CodeDuplicate, Field: "email", Message: fmt.Sprintf("email: a user with email %q already exists", u.Email)}
+		}
+		return err
+	}
+	err := insert()
+	if !domain.IsCode(err, domain.CodeDuplicate) {
+		return err
+	}
+	live, serr := d.settleKey(ctx, emailKey(u.Email))
+	if serr != nil || live {
+		return cmp.Or(serr, err)
+	}
+	return insert()
+}
+
+// CreatePractitioner implements domain.UserStore: the user, then the
+// membership, under a write intent whose repair removes the user when the
+// membership is not stored.
+func (d *DB) CreatePractitioner(ctx context.Context, u *domain.User, m *domain.Membership) error {
+	id, err := d.nextID(ctx, colUsers)
+	if err != nil {
+		return err
+	}
+	u.ID, m.UserID = id, id
+	in := &intentDoc{Kind: intentPractitionerCreate, UserID: u.ID, OrganizationID: m.OrganizationID, Keys: []string{emailKey(u.Email)}}
+	if err := d.begin(ctx, in); err != nil {
+		return err
+	}
+	err = d.insertUser(ctx, u)
+	if err == nil {
+		err = d.CreateMembership(ctx, m)
+	}
+	if err != nil {
+		undo := d.undoPractitionerCreate(ctx, in)
+		return d.finish(ctx, in, undone(err, undo), undo == nil)
+	}
+	return d.finish(ctx, in, nil, true)
+}
+
+// undoPractitionerCreate removes the user of a practitioner create whose
+// membership is not stored.
+func (d *DB) undoPractitionerCreate(ctx context.Context, in *intentDoc) error {
+	ctx = context.WithoutCancel(ctx)
+	err := d.c(colMemberships).FindOne(ctx, bson.M{"organizationId": in.OrganizationID, "userId": in.UserID}).Err()
+	if !errors.Is(err, mongo.ErrNoDocuments) {
+		return err
+	}
+	_, err = d.c(colUsers).DeleteOne(ctx, bson.M{"_id": in.UserID})
+	return err
 }
 
 // UserByID implements domain.UserStore.
@@ -107,12 +172,6 @@ func (d *DB) UpdateUser(ctx context.Context, u *domain.User) error {
 		return err
 	}
 	return mustMatch(res.MatchedCount, "user %d does not exist", u.ID)
-}
-
-// DeleteUser implements domain.UserStore.
-func (d *DB) DeleteUser(ctx context.Context, id int64) error {
-	_, err := d.c(colUsers).DeleteOne(ctx, bson.M{"_id": id})
-	return err
 }
 
 // CountUsers implements domain.UserStore.

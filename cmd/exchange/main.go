@@ -68,6 +68,7 @@ var commands = map[string]command{
 	"token":           tokenCommand,
 	"invitation":      invitationCommand,
 	"migrate":         migrateCommand,
+	"doctor":          doctorCommand,
 	"healthcheck":     healthcheckCommand,
 	"import":          importCommand,
 }
@@ -105,6 +106,7 @@ commands:
   token create     print a bearer token: --email E [--ttl 24h]
   invitation       print a patient's invitation link: --patient-id N --client-id C
   migrate          create the database indexes
+  doctor           report and repair what interrupted writes left; --dry-run reports only
   healthcheck      exit 0 if the local service is live (/health) and ready (/ready); --live: /health only
   import r4        send R4 files to a running service: FILE|DIR... --source ID | --sources FILE
   help             show this text

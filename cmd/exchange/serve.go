@@ -42,6 +42,9 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 		debug.SetMemoryLimit(embeddedMemoryLimit)
 		log.Info("embedded database: memory limit set (GOMEMLIMIT)", "limitMiB", embeddedMemoryLimit>>20)
 	}
+	// Before serving: a retry of a request the last process died under
+	// must find its half-done write repaired. Bounded by repairBudget.
+	repair(ctx, a, log, a.embedded != nil, "start-up")
 	metrics, stopMetrics, err := s.Metrics.Serve(a.metrics, log)
 	if err != nil {
 		return err
@@ -54,7 +57,7 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 
 	background, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
-	go sweep(background, a.db, log)
+	go sweep(background, a, log)
 	if a.embedded != nil {
 		go watchEmbeddedSize(background, a.db, log)
 	}
@@ -80,8 +83,10 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	return nil
 }
 
-// sweep deletes expired OAuth records and throttle counters until ctx ends.
-func sweep(ctx context.Context, db *repo.DB, log *slog.Logger) {
+// sweep deletes expired OAuth records and throttle counters, and repairs
+// the writes of processes that died (on MongoDB, other instances), until
+// ctx ends.
+func sweep(ctx context.Context, a *app, log *slog.Logger) {
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
@@ -89,11 +94,12 @@ func sweep(ctx context.Context, db *repo.DB, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if n, err := db.Sweep(ctx, now.UTC()); err != nil && !errors.Is(err, context.Canceled) {
+			if n, err := a.db.Sweep(ctx, now.UTC()); err != nil && !errors.Is(err, context.Canceled) {
 				log.Warn("sweeping expired records failed", "error", err)
 			} else if n > 0 {
 				log.Debug("swept expired records", "count", n)
 			}
+			repair(ctx, a, log, false, "sweep")
 		}
 	}
 }

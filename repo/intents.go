@@ -1,0 +1,464 @@
+package repo
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Write intents and instance leases: how a write that spans documents
+// converges without transactions (the package doc states the design).
+//
+// A write that touches several documents first inserts one intent
+// document naming what it is about to write, and deletes it after its
+// last write. An intent that outlives its write marks a write that was
+// cut short; it is abandoned once the process that wrote it is gone, and
+// repairing it rolls the write back (a create, whose uniqueness was not
+// settled) or forward (a change that was checked in full before its
+// first write). Every process that writes intents holds a lease, an
+// instance document it renews; a lease not renewed for leaseTimeout
+// belongs to a dead process.
+
+const (
+	colIntents = "write_intents"
+	// leaseRenew is how often a process renews its lease; leaseTimeout
+	// how long a lease may go unrenewed before its process counts as dead.
+	leaseRenew   = 10 * time.Second
+	leaseTimeout = 45 * time.Second
+	// intentTimeout is the age at which an intent counts as abandoned even
+	// though its process runs: no write lasts that long, so the request
+	// that wrote it ended without finishing (a panic).
+	intentTimeout = 15 * time.Minute
+)
+
+// intentKind names a multi-document write, and so how to repair it.
+type intentKind string
+
+// The multi-document writes. "Back" kinds are rolled back when abandoned,
+// "forward" kinds rolled forward.
+const (
+	intentObservations       intentKind = "observations.create" // back: claims of unstored observations go
+	intentPatientCreate      intentKind = "patient.create"      // back: without the patient record, its user and claims go
+	intentPatientUpdate      intentKind = "patient.update"      // forward: claims the record does not list go
+	intentPatientDelete      intentKind = "patient.delete"      // forward: the delete is finished
+	intentPractitionerCreate intentKind = "practitioner.create" // back: without the membership, the user goes
+	intentOrganizationDelete intentKind = "organization.delete" // forward: the delete is finished
+	intentEnroll             intentKind = "enrollments.create"  // forward: every enrollment is made
+	intentUnenroll           intentKind = "enrollments.delete"  // forward: enrollments and their answers go
+	intentConsents           intentKind = "consents.write"      // forward: every answer is written
+)
+
+// intentDoc is a document of write_intents. Besides what every intent
+// has, each kind sets the fields its repair reads.
+type intentDoc struct {
+	ID        bson.ObjectID `bson:"_id"`
+	Kind      intentKind    `bson:"kind"`
+	Instance  string        `bson:"instance"` // the lease of the process writing it
+	StartedAt time.Time     `bson:"startedAt"`
+	// Keys are the claim keys (claimKey) the write may take: how a write
+	// that collides with one finds the intent.
+	Keys []string `bson:"keys"`
+
+	FirstID        int64           `bson:"firstId,omitempty"` // observations: the ids reserved
+	LastID         int64           `bson:"lastId,omitempty"`
+	UserID         int64           `bson:"userId,omitempty"`
+	PatientID      int64           `bson:"patientId,omitempty"`
+	OrganizationID int64           `bson:"organizationId,omitempty"`
+	StudyID        int64           `bson:"studyId,omitempty"`
+	PatientIDs     []int64         `bson:"patientIds,omitempty"`
+	Identifiers    []codedValueDoc `bson:"identifiers,omitempty"` // patient.update: the claims taken or released
+	Enrollments    []enrollmentDoc `bson:"enrollments,omitempty"`
+	ConsentOp      consentOp       `bson:"consentOp,omitempty"`
+	Consents       []consentDoc    `bson:"consents,omitempty"`
+}
+
+// claimKey is the key of a claim on (system, value): fixed length, and
+// unambiguous whatever the two strings hold.
+func claimKey(system, value string) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s|%s", len(system), system, value))
+	return hex.EncodeToString(sum[:])
+}
+
+// instanceDoc is a document of service_instances: one process's lease.
+type instanceDoc struct {
+	ID        string    `bson:"_id"`
+	Host      string    `bson:"host"`
+	PID       int       `bson:"pid"`
+	StartedAt time.Time `bson:"startedAt"`
+	Renewed   time.Time `bson:"renewed"`
+}
+
+// lease is this process's instance document and the loop renewing it.
+type lease struct {
+	id   string
+	mu   sync.Mutex
+	held bool
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newLease() *lease {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return &lease{id: hex.EncodeToString(b)}
+}
+
+// hold makes sure the lease is written and renewed; the first intent of
+// a process takes it.
+func (d *DB) hold(ctx context.Context) error {
+	l := d.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held {
+		return nil
+	}
+	host, _ := os.Hostname()
+	now := d.nowMillis()
+	_, err := d.c(colInstances).UpdateOne(ctx, bson.M{"_id": l.id},
+		bson.M{"$set": bson.M{"renewed": now}, "$setOnInsert": bson.M{"host": host, "pid": os.Getpid(), "startedAt": now}},
+		options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("take the instance lease: %w", err)
+	}
+	l.held, l.stop, l.done = true, make(chan struct{}), make(chan struct{})
+	go d.renew(l.stop, l.done)
+	return nil
+}
+
+// renew keeps the lease fresh until stop closes; a failed renewal is
+// tried again at the next tick.
+func (d *DB) renew(stop, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(leaseRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), leaseRenew)
+			_, _ = d.c(colInstances).UpdateOne(ctx, bson.M{"_id": d.lease.id}, bson.M{"$set": bson.M{"renewed": d.nowMillis()}})
+			cancel()
+		}
+	}
+}
+
+// release ends the lease of a process closing cleanly: its intents are
+// all ended, and the document goes.
+func (d *DB) release(ctx context.Context) {
+	l := d.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.held {
+		return
+	}
+	close(l.stop)
+	<-l.done
+	l.held = false
+	_, _ = d.c(colInstances).DeleteOne(ctx, bson.M{"_id": l.id})
+}
+
+// begin records an intent before the first write of a multi-document
+// write; the caller fills in the kind's fields.
+func (d *DB) begin(ctx context.Context, in *intentDoc) error {
+	if err := d.hold(ctx); err != nil {
+		return err
+	}
+	in.ID, in.Instance, in.StartedAt = bson.NewObjectID(), d.lease.id, d.nowMillis()
+	if in.Keys == nil {
+		in.Keys = []string{}
+	}
+	if _, err := d.c(colIntents).InsertOne(ctx, in); err != nil {
+		return fmt.Errorf("record the write intent: %w", err)
+	}
+	return nil
+}
+
+// end removes an intent after its write's last step, whatever the
+// request's context became: the write is over.
+func (d *DB) end(ctx context.Context, in *intentDoc) error {
+	_, err := d.c(colIntents).DeleteOne(context.WithoutCancel(ctx), bson.M{"_id": in.ID})
+	return err
+}
+
+// finish ends the intent of a write that returned cause: on success, or
+// when the write undid itself, the intent goes; when it failed half way,
+// it stays for the repair.
+func (d *DB) finish(ctx context.Context, in *intentDoc, cause error, settled bool) error {
+	if cause != nil && !settled {
+		return cause
+	}
+	if err := d.end(ctx, in); err != nil && cause == nil {
+		return err
+	}
+	return cause
+}
+
+// undone is the error of a write that failed with cause and then undid
+// (or settled) what it wrote, which failed with undo.
+func undone(cause, undo error) error {
+	switch {
+	case undo == nil:
+		return cause
+	case cause == nil:
+		return undo
+	}
+	return fmt.Errorf("%w (and undoing the partial write failed: %v)", cause, undo)
+}
+
+// abandoned says whether an intent's write can no longer be running.
+func (d *DB) abandoned(ctx context.Context, in *intentDoc, now time.Time, exclusive bool) (bool, error) {
+	if exclusive || now.Sub(in.StartedAt) > intentTimeout {
+		return true, nil
+	}
+	if in.Instance == d.lease.id {
+		return false, nil
+	}
+	var owner instanceDoc
+	err := d.c(colInstances).FindOne(ctx, bson.M{"_id": in.Instance}).Decode(&owner)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return now.Sub(owner.Renewed) > leaseTimeout, nil
+}
+
+// settleKey makes way for a write that found the claim key taken by an
+// owner that is not stored: abandoned intents holding the key are
+// repaired. live says that a running write holds it.
+func (d *DB) settleKey(ctx context.Context, key string) (live bool, err error) {
+	var held []intentDoc
+	if err := d.findAll(ctx, colIntents, bson.M{"keys": key}, &held); err != nil {
+		return false, err
+	}
+	now := d.now()
+	for i := range held {
+		in := &held[i]
+		gone, err := d.abandoned(ctx, in, now, false)
+		if err != nil {
+			return false, err
+		}
+		if !gone {
+			live = true
+			continue
+		}
+		if err := d.repair(ctx, in); err != nil {
+			return false, err
+		}
+	}
+	return live, nil
+}
+
+// repair settles one abandoned intent, then removes it.
+func (d *DB) repair(ctx context.Context, in *intentDoc) error {
+	var err error
+	switch in.Kind {
+	case intentObservations:
+		err = d.releaseObservationClaims(ctx, in.Keys, in.FirstID, in.LastID, nil)
+	case intentPatientCreate:
+		err = d.undoPatientCreate(ctx, in)
+	case intentPatientUpdate:
+		err = d.settlePatientClaims(ctx, in.PatientID, in.Identifiers)
+	case intentPatientDelete:
+		err = d.deletePatientDocuments(ctx, in.PatientID, in.UserID)
+	case intentPractitionerCreate:
+		err = d.undoPractitionerCreate(ctx, in)
+	case intentOrganizationDelete:
+		err = d.deleteOrganizationDocuments(ctx, in.OrganizationID)
+	case intentEnroll:
+		err = d.insertEnrollments(ctx, in.Enrollments)
+	case intentUnenroll:
+		err = d.deleteEnrollments(ctx, in.StudyID, in.PatientIDs)
+	case intentConsents:
+		err = d.writeConsents(ctx, in.ConsentOp, in.Consents)
+	default:
+		return fmt.Errorf("write intent %s: unknown kind %q", in.ID.Hex(), in.Kind)
+	}
+	if err != nil {
+		return fmt.Errorf("repair the %s write intent %s: %w", in.Kind, in.ID.Hex(), err)
+	}
+	return d.end(ctx, in)
+}
+
+// RepairOptions says how much Repair may assume and do.
+type RepairOptions struct {
+	// Exclusive: no other process can be writing, as when this process
+	// started the embedded database; every intent is then abandoned, not
+	// only those of dead processes.
+	Exclusive bool
+	// DryRun reports without changing anything.
+	DryRun bool
+	// Budget bounds the time spent on intents (0: none); what is left is
+	// reported and repaired by a later call.
+	Budget time.Duration
+	// Scan also looks for identifier claims whose owner is not stored,
+	// left by writes of versions before intents: a pass over every
+	// claim, for the doctor command.
+	Scan bool
+}
+
+// RepairReport is what Repair found and did.
+type RepairReport struct {
+	Intents  int            // intents found
+	Repaired map[string]int // abandoned intents repaired (to be, in a dry run), by kind
+	Running  int            // intents of writes still running
+	Left     int            // abandoned intents the budget left for later
+	Orphans  map[string]int // (Scan) claims whose owner is not stored, by collection
+	Leases   int            // leases of dead processes removed
+	Failed   []error        // intents whose repair failed
+	Elapsed  time.Duration
+}
+
+// Repair heals what interrupted writes left half done: it repairs every
+// abandoned intent, oldest first, removes the leases of dead processes,
+// and with Scan releases orphan claims. It is bounded by the number of
+// intents (a few: the writes running when a process died), not by the
+// size of the store, except for Scan.
+func (d *DB) Repair(ctx context.Context, o RepairOptions) (rep RepairReport, err error) {
+	started := d.now()
+	rep = RepairReport{Repaired: map[string]int{}, Orphans: map[string]int{}}
+	defer func() { rep.Elapsed = d.now().Sub(started) }()
+	var intents []intentDoc
+	if err := d.findAll(ctx, colIntents, bson.D{}, &intents); err != nil {
+		return rep, err
+	}
+	slices.SortFunc(intents, func(a, b intentDoc) int { return a.StartedAt.Compare(b.StartedAt) })
+	rep.Intents = len(intents)
+	for i := range intents {
+		in := &intents[i]
+		gone, err := d.abandoned(ctx, in, started, o.Exclusive)
+		if err != nil {
+			return rep, err
+		}
+		switch {
+		case !gone:
+			rep.Running++
+		case o.Budget > 0 && d.now().Sub(started) > o.Budget:
+			rep.Left++
+		case o.DryRun:
+			rep.Repaired[string(in.Kind)]++
+		default:
+			if err := d.repair(ctx, in); err != nil {
+				rep.Failed = append(rep.Failed, err)
+				continue
+			}
+			rep.Repaired[string(in.Kind)]++
+		}
+	}
+	if err := d.removeDeadLeases(ctx, started, o, &rep); err != nil {
+		return rep, err
+	}
+	if o.Scan {
+		if err := d.scanClaims(ctx, o.DryRun, &rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// removeDeadLeases deletes the leases of processes that are gone and
+// hold no intent any more.
+func (d *DB) removeDeadLeases(ctx context.Context, now time.Time, o RepairOptions, rep *RepairReport) error {
+	var leases []instanceDoc
+	if err := d.findAll(ctx, colInstances, bson.D{}, &leases); err != nil {
+		return err
+	}
+	for _, l := range leases {
+		if l.ID == d.lease.id || !o.Exclusive && now.Sub(l.Renewed) <= leaseTimeout {
+			continue
+		}
+		if n, err := d.c(colIntents).CountDocuments(ctx, bson.M{"instance": l.ID}); err != nil || n > 0 {
+			continue // its intents come first
+		}
+		rep.Leases++
+		if !o.DryRun {
+			if _, err := d.c(colInstances).DeleteOne(ctx, bson.M{"_id": l.ID}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scanClaims releases the identifier claims whose owner is not stored
+// and that no write in progress holds: claims left by versions before
+// write intents. It reads every claim and every owner id once.
+func (d *DB) scanClaims(ctx context.Context, dryRun bool, rep *RepairReport) error {
+	for _, s := range []struct{ claims, owners, field string }{
+		{colObservationIdentifier, colObservations, "observationId"},
+		{colPatientIdentifiers, colPatients, "patientId"},
+	} {
+		var owners []idDoc
+		if err := d.findAll(ctx, s.owners, bson.D{}, &owners, options.Find().SetProjection(bson.M{"_id": 1})); err != nil {
+			return err
+		}
+		stored := make(map[int64]bool, len(owners))
+		for _, o := range owners {
+			stored[o.ID] = true
+		}
+		cur, err := d.c(s.claims).Find(ctx, bson.D{}, options.Find().SetProjection(bson.M{"_id": 1, "system": 1, "value": 1, s.field: 1}))
+		if err != nil {
+			return err
+		}
+		var candidates []bson.M
+		for cur.Next(ctx) {
+			var c bson.M
+			if err := cur.Decode(&c); err != nil {
+				return err
+			}
+			if owner, _ := c[s.field].(int64); !stored[owner] {
+				candidates = append(candidates, c)
+			}
+		}
+		if err := cur.Err(); err != nil {
+			return err
+		}
+		// Writes that began during the pass: their intents, read now,
+		// hold their claims; then the owner is looked up again.
+		var intents []intentDoc
+		if err := d.findAll(ctx, colIntents, bson.D{}, &intents); err != nil {
+			return err
+		}
+		held := map[string]bool{}
+		for _, in := range intents {
+			for _, k := range in.Keys {
+				held[k] = true
+			}
+		}
+		var orphans []any
+		for _, c := range candidates {
+			system, _ := c["system"].(string)
+			value, _ := c["value"].(string)
+			if held[claimKey(system, value)] {
+				continue
+			}
+			if stored, err := d.exists(ctx, s.owners, c[s.field]); stored || err != nil {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			orphans = append(orphans, c["_id"])
+		}
+		rep.Orphans[s.claims] = len(orphans)
+		if len(orphans) > 0 && !dryRun {
+			if _, err := d.c(s.claims).DeleteMany(ctx, bson.M{"_id": bson.M{"$in": orphans}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
