@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -34,6 +36,12 @@ import (
 // A source sends one resource of a type under one upstream id: a second
 // create is CodeDuplicate, never a refresh. Every write is validated
 // against FHIR R5 and re-indexed for search before anything is stored.
+//
+// Every write is one document, and converges when sent again after a
+// timeout or crash: a create's id derives from its unique key, so the
+// resend is a duplicate that names the stored resource; an update or
+// patch identical to the one that made the current version is answered
+// with that version, not applied again.
 
 // SourceHeader is the request header that names the FHIR source of a
 // write; it wins over meta.source.
@@ -70,8 +78,14 @@ type Resource struct {
 	// UpstreamID is the id the source gave the resource; "" when none.
 	UpstreamID string
 	// UniqueKey is what no two resources share: source, type and upstream
-	// id, or the resource's own id when it came without one.
-	UniqueKey   string
+	// id, or, for a resource sent without one, source, type and a hash of
+	// the body sent, so that the same resource sent twice is stored once.
+	// The ID derives from it (resourceID).
+	UniqueKey string
+	// LastWrite is a hash of the request that made this version (a
+	// create, update or patch): the same request sent again is known, and
+	// answered with this version instead of being applied twice.
+	LastWrite   string
 	VersionID   int64
 	LastUpdated time.Time // milliseconds, as meta.lastUpdated shows it
 	// JSON is the resource as stored and served, byte for byte.
@@ -86,7 +100,8 @@ type Resource struct {
 type ResourceStore interface {
 	// CreateResources stores new resources, each on its own: it returns
 	// one error per resource (nil when stored), CodeDuplicate when its
-	// unique key is taken.
+	// unique key is taken, naming the stored resource (Stored when it was
+	// made by the same request).
 	CreateResources(ctx context.Context, rs []*Resource) []error
 	// ResourceByID returns a resource of a type; CodeNotFound when none.
 	ResourceByID(ctx context.Context, resourceType, id string) (*Resource, error)
@@ -141,10 +156,29 @@ const (
 	MergePatch                    // RFC 7396, application/merge-patch+json
 )
 
-var resourceID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+var resourceIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // IsResourceID reports whether an id is one the imported store assigns.
-func IsResourceID(id string) bool { return resourceID.MatchString(id) }
+func IsResourceID(id string) bool { return resourceIDPattern.MatchString(id) }
+
+// resourceIDSpace is the UUID namespace of imported resources' ids.
+var resourceIDSpace = uuid.MustParse("6f1d3c2a-8e4b-4f0a-9c57-2b1e0d9a7f31")
+
+// resourceID is the id of the imported resource with a unique key: a
+// name-based UUID (version 5), so that a create sent again gets the id
+// of the resource it stored.
+func resourceID(uniqueKey string) string {
+	return uuid.NewSHA1(resourceIDSpace, []byte(uniqueKey)).String()
+}
+
+// writeKey is a hash of a write request: what it does, to which resource
+// (id, "" for a create) and its body.
+func writeKey(op, resourceType, id string, body []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", op, resourceType, id)
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // ParseID reads the id of a native record (an observation, a patient, an
 // organization, ...) as the service writes it: a positive decimal integer
@@ -230,9 +264,6 @@ func (s *Service) CreateResources(ctx context.Context, actor *Actor, ws []Resour
 	}
 	for k, err := range s.store.CreateResources(ctx, valid) {
 		i, r := where[k], valid[k]
-		if IsCode(err, CodeDuplicate) {
-			err = Errorf(CodeDuplicate, "FHIR source %d already sent %s/%s: it is stored; update it with PUT", r.SourceID, r.Type, r.UpstreamID)
-		}
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -290,7 +321,7 @@ func (s *Service) newResource(ctx context.Context, actor *Actor, w ResourceWrite
 	if err := actor.allowWrite(InteractionCreate, w.Type, src.PatientID); err != nil {
 		return nil, err
 	}
-	r := &Resource{ID: uuid.NewString(), Type: w.Type, SourceID: src.ID, SourcePatientID: src.PatientID, VersionID: 1}
+	r := &Resource{Type: w.Type, SourceID: src.ID, SourcePatientID: src.PatientID, VersionID: 1, LastWrite: writeKey("create", w.Type, "", w.Body)}
 	if raw, ok := o.get("id"); ok {
 		if err := json.Unmarshal(raw, &r.UpstreamID); err != nil {
 			return nil, FieldErrorf(w.Type+".id", "is a string")
@@ -299,10 +330,11 @@ func (s *Service) newResource(ctx context.Context, actor *Actor, w ResourceWrite
 			return nil, err
 		}
 	}
-	r.UniqueKey = r.ID
+	r.UniqueKey = fmt.Sprintf("%d|%s|#%s", src.ID, r.Type, r.LastWrite)
 	if r.UpstreamID != "" {
 		r.UniqueKey = fmt.Sprintf("%d|%s|%s", src.ID, r.Type, r.UpstreamID)
 	}
+	r.ID = resourceID(r.UniqueKey)
 	if err := s.stamp(r, o); err != nil {
 		return nil, err
 	}
@@ -567,31 +599,36 @@ func (s *Service) resourceByID(ctx context.Context, actor *Actor, resourceType, 
 
 // writableResource returns a resource the actor may change with the
 // interaction (update or delete), at the version the change expects (0:
-// any).
-func (s *Service) writableResource(ctx context.Context, actor *Actor, i Interactions, resourceType, id string, ifMatch int64) (*Resource, error) {
+// any). replay says that the current version was made by the write with
+// the key given (a retry of it, which expected the version before).
+func (s *Service) writableResource(ctx context.Context, actor *Actor, i Interactions, resourceType, id string, ifMatch int64, key string) (r *Resource, replay bool, err error) {
 	if err := actor.AllowFHIR(i, resourceType); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	r, err := s.resourceByID(ctx, actor, resourceType, id)
+	r, err = s.resourceByID(ctx, actor, resourceType, id)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := actor.allowWrite(i, resourceType, r.SourcePatientID); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if _, err := s.writableSource(ctx, actor, r.SourceID); err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	if key != "" && r.LastWrite == key && (ifMatch == 0 || ifMatch == r.VersionID || ifMatch == r.VersionID-1) {
+		return r, true, nil
 	}
 	if ifMatch != 0 && ifMatch != r.VersionID {
-		return nil, Errorf(CodeVersionMismatch, "%s/%s is at version %d, not %d", resourceType, id, r.VersionID, ifMatch)
+		return nil, false, Errorf(CodeVersionMismatch, "%s/%s is at version %d, not %d", resourceType, id, r.VersionID, ifMatch)
 	}
-	return r, nil
+	return r, false, nil
 }
 
 // UpdateResource replaces an imported resource (PUT). The body carries
 // the resource's id; it stays with its FHIR source and upstream id. A body
 // that holds what the current version holds answers that version and
-// stores nothing: no new version for a repeated PUT.
+// stores nothing: no new version for a repeated PUT. The same update sent
+// again (a retry) is answered with the version it made.
 func (s *Service) UpdateResource(ctx context.Context, actor *Actor, id string, w ResourceWrite) (r *Resource, err error) {
 	defer func() { s.auditResourceChange(ctx, actor, AuditUpdate, w.Type, id, r, err) }()
 	if err := s.importedWrites(); err != nil {
@@ -601,15 +638,17 @@ func (s *Service) UpdateResource(ctx context.Context, actor *Actor, id string, w
 	if err != nil {
 		return nil, err
 	}
-	current, err := s.writableResource(ctx, actor, InteractionUpdate, w.Type, id, w.IfMatch)
-	if err != nil {
-		return nil, err
+	key := writeKey("update", w.Type, id, w.Body)
+	current, replay, err := s.writableResource(ctx, actor, InteractionUpdate, w.Type, id, w.IfMatch, key)
+	if err != nil || replay {
+		return current, err
 	}
-	return s.replace(ctx, current, o, w)
+	return s.replace(ctx, current, o, w, key)
 }
 
-// replace stores o as the next version of current.
-func (s *Service) replace(ctx context.Context, current *Resource, o jsonObject, w ResourceWrite) (*Resource, error) {
+// replace stores o as the next version of current, made by the write
+// with the key given.
+func (s *Service) replace(ctx context.Context, current *Resource, o jsonObject, w ResourceWrite, key string) (*Resource, error) {
 	var bodyID string
 	if raw, ok := o.get("id"); !ok || json.Unmarshal(raw, &bodyID) != nil || bodyID != current.ID {
 		return nil, FieldErrorf(w.Type+".id", "must be %s, the id of the resource replaced", current.ID)
@@ -628,6 +667,7 @@ func (s *Service) replace(ctx context.Context, current *Resource, o jsonObject, 
 	}
 	next := *current
 	next.VersionID++
+	next.LastWrite = key
 	if err := s.stamp(&next, o); err != nil {
 		return nil, err
 	}
@@ -670,15 +710,17 @@ func withoutVersion(resource map[string]any) map[string]any {
 // PatchResource changes an imported resource with a JSON Patch or a JSON
 // merge patch; the result is validated like a replacement. A patch that
 // changes nothing ([], a merge patch of what is there) answers the
-// current version and stores nothing.
+// current version and stores nothing. The same patch sent again right
+// after (a retry) is answered with the version it made, not applied twice.
 func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType, id string, format PatchFormat, patch []byte, ifMatch int64) (r *Resource, err error) {
 	defer func() { s.auditResourceChange(ctx, actor, AuditUpdate, resourceType, id, r, err) }()
 	if err := s.importedWrites(); err != nil {
 		return nil, err
 	}
-	current, err := s.writableResource(ctx, actor, InteractionUpdate, resourceType, id, ifMatch)
-	if err != nil {
-		return nil, err
+	key := writeKey(fmt.Sprintf("patch %d", format), resourceType, id, patch)
+	current, replay, err := s.writableResource(ctx, actor, InteractionUpdate, resourceType, id, ifMatch, key)
+	if err != nil || replay {
+		return current, err
 	}
 	var patched []byte
 	switch format {
@@ -706,12 +748,12 @@ func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType,
 	if err != nil {
 		return nil, err
 	}
-	return s.replace(ctx, current, o, w)
+	return s.replace(ctx, current, o, w, key)
 }
 
 // DeleteResource removes an imported resource.
 func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType, id string, ifMatch int64) error {
-	r, err := s.writableResource(ctx, actor, InteractionDelete, resourceType, id, ifMatch)
+	r, _, err := s.writableResource(ctx, actor, InteractionDelete, resourceType, id, ifMatch, "")
 	if err == nil {
 		err = s.store.DeleteResource(ctx, resourceType, id, r.VersionID)
 	}

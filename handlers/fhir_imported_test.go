@@ -210,17 +210,25 @@ func TestImportedProvenance(t *testing.T) {
 
 func TestImportedDuplicates(t *testing.T) {
 	w := fxNewImported(t)
-	w.post(t, "super", w.aliceSrc, fxCondition)
+	stored := w.post(t, "super", w.aliceSrc, fxCondition)
 	resp, body := w.do(t, "super", "POST", "/Condition", fxSourceHeader(w.aliceSrc), fxCondition)
-	if resp.StatusCode != http.StatusConflict || fxIssues(t, body)[0]["code"] != "duplicate" {
-		t.Fatalf("a second create: %d %s", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusConflict || fxIssues(t, body)[0]["code"] != "duplicate" ||
+		!strings.HasSuffix(resp.Header.Get("Location"), fxBase+"/Condition/"+stored["id"].(string)) {
+		t.Fatalf("a second create: %d, Location %q: %s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
 	// The same upstream id from another source, or of another type, is
-	// another resource; resources without an id never collide.
+	// another resource; so is a resource without an id whose content
+	// differs. The same content without an id, sent again, is the same
+	// resource (a resend after a timeout must not store it twice), and
+	// the 409 names it.
 	w.post(t, "super", w.carolSrc, fxCondition)
 	w.post(t, "super", w.aliceSrc, `{"resourceType": "Patient", "id": "upstream-1"}`)
 	w.post(t, "super", w.aliceSrc, `{"resourceType": "Patient"}`)
-	w.post(t, "super", w.aliceSrc, `{"resourceType": "Patient"}`)
+	first := w.post(t, "super", w.aliceSrc, `{"resourceType": "Patient", "gender": "female"}`)
+	resp, body = w.do(t, "super", "POST", "/Patient", fxSourceHeader(w.aliceSrc), `{"resourceType": "Patient", "gender": "female"}`)
+	if want := fxBase + "/Patient/" + first["id"].(string); resp.StatusCode != http.StatusConflict || !strings.HasSuffix(resp.Header.Get("Location"), want) {
+		t.Errorf("the same Patient without an id again: %d, Location %q, want 409 at %s: %s", resp.StatusCode, resp.Header.Get("Location"), want, body)
+	}
 	if n := w.count(t); n != 5 {
 		t.Errorf("%d resources stored, want 5", n)
 	}

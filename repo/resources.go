@@ -3,6 +3,8 @@ package repo
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -23,7 +25,8 @@ type resourceDoc struct {
 	SourceID        int64     `bson:"sourceId"`
 	SourcePatientID int64     `bson:"sourcePatientId"`
 	UpstreamID      string    `bson:"upstreamId,omitempty"`
-	UniqueKey       string    `bson:"uniqueKey"` // sourceId|type|upstreamId, or _id without one
+	UniqueKey       string    `bson:"uniqueKey"`           // sourceId|type|upstreamId, or sourceId|type|#hash of the body without one
+	LastWrite       string    `bson:"lastWrite,omitempty"` // hash of the request that made this version
 	VersionID       int64     `bson:"versionId"`
 	LastUpdated     time.Time `bson:"lastUpdated"`
 	// JSON is the resource as served, byte for byte: decimals keep their
@@ -59,7 +62,7 @@ type numberSpanDoc struct {
 
 func newResourceDoc(r *domain.Resource) *resourceDoc {
 	doc := &resourceDoc{ID: r.ID, ResourceType: r.Type, SourceID: r.SourceID, SourcePatientID: r.SourcePatientID,
-		UpstreamID: r.UpstreamID, UniqueKey: r.UniqueKey, VersionID: r.VersionID, LastUpdated: r.LastUpdated,
+		UpstreamID: r.UpstreamID, UniqueKey: r.UniqueKey, LastWrite: r.LastWrite, VersionID: r.VersionID, LastUpdated: r.LastUpdated,
 		JSON: string(r.JSON), Resource: bsonDocument(r.Object), Search: r.Index.Keys,
 		SortAsc: domain.SortLastAscending, SortDesc: domain.SortLastDescending}
 	if doc.Search == nil {
@@ -85,7 +88,7 @@ func newResourceDoc(r *domain.Resource) *resourceDoc {
 
 func (doc resourceDoc) resource() domain.Resource {
 	r := domain.Resource{ID: doc.ID, Type: doc.ResourceType, SourceID: doc.SourceID, SourcePatientID: doc.SourcePatientID,
-		UpstreamID: doc.UpstreamID, UniqueKey: doc.UniqueKey, VersionID: doc.VersionID, LastUpdated: doc.LastUpdated.UTC(),
+		UpstreamID: doc.UpstreamID, UniqueKey: doc.UniqueKey, LastWrite: doc.LastWrite, VersionID: doc.VersionID, LastUpdated: doc.LastUpdated.UTC(),
 		JSON: []byte(doc.JSON), Index: domain.ResourceIndex{Keys: doc.Search}}
 	if !doc.SortAsc.Equal(domain.SortLastAscending) {
 		date := doc.SortAsc.UTC()
@@ -98,32 +101,106 @@ func (doc resourceDoc) resource() domain.Resource {
 var withoutParsedCopy = bson.D{{Key: "resource", Value: 0}}
 
 // CreateResources implements domain.ResourceStore: one unordered insert,
-// whose unique index on uniqueKey refuses what is already stored.
+// whose unique indexes (the _id, which derives from the unique key, and
+// uniqueKey itself for resources stored before ids did) refuse what is
+// already stored. Each resource is one document: a crash stores it or
+// not, and the retry finds it.
 func (d *DB) CreateResources(ctx context.Context, rs []*domain.Resource) []error {
 	errs := make([]error, len(rs))
 	docs := make([]any, len(rs))
 	for i, r := range rs {
 		docs[i] = newResourceDoc(r)
 	}
+	var taken []*domain.Resource
 	for idx, werr := range insertErrors(d.c(colResources).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))) {
 		if idx < 0 {
 			return failAll(errs, werr)
 		}
 		if isDuplicate(werr) {
-			werr = domain.Errorf(domain.CodeDuplicate, "the resource is already stored")
+			taken = append(taken, rs[idx])
 		}
 		errs[idx] = werr
+	}
+	if len(taken) > 0 {
+		d.nameStored(ctx, rs, taken, errs)
 	}
 	return errs
 }
 
-// ResourceByID implements domain.ResourceStore.
+// nameStored gives each resource refused as taken its duplicate error,
+// naming the resource stored under its unique key: Stored when that one
+// was made by the same create. The stored ones are read in one query (two
+// when some were stored before ids derived from the key): on FerretDB any
+// lookup reads the whole collection, so one per resource would not do.
+func (d *DB) nameStored(ctx context.Context, rs, taken []*domain.Resource, errs []error) {
+	byKey := map[string]resourceDoc{}
+	read := func(field string, values []string) error {
+		var found []resourceDoc
+		err := d.findAll(ctx, colResources, bson.M{field: bson.M{"$in": values}}, &found,
+			options.Find().SetProjection(bson.M{"_id": 1, "uniqueKey": 1, "lastWrite": 1}))
+		for _, x := range found {
+			byKey[x.UniqueKey] = x
+		}
+		return err
+	}
+	ids := make([]string, len(taken))
+	for i, r := range taken {
+		ids[i] = r.ID
+	}
+	err := read("_id", ids)
+	var legacy []string
+	for _, r := range taken {
+		if _, ok := byKey[r.UniqueKey]; !ok {
+			legacy = append(legacy, r.UniqueKey)
+		}
+	}
+	if err == nil && len(legacy) > 0 {
+		err = read("uniqueKey", legacy)
+	}
+	for i, r := range rs {
+		if !slices.Contains(taken, r) {
+			continue
+		}
+		x, ok := byKey[r.UniqueKey]
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("find the %s stored under %s: %w", r.Type, r.UniqueKey, err)
+		case !ok:
+			errs[i] = domain.Errorf(domain.CodeConflict, "the %s stored under the same key changed meanwhile; send it again", r.Type)
+		default:
+			errs[i] = duplicateResource(r, x)
+		}
+	}
+}
+
+// duplicateResource is the error of r, refused because x holds its
+// unique key.
+func duplicateResource(r *domain.Resource, x resourceDoc) error {
+	ref := r.Type + "/" + x.ID
+	switch {
+	case r.UpstreamID == "":
+		return &domain.Error{Code: domain.CodeDuplicate, Stored: ref,
+			Message: fmt.Sprintf("FHIR source %d already sent this %s: it is stored as %s", r.SourceID, r.Type, ref)}
+	case x.LastWrite == r.LastWrite || x.LastWrite == "": // "": stored before writes were keyed; as the same
+		return &domain.Error{Code: domain.CodeDuplicate, Stored: ref,
+			Message: fmt.Sprintf("FHIR source %d already sent %s/%s: it is stored as %s", r.SourceID, r.Type, r.UpstreamID, ref)}
+	}
+	return domain.Errorf(domain.CodeDuplicate, "FHIR source %d already sent %s/%s, and the stored version is not this one: it is %s; update it with PUT",
+		r.SourceID, r.Type, r.UpstreamID, ref)
+}
+
+// ResourceByID implements domain.ResourceStore. It looks the id up alone
+// and checks the type after: FerretDB finds an _id without reading every
+// document only when the filter is that _id.
 func (d *DB) ResourceByID(ctx context.Context, resourceType, id string) (*domain.Resource, error) {
 	var doc resourceDoc
-	err := d.findOne(ctx, colResources, bson.D{{Key: "_id", Value: id}, {Key: "resourceType", Value: resourceType}}, &doc,
-		resourceType+"/"+id+" does not exist", options.FindOne().SetProjection(withoutParsedCopy))
+	missing := resourceType + "/" + id + " does not exist"
+	err := d.findOne(ctx, colResources, bson.D{{Key: "_id", Value: id}}, &doc, missing, options.FindOne().SetProjection(withoutParsedCopy))
 	if err != nil {
 		return nil, err
+	}
+	if doc.ResourceType != resourceType {
+		return nil, domain.Errorf(domain.CodeNotFound, "%s", missing)
 	}
 	r := doc.resource()
 	return &r, nil
