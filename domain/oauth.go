@@ -80,6 +80,9 @@ type OAuthToken struct {
 	ClientID  string
 	UserID    int64
 	Active    bool // false once used (codes, refresh tokens) or revoked
+	// Pending: used by a token request that is not answered yet; a retry
+	// of that request may use it again (package oauth, tokenwrites.go).
+	Pending   bool
 	IssuedAt  time.Time
 	ExpiresAt time.Time // the sweeper deletes the record after this
 	Request   []byte    // the serialized authorization request, owned by package oauth

@@ -221,6 +221,11 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		p.users.TokenIssued(ctx, id, ar.GetClient().GetID())
 	}
 	p.oauth2.WriteAccessResponse(ctx, w, ar, resp)
+	// Answered: the used code or refresh token is no longer good for a
+	// retry (tokenwrites.go).
+	if err := p.storage.answered(ctx, ar.GetID()); err != nil {
+		p.logServerError("ending the token request failed", err)
+	}
 }
 
 // introspect serves RFC 7662 introspection to confidential clients, which

@@ -33,6 +33,13 @@ type Store interface {
 	DeactivateOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error
 	DeleteOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error
 	DeleteOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error
+	// RetireOAuthTokens marks every record of a kind of the grant but
+	// keep used and pending (tokenwrites.go); RetireOAuthToken one record.
+	RetireOAuthTokens(ctx context.Context, kind domain.OAuthTokenKind, requestID, keep string) error
+	RetireOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error
+	// AnswerOAuthTokens ends the grant's token request: no record of it is
+	// pending any more, and its PKCE and OpenID Connect records go.
+	AnswerOAuthTokens(ctx context.Context, requestID string) error
 
 	CreateLoginSession(ctx context.Context, s *domain.LoginSession) error
 	LoginSession(ctx context.Context, id string) (*domain.LoginSession, error)
@@ -120,11 +127,17 @@ func (s *fositeStore) create(ctx context.Context, kind domain.OAuthTokenKind, si
 	if r.GetSession() != nil {
 		userID, _ = strconv.ParseInt(r.GetSession().GetSubject(), 10, 64)
 	}
-	return s.store.CreateOAuthToken(ctx, &domain.OAuthToken{
+	t := &domain.OAuthToken{
 		Kind: kind, Signature: signature, RequestID: r.GetID(), ClientID: r.GetClient().GetID(), UserID: userID,
 		Active: true, IssuedAt: time.Now().UTC(), ExpiresAt: expires, Request: payload,
 		Invitation: kind == domain.TokenAuthorizeCode && ctx.Value(patientCodeKey{}) != nil,
-	})
+	}
+	if j := journalOf(ctx); j != nil {
+		j.requestID = t.RequestID
+		j.creates = append(j.creates, t)
+		return nil
+	}
+	return s.store.CreateOAuthToken(ctx, t)
 }
 
 // get loads a record and rebuilds its request with the session decoded into
@@ -157,7 +170,7 @@ func (s *fositeStore) get(ctx context.Context, kind domain.OAuthTokenKind, signa
 		RequestedAudience: sr.RequestedAudience, GrantedAudience: sr.GrantedAudience,
 		Form: sr.Form, Session: session,
 	}
-	if !t.Active {
+	if !t.Active && !t.Pending {
 		return r, inactive
 	}
 	if ok, err := s.stillSignedIn(ctx, t.UserID, session); err != nil || !ok {
@@ -218,8 +231,13 @@ func (s *fositeStore) GetAuthorizeCodeSession(ctx context.Context, signature str
 	return s.get(ctx, domain.TokenAuthorizeCode, signature, session, fosite.ErrInvalidatedAuthorizeCode)
 }
 
-// InvalidateAuthorizeCodeSession implements oauth2.AuthorizeCodeStorage.
+// InvalidateAuthorizeCodeSession implements oauth2.AuthorizeCodeStorage;
+// in a token request, the journal retires the code last.
 func (s *fositeStore) InvalidateAuthorizeCodeSession(ctx context.Context, signature string) error {
+	if j := journalOf(ctx); j != nil {
+		j.code = signature
+		return nil
+	}
 	return s.deactivate(ctx, domain.TokenAuthorizeCode, signature)
 }
 
@@ -257,8 +275,13 @@ func (s *fositeStore) DeleteRefreshTokenSession(ctx context.Context, signature s
 
 // RotateRefreshToken implements oauth2.RefreshTokenStorage: the used refresh
 // token stays, inactive, so its reuse is detected; the access tokens issued
-// with it go, before the new pair is stored.
+// with it go, before the new pair is stored. In a token request, the
+// journal does both, in its order.
 func (s *fositeStore) RotateRefreshToken(ctx context.Context, requestID, signature string) error {
+	if j := journalOf(ctx); j != nil {
+		j.requestID = requestID
+		return nil
+	}
 	if err := s.deactivate(ctx, domain.TokenRefresh, signature); err != nil {
 		return err
 	}
@@ -285,10 +308,11 @@ func (s *fositeStore) GetPKCERequestSession(ctx context.Context, signature strin
 	return s.get(ctx, domain.TokenPKCE, signature, session, fosite.ErrNotFound)
 }
 
-// DeletePKCERequestSession implements pkce.PKCERequestStorage.
-func (s *fositeStore) DeletePKCERequestSession(ctx context.Context, signature string) error {
-	return s.store.DeleteOAuthToken(ctx, domain.TokenPKCE, signature)
-}
+// DeletePKCERequestSession implements pkce.PKCERequestStorage. fosite
+// calls it before the code is exchanged; the record stays until the token
+// request is answered (AnswerOAuthTokens), so that a retry of an exchange
+// cut short still finds it. Without its code it serves nothing.
+func (s *fositeStore) DeletePKCERequestSession(context.Context, string) error { return nil }
 
 // fosite keys OpenID Connect sessions by the authorization code itself, not
 // by its signature; only a hash of the code is stored.
@@ -307,7 +331,7 @@ func (s *fositeStore) GetOpenIDConnectSession(ctx context.Context, code string, 
 	return s.get(ctx, domain.TokenOIDC, codeKey(code), r.GetSession(), fosite.ErrNotFound)
 }
 
-// DeleteOpenIDConnectSession implements openid.OpenIDConnectRequestStorage.
-func (s *fositeStore) DeleteOpenIDConnectSession(ctx context.Context, code string) error {
-	return s.store.DeleteOAuthToken(ctx, domain.TokenOIDC, codeKey(code))
-}
+// DeleteOpenIDConnectSession implements openid.OpenIDConnectRequestStorage:
+// as DeletePKCERequestSession, the record goes when the token request is
+// answered.
+func (s *fositeStore) DeleteOpenIDConnectSession(context.Context, string) error { return nil }

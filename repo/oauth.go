@@ -106,6 +106,7 @@ type oauthTokenDoc struct {
 	ClientID  string    `bson:"clientId"`
 	UserID    int64     `bson:"userId"`
 	Active    bool      `bson:"active"`
+	Pending   bool      `bson:"pending,omitempty"`
 	IssuedAt  time.Time `bson:"issuedAt"`
 	ExpiresAt time.Time `bson:"expiresAt"`
 	Request   string    `bson:"request"` // JSON, owned by package oauth
@@ -120,7 +121,7 @@ func tokenID(kind domain.OAuthTokenKind, signature string) string {
 // CreateOAuthToken stores a token record; CodeDuplicate if (kind, signature)
 // is taken.
 func (d *DB) CreateOAuthToken(ctx context.Context, t *domain.OAuthToken) error {
-	doc := oauthTokenDoc{tokenID(t.Kind, t.Signature), string(t.Kind), t.RequestID, t.ClientID, t.UserID, t.Active,
+	doc := oauthTokenDoc{tokenID(t.Kind, t.Signature), string(t.Kind), t.RequestID, t.ClientID, t.UserID, t.Active, t.Pending,
 		t.IssuedAt.UTC(), t.ExpiresAt.UTC(), string(t.Request), t.Invitation}
 	return d.insertUnique(ctx, colOAuthTokens, doc, "the token already exists")
 }
@@ -137,7 +138,7 @@ func (d *DB) OAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signatu
 func (x oauthTokenDoc) token() *domain.OAuthToken {
 	kind, signature, _ := strings.Cut(x.ID, ":")
 	return &domain.OAuthToken{Kind: domain.OAuthTokenKind(kind), Signature: signature, RequestID: x.RequestID, ClientID: x.ClientID,
-		UserID: x.UserID, Active: x.Active, IssuedAt: x.IssuedAt.UTC(), ExpiresAt: x.ExpiresAt.UTC(), Request: []byte(x.Request),
+		UserID: x.UserID, Active: x.Active, Pending: x.Pending, IssuedAt: x.IssuedAt.UTC(), ExpiresAt: x.ExpiresAt.UTC(), Request: []byte(x.Request),
 		Invitation: x.Invitation}
 }
 
@@ -174,9 +175,12 @@ func (d *DB) ConsumeOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, 
 	return nil
 }
 
+// revoked is the update that deactivates records for good: not pending.
+var revoked = bson.M{"$set": bson.M{"active": false, "pending": false}}
+
 // DeactivateOAuthToken marks one record inactive; CodeNotFound if none.
 func (d *DB) DeactivateOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {
-	res, err := d.c(colOAuthTokens).UpdateOne(ctx, bson.M{"_id": tokenID(kind, signature)}, bson.M{"$set": bson.M{"active": false}})
+	res, err := d.c(colOAuthTokens).UpdateOne(ctx, bson.M{"_id": tokenID(kind, signature)}, revoked)
 	if err != nil {
 		return err
 	}
@@ -189,7 +193,43 @@ func (d *DB) DeactivateOAuthToken(ctx context.Context, kind domain.OAuthTokenKin
 // DeactivateOAuthTokensOfRequest marks every record of a kind that belongs
 // to the grant inactive.
 func (d *DB) DeactivateOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTokenKind, requestID string) error {
-	_, err := d.c(colOAuthTokens).UpdateMany(ctx, bson.M{"requestId": requestID, "kind": string(kind)}, bson.M{"$set": bson.M{"active": false}})
+	_, err := d.c(colOAuthTokens).UpdateMany(ctx, bson.M{"requestId": requestID, "kind": string(kind)}, revoked)
+	return err
+}
+
+// retired is the update that marks records used by a token request not
+// yet answered.
+var retired = bson.M{"$set": bson.M{"active": false, "pending": true}}
+
+// RetireOAuthTokens marks the active records of a kind of the grant,
+// except keep, used and pending.
+func (d *DB) RetireOAuthTokens(ctx context.Context, kind domain.OAuthTokenKind, requestID, keep string) error {
+	_, err := d.c(colOAuthTokens).UpdateMany(ctx, bson.M{"requestId": requestID, "kind": string(kind), "active": true,
+		"_id": bson.M{"$ne": tokenID(kind, keep)}}, retired)
+	return err
+}
+
+// RetireOAuthToken marks one record used and pending; CodeNotFound if none.
+func (d *DB) RetireOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {
+	res, err := d.c(colOAuthTokens).UpdateOne(ctx, bson.M{"_id": tokenID(kind, signature)}, retired)
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount == 0 {
+		return domain.Errorf(domain.CodeNotFound, "no such token")
+	}
+	return nil
+}
+
+// AnswerOAuthTokens ends the grant's token request: its records are no
+// longer pending, and its PKCE and OpenID Connect records go.
+func (d *DB) AnswerOAuthTokens(ctx context.Context, requestID string) error {
+	if _, err := d.c(colOAuthTokens).UpdateMany(ctx, bson.M{"requestId": requestID, "pending": true},
+		bson.M{"$set": bson.M{"pending": false}}); err != nil {
+		return err
+	}
+	_, err := d.c(colOAuthTokens).DeleteMany(ctx, bson.M{"requestId": requestID,
+		"kind": bson.M{"$in": []string{string(domain.TokenPKCE), string(domain.TokenOIDC)}}})
 	return err
 }
 
