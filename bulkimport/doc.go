@@ -14,6 +14,9 @@
 //   - Resumable. Every answer lands in the report; a checkpoint beside it
 //     records how far the input is answered without gaps, so running the
 //     same command again skips that prefix; whatever was in flight is sent
-//     again, and the service answers 409 for what it already stored, which
-//     counts as done.
+//     again. The service recognises a resource it stored already (by its
+//     upstream id, or, without one, by its content) and answers 409 naming
+//     it; the importer reads that resource back before it counts the
+//     entry as done. A 409 that names nothing is a refusal, not a success.
+//     Resources without an id are named in the report by a content hash.
 package bulkimport

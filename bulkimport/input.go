@@ -99,6 +99,11 @@ type record struct {
 	// Filled in by routing.
 	resourceType, id string
 	source           int64
+	// contentHash identifies a resource without an id: a hash of its FHIR
+	// source and its JSON as read. The service recognises such a resource
+	// sent again by the same content (its unique key), so a retry or a
+	// resumed run does not store it twice; the report names it by this.
+	contentHash string
 }
 
 // where says where in the input the record is, for messages.

@@ -21,7 +21,7 @@ type Summary struct {
 	Converted  int64 // stored, no field loss detected
 	WithLoss   int64 // stored, some R4 values dropped (the report lists them)
 	Failed     int64 // not stored: the report says why
-	Duplicates int64 // already stored under the same source (409): done
+	Duplicates int64 // already stored under the same source (a 409 naming it, read back): done
 	Retries    int64 // batches sent again after a transient failure
 	// Interrupted: the run stopped before every resource was answered;
 	// the same command resumes it.
@@ -40,6 +40,7 @@ type reportLine struct {
 	Entry        int     `json:"entry,omitempty"`
 	ResourceType string  `json:"resourceType,omitempty"`
 	ID           string  `json:"id,omitempty"`
+	ContentHash  string  `json:"contentHash,omitempty"` // the identity of a resource without an id
 	Source       int64   `json:"source,omitempty"`
 	Result       string  `json:"result"` // converted with loss | failed | duplicate
 	Status       string  `json:"status,omitempty"`
@@ -194,7 +195,7 @@ func (l *ledger) answerLocked(r *record, a answer) {
 		result = resultLoss
 	case a.code == 201:
 		l.summary.Converted++
-	case a.code == 409:
+	case a.code == 409 && a.stored != "":
 		l.summary.Duplicates++
 		result = resultDuplicate
 	default:
@@ -205,7 +206,7 @@ func (l *ledger) answerLocked(r *record, a answer) {
 	if result == "" {
 		return
 	}
-	line := reportLine{File: r.file, ResourceType: r.resourceType, ID: r.id, Source: r.source,
+	line := reportLine{File: r.file, ResourceType: r.resourceType, ID: r.id, ContentHash: r.contentHash, Source: r.source,
 		Result: result, Status: a.status, Stored: a.stored, Issues: a.issues}
 	if r.inLines {
 		line.Line = r.at

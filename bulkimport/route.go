@@ -20,6 +20,20 @@ type router struct {
 	byPatient map[string]int64 // --sources: upstream patient reference -> FHIR source id
 }
 
+// contentHash is the identity of a resource without an id: its FHIR
+// source and its JSON, whitespace aside.
+func contentHash(source int64, body []byte) string {
+	var compact bytes.Buffer
+	if json.Compact(&compact, body) != nil {
+		compact.Reset()
+		compact.Write(body)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\n", source)
+	h.Write(compact.Bytes())
+	return fmt.Sprintf("sha256:%x", h.Sum(nil))
+}
+
 // resourceHead is what routing reads of a resource. The patient of an R4
 // resource is its subject (Observation, Condition, Encounter, ...), its
 // patient (AllergyIntolerance, Immunization, Claim, ...) or the
@@ -37,8 +51,14 @@ type reference struct {
 }
 
 // route reads the record's type and id and picks its FHIR source; an
-// error is the reason it cannot be sent.
-func (rt *router) route(r *record) error {
+// error is the reason it cannot be sent. A record without an id gets its
+// content hash.
+func (rt *router) route(r *record) (err error) {
+	defer func() {
+		if err == nil && r.id == "" {
+			r.contentHash = contentHash(r.source, r.body)
+		}
+	}()
 	var h resourceHead
 	if err := json.Unmarshal(r.body, &h); err != nil {
 		var typeErr *json.UnmarshalTypeError

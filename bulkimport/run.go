@@ -221,6 +221,9 @@ func (r *importRun) execute(ctx context.Context) (Summary, error) {
 					continue // stopped: left unanswered, for the resumed run
 				}
 				answers, err := r.client.importBatch(readCtx, sendCtx, b)
+				if err == nil {
+					err = r.client.verify(sendCtx, answers)
+				}
 				switch {
 				case err == nil:
 					l.answered(b, answers)

@@ -47,7 +47,9 @@ type operationOutcome struct {
 type answer struct {
 	status string // "201 Created", "409 Conflict", ...
 	code   int
-	stored string // Type/id of the stored resource
+	// stored is the Type/id of the stored resource: created (201), or
+	// stored already (a 409 that names it, once verify read it).
+	stored string
 	issues []issue
 }
 
@@ -196,8 +198,9 @@ func (c *client) post(ctx context.Context, b *batch, body []byte) ([]answer, err
 				ID           string `json:"id"`
 			} `json:"resource"`
 			Response struct {
-				Status  string            `json:"status"`
-				Outcome *operationOutcome `json:"outcome"`
+				Status   string            `json:"status"`
+				Location string            `json:"location"`
+				Outcome  *operationOutcome `json:"outcome"`
 			} `json:"response"`
 		} `json:"entry"`
 	}
@@ -211,12 +214,65 @@ func (c *client) post(ctx context.Context, b *batch, body []byte) ([]answer, err
 		if e.Response.Outcome != nil {
 			a.issues = e.Response.Outcome.Issue
 		}
-		if e.Resource != nil {
+		switch {
+		case e.Resource != nil:
 			a.stored = e.Resource.ResourceType + "/" + e.Resource.ID
+		case a.code == http.StatusConflict:
+			// Type/id[/_history/n]: what is stored already, if it is this.
+			parts := strings.Split(e.Response.Location, "/")
+			if len(parts) >= 2 && parts[0] != "" && parts[1] != "" {
+				a.stored = parts[0] + "/" + parts[1]
+			}
 		}
 		answers[i] = a
 	}
 	return answers, nil
+}
+
+// verify checks the 409 answers that name a stored resource by reading it
+// back (GET): only a duplicate the service shows counts as done. A 409
+// that names nothing (the resource clashes with another), or whose
+// resource cannot be read, is a failure with the reason. An error means
+// the service could not be asked.
+func (c *client) verify(ctx context.Context, answers []answer) error {
+	for i := range answers {
+		a := &answers[i]
+		if a.code != http.StatusConflict {
+			continue
+		}
+		if a.stored == "" {
+			a.issues = append(a.issues, issue{Severity: "error", Code: "duplicate",
+				Diagnostics: "the service refused it as a duplicate of another resource: not stored"})
+			continue
+		}
+		status, err := c.status(ctx, "/FHIR/R5/"+a.stored)
+		if err != nil {
+			return err
+		}
+		if status != http.StatusOK {
+			a.issues = append(a.issues, issue{Severity: "error", Code: "not-found",
+				Diagnostics: fmt.Sprintf("the service answered 409 naming %s, which reads %d: not counted as stored", a.stored, status)})
+			a.stored = ""
+		}
+	}
+	return nil
+}
+
+// status is the status of a GET of path.
+func (c *client) status(ctx context.Context, path string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Accept", "application/fhir+json")
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
 }
 
 // refusal reads a whole-request error: its OperationOutcome's first
