@@ -101,12 +101,24 @@ type crashPath struct {
 	models bool
 	// setup prepares the store once, on a running child, after the seed.
 	setup func(h *harness)
-	// trial prepares trial i (unarmed requests allowed) and returns the
-	// request under test and the check of its outcome.
-	trial func(h *harness, i int) (*crashRequest, func(h *harness, retry *crashResponse, killedAfterLastWrite bool))
-	// final checks the whole store once every trial ran.
-	final func(h *harness)
+	// variants are the requests of the path; trials take them in turn,
+	// and each has a clean run of its own.
+	variants []crashVariant
 }
+
+// crashVariant is one request of a path.
+type crashVariant struct {
+	name string
+	// prepare readies a trial whose data is its own (n is unique in the
+	// path): unarmed requests may set the stage. It returns the request
+	// under test and the check of the store after its retry, which also
+	// removes what the trial stored when later trials would pay for it.
+	prepare func(h *harness, n int) (*crashRequest, crashCheck)
+}
+
+// crashCheck checks the outcome of a trial: the answer to the retry (or,
+// in the clean run, to the one request) and the store.
+type crashCheck func(h *harness, retry *crashResponse, out crashOutcome)
 
 // crashRequest is a request under test: sent once under a kill plan, then
 // again, the same bytes, after the restart.
@@ -142,6 +154,7 @@ type harness struct {
 	baseSeed  uint64 // the suite's seed, to replay
 	path      string
 	current   string // the trial being checked, for messages
+	seq       int    // data numbers used (next)
 }
 
 // crashStats counts what a path's trials did, for the log.
@@ -150,7 +163,9 @@ type crashStats struct {
 	byMode                    map[string]int
 	points                    map[int]bool // the write numbers killed at
 	retryStatus               map[int]int
-	writes                    int // writes of the clean run
+	writes                    []string // writes of the clean runs, by variant
+	sending, restarting       time.Duration
+	retrying, checking        time.Duration
 }
 
 func newHarness(t *testing.T, bin string, seed uint64, index int, p crashPath) *harness {
@@ -187,6 +202,12 @@ func newHarness(t *testing.T, bin string, seed uint64, index int, p crashPath) *
 		"FHIR_XVER_PACKAGE_DIR="+standards("fhir/xver-r4-r5/maps"),
 	)
 	t.Cleanup(h.stop)
+	if keep := os.Getenv("CRASH_KEEP_LOGS"); keep != "" {
+		t.Cleanup(func() {
+			data, _ := os.ReadFile(filepath.Join(dir, "service.log"))
+			_ = os.WriteFile(filepath.Join(keep, p.name+".log"), data, 0o600)
+		})
+	}
 	h.start()
 	h.command("seed")
 	h.token = strings.TrimSpace(h.command("token", "create", "--email", demoSuperuserEmail))
@@ -242,13 +263,16 @@ func (h *harness) start() {
 			h.fail("the service did not answer within 2 minutes\n%s", h.logTail())
 		}
 	}
-	if h.client == nil {
-		client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + h.mongoAddr + "/"))
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		h.client, h.db = client, client.Database("exchange")
+	// A client of its own per start: the driver would wait for its
+	// monitor to find the restarted server again.
+	if h.client != nil {
+		_ = h.client.Disconnect(context.Background())
 	}
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + h.mongoAddr + "/"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.client, h.db = client, client.Database("exchange")
 }
 
 // stop ends the child, if it runs.
@@ -385,32 +409,39 @@ func (h *harness) do(method, path string, body any, want int) []byte {
 	return resp.body
 }
 
-// runPath runs the clean run and the trials of one path, then its final
-// check.
+// cleanRun is what a variant's clean run measured.
+type cleanRun struct {
+	writes   []cleanWrite
+	duration time.Duration
+}
+
+// runPath runs the clean run of each variant, then the trials, taking the
+// variants in turn.
 func (h *harness) runPath(p crashPath, trials int) {
 	if p.setup != nil {
 		p.setup(h)
 	}
-	// The clean run: the writes of one request, and a check that it holds.
-	req, check := p.trial(h, 0)
-	h.arm(crashPlanFile{})
-	started := time.Now()
-	resp, err := h.send(req)
-	cleanDuration := time.Since(started)
-	if err != nil {
-		h.fail("clean run: %v", err)
+	clean := make([]cleanRun, len(p.variants))
+	for v, variant := range p.variants {
+		req, check := variant.prepare(h, h.next())
+		h.arm(crashPlanFile{})
+		started := time.Now()
+		resp, err := h.send(req)
+		clean[v].duration = time.Since(started)
+		if err != nil {
+			h.fail("%s: clean run: %v", variant.name, err)
+		}
+		clean[v].writes = h.writesLogged()
+		if len(clean[v].writes) == 0 {
+			h.fail("%s: clean run: no write counted (status %d)\n%s", variant.name, resp.status, resp.body)
+		}
+		h.current = variant.name + ": clean run"
+		check(h, resp, crashOutcome{answered: true, writes: len(clean[v].writes)})
+		h.stats.writes = append(h.stats.writes, fmt.Sprintf("%s %d", variant.name, len(clean[v].writes)))
 	}
-	writes := h.writesLogged()
-	if len(writes) == 0 {
-		h.fail("clean run: no write counted (status %d)\n%s", resp.status, resp.body)
-	}
-	h.stats.writes = len(writes)
-	check(h, resp, false)
 	for i := 1; i <= trials; i++ {
-		h.trial(p, i, writes, cleanDuration)
-	}
-	if p.final != nil {
-		p.final(h)
+		v := (i - 1) % len(p.variants)
+		h.trial(p.variants[v], i, clean[v])
 	}
 	s := h.stats
 	points := make([]int, 0, len(s.points))
@@ -418,14 +449,36 @@ func (h *harness) runPath(p crashPath, trials int) {
 		points = append(points, k)
 	}
 	slices.Sort(points)
-	h.t.Logf("%s: %d trials, %d killed (%v), %d kill points that did not land; clean run %d writes; kills at writes %v; retry answers %v",
-		p.name, s.trials, s.killed, s.byMode, s.notLanded, s.writes, points, s.retryStatus)
+	h.t.Logf("%s: %d trials, %d killed (%v), %d kill points that did not land; clean runs' writes %v; kills at writes %v; retry answers %v; "+
+		"time sending %v, restarting %v, retrying %v, checking %v",
+		p.name, s.trials, s.killed, s.byMode, s.notLanded, s.writes, points, s.retryStatus,
+		s.sending.Round(time.Millisecond), s.restarting.Round(time.Millisecond), s.retrying.Round(time.Millisecond), s.checking.Round(time.Millisecond))
+}
+
+// next returns a number no other trial of the path uses, for unique data.
+func (h *harness) next() int {
+	h.seq++
+	return h.seq
+}
+
+// crashOutcome is how a trial's first send ended, for the path's check.
+type crashOutcome struct {
+	at     int // the write killed at; 0: none or a wall-clock kill
+	writes int // the writes of the variant's clean run
+	killed bool
+	// answered: the first send got its answer before the kill (a kill
+	// "during" the last write can fire after the reply).
+	answered bool
+	// afterLastWrite: the kill may have come after the request's last
+	// write, so that its retry meets a completed request.
+	afterLastWrite bool
 }
 
 // trial runs one kill point: the request under a plan, a restart when the
 // child died, the retry, the checks.
-func (h *harness) trial(p crashPath, i int, writes []cleanWrite, cleanDuration time.Duration) {
-	req, check := p.trial(h, i)
+func (h *harness) trial(variant crashVariant, i int, clean cleanRun) {
+	writes, cleanDuration := clean.writes, clean.duration
+	req, check := variant.prepare(h, h.next())
 	h.stats.trials++
 	var plan crashPlanFile
 	mode := "wall-clock"
@@ -444,46 +497,76 @@ func (h *harness) trial(p crashPath, i int, writes []cleanWrite, cleanDuration t
 		child := h.child
 		wallKill = time.AfterFunc(time.Duration(h.rng.Int64N(int64(cleanDuration)+1)), func() { _ = child.Process.Kill() })
 	}
+	started := time.Now()
 	_, sendErr := h.send(req)
+	h.stats.sending += time.Since(started)
 	if wallKill != nil {
 		wallKill.Stop()
 	}
-	killed := false
-	select {
-	case <-h.exited:
-		killed = true
-	case <-time.After(func() time.Duration {
-		if sendErr != nil {
-			return 10 * time.Second // a transport error: the child is dying
-		}
-		return 0
-	}()):
-		if sendErr != nil {
+	out := crashOutcome{at: plan.At, writes: len(writes)}
+	if sendErr == nil {
+		// Answered: disarm, unless a kill fired meanwhile.
+		out.answered = true
+		out.killed = !h.disarm()
+	} else {
+		select {
+		case <-h.exited:
+			out.killed = true
+		case <-time.After(10 * time.Second):
 			h.fail("trial %d: %v, but the service still runs", i, sendErr)
 		}
 	}
-	lastWrite := false
-	if killed {
+	if out.killed {
 		h.stats.killed++
 		h.stats.byMode[mode]++
 		if plan.At > 0 {
 			h.stats.points[plan.At] = true
-			lastWrite = plan.At == len(writes) && plan.Mode == "after"
-		} else {
-			lastWrite = true // a wall-clock kill may land after the last write
 		}
+		out.afterLastWrite = out.answered || plan.At == 0 || plan.At == len(writes)
 		h.child = nil
+		started = time.Now()
 		h.start()
+		h.stats.restarting += time.Since(started)
 	} else {
 		h.stats.notLanded++
 	}
+	started = time.Now()
 	retry, err := h.send(req)
+	h.stats.retrying += time.Since(started)
 	if err != nil {
-		h.fail("trial %d (%s kill at write %d): the retry failed: %v", i, mode, plan.At, err)
+		h.fail("trial %d, %s (%s kill at write %d): the retry failed: %v", i, variant.name, mode, plan.At, err)
 	}
 	h.stats.retryStatus[retry.status]++
-	h.current = fmt.Sprintf("trial %d (%s kill at write %d of %d, delay %dµs, killed %v)", i, mode, plan.At, len(writes), plan.DelayMicros, killed)
-	check(h, retry, lastWrite)
+	h.current = fmt.Sprintf("trial %d, %s (%s kill at write %d of %d, delay %dµs, killed %v)", i, variant.name, mode, plan.At, len(writes), plan.DelayMicros, out.killed)
+	started = time.Now()
+	check(h, retry, out)
+	h.stats.checking += time.Since(started)
+}
+
+// disarm takes back a kill plan once the request is answered; false when
+// the child died before it could.
+func (h *harness) disarm() bool {
+	data, _ := json.Marshal(crashPlanFile{})
+	_ = os.Remove(h.plan + ".armed")
+	if err := os.WriteFile(h.plan, data, 0o600); err != nil {
+		h.t.Fatal(err)
+	}
+	if h.child.Process.Signal(syscall.SIGUSR1) != nil {
+		<-h.exited
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-h.exited:
+			return false
+		case <-time.After(2 * time.Millisecond):
+		}
+		if got, err := os.ReadFile(h.plan + ".armed"); err == nil && bytes.Equal(got, data) {
+			return true
+		}
+	}
+	h.fail("the service did not take back the kill plan")
+	return false
 }
 
 // checkf fails the current trial with its kill point in the message.
