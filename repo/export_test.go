@@ -29,3 +29,6 @@ func HoldSearchSlots(d *DB) (release func()) {
 		}
 	}
 }
+
+// ClaimKey is the _id of a claim on (system, value).
+func ClaimKey(system, value string) string { return claimKey(system, value) }

@@ -236,10 +236,11 @@ func (d *DB) abandoned(ctx context.Context, in *intentDoc, now time.Time, exclus
 	return now.Sub(owner.Renewed) > leaseTimeout, nil
 }
 
-// settleKey makes way for a write that found the claim key taken by an
-// owner that is not stored: abandoned intents holding the key are
-// repaired. live says that a running write holds it.
-func (d *DB) settleKey(ctx context.Context, key string) (live bool, err error) {
+// settleKey makes way for a write (under the intent own, if any) that
+// found the claim key taken by an owner that is not stored: abandoned
+// intents holding the key are repaired. live says that another running
+// write holds it.
+func (d *DB) settleKey(ctx context.Context, key string, own *intentDoc) (live bool, err error) {
 	var held []intentDoc
 	if err := d.findAll(ctx, colIntents, bson.M{"keys": key}, &held); err != nil {
 		return false, err
@@ -247,6 +248,9 @@ func (d *DB) settleKey(ctx context.Context, key string) (live bool, err error) {
 	now := d.now()
 	for i := range held {
 		in := &held[i]
+		if own != nil && in.ID == own.ID {
+			continue
+		}
 		gone, err := d.abandoned(ctx, in, now, false)
 		if err != nil {
 			return false, err

@@ -286,7 +286,7 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		}
 	}
 	if len(taken) > 0 {
-		d.resolveTaken(ctx, obs, inserts, insertOwner, taken, errs)
+		d.resolveTaken(ctx, in, obs, inserts, insertOwner, taken, errs)
 	}
 	var docs []any
 	var docOwner []int
@@ -351,7 +351,7 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 // found or not. A claim whose observation is stored refuses its entry; the
 // rare rest (a claim of the older form, of a write cut short or still
 // running) goes through takeClaim.
-func (d *DB) resolveTaken(ctx context.Context, obs []*domain.Observation, inserts []any, insertOwner, taken []int, errs []error) {
+func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, obs []*domain.Observation, inserts []any, insertOwner, taken []int, errs []error) {
 	keys := make([]string, len(taken))
 	for k, idx := range taken {
 		keys[k] = inserts[idx].(observationClaimDoc).Key
@@ -375,7 +375,7 @@ func (d *DB) resolveTaken(ctx context.Context, obs []*domain.Observation, insert
 			if o, ok := stored[holders[c.Key].ObservationID]; ok {
 				errs[i] = duplicateOf(obs[i], c, &o)
 			} else {
-				errs[i] = d.takeClaim(ctx, obs[i], c)
+				errs[i] = d.takeClaim(ctx, in, obs[i], c)
 			}
 		}
 	}
@@ -413,9 +413,10 @@ func (d *DB) observationsByID(ctx context.Context, ids []int64) (map[int64]domai
 	return out, nil
 }
 
-// takeClaim settles one claim the insert found taken, for observation o:
-// nil once o holds it, else the entry's error.
-func (d *DB) takeClaim(ctx context.Context, o *domain.Observation, c observationClaimDoc) error {
+// takeClaim settles one claim the insert found taken, for observation o
+// of the write under intent in: nil once o holds it, else the entry's
+// error.
+func (d *DB) takeClaim(ctx context.Context, in *intentDoc, o *domain.Observation, c observationClaimDoc) error {
 	for attempt := 0; attempt < 3; attempt++ {
 		owner, filter, found, err := d.observationClaim(ctx, c)
 		if err != nil {
@@ -428,7 +429,7 @@ func (d *DB) takeClaim(ctx context.Context, o *domain.Observation, c observation
 			// Its observation is not stored: a write still running, one
 			// cut short (its intent is repaired now), or none (an orphan
 			// of a version before intents).
-			live, err := d.settleKey(ctx, c.Key)
+			live, err := d.settleKey(ctx, c.Key, in)
 			if err != nil {
 				return err
 			}

@@ -113,10 +113,10 @@ func (d *DB) CreatePatient(ctx context.Context, u *domain.User, p *domain.Patien
 	if err := d.begin(ctx, in); err != nil {
 		return err
 	}
-	err = d.insertUser(ctx, u)
+	err = d.insertUser(ctx, u, in)
 	if err == nil {
 		p.LastUpdated = d.nowMillis()
-		err = d.claimIdentifiers(ctx, p.ID, p.Identifiers)
+		err = d.claimIdentifiers(ctx, in, p.ID, p.Identifiers)
 	}
 	if err == nil {
 		err = d.insertUnique(ctx, colPatients, toPatientDoc(p), fmt.Sprintf("user %d already has a patient record", p.UserID))
@@ -142,11 +142,12 @@ func (d *DB) undoPatientCreate(ctx context.Context, in *intentDoc) error {
 	return err
 }
 
-// claimIdentifiers inserts one patient_identifiers document per identifier;
-// on a clash it releases the ones it claimed and returns CodeDuplicate.
-func (d *DB) claimIdentifiers(ctx context.Context, patientID int64, ids []domain.Identifier) error {
+// claimIdentifiers inserts one patient_identifiers document per identifier,
+// for the write under intent in; on a clash it releases the ones it
+// claimed and returns CodeDuplicate.
+func (d *DB) claimIdentifiers(ctx context.Context, in *intentDoc, patientID int64, ids []domain.Identifier) error {
 	for i, id := range ids {
-		err := d.claimIdentifier(ctx, patientID, id)
+		err := d.claimIdentifier(ctx, in, patientID, id)
 		if err != nil {
 			return d.releaseIdentifiers(ctx, patientID, ids[:i], err)
 		}
@@ -158,7 +159,7 @@ func (d *DB) claimIdentifiers(ctx context.Context, patientID int64, ids []domain
 // patient itself (a retry) is kept; one of a patient that is not stored
 // belongs to a write still running (a conflict), or was left by one cut
 // short: its intent is repaired, or, with none, the claim is taken over.
-func (d *DB) claimIdentifier(ctx context.Context, patientID int64, id domain.Identifier) error {
+func (d *DB) claimIdentifier(ctx context.Context, in *intentDoc, patientID int64, id domain.Identifier) error {
 	taken := fmt.Sprintf("identifier %s|%s belongs to another patient", id.System, id.Value)
 	for attempt := 0; attempt < 3; attempt++ {
 		claim := patientIdentifierDoc{id.System, id.Value, patientID, d.nowMillis()}
@@ -178,7 +179,7 @@ func (d *DB) claimIdentifier(ctx context.Context, patientID int64, id domain.Ide
 		if stored, err := d.exists(ctx, colPatients, owner); stored || err != nil {
 			return cmp.Or(err, error(domain.Errorf(domain.CodeDuplicate, "%s", taken)))
 		}
-		live, err := d.settleKey(ctx, claimKey(id.System, id.Value))
+		live, err := d.settleKey(ctx, claimKey(id.System, id.Value), in)
 		if err != nil {
 			return err
 		}
@@ -295,7 +296,7 @@ func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
 	if err := d.begin(ctx, in); err != nil {
 		return err
 	}
-	err := d.claimIdentifiers(ctx, p.ID, added)
+	err := d.claimIdentifiers(ctx, in, p.ID, added)
 	if err == nil {
 		err = d.replacePatient(ctx, p)
 	}

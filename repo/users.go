@@ -50,16 +50,17 @@ func (d *DB) CreateUser(ctx context.Context, u *domain.User) error {
 		return err
 	}
 	u.ID = id
-	return d.insertUser(ctx, u)
+	return d.insertUser(ctx, u, nil)
 }
 
 // emailKey is the claim key of an email address: how a user insert that
 // collides with the user of an interrupted create finds its intent.
 func emailKey(email string) string { return claimKey("email", email) }
 
-// insertUser stores u (its ID set). An email taken by the user of a
-// create that was cut short is freed first, by repairing its intent.
-func (d *DB) insertUser(ctx context.Context, u *domain.User) error {
+// insertUser stores u (its ID set), for the write under intent own (nil:
+// none). An email taken by the user of a create that was cut short is
+// freed first, by repairing its intent.
+func (d *DB) insertUser(ctx context.Context, u *domain.User, own *intentDoc) error {
 	u.LastUpdated = d.nowMillis()
 	u.DateJoined = u.DateJoined.UTC().Truncate(time.Millisecond)
 	insert := func() error {
@@ -73,7 +74,7 @@ func (d *DB) insertUser(ctx context.Context, u *domain.User) error {
 	if !domain.IsCode(err, domain.CodeDuplicate) {
 		return err
 	}
-	live, serr := d.settleKey(ctx, emailKey(u.Email))
+	live, serr := d.settleKey(ctx, emailKey(u.Email), own)
 	if serr != nil || live {
 		return cmp.Or(serr, err)
 	}
@@ -93,7 +94,7 @@ func (d *DB) CreatePractitioner(ctx context.Context, u *domain.User, m *domain.M
 	if err := d.begin(ctx, in); err != nil {
 		return err
 	}
-	err = d.insertUser(ctx, u)
+	err = d.insertUser(ctx, u, in)
 	if err == nil {
 		err = d.CreateMembership(ctx, m)
 	}

@@ -1,0 +1,166 @@
+package repo_test
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"exchange/domain"
+	"exchange/repo"
+	"exchange/repo/repotest"
+)
+
+// A write cut short leaves its intent behind: here an observation batch
+// whose claims were written and whose observations were not, by a process
+// whose lease has gone stale. Until the repair, its identifier refuses
+// nothing forever: a new observation with it takes it once the intent is
+// repaired on the spot (the owner's process is dead); the repair at
+// start-up releases the other claims and removes the intent and lease.
+func TestRepairReleasesTheClaimsOfAnInterruptedBatch(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	claims := repotest.Collection(t, db, "observation_identifiers")
+	stale := time.Now().Add(-time.Hour)
+	if _, err := repotest.Collection(t, db, "service_instances").InsertOne(ctx, bson.M{"_id": "dead", "renewed": stale}); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i, value := range []string{"a", "b", "c"} {
+		key := repo.ClaimKey("urn:example:obs", value)
+		keys = append(keys, key)
+		if _, err := claims.InsertOne(ctx, bson.M{"_id": key, "system": "urn:example:obs", "value": value,
+			"observationId": int64(100 + i), "claimedAt": stale}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := repotest.Collection(t, db, "write_intents").InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "observations.create",
+		"instance": "dead", "startedAt": stale, "keys": keys, "firstId": int64(100), "lastId": int64(102)}); err != nil {
+		t.Fatal(err)
+	}
+	o := testObservation(1, domain.Identifier{System: "urn:example:obs", Value: "a"})
+	if errs := db.CreateObservations(ctx, []*domain.Observation{o}); errs[0] != nil {
+		t.Fatalf("an identifier claimed by a dead write: %v", errs[0])
+	}
+	if n, _ := claims.CountDocuments(ctx, bson.M{"observationId": bson.M{"$gte": 100, "$lte": 102}}); n != 0 {
+		t.Errorf("%d claims of the dead write left", n)
+	}
+	rep, err := db.Repair(ctx, repo.RepairOptions{Exclusive: true})
+	if err != nil || rep.Intents != 0 || rep.Leases != 1 {
+		t.Errorf("repair after: %+v, %v; want no intent left, the dead lease removed", rep, err)
+	}
+}
+
+// Abandoned intents of every kind that rolls back: a patient create cut
+// after its login and one identifier claim, a practitioner create cut
+// after its login. The dry run reports them and changes nothing; the
+// repair removes the logins and claims, and the email and identifier are
+// free again.
+func TestRepairRollsBackInterruptedCreates(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	users := repotest.Collection(t, db, "users")
+	for _, u := range []bson.M{{"_id": int64(50), "email": "p@example.org", "userType": "patient"},
+		{"_id": int64(51), "email": "d@example.org", "userType": "practitioner"}} {
+		if _, err := users.InsertOne(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mrn := domain.Identifier{System: "urn:example:mrn", Value: "1"}
+	if _, err := repotest.Collection(t, db, "patient_identifiers").InsertOne(ctx, bson.M{"system": mrn.System, "value": mrn.Value, "patientId": int64(60)}); err != nil {
+		t.Fatal(err)
+	}
+	intents := repotest.Collection(t, db, "write_intents")
+	for _, in := range []bson.M{
+		{"kind": "patient.create", "userId": int64(50), "patientId": int64(60), "keys": []string{repo.ClaimKey(mrn.System, mrn.Value)}},
+		{"kind": "practitioner.create", "userId": int64(51), "organizationId": int64(7), "keys": []string{}},
+	} {
+		in["_id"], in["instance"], in["startedAt"] = bson.NewObjectID(), "gone", time.Now()
+		if _, err := intents.InsertOne(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Their process holds no lease: it is gone.
+	rep, err := db.Repair(ctx, repo.RepairOptions{DryRun: true})
+	if err != nil || rep.Intents != 2 || rep.Running != 0 || rep.Repaired["patient.create"] != 1 || rep.Repaired["practitioner.create"] != 1 {
+		t.Fatalf("dry run: %+v, %v", rep, err)
+	}
+	if n, _ := users.CountDocuments(ctx, bson.M{}); n != 2 {
+		t.Fatalf("the dry run changed the users: %d", n)
+	}
+	if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired["patient.create"] != 1 || rep.Repaired["practitioner.create"] != 1 {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+	if n, _ := users.CountDocuments(ctx, bson.M{}); n != 0 {
+		t.Errorf("%d logins of interrupted creates left", n)
+	}
+	u, p := newPatient("p@example.org", "P", mrn)
+	if err := db.CreatePatient(ctx, u, p); err != nil {
+		t.Errorf("the email and identifier of a repaired create: %v", err)
+	}
+}
+
+// Claims of versions before intents (no intent names them) whose owner
+// was never stored: a new observation or patient takes the identifier
+// over (its own intent naming the key does not stand in its way), and
+// the doctor's scan finds and releases the rest.
+func TestOrphanClaimsOfOlderVersions(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	claims := repotest.Collection(t, db, "observation_identifiers")
+	patientClaims := repotest.Collection(t, db, "patient_identifiers")
+	for i, value := range []string{"old-1", "old-2"} {
+		if _, err := claims.InsertOne(ctx, bson.M{"system": "urn:example:obs", "value": value, "observationId": int64(900 + i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := patientClaims.InsertOne(ctx, bson.M{"system": "urn:example:mrn", "value": value, "patientId": int64(900 + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := testObservation(1, domain.Identifier{System: "urn:example:obs", Value: "old-1"})
+	if errs := db.CreateObservations(ctx, []*domain.Observation{o}); errs[0] != nil {
+		t.Fatalf("an orphan claim of an older version: %v", errs[0])
+	}
+	u, p := newPatient("p@example.org", "P", domain.Identifier{System: "urn:example:mrn", Value: "old-1"})
+	if err := db.CreatePatient(ctx, u, p); err != nil {
+		t.Fatalf("an orphan patient identifier of an older version: %v", err)
+	}
+	want := map[string]int{"observation_identifiers": 1, "patient_identifiers": 1}
+	rep, err := db.Repair(ctx, repo.RepairOptions{Scan: true, DryRun: true})
+	if err != nil || !maps.Equal(rep.Orphans, want) {
+		t.Fatalf("dry run: %+v, %v; want one orphan claim of each", rep, err)
+	}
+	if rep, err := db.Repair(ctx, repo.RepairOptions{Scan: true}); err != nil || !maps.Equal(rep.Orphans, want) {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+	for _, c := range []*mongo.Collection{claims, patientClaims} {
+		if n, _ := c.CountDocuments(ctx, bson.M{}); n != 1 {
+			t.Errorf("%s: %d claims left, want the stored owner's", c.Name(), n)
+		}
+	}
+}
+
+// A duplicate names the stored observation, as Stored when it is the same
+// observation sent again, and only in the message when it is another; an
+// observation without identifiers is its content's: sent again, it is a
+// duplicate, not a second observation.
+func TestDuplicateObservationsNameTheStoredOne(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	id := domain.Identifier{System: "urn:example:obs", Value: "x"}
+	first, bare := testObservation(1, id), testObservation(1)
+	if errs := db.CreateObservations(ctx, []*domain.Observation{first, bare}); errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	other := testObservation(1, id)
+	other.Payload = []byte(`{"other": true}`)
+	errs := db.CreateObservations(ctx, []*domain.Observation{testObservation(1, id), other, testObservation(1)})
+	for i, want := range []string{"Observation/1", "", "Observation/2"} {
+		if !domain.IsCode(errs[i], domain.CodeDuplicate) || domain.StoredAs(errs[i]) != want {
+			t.Errorf("entry %d: %v, stored %q; want a duplicate naming %q", i, errs[i], domain.StoredAs(errs[i]), want)
+		}
+	}
+}
