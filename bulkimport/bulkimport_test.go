@@ -593,3 +593,69 @@ func countResult(report []reportLine, result string) int {
 	}
 	return n
 }
+
+// A resend counts as done only when the service names the stored resource
+// and it reads back. A resource without an id is recognised by its
+// content: sent again, it is named (by its content hash in the report)
+// and not stored twice. A resource whose upstream id was stored and has
+// changed since is a refusal, not "already stored".
+func TestDuplicatesAreVerified(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(f.dir, "in.ndjson")
+	input := `{"resourceType":"Condition","id":"c1","code":{"text":"Hypertension"},"subject":{"reference":"Patient/p1"}}
+{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"8867-4"}]},"subject":{"reference":"Patient/p1"},"valueQuantity":{"value":61,"unit":"/min","system":"http://unitsofmeasure.org","code":"/min"}}
+`
+	if err := os.WriteFile(path, []byte(input), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := f.options(path)
+	if sum, err := bulkimport.Run(context.Background(), o); err != nil || sum.Converted+sum.WithLoss != 2 {
+		t.Fatalf("first run: %+v, %v", sum, err)
+	}
+	// The Condition changes on the service.
+	var stored struct {
+		ID   string `bson:"_id"`
+		JSON string `bson:"json"`
+	}
+	if err := f.resources.FindOne(context.Background(), bson.M{"upstreamId": "c1"}).Decode(&stored); err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(stored.JSON, `"Hypertension"`, `"Essential hypertension"`, 1)
+	req, _ := http.NewRequest("PUT", f.env.URL+"/FHIR/R5/Condition/"+stored.ID, strings.NewReader(changed))
+	req.Header.Set("Authorization", "Bearer "+f.token)
+	req.Header.Set("Content-Type", "application/fhir+json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("update: %v %v", resp, err)
+	}
+
+	o.Restart = true
+	sum, err := bulkimport.Run(context.Background(), o)
+	if err != nil || sum.Duplicates != 1 || sum.Failed != 1 || sum.Converted+sum.WithLoss != 0 {
+		t.Fatalf("second run: %+v, %v; want the Observation a duplicate and the changed Condition failed", sum, err)
+	}
+	if n := f.stored(t, f.srcA); n != 2 {
+		t.Errorf("%d resources stored, want 2", n)
+	}
+	type line struct {
+		ResourceType string `json:"resourceType"`
+		ContentHash  string `json:"contentHash"`
+		Result       string `json:"result"`
+		Stored       string `json:"stored"`
+	}
+	var lines []line
+	data, err := os.ReadFile(o.Report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var x line
+		if err := json.Unmarshal([]byte(l), &x); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, x)
+	}
+	if len(lines) != 2 || lines[0].ResourceType != "Condition" || lines[0].Result != "failed" ||
+		lines[1].Result != "duplicate" || !strings.HasPrefix(lines[1].ContentHash, "sha256:") || !strings.HasPrefix(lines[1].Stored, "Observation/") {
+		t.Errorf("report of the second run: %+v", lines)
+	}
+}
