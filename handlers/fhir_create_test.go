@@ -388,24 +388,30 @@ func TestFHIRIdentifiersAreIdempotent(t *testing.T) {
 	// Re-sent in a batch, and twice within one batch.
 	again := fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, identifiers: []string{"reading-2"},
 		payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T11:00:00Z")))}
+	// A 409 of what is stored names it (the resend of a stored
+	// observation); one of a different observation names none.
 	entries := w.batch(t, doc, obs.resource(), again.resource(), again.resource())
-	for i, want := range []string{"409 Conflict", "201 Created", "409 Conflict"} {
+	secondID, _ := fxObj(entries[1]["resource"])["id"].(string)
+	for i, want := range []struct{ status, location string }{
+		{"409 Conflict", "Observation/" + first}, {"201 Created", "Observation/" + secondID + "/_history/1"}, {"409 Conflict", "Observation/" + secondID},
+	} {
 		r := fxObj(entries[i]["response"])
-		if r["status"] != want {
-			t.Errorf("entry %d: %v, want %s", i, r["status"], want)
+		if r["status"] != want.status || r["location"] != want.location {
+			t.Errorf("entry %d: %v at %v, want %s at %s", i, r["status"], r["location"], want.status, want.location)
 		}
-		if want == "409 Conflict" && fxIssueCode(fxObj(r["outcome"])) != "duplicate" {
+		if want.status == "409 Conflict" && fxIssueCode(fxObj(r["outcome"])) != "duplicate" {
 			t.Errorf("entry %d: outcome %v, want issue code duplicate", i, r["outcome"])
 		}
 	}
 	// Re-sent as a single create, even for another patient.
 	resp, out := w.env.Send(t, "POST", fxBase+"/Observation", doc, obs.resource())
-	if resp.StatusCode != http.StatusConflict || out["resourceType"] != "OperationOutcome" || fxIssueCode(out) != "duplicate" {
-		t.Errorf("single create of a stored identifier: %d %v", resp.StatusCode, out)
+	if resp.StatusCode != http.StatusConflict || out["resourceType"] != "OperationOutcome" || fxIssueCode(out) != "duplicate" ||
+		!strings.HasSuffix(resp.Header.Get("Location"), fxBase+"/Observation/"+first) {
+		t.Errorf("single create of a stored identifier: %d, Location %q: %v", resp.StatusCode, resp.Header.Get("Location"), out)
 	}
 	bobs := obs
 	bobs.patient = w.bob.ID
-	if e := w.batch(t, doc, bobs.resource())[0]; fxObj(e["response"])["status"] != "409 Conflict" {
+	if e := w.batch(t, doc, bobs.resource())[0]; fxObj(e["response"])["status"] != "409 Conflict" || fxObj(e["response"])["location"] != nil {
 		t.Errorf("another patient's observation with a taken identifier: %v", e["response"])
 	}
 	// An observation with one new and one taken identifier is refused whole,
