@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -352,6 +353,11 @@ func (h onMessage) WithGroup(string) slog.Handler      { return h }
 // flakyProxy stands between the script and the service: it fails the
 // import requests fail picks, with a status (0: drops the connection;
 // 400: answers as a service without the R4 maps; -1: passes them on).
+// lostAnswer makes flakyProxy pass the request on and drop the
+// connection once the service has answered: the service stored the
+// batch, the importer never learns it, as after a timeout.
+const lostAnswer = -2
+
 func flakyProxy(t *testing.T, target string, fail func(n int64) int) (string, *atomic.Int64) {
 	t.Helper()
 	u, err := url.Parse(target)
@@ -365,6 +371,12 @@ func flakyProxy(t *testing.T, target string, fail func(n int64) int) (string, *a
 			switch status := fail(imports.Add(1)); status {
 			case -1:
 			case 0:
+				hj, _ := w.(http.Hijacker)
+				conn, _, _ := hj.Hijack()
+				conn.Close()
+				return
+			case lostAnswer:
+				proxy.ServeHTTP(httptest.NewRecorder(), r)
 				hj, _ := w.(http.Hijacker)
 				conn, _, _ := hj.Hijack()
 				conn.Close()
@@ -657,5 +669,43 @@ func TestDuplicatesAreVerified(t *testing.T) {
 	if len(lines) != 2 || lines[0].ResourceType != "Condition" || lines[0].Result != "failed" ||
 		lines[1].Result != "duplicate" || !strings.HasPrefix(lines[1].ContentHash, "sha256:") || !strings.HasPrefix(lines[1].Stored, "Observation/") {
 		t.Errorf("report of the second run: %+v", lines)
+	}
+}
+
+// Resources without an id whose answer was lost are sent again, in the
+// same run and in a later one, and stored once: the service knows them by
+// their content, and the importer counts the 409 naming each as done.
+func TestResentResourcesWithoutIDsAreStoredOnce(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(f.dir, "in.ndjson")
+	var input strings.Builder
+	const n = 30
+	for i := range n {
+		fmt.Fprintf(&input, `{"resourceType":"Observation","status":"final","code":{"coding":[{"system":"http://loinc.org","code":"8867-4"}]},"subject":{"reference":"Patient/p1"},"valueQuantity":{"value":%d,"unit":"/min","system":"http://unitsofmeasure.org","code":"/min"}}`+"\n", 60+i)
+	}
+	if err := os.WriteFile(path, []byte(input.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, _ := flakyProxy(t, f.env.URL, func(k int64) int {
+		if k == 1 {
+			return lostAnswer
+		}
+		return -1
+	})
+	o := f.options(path)
+	o.URL, o.Workers = base, 1
+	sum, err := bulkimport.Run(context.Background(), o)
+	if err != nil || sum.Retries != 1 || sum.Converted+sum.WithLoss+sum.Duplicates != n || sum.Duplicates == 0 || sum.Failed != 0 {
+		t.Fatalf("a run whose first answer was lost: %+v, %v", sum, err)
+	}
+	if got := f.stored(t, f.srcA); got != n {
+		t.Errorf("%d resources stored, want %d", got, n)
+	}
+	o.URL, o.Restart = f.env.URL, true
+	if sum, err = bulkimport.Run(context.Background(), o); err != nil || sum.Duplicates != n {
+		t.Fatalf("the same input again: %+v, %v", sum, err)
+	}
+	if got := f.stored(t, f.srcA); got != n {
+		t.Errorf("after the second run: %d resources stored, want %d", got, n)
 	}
 }
