@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -42,24 +44,27 @@ import (
 // instead, at a random moment within the clean request's duration, to
 // catch what counting misses.
 //
-// CRASH_TRIALS sets the trials per path (default 50; more for a
-// benchmark-style run), CRASH_SEED replays a run (the seed is logged, and
+// A path runs trials until CRASH_TRIALS kills landed (default 50; more
+// for a benchmark-style run): a kill planned "during" the last write, or
+// on the wall clock, can miss a request that answered first, and such a
+// trial counts as a check of the request without a crash. CRASH_SEED
+// replays a run (the seed is logged, and
 // printed with every failure), CRASH_PATHS picks paths by name.
 
-// crashTrials is the default number of kill points per path.
+// crashTrials is the default number of kills per path.
 const crashTrials = 50
 
 func TestCrashConvergence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the crash suite starts the service hundreds of times")
 	}
-	trials := crashTrials
+	kills := crashTrials
 	if v := os.Getenv("CRASH_TRIALS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			t.Fatalf("CRASH_TRIALS=%q: want a positive number", v)
 		}
-		trials = n
+		kills = n
 	}
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("CRASH_SEED"); v != "" {
@@ -69,7 +74,7 @@ func TestCrashConvergence(t *testing.T) {
 		}
 		seed = n
 	}
-	t.Logf("crash suite: seed %d (replay with CRASH_SEED=%d), %d trials per path", seed, seed, trials)
+	t.Logf("crash suite: seed %d (replay with CRASH_SEED=%d), %d kills per path", seed, seed, kills)
 	bin := buildCrashBinary(t)
 	only := os.Getenv("CRASH_PATHS")
 	for i, p := range crashPaths {
@@ -79,7 +84,7 @@ func TestCrashConvergence(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t, bin, seed, i, p)
-			h.runPath(p, trials)
+			h.runPath(p, kills)
 		})
 	}
 }
@@ -163,6 +168,7 @@ type crashStats struct {
 	byMode                    map[string]int
 	points                    map[int]bool // the write numbers killed at
 	retryStatus               map[int]int
+	repairedAtStart           int      // interrupted writes the start-up repair found and repaired
 	writes                    []string // writes of the clean runs, by variant
 	sending, restarting       time.Duration
 	retrying, checking        time.Duration
@@ -415,9 +421,10 @@ type cleanRun struct {
 	duration time.Duration
 }
 
-// runPath runs the clean run of each variant, then the trials, taking the
+// runPath runs the clean run of each variant, then trials until kills of
+// them landed (at most three times as many trials), taking the
 // variants in turn.
-func (h *harness) runPath(p crashPath, trials int) {
+func (h *harness) runPath(p crashPath, kills int) {
 	if p.setup != nil {
 		p.setup(h)
 	}
@@ -439,9 +446,12 @@ func (h *harness) runPath(p crashPath, trials int) {
 		check(h, resp, crashOutcome{answered: true, writes: len(clean[v].writes)})
 		h.stats.writes = append(h.stats.writes, fmt.Sprintf("%s %d", variant.name, len(clean[v].writes)))
 	}
-	for i := 1; i <= trials; i++ {
+	for i := 1; h.stats.killed < kills && i <= 3*kills; i++ {
 		v := (i - 1) % len(p.variants)
 		h.trial(p.variants[v], i, clean[v])
+	}
+	if h.stats.killed < kills {
+		h.fail("%s: %d kills landed in %d trials, want %d: the kill points miss the requests", p.name, h.stats.killed, h.stats.trials, kills)
 	}
 	s := h.stats
 	points := make([]int, 0, len(s.points))
@@ -449,9 +459,9 @@ func (h *harness) runPath(p crashPath, trials int) {
 		points = append(points, k)
 	}
 	slices.Sort(points)
-	h.t.Logf("%s: %d trials, %d killed (%v), %d kill points that did not land; clean runs' writes %v; kills at writes %v; retry answers %v; "+
-		"time sending %v, restarting %v, retrying %v, checking %v",
-		p.name, s.trials, s.killed, s.byMode, s.notLanded, s.writes, points, s.retryStatus,
+	h.t.Logf("%s: %d trials, %d killed (%v), %d kill points that did not land; clean runs' writes %v; kills at writes %v; "+
+		"writes repaired at start-up %d; retry answers %v; time sending %v, restarting %v, retrying %v, checking %v",
+		p.name, s.trials, s.killed, s.byMode, s.notLanded, s.writes, points, s.repairedAtStart, s.retryStatus,
 		s.sending.Round(time.Millisecond), s.restarting.Round(time.Millisecond), s.retrying.Round(time.Millisecond), s.checking.Round(time.Millisecond))
 }
 
@@ -516,6 +526,7 @@ func (h *harness) trial(variant crashVariant, i int, clean cleanRun) {
 			h.fail("trial %d: %v, but the service still runs", i, sendErr)
 		}
 	}
+	h.current = fmt.Sprintf("trial %d, %s (%s kill at write %d of %d, delay %dµs, killed %v)", i, variant.name, mode, plan.At, len(writes), plan.DelayMicros, out.killed)
 	if out.killed {
 		h.stats.killed++
 		h.stats.byMode[mode]++
@@ -527,6 +538,7 @@ func (h *harness) trial(variant crashVariant, i int, clean cleanRun) {
 		started = time.Now()
 		h.start()
 		h.stats.restarting += time.Since(started)
+		h.healedByRestart()
 	} else {
 		h.stats.notLanded++
 	}
@@ -537,10 +549,33 @@ func (h *harness) trial(variant crashVariant, i int, clean cleanRun) {
 		h.fail("trial %d, %s (%s kill at write %d): the retry failed: %v", i, variant.name, mode, plan.At, err)
 	}
 	h.stats.retryStatus[retry.status]++
-	h.current = fmt.Sprintf("trial %d, %s (%s kill at write %d of %d, delay %dµs, killed %v)", i, variant.name, mode, plan.At, len(writes), plan.DelayMicros, out.killed)
 	started = time.Now()
 	check(h, retry, out)
 	h.stats.checking += time.Since(started)
+}
+
+// startupRepair is the log line of the start-up repair, with the number
+// of interrupted writes it repaired.
+var startupRepair = regexp.MustCompile(`msg="Repaired interrupted writes\." when=start-up intents=\d+ repaired=(\d+) `)
+
+// healedByRestart checks that the restart alone, before any retry, healed
+// what the kill left half done: the start-up repair left no write intent
+// and logged, with counts, what it repaired.
+func (h *harness) healedByRestart() {
+	h.t.Helper()
+	if n := h.count("write_intents", bson.M{}); n > 0 {
+		h.checkf("%d write intents left after the restart, before any retry", n)
+	}
+	data, err := os.ReadFile(filepath.Join(h.dir, "service.log"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	logged := startupRepair.FindAllSubmatch(data, -1)
+	if len(logged) == 0 {
+		h.checkf("the start-up repair logged nothing")
+	}
+	n, _ := strconv.Atoi(string(logged[len(logged)-1][1]))
+	h.stats.repairedAtStart += n
 }
 
 // disarm takes back a kill plan once the request is answered; false when
