@@ -152,19 +152,32 @@ func TestFHIRBase64WithWhitespace(t *testing.T) {
 	w := fxNewWorld(t)
 	payload := fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00+01:00")))
 	canonical := base64.StdEncoding.EncodeToString(payload)
-	var mime strings.Builder
-	for i := 0; i < len(canonical); i += 76 {
-		mime.WriteString(canonical[i:min(i+76, len(canonical))])
-		mime.WriteString("\r\n")
+	mime := func(canonical string) string {
+		var b strings.Builder
+		for i := 0; i < len(canonical); i += 76 {
+			b.WriteString(canonical[i:min(i+76, len(canonical))])
+			b.WriteString("\r\n")
+		}
+		return b.String()
 	}
-	withWhitespace := map[string]string{
-		"MIME lines (CR LF)": mime.String(),
-		"line feeds":         strings.ReplaceAll(mime.String(), "\r\n", "\n"),
-		"spaces and tabs":    " " + canonical[:8] + " " + canonical[8:16] + "\t" + canonical[16:] + " ",
+	withWhitespace := map[string]func(canonical string) string{
+		"MIME lines (CR LF)": mime,
+		"line feeds":         func(c string) string { return strings.ReplaceAll(mime(c), "\r\n", "\n") },
+		"spaces and tabs":    func(c string) string { return " " + c[:8] + " " + c[8:16] + "\t" + c[16:] + " " },
 	}
-	for name, data := range withWhitespace {
+	// Each create its own data point: the same one sent twice is one
+	// observation.
+	minute := 0
+	sent := func(name string) (map[string]any, []byte, string) {
+		minute++
+		payload := fxDataPoint(fxHR, fxHeartRate(fxAt(fmt.Sprintf("2024-03-05T10:%02d:00+01:00", minute))))
+		canonical := base64.StdEncoding.EncodeToString(payload)
 		r := fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: payload}.resource()
-		fxObj(r["valueAttachment"])["data"] = data
+		fxObj(r["valueAttachment"])["data"] = withWhitespace[name](canonical)
+		return r, payload, canonical
+	}
+	for name := range withWhitespace {
+		r, payload, canonical := sent(name)
 		resp, out := w.env.Send(t, "POST", fxBase+"/Observation", w.tok["alice"], r)
 		if resp.StatusCode != http.StatusCreated {
 			t.Errorf("%s: %d %v", name, resp.StatusCode, out)
@@ -174,6 +187,7 @@ func TestFHIRBase64WithWhitespace(t *testing.T) {
 		if got := fxObj(read["valueAttachment"])["data"]; got != canonical {
 			t.Errorf("%s: read answers %q, want the canonical Base64", name, got)
 		}
+		r, _, _ = sent(name)
 		entry := w.batch(t, w.tok["alice"], r)[0]
 		if fxObj(entry["response"])["status"] != "201 Created" {
 			t.Errorf("%s in a batch: %s", name, fxCompact(entry))
