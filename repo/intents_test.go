@@ -164,3 +164,32 @@ func TestDuplicateObservationsNameTheStoredOne(t *testing.T) {
 		}
 	}
 }
+
+// The repair at start-up is bounded by a time budget: what it leaves is
+// reported as left, stays in place, and a later repair (the sweep's)
+// finishes it.
+func TestRepairIsBounded(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	intents := repotest.Collection(t, db, "write_intents")
+	for i := range 3 {
+		in := bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.delete", "instance": "gone", "startedAt": time.Now(),
+			"studyId": int64(1), "patientIds": []int64{int64(i + 1)}, "keys": []string{}}
+		if _, err := intents.InsertOne(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := db.Repair(ctx, repo.RepairOptions{Budget: time.Nanosecond})
+	if err != nil || rep.Intents != 3 || rep.Left == 0 || rep.Left+rep.Repaired["enrollments.delete"] != 3 {
+		t.Fatalf("a repair out of budget: %+v, %v; want intents left", rep, err)
+	}
+	if n, _ := intents.CountDocuments(ctx, bson.M{}); n != int64(rep.Left) {
+		t.Errorf("%d intents stored, want the %d left", n, rep.Left)
+	}
+	if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired["enrollments.delete"] != rep.Intents || rep.Left != 0 {
+		t.Errorf("the next repair: %+v, %v", rep, err)
+	}
+	if n, _ := intents.CountDocuments(ctx, bson.M{}); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+}
