@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,6 +199,7 @@ func newHarness(t *testing.T, bin string, seed uint64, index int, p crashPath) *
 	h.mongoAddr = "127.0.0.1:" + strconv.Itoa(mongoPort)
 	h.env = append(os.Environ(),
 		"DATA_DIR="+filepath.Join(dir, "data"),
+		"LOG_FORMAT=json", // healedByRestart reads the start-up repair's line
 		"PORT="+strconv.Itoa(port),
 		"EMBEDDED_MONGO_ADDR="+h.mongoAddr,
 		"EXCHANGE_CRASHTEST_PLAN="+h.plan,
@@ -554,13 +554,10 @@ func (h *harness) trial(variant crashVariant, i int, clean cleanRun) {
 	h.stats.checking += time.Since(started)
 }
 
-// startupRepair is the log line of the start-up repair, with the number
-// of interrupted writes it repaired.
-var startupRepair = regexp.MustCompile(`msg="Repaired interrupted writes\." when=start-up intents=\d+ repaired=(\d+) `)
-
 // healedByRestart checks that the restart alone, before any retry, healed
 // what the kill left half done: the start-up repair left no write intent
-// and logged, with counts, what it repaired.
+// and logged, with counts, what it repaired (the last such line of the
+// service's JSON log).
 func (h *harness) healedByRestart() {
 	h.t.Helper()
 	if n := h.count("write_intents", bson.M{}); n > 0 {
@@ -570,12 +567,21 @@ func (h *harness) healedByRestart() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	logged := startupRepair.FindAllSubmatch(data, -1)
-	if len(logged) == 0 {
+	repaired := -1
+	for line := range bytes.Lines(data) {
+		var l struct {
+			Msg      string `json:"msg"`
+			When     string `json:"when"`
+			Repaired *int   `json:"repaired"`
+		}
+		if json.Unmarshal(line, &l) == nil && l.Msg == "Repaired interrupted writes." && l.When == "start-up" && l.Repaired != nil {
+			repaired = *l.Repaired
+		}
+	}
+	if repaired < 0 {
 		h.checkf("the start-up repair logged nothing")
 	}
-	n, _ := strconv.Atoi(string(logged[len(logged)-1][1]))
-	h.stats.repairedAtStart += n
+	h.stats.repairedAtStart += repaired
 }
 
 // disarm takes back a kill plan once the request is answered; false when
