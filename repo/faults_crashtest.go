@@ -25,7 +25,8 @@ import (
 // and sends SIGUSR1: the hook reads the plan, resets its write counter and
 // answers by writing the plan file's name + ".armed". From then on every
 // write command (insert, update, delete, findAndModify) counts, except the
-// heartbeat of the instance lease, and each one is logged to the plan
+// heartbeat of the instance lease and the audit trail's batches (both
+// written off the request path), and each one is logged to the plan
 // file's name + ".log" as "n command collection micros". With At = n > 0
 // the process kills itself at the n-th write: right after its reply
 // ("after"), or while it runs ("during": DelayMicros after it was sent).
@@ -104,8 +105,8 @@ func (m *crashMonitor) commandStarted(_ context.Context, e *event.CommandStarted
 		return
 	}
 	coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
-	if coll == colInstances {
-		return
+	if coll == colInstances || coll == colAuditEvents {
+		return // written on their own schedule, not by the request
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
