@@ -421,7 +421,7 @@ type cleanRun struct {
 	duration time.Duration
 }
 
-// runPath runs the clean run of each variant, then trials until kills of
+// runPath runs the clean runs of each variant, then trials until kills of
 // them landed (at most three times as many trials), taking the
 // variants in turn.
 func (h *harness) runPath(p crashPath, kills int) {
@@ -430,20 +430,28 @@ func (h *harness) runPath(p crashPath, kills int) {
 	}
 	clean := make([]cleanRun, len(p.variants))
 	for v, variant := range p.variants {
-		req, check := variant.prepare(h, h.next())
-		h.arm(crashPlanFile{})
-		started := time.Now()
-		resp, err := h.send(req)
-		clean[v].duration = time.Since(started)
-		if err != nil {
-			h.fail("%s: clean run: %v", variant.name, err)
+		// Twice: a write the service makes on its own schedule (the
+		// minute's sweep) can fall into one run, and the request's own
+		// writes are the fewer.
+		for run := range 2 {
+			req, check := variant.prepare(h, h.next())
+			h.arm(crashPlanFile{})
+			started := time.Now()
+			resp, err := h.send(req)
+			duration := time.Since(started)
+			if err != nil {
+				h.fail("%s: clean run: %v", variant.name, err)
+			}
+			writes := h.writesLogged()
+			if len(writes) == 0 {
+				h.fail("%s: clean run: no write counted (status %d)\n%s", variant.name, resp.status, resp.body)
+			}
+			h.current = variant.name + ": clean run"
+			check(h, resp, crashOutcome{answered: true, writes: len(writes)})
+			if run == 0 || len(writes) < len(clean[v].writes) {
+				clean[v] = cleanRun{writes: writes, duration: duration}
+			}
 		}
-		clean[v].writes = h.writesLogged()
-		if len(clean[v].writes) == 0 {
-			h.fail("%s: clean run: no write counted (status %d)\n%s", variant.name, resp.status, resp.body)
-		}
-		h.current = variant.name + ": clean run"
-		check(h, resp, crashOutcome{answered: true, writes: len(clean[v].writes)})
 		h.stats.writes = append(h.stats.writes, fmt.Sprintf("%s %d", variant.name, len(clean[v].writes)))
 	}
 	for i := 1; h.stats.killed < kills && i <= 3*kills; i++ {
