@@ -35,7 +35,7 @@ type Config struct {
 	OAuth   *oauth.Provider
 	// Search parses the FHIR searches the data pages run, as /FHIR/R5 does.
 	Search *fhirsearch.Translator
-	// Schemas are the Open mHealth schemas the exchange knows (nil: not
+	// Schemas are the Open mHealth and IEEE 1752 schemas the exchange knows (nil: not
 	// installed), offered when a superuser adds a scope code.
 	Schemas *omh.Registry
 	// ObservationResource renders a native observation as the FHIR API

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -246,7 +247,7 @@ func TestFormPermissions(t *testing.T) {
 		{fixed("/console/consents"), form{"patient": {fmt.Sprint(f.patient.ID)}, "study": {fmt.Sprint(f.study.ID)}, "system": {f.hr.System}, "code": {f.hr.Code}, "answer": {"share"}},
 			[]string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther},
 		{fixed("/console/data-sources"), form{"name": {"Ring"}, "type": {"personal_device"}, "scopes": {fmt.Sprint(f.hr.ID)}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther},
-		{fixed("/console/scope-codes"), form{"schema": {"body-height:2.0"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther},
+		{fixed("/console/scope-codes"), form{"schema": {"omh:body-height:2.0"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther},
 		{fixed("/console/fhir-sources"), form{"patient": {fmt.Sprint(f.patient.ID)}, "label": {"Clinic app"}}, []string{"viewer", "outsider", "other patient"}, "member", http.StatusSeeOther},
 		{fixed("/console/clients/"), form{"name": {"App"}, "type": {"public"}, "grant": {"authorization_code"}, "redirectUris": {"https://app.example.test/cb"}, "algorithm": {"RS256"}},
 			[]string{"manager", "patient"}, "superuser", http.StatusCreated},
@@ -354,4 +355,36 @@ func containsSuffix(list []string, suffix string) bool {
 		}
 	}
 	return false
+}
+
+// TestSchemaPicker: a superuser adds a kind of data from the Open mHealth
+// and the IEEE 1752 schemas, each coded on its namespace's system; the
+// picker leaves out the schemas that have a scope code already.
+func TestSchemaPicker(t *testing.T) {
+	f := newFixture(t)
+	su := f.callers["superuser"]
+	_, page := su.b.Do("GET", f.env.URL+"/console/sources/", nil)
+	for _, want := range []string{`<optgroup label="Open mHealth">`, `<optgroup label="IEEE 1752">`,
+		`<option value="omh:body-height:2.0">`, `<option value="ieee:sleep-stage-summary:1.0">`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the schema picker lacks %s", want)
+		}
+	}
+	if strings.Contains(page, `<option value="omh:heart-rate:2.0">`) {
+		t.Errorf("the picker offers heart-rate 2.0, which has a scope code")
+	}
+	if resp, body := su.post(f.env, "/console/scope-codes", url.Values{"schema": {"ieee:sleep-stage-summary:1.0"}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("add ieee:sleep-stage-summary:1.0: %d\n%.600s", resp.StatusCode, body)
+	}
+	codes, err := f.env.Service.ListScopeCodes(context.Background(), domain.Page{Number: 1, Size: domain.MaxPageSize})
+	if err != nil || !slices.ContainsFunc(codes.Items, func(c domain.ScopeCode) bool {
+		return c.System == domain.SystemIEEE1752 && c.Code == "ieee:sleep-stage-summary:1.0" && c.Text == "Sleep stage summary"
+	}) {
+		t.Errorf("no IEEE scope code for sleep-stage-summary: %+v, %v", codes.Items, err)
+	}
+	for _, bad := range []string{"ieee:heart-rate:2.0", "omh:sleep-stage-summary:1.0", "body-height:2.0", "fhir:body-height:2.0", ""} {
+		if resp, body := su.post(f.env, "/console/scope-codes", url.Values{"schema": {bad}}); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("add %q: %d, want 400\n%.300s", bad, resp.StatusCode, body)
+		}
+	}
 }

@@ -22,7 +22,7 @@ type sourcesPage struct {
 	Writable       []domain.Patient
 	AllDataSources []domain.DataSourceView
 	ScopeCodes     []domain.ScopeCode
-	NewSchemas     []omh.SchemaInfo // schemas without a scope code, for superusers
+	NewSchemas     []schemaGroup // schemas without a scope code, for superusers
 	Types          []domain.DataSourceType
 }
 
@@ -63,16 +63,36 @@ func (c *Console) sources(w http.ResponseWriter, r *http.Request, s *session) er
 		}
 		page.ScopeCodes = codes.Items
 		if c.Schemas != nil {
-			for _, sc := range c.Schemas.Schemas() {
-				code := omh.SchemaID{Namespace: omh.NamespaceOMH, Name: sc.Name, Version: sc.Version}.Code()
-				if !slices.ContainsFunc(codes.Items, func(x domain.ScopeCode) bool { return x.Code == code }) {
-					page.NewSchemas = append(page.NewSchemas, sc)
-				}
-			}
+			page.NewSchemas = newSchemas(c.Schemas.Schemas(), codes.Items)
 		}
 	}
 	c.render(w, r, s, http.StatusOK, "sources.html", "Data sources", "sources", page)
 	return nil
+}
+
+// schemaGroup is the schemas of one namespace, as the picker of a new
+// kind of data groups them.
+type schemaGroup struct {
+	Title   string
+	Schemas []omh.SchemaInfo
+}
+
+// newSchemas groups by namespace the schemas that no scope code has yet
+// (the registry lists them by namespace).
+func newSchemas(schemas []omh.SchemaInfo, codes []domain.ScopeCode) []schemaGroup {
+	var groups []schemaGroup
+	for _, sc := range schemas {
+		code, system := sc.ID().Code(), domain.NativeSystem(sc.Namespace)
+		if slices.ContainsFunc(codes, func(x domain.ScopeCode) bool { return x.System == system && x.Code == code }) {
+			continue
+		}
+		title := omh.NamespaceTitle(sc.Namespace)
+		if len(groups) == 0 || groups[len(groups)-1].Title != title {
+			groups = append(groups, schemaGroup{Title: title})
+		}
+		groups[len(groups)-1].Schemas = append(groups[len(groups)-1].Schemas, sc)
+	}
+	return groups
 }
 
 func (c *Console) createDataSource(w http.ResponseWriter, r *http.Request, s *session) error {
@@ -91,21 +111,21 @@ func (c *Console) createDataSource(w http.ResponseWriter, r *http.Request, s *se
 	return seeOther(w, r, Prefix+"sources/", "created")
 }
 
-// createScopeCode adds a scope code for an Open mHealth schema the
-// exchange knows: its code is the schema's, its text the schema's title.
+// createScopeCode adds a scope code for an Open mHealth or IEEE 1752
+// schema the exchange knows: its code is the schema's native code
+// (namespace:name:version) on its namespace's system, its text the
+// schema's name unless one is given.
 func (c *Console) createScopeCode(w http.ResponseWriter, r *http.Request, s *session) error {
-	name, version, _ := strings.Cut(r.PostFormValue("schema"), ":")
-	id := omh.SchemaID{Namespace: omh.NamespaceOMH, Name: name, Version: version}
-	if c.Schemas == nil || !c.Schemas.Has(id) {
+	id, err := omh.ParseCode(r.PostFormValue("schema"))
+	if err != nil || c.Schemas == nil || !c.Schemas.Has(id) {
 		return domain.FieldErrorf("schema", "choose a schema the exchange knows")
 	}
-	code := id.Code()
 	text := strings.TrimSpace(r.PostFormValue("text"))
 	if text == "" {
-		text = strings.ReplaceAll(name, "-", " ")
+		text = strings.ReplaceAll(id.Name, "-", " ")
 		text = strings.ToUpper(text[:1]) + text[1:]
 	}
-	if _, err := c.Service.CreateScopeCode(r.Context(), s.actor, domain.SystemOpenMHealth, code, text); err != nil {
+	if _, err := c.Service.CreateScopeCode(r.Context(), s.actor, domain.NativeSystem(id.Namespace), id.Code(), text); err != nil {
 		return err
 	}
 	return seeOther(w, r, Prefix+"sources/", "created")

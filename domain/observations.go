@@ -96,6 +96,15 @@ func IsNativeSystem(system string) bool {
 	return system == SystemOpenMHealth || system == SystemIEEE1752
 }
 
+// NativeSystem is the coding system of the native codes of a schema
+// namespace: IEEE 1752's for omh.NamespaceIEEE, else Open mHealth's.
+func NativeSystem(namespace string) string {
+	if namespace == omh.NamespaceIEEE {
+		return SystemIEEE1752
+	}
+	return SystemOpenMHealth
+}
+
 // IsNativeObservation reports whether an Observation's JSON is coded to
 // Open mHealth or IEEE 1752, and so belongs to the native store. It reads
 // only code.coding, so that a malformed body still goes where its code

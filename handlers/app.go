@@ -179,6 +179,7 @@ func New(c Config) *fiber.App {
 
 	api.Get("/omh_schemas", s.listSchemas)
 	api.Get("/omh_schemas/:name/:version", s.getSchema)
+	api.Get("/omh_schemas/:namespace/:name/:version", s.getSchema)
 
 	api.Get("/oauth_clients", s.listClients)
 	api.Post("/oauth_clients", s.createClient)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"exchange/handlers/handlerstest"
+	"exchange/omh/omhtest"
 )
 
 // fxEnv starts a bare exchange with one practitioner's token.
@@ -418,8 +419,8 @@ func TestFHIRContentNegotiation(t *testing.T) {
 	}
 }
 
-// TestOMHSchemas lists the Open mHealth schemas and serves one as
-// published; both need a token.
+// TestOMHSchemas lists the Open mHealth and IEEE 1752 schemas, each with
+// its namespace, and serves one of each as published; both need a token.
 func TestOMHSchemas(t *testing.T) {
 	env, token := fxEnv(t)
 	resp, list := env.GetJSON(t, "/api/v1/omh_schemas", token)
@@ -427,38 +428,45 @@ func TestOMHSchemas(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || len(results) < 10 || list["count"] != float64(len(results)) {
 		t.Fatalf("omh_schemas: %d %v", resp.StatusCode, list["count"])
 	}
-	found := false
+	listed := map[string]string{} // namespace:name:version -> title
 	for _, r := range results {
 		s := fxObj(r)
-		if len(s) != 3 || s["name"] == nil || s["version"] == nil || s["title"] == nil {
+		if len(s) != 4 || s["namespace"] == nil || s["name"] == nil || s["version"] == nil || s["title"] == nil {
 			t.Errorf("schema entry %v", s)
 		}
-		if s["name"] == "heart-rate" && s["version"] == "2.0" {
-			found = s["title"] == "This schema represents a person's heart rate."
+		listed[fmt.Sprintf("%v:%v:%v", s["namespace"], s["name"], s["version"])], _ = s["title"].(string)
+	}
+	if got := listed["omh:heart-rate:2.0"]; got != "This schema represents a person's heart rate." {
+		t.Errorf("heart-rate 2.0 is not listed with its title: %q", got)
+	}
+	for _, code := range []string{"ieee:sleep-stage-summary:1.0", "ieee:physical-activity:1.0", "omh:sleep-episode:1.0"} {
+		if listed[code] == "" {
+			t.Errorf("%s is not listed with a title", code)
 		}
 	}
-	if !found {
-		t.Errorf("heart-rate 2.0 is not listed with its title")
+	omhDir, ieeeDir := omhtest.SchemaDirs()
+	for path, file := range map[string]string{
+		"/api/v1/omh_schemas/heart-rate/2.0":         filepath.Join(omhDir, "heart-rate-2.0.json"),
+		"/api/v1/omh_schemas/omh/heart-rate/2.0":     filepath.Join(omhDir, "heart-rate-2.0.json"),
+		"/api/v1/omh_schemas/ieee/sleep-episode/1.0": filepath.Join(ieeeDir, "sleep", "sleep-episode-1.0.json"),
+		"/api/v1/omh_schemas/ieee/data-point/1.0":    filepath.Join(ieeeDir, "metadata", "data-point-1.0.json"),
+	} {
+		published, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, raw := fxDo(t, env, "GET", path, map[string]string{"Authorization": "Bearer " + token}, "")
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || string(raw) != string(published) {
+			t.Errorf("%s: %d %q, the published bytes: %v", path, resp.StatusCode, resp.Header.Get("Content-Type"), string(raw) == string(published))
+		}
 	}
-	// The server's schemas, where handlerstest.Schemas read them.
-	dir := os.Getenv("OMH_SCHEMA_DIR")
-	if dir == "" {
-		dir = filepath.Join(handlerstest.RepoRoot(), "standards", "omh", "schemas")
-	}
-	published, err := os.ReadFile(filepath.Join(dir, "heart-rate-2.0.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, raw := fxDo(t, env, "GET", "/api/v1/omh_schemas/heart-rate/2.0", map[string]string{"Authorization": "Bearer " + token}, "")
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || string(raw) != string(published) {
-		t.Errorf("heart-rate 2.0: %d %q, the published bytes: %v", resp.StatusCode, resp.Header.Get("Content-Type"), string(raw) == string(published))
-	}
-	for _, path := range []string{"/api/v1/omh_schemas/heart-rate/9.9", "/api/v1/omh_schemas/no-such-schema/1.0", "/api/v1/omh_schemas/..%2Fdata-point/1.0"} {
+	for _, path := range []string{"/api/v1/omh_schemas/heart-rate/9.9", "/api/v1/omh_schemas/no-such-schema/1.0", "/api/v1/omh_schemas/..%2Fdata-point/1.0",
+		"/api/v1/omh_schemas/sleep-stage-summary/1.0", "/api/v1/omh_schemas/ieee/heart-rate/2.0", "/api/v1/omh_schemas/fhir/heart-rate/2.0"} {
 		if resp, body := env.GetJSON(t, path, token); resp.StatusCode != http.StatusNotFound || body["detail"] == nil {
 			t.Errorf("%s: %d %v", path, resp.StatusCode, body)
 		}
 	}
-	for _, path := range []string{"/api/v1/omh_schemas", "/api/v1/omh_schemas/heart-rate/2.0"} {
+	for _, path := range []string{"/api/v1/omh_schemas", "/api/v1/omh_schemas/heart-rate/2.0", "/api/v1/omh_schemas/ieee/sleep-episode/1.0"} {
 		if resp, _ := env.GetJSON(t, path, ""); resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("%s without a token: %d", path, resp.StatusCode)
 		}

@@ -35,7 +35,7 @@
 //     request its id, passed on to the exchange with the calls it makes,
 //     counts it, and logs a line; /metrics adds tool calls by tool and
 //     outcome and the calls to the exchange by endpoint and status.
-//   - The tools: studies, patients, observations, Open mHealth schemas
+//   - The tools: studies, patients, observations, Open mHealth and IEEE 1752 schemas
 //     (also MCP resources) and FHIR capabilities, each a constructor that
 //     returns (mcp.Tool, server.ToolHandlerFunc). They call the exchange's
 //     admin API and FHIR interface with the user's own token, so the user

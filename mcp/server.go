@@ -14,7 +14,7 @@ import (
 const Version = "0.1.0"
 
 // toolConstructors builds every tool, in the order clients list them:
-// studies, patients, observations, Open mHealth schemas, capabilities.
+// studies, patients, observations, schemas, capabilities.
 var toolConstructors = []func(*api) (mcpgo.Tool, server.ToolHandlerFunc){
 	countStudiesTool, listStudiesTool, getStudyTool, listStudyPatientsTool,
 	searchPatientsTool, getPatientTool, patientDataRangeTool,
@@ -48,7 +48,8 @@ func newToolServer(svc *service, now func() time.Time, log *slog.Logger, outer .
 	for _, build := range toolConstructors {
 		s.AddTool(build(a))
 	}
-	s.AddResourceTemplate(schemaResourceTemplate(a))
+	s.AddResourceTemplate(schemaResourceTemplate(a, "omh", "Open mHealth"))
+	s.AddResourceTemplate(schemaResourceTemplate(a, "ieee", "IEEE 1752"))
 	return s
 }
 

@@ -183,12 +183,23 @@ func checkEveryTool(t *testing.T, w *world, c *client.Client) {
 	if schema["$schema"] == nil && schema["type"] == nil {
 		t.Errorf("get_omh_schema %v", schema)
 	}
-	res, err := c.ReadResource(context.Background(), mcpgo.ReadResourceRequest{Params: mcpgo.ReadResourceParams{URI: "omh-schema://heart-rate/2.0"}})
-	if err != nil || len(res.Contents) != 1 {
-		t.Fatalf("resource omh-schema://heart-rate/2.0: %v %v", err, res)
+	// IEEE 1752 schemas are listed and served beside Open mHealth's.
+	ieee := callJSON(t, c, "list_omh_schemas", map[string]any{"namespace": "ieee", "contains": "stage-summary"})
+	if list, _ := ieee["schemas"].([]any); len(list) != 1 || list[0].(map[string]any)["namespace"] != "ieee" || list[0].(map[string]any)["name"] != "sleep-stage-summary" {
+		t.Errorf("list_omh_schemas ieee summary %v", ieee)
 	}
-	if text, ok := mcpgo.AsTextResourceContents(res.Contents[0]); !ok || !json.Valid([]byte(text.Text)) || !strings.Contains(text.Text, "heart_rate") {
-		t.Errorf("resource contents %v", res.Contents[0])
+	schema = callJSON(t, c, "get_omh_schema", map[string]any{"namespace": "ieee", "name": "sleep-stage-summary", "version": "1.0"})
+	if !strings.Contains(fmt.Sprint(schema["properties"]), "sleep_stage_state") {
+		t.Errorf("get_omh_schema ieee sleep-stage-summary %v", schema)
+	}
+	for uri, want := range map[string]string{"omh-schema://heart-rate/2.0": "heart_rate", "ieee-schema://sleep-stage-summary/1.0": "sleep_stage_state"} {
+		res, err := c.ReadResource(context.Background(), mcpgo.ReadResourceRequest{Params: mcpgo.ReadResourceParams{URI: uri}})
+		if err != nil || len(res.Contents) != 1 {
+			t.Fatalf("resource %s: %v %v", uri, err, res)
+		}
+		if text, ok := mcpgo.AsTextResourceContents(res.Contents[0]); !ok || !json.Valid([]byte(text.Text)) || !strings.Contains(text.Text, want) {
+			t.Errorf("resource %s contents %v", uri, res.Contents[0])
+		}
 	}
 
 	caps := callJSON(t, c, "get_capabilities", nil)
@@ -236,7 +247,8 @@ func TestToolErrors(t *testing.T) {
 	// resource not found. (mcp-go v1.2.1 sends every resource handler's
 	// error as -32603 with its message; only a URI that matches no
 	// template gets -32002.)
-	for _, uri := range []string{"omh-schema://no-such-schema/1.0", "omh-schema://Heart_Rate/2.0", "omh-schema://heart-rate/two", "omh-schema://heart-rate"} {
+	for _, uri := range []string{"omh-schema://no-such-schema/1.0", "omh-schema://Heart_Rate/2.0", "omh-schema://heart-rate/two", "omh-schema://heart-rate",
+		"omh-schema://sleep-stage-summary/1.0", "ieee-schema://heart-rate/2.0"} {
 		_, err := c.ReadResource(context.Background(), mcpgo.ReadResourceRequest{Params: mcpgo.ReadResourceParams{URI: uri}})
 		if err == nil || !strings.Contains(err.Error(), "resource not found") {
 			t.Errorf("resource %s: %v, want resource not found", uri, err)

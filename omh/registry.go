@@ -18,20 +18,28 @@ import (
 	"golang.org/x/text/message"
 )
 
-// SchemaInfo describes one Open mHealth schema of the registry.
+// SchemaInfo describes one schema of the registry, of either namespace.
 type SchemaInfo struct {
-	Name    string
-	Version string
-	Title   string // the schema's description
+	Namespace string // NamespaceOMH or NamespaceIEEE
+	Name      string
+	Version   string
+	Title     string // the schema's description
+}
+
+// ID is the schema's identifier, as a data point's header names it.
+func (i SchemaInfo) ID() SchemaID {
+	return SchemaID{Namespace: i.Namespace, Name: i.Name, Version: i.Version}
 }
 
 // Registry is the set of official schemas: the Open mHealth schemas of
 // one directory and the IEEE 1752 schemas of another, all compiled when
 // it is opened. It is safe for concurrent use.
 type Registry struct {
-	omhDir string
-	// omh lists the Open mHealth schemas, by name and version.
-	omh []SchemaInfo
+	// infos lists the schemas of both namespaces, by namespace, name and
+	// version.
+	infos []SchemaInfo
+	// files holds each schema's file, by its identifier.
+	files map[SchemaID]string
 	// schemas holds every schema of both namespaces, by its identifier.
 	schemas map[SchemaID]*jsonschema.Schema
 	// The data point schemas of each kind of header.
@@ -77,35 +85,23 @@ func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w (run scripts/setup, or set OMH_SCHEMA_DIR)", ErrNotInstalled, err)
 	}
-	r := &Registry{omhDir: omhDir, schemas: map[SchemaID]*jsonschema.Schema{}}
+	r := &Registry{files: map[SchemaID]string{}, schemas: map[SchemaID]*jsonschema.Schema{}}
 	var urls []string // every file of both folders, aliases too
 	for _, e := range entries {
 		if aliasFile.MatchString(e.Name()) {
 			urls = append(urls, omhBase+e.Name())
 		}
-		m := schemaFile.FindStringSubmatch(e.Name())
-		if m == nil {
+		if !schemaFile.MatchString(e.Name()) {
 			continue
 		}
-		var head struct {
-			Description string `json:"description"`
-		}
-		data, err := os.ReadFile(filepath.Join(omhDir, e.Name()))
-		if err != nil {
+		if err := r.add(NamespaceOMH, e.Name(), filepath.Join(omhDir, e.Name())); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal(data, &head); err != nil {
-			return nil, fmt.Errorf("Open mHealth schema %s: %w", e.Name(), err)
-		}
-		r.omh = append(r.omh, SchemaInfo{Name: m[1], Version: m[2], Title: head.Description})
 		urls = append(urls, omhBase+e.Name())
 	}
-	if len(r.omh) == 0 {
+	if len(r.infos) == 0 {
 		return nil, fmt.Errorf("%w: no schemas in %s (run scripts/setup, or set OMH_SCHEMA_DIR)", ErrNotInstalled, omhDir)
 	}
-	slices.SortFunc(r.omh, func(a, b SchemaInfo) int {
-		return strings.Compare(a.Name+" "+a.Version, b.Name+" "+b.Version)
-	})
 	// os.DirFS follows ieeeDir itself when it is a link, as scripts/setup
 	// makes it.
 	err = fs.WalkDir(os.DirFS(ieeeDir), ".", func(p string, d fs.DirEntry, err error) error {
@@ -117,7 +113,7 @@ func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
 		}
 		loader.ieee[d.Name()] = filepath.Join(ieeeDir, filepath.FromSlash(p))
 		urls = append(urls, ieeeBase+d.Name())
-		return nil
+		return r.add(NamespaceIEEE, d.Name(), loader.ieee[d.Name()])
 	})
 	if err == nil && len(loader.ieee) == 0 {
 		err = fmt.Errorf("no schemas in %s", ieeeDir)
@@ -142,6 +138,9 @@ func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
 			r.schemas[SchemaID{Namespace: ns, Name: m[1], Version: m[2]}] = sch
 		}
 	}
+	slices.SortFunc(r.infos, func(a, b SchemaInfo) int {
+		return strings.Compare(a.Namespace+" "+a.Name+" "+a.Version, b.Namespace+" "+b.Name+" "+b.Version)
+	})
 	var ok bool
 	if r.omhDataPoint, ok = r.schemas[SchemaID{NamespaceOMH, "data-point", "1.0"}]; !ok {
 		return nil, fmt.Errorf("%w: no data-point-1.0.json in %s", ErrNotInstalled, omhDir)
@@ -152,8 +151,29 @@ func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
 	return r, nil
 }
 
-// Schemas lists the Open mHealth schemas by name and version.
-func (r *Registry) Schemas() []SchemaInfo { return r.omh }
+// add lists the schema file named name (<name>-<version>.json) at file,
+// with its description as its title.
+func (r *Registry) add(ns, name, file string) error {
+	m := schemaFile.FindStringSubmatch(name)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var head struct {
+		Description string `json:"description"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return fmt.Errorf("%s schema %s: %w", NamespaceTitle(ns), name, err)
+	}
+	info := SchemaInfo{Namespace: ns, Name: m[1], Version: m[2], Title: head.Description}
+	r.infos = append(r.infos, info)
+	r.files[info.ID()] = file
+	return nil
+}
+
+// Schemas lists the schemas of both namespaces: Open mHealth's, then IEEE
+// 1752's, each by name and version.
+func (r *Registry) Schemas() []SchemaInfo { return r.infos }
 
 // Has reports whether the registry has the schema, of either namespace.
 func (r *Registry) Has(id SchemaID) bool {
@@ -164,12 +184,13 @@ func (r *Registry) Has(id SchemaID) bool {
 // ErrNoSchema is returned for a schema the registry does not have.
 var ErrNoSchema = errors.New("no such schema")
 
-// Schema returns the Open mHealth schema file's JSON, as published.
-func (r *Registry) Schema(name, version string) ([]byte, error) {
-	if !r.Has(SchemaID{Namespace: NamespaceOMH, Name: name, Version: version}) {
+// Schema returns a schema file's JSON, as published, or ErrNoSchema.
+func (r *Registry) Schema(id SchemaID) ([]byte, error) {
+	file, ok := r.files[id]
+	if !ok {
 		return nil, ErrNoSchema
 	}
-	return os.ReadFile(filepath.Join(r.omhDir, name+"-"+version+".json"))
+	return os.ReadFile(file)
 }
 
 // ValidationError lists why a data point fails its schemas. Each problem
@@ -201,12 +222,14 @@ func (r *Registry) Validate(dp *DataPoint) error {
 	body, ok := r.schemas[dp.Schema]
 	if !ok {
 		return &ValidationError{Schema: dp.Schema.Code(), Problems: []string{
-			fmt.Sprintf("at /header/schema_id: there is no schema %s among the official %s schemas", dp.Schema.Code(), namespaceTitle(dp.Schema.Namespace))}}
+			fmt.Sprintf("at /header/schema_id: there is no schema %s among the official %s schemas", dp.Schema.Code(), NamespaceTitle(dp.Schema.Namespace))}}
 	}
 	return validate(body, dp.Schema.Code(), "/body", dp.Body)
 }
 
-func namespaceTitle(ns string) string {
+// NamespaceTitle is a namespace's name for people: Open mHealth or IEEE
+// 1752.
+func NamespaceTitle(ns string) string {
 	if ns == NamespaceIEEE {
 		return "IEEE 1752"
 	}
