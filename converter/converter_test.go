@@ -14,6 +14,7 @@ import (
 
 	"exchange/converter"
 	"exchange/fhirdefs"
+	"exchange/fhirdefs/fhirdefstest"
 	"exchange/internal/benchcpu"
 )
 
@@ -21,15 +22,7 @@ func standards(parts ...string) string {
 	return filepath.Join(append([]string{"..", "standards"}, parts...)...)
 }
 
-// packagesDir holds the FHIR npm packages (FHIR_PACKAGES_DIR).
-func packagesDir() string {
-	if d := os.Getenv("FHIR_PACKAGES_DIR"); d != "" {
-		return d
-	}
-	return standards("fhir-packages")
-}
-
-func packageDir(name string) string { return filepath.Join(packagesDir(), name, "package") }
+func packageDir(name string) string { return fhirdefstest.PackageDir(name) }
 
 func mapsDir() string {
 	if d := os.Getenv("FHIR_XVER_PACKAGE_DIR"); d != "" {
@@ -48,7 +41,7 @@ func conceptMapsDir() string {
 // compile compiles the official maps with the FML patches of patchesDir
 // ("" for none).
 func compile(patchesDir string) (*converter.Engine, error) {
-	r4, err := fhirdefs.OpenR4(packagesDir())
+	r4, err := fhirdefs.OpenR4(fhirdefstest.PackagesDir())
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +55,7 @@ func compile(patchesDir string) (*converter.Engine, error) {
 var compiled = sync.OnceValues(func() (*converter.Engine, error) { return compile("") })
 
 func r4Package(t testing.TB) *fhirdefs.Package {
-	p, err := fhirdefs.OpenR4(packagesDir())
+	p, err := fhirdefs.OpenR4(fhirdefstest.PackagesDir())
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}
@@ -76,7 +69,7 @@ type r5 struct {
 }
 
 var openedR5 = sync.OnceValues(func() (r5, error) {
-	defs, v, err := fhirdefs.OpenR5(packagesDir())
+	defs, v, err := fhirdefs.OpenR5(fhirdefstest.PackagesDir())
 	return r5{defs, v}, err
 })
 

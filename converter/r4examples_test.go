@@ -1,7 +1,6 @@
 package converter_test
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -15,107 +14,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"exchange/converter"
 	"exchange/domain"
 	"exchange/fhirdefs"
+	"exchange/fhirdefs/fhirdefstest"
 	"exchange/fhirsearch"
 )
-
-// r5Schema is the official R5 JSON Schema
-// (hl7.fhir.r5.core/package/openapi/fhir.schema.json), the check that
-// e2e/r5.mjs runs with Ajv, compiled per resource type on first use. As
-// there, a resource inside another (contained, Bundle.entry.resource,
-// ...) is validated on its own against its type: the schema's
-// ResourceList, a oneOf of every resource type, is left out, which also
-// spares matching each one against 158 definitions.
-type r5Schema struct {
-	mu       sync.Mutex
-	compiler *jsonschema.Compiler
-	byType   map[string]*jsonschema.Schema
-}
-
-const r5SchemaURL = "http://hl7.org/fhir/json-schema/5.0"
-
-var openR5Schema = sync.OnceValues(func() (*r5Schema, error) {
-	f, err := os.Open(filepath.Join(packageDir("hl7.fhir.r5.core"), "openapi", "fhir.schema.json"))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	doc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		return nil, err
-	}
-	doc.(map[string]any)["definitions"].(map[string]any)["ResourceList"] = map[string]any{"type": "object"}
-	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft6)
-	if err := c.AddResource(r5SchemaURL, doc); err != nil {
-		return nil, err
-	}
-	return &r5Schema{compiler: c, byType: map[string]*jsonschema.Schema{}}, nil
-})
-
-// problems validates a resource, and each resource inside it, against
-// their types' definitions; nil when they are valid.
-func (s *r5Schema) problems(resource []byte) ([]string, error) {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(resource))
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, r := range append([]map[string]any{v.(map[string]any)}, innerResources(v, false)...) {
-		p, err := s.validate(r)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p...)
-	}
-	return out, nil
-}
-
-// innerResources are the resources inside a JSON value, each without
-// those inside it.
-func innerResources(v any, inside bool) []map[string]any {
-	var out []map[string]any
-	switch v := v.(type) {
-	case map[string]any:
-		if _, ok := v["resourceType"].(string); ok && inside {
-			return append(out, append([]map[string]any{v}, innerResources(v, false)...)...)
-		}
-		for _, m := range v {
-			out = append(out, innerResources(m, true)...)
-		}
-	case []any:
-		for _, m := range v {
-			out = append(out, innerResources(m, true)...)
-		}
-	}
-	return out
-}
-
-func (s *r5Schema) validate(v map[string]any) ([]string, error) {
-	rt, _ := v["resourceType"].(string)
-	var err error
-	s.mu.Lock()
-	sch, ok := s.byType[rt]
-	if !ok {
-		sch, err = s.compiler.Compile(r5SchemaURL + "#/definitions/" + rt)
-		s.byType[rt] = sch
-	}
-	s.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if sch == nil {
-		return []string{rt + " is not an R5 resource type"}, nil
-	}
-	if err := sch.Validate(v); err != nil {
-		return strings.Split(err.Error(), "\n"), nil
-	}
-	return nil, nil
-}
 
 // nonInstance are the R4 resource types of the Conformance and
 // Terminology modules: the definitions of FHIR itself, which most of the
@@ -178,7 +82,7 @@ func TestR4Examples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := openR5Schema()
+	schema, err := fhirdefstest.OpenR5Schema()
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}
@@ -271,7 +175,7 @@ func TestR4Examples(t *testing.T) {
 
 // importExample imports one example file as the R4 import does: the
 // upstream id moved out, converted, then validated.
-func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdefs.Validator, schema *r5Schema) exampleOutcome {
+func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdefs.Validator, schema *fhirdefstest.Schema) exampleOutcome {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Error(err)
@@ -308,7 +212,7 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 	if o.issues, err = v.Validate(conv.Body); err != nil {
 		t.Errorf("%s: %v", file, err)
 	}
-	if o.schema, err = schema.problems(conv.Body); err != nil {
+	if o.schema, err = schema.Problems(conv.Body); err != nil {
 		t.Errorf("%s: %v", file, err)
 	}
 	return o
@@ -338,7 +242,7 @@ func TestR4ExampleFidelity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema, err := openR5Schema()
+	schema, err := fhirdefstest.OpenR5Schema()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +253,7 @@ func TestR4ExampleFidelity(t *testing.T) {
 			t.Fatal(err)
 		}
 		issues, err := validator(t).Validate(conv.Body)
-		problems, schemaErr := schema.problems(conv.Body)
+		problems, schemaErr := schema.Problems(conv.Body)
 		if len(issues) > 0 || len(problems) > 0 || err != nil || schemaErr != nil {
 			t.Errorf("not valid R5: %v %v %v %v", issues, problems, err, schemaErr)
 		}

@@ -25,6 +25,9 @@ type Element struct {
 	// (Questionnaire.item.item refers to #Questionnaire.item).
 	ContentRef string
 	Binding    *Binding
+	// TargetedCanonical is set for a canonical that names the types it
+	// may point to (canonical(PlanDefinition)).
+	TargetedCanonical bool
 }
 
 // Choice reports whether the element is a choice of types (value[x]).
@@ -156,8 +159,9 @@ type sdFile struct {
 			Max              string `json:"max"`
 			ContentReference string `json:"contentReference"`
 			Type             []struct {
-				Code      string `json:"code"`
-				Extension []struct {
+				Code          string   `json:"code"`
+				TargetProfile []string `json:"targetProfile"`
+				Extension     []struct {
 					URL         string `json:"url"`
 					ValueString string `json:"valueString"`
 					ValueURL    string `json:"valueUrl"`
@@ -220,6 +224,7 @@ func (p *Package) load(name string) (*StructureDefinition, error) {
 				code = "string"
 			}
 			e.Types = append(e.Types, code)
+			e.TargetedCanonical = e.TargetedCanonical || code == "canonical" && len(t.TargetProfile) > 0
 			if f.Kind == "primitive-type" && raw.Path == name+".value" {
 				for _, ext := range t.Extension {
 					if strings.HasSuffix(ext.URL, "/regex") {

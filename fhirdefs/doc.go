@@ -15,6 +15,14 @@
 //     packages' regular expressions), cardinality, and codes of required
 //     bindings whose value sets the expansions package enumerates. The
 //     FHIRPath invariants (ele-1, obs-6, ...) are not evaluated.
+//   - What the official R5 JSON Schema (openapi/fhir.schema.json) refuses
+//     is refused, so that a stored resource passes other R5 tools: a
+//     primitive extension sibling (_name) is taken only where the schema
+//     has one (not beside ids, Narrative.div, targeted canonicals or
+//     complex elements; TestExtensionSiblingsFollowTheR5Schema compares
+//     every element). The one difference is FHIR JSON's null that aligns
+//     a repeating primitive's extensions, which the schema cannot express.
+//     Package fhirdefstest gives tests that schema as a second opinion.
 //   - Every problem is an Issue with the FHIRPath of the element at
 //     fault; a resource is valid when there are none.
 package fhirdefs

@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"exchange/fhirdefs"
+	"exchange/fhirdefs/fhirdefstest"
 )
 
 func r5Package(t *testing.T) *fhirdefs.Package {
 	t.Helper()
-	defs, err := fhirdefs.OpenPackage(filepath.Join(packagesDir(), "hl7.fhir.r5.core", "package"))
+	defs, err := fhirdefs.OpenPackage(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package"))
 	if err != nil {
 		t.Fatalf("%v: run scripts/setup first", err)
 	}
@@ -29,7 +30,7 @@ func TestResourceTypesAreTheResourceDefinitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob(filepath.Join(packagesDir(), "hl7.fhir.r5.core", "package", "StructureDefinition-*.json"))
+	files, err := filepath.Glob(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package", "StructureDefinition-*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
