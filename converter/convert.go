@@ -22,8 +22,10 @@ type Result struct {
 	// Translated are the R4 codes translate() changed, in R4 path order.
 	Translated []Translation
 	// Absent are the R5 paths of the elements R5 requires that the R4
-	// resource could not give (Coverage.kind), sorted: each is sent with
-	// FHIR's data-absent-reason extension (`unsupported`) and no value.
+	// resource could not give (Coverage.kind; Claim.contained.kind for a
+	// contained Coverage), from the resource converted and without
+	// indexes, sorted: each is sent with FHIR's data-absent-reason
+	// extension (`unsupported`) and no value.
 	Absent []string
 }
 
@@ -88,7 +90,7 @@ func (e *Engine) convert(rt string, resource map[string]any) (*Result, error) {
 		return nil, err
 	}
 	var buf bytes.Buffer
-	w := &writer{e: e, buf: &buf, carried: map[leaf]bool{}}
+	w := &writer{e: e, buf: &buf, carried: map[leaf]bool{}, at: []string{g.targetType}}
 	w.object(tgt)
 	slices.Sort(w.absent)
 	res := &Result{Type: g.targetType, Resource: buf.Bytes(), Absent: slices.Compact(w.absent)}

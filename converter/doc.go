@@ -55,7 +55,9 @@
 //     decides). Without ConceptMaps every code passes through.
 //   - An element R5 requires that the R4 resource cannot give (Coverage
 //     kind, Condition clinicalStatus) is written with no value and FHIR's
-//     data-absent-reason extension (`unsupported`), and reported; a
+//     data-absent-reason extension (`unsupported`), and reported at its
+//     place in the resource imported (Claim.contained.kind for the kind
+//     of a contained Coverage, as the loss report names places); a
 //     required canonical, which R5 JSON cannot mark so, stays missing and
 //     R5 validation refuses the resource.
 package converter

@@ -236,7 +236,9 @@ func readExample(t *testing.T, name string) map[string]any {
 // and checks what they carry: Encounter f001's `finished` arrives as
 // `completed` with its translation reported, Patient example's
 // birth-time extension (`_birthDate`) arrives, and Organization 1, made
-// to have its name as its phone, reports the telecom it loses.
+// to have its name as its phone, reports the telecom it loses; the
+// Coverage inside Claims 100152 and MED-00050 is marked and reported as
+// absent where it is.
 func TestR4ExampleFidelity(t *testing.T) {
 	im, err := converter.NewImporter(engine(t))
 	if err != nil {
@@ -275,6 +277,20 @@ func TestR4ExampleFidelity(t *testing.T) {
 			t.Errorf("dropped %v: %s", conv.Dropped, conv.Body)
 		}
 	})
+	// A contained resource is converted as one imported alone (its Coverage
+	// lacks R5's required kind), and what is reported of it is at its
+	// place in the resource imported: Claim.contained.kind, not a
+	// Coverage.kind that names no element of a Claim.
+	for _, file := range []string{"Claim-100152.json", "Claim-MED-00050.json"} {
+		t.Run(file+" contained Coverage", func(t *testing.T) {
+			conv := imported(t, readExample(t, file))
+			kind := `"_kind":{"extension":[{"url":"http://hl7.org/fhir/StructureDefinition/data-absent-reason","valueCode":"unsupported"}]}`
+			if !slices.Equal(conv.Absent, []string{"Claim.contained.kind"}) || !strings.Contains(string(conv.Body), kind) ||
+				!slices.Equal(conv.Dropped, []string{"Claim.contained.payor"}) {
+				t.Errorf("absent %v, dropped %v: %s", conv.Absent, conv.Dropped, conv.Body)
+			}
+		})
+	}
 	t.Run("Organization phone equals name", func(t *testing.T) {
 		m := readExample(t, "Organization-1.json")
 		phone := m["telecom"].([]any)[0].(map[string]any)

@@ -35,6 +35,12 @@ type writer struct {
 	carried    map[leaf]bool
 	translated map[leaf]*translation
 	absent     []string // the R5 paths of the required elements marked absent
+	// at is the path of the object being written, from the resource
+	// converted, by element name (Claim, contained for a contained
+	// resource's members), without indexes, as the loss report's paths.
+	// Joined only for an absent element: a slice, so that writing costs no
+	// string per member.
+	at []string
 }
 
 // value writes a value; false (nothing written) when it is empty.
@@ -99,6 +105,14 @@ func (w *writer) object(v *tval) bool {
 // member writes the member key of an object (and its `_key` sibling):
 // how many members it wrote.
 func (w *writer) member(members int, key string, val any) int {
+	w.at = append(w.at, key)
+	n := w.memberAt(members, key, val)
+	w.at = w.at[:len(w.at)-1]
+	return n
+}
+
+// memberAt is member with w.at at the member.
+func (w *writer) memberAt(members int, key string, val any) int {
 	switch val := val.(type) {
 	case *tval:
 		if !val.primitive() {
@@ -173,17 +187,20 @@ func (w *writer) absentMember(members int, parent *tdef, el *fhirdefs.Element, d
 	if el.ContentRef != "" {
 		children = el.ContentRef
 	}
+	w.at = append(w.at, el.Name)
+	path := strings.Join(w.at, ".")
 	if (typ == "BackboneElement" || typ == "Element" || el.ContentRef != "") && depth < maxAbsentDepth {
 		d := w.e.def(parent.pkg, parent.sd, children)
 		for _, child := range d.required {
 			w.absentMember(1, d, child, depth+1)
 		}
 	}
+	w.at = w.at[:len(w.at)-1]
 	w.buf.WriteByte('}')
 	if el.Max != 1 {
 		w.buf.WriteByte(']')
 	}
-	w.absent = append(w.absent, el.Path)
+	w.absent = append(w.absent, path)
 	return 1
 }
 
@@ -262,7 +279,7 @@ func (w *writer) primitives(members int, key string, items []*tval) int {
 		if len(item.members) == 0 {
 			continue
 		}
-		sub := writer{e: w.e, buf: &bytes.Buffer{}, carried: w.carried, translated: w.translated, absent: w.absent}
+		sub := writer{e: w.e, buf: &bytes.Buffer{}, carried: w.carried, translated: w.translated, absent: w.absent, at: w.at}
 		if sub.object(item) {
 			if exts == nil {
 				exts = make([][]byte, len(values))
