@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -101,11 +100,11 @@ func New(c Config) *fiber.App {
 	app.Get("/health", s.health)
 	app.Get("/ready", s.ready)
 	if c.MetricsHandler != nil {
-		app.Get("/metrics", adaptor.HTTPHandler(c.MetricsHandler))
+		app.Get("/metrics", netHTTP(c.MetricsHandler))
 	}
-	app.All("/o/*", withOrigin(c.OAuth.Handler()))
+	app.All("/o/*", netHTTP(c.OAuth.Handler()))
 	if c.Console != nil {
-		console := withOrigin(c.Console)
+		console := netHTTP(c.Console)
 		app.All("/console", console)
 		app.All("/console/*", console)
 	}
@@ -219,17 +218,6 @@ func (s *server) ready(c *fiber.Ctx) error {
 	}
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.Status(status).JSON(report)
-}
-
-// withOrigin serves a net/http handler (the OAuth endpoints) with the
-// request's origin in its context, for the audit trail.
-func withOrigin(h http.Handler) fiber.Handler {
-	return func(c *fiber.Ctx) error {
-		origin := domain.OriginOf(c.UserContext())
-		return adaptor.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			h.ServeHTTP(w, r.WithContext(domain.WithOrigin(r.Context(), origin)))
-		}))(c)
-	}
 }
 
 // marshalJSON encodes like encoding/json without escaping <, > and & (URLs

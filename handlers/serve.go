@@ -2,13 +2,18 @@ package handlers
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/valyala/fasthttp"
+
+	"exchange/domain"
 )
 
 // Limits of what the HTTP server reads of a request before any route runs.
@@ -146,5 +151,28 @@ func readError(err error) error {
 		return fiber.NewError(fiber.StatusRequestTimeout, "the request was not received in time")
 	default:
 		return fiber.NewError(fiber.StatusBadRequest, "the request is not well-formed HTTP/1.1 (its request line, headers or body encoding)")
+	}
+}
+
+// netHTTP serves a net/http handler (OAuth's, the console's, /metrics) on
+// the app, with the request's origin in its context for the audit trail.
+// Fiber's adaptor makes the *fasthttp.RequestCtx the request's context,
+// which breaks context's contract: its Done is the server's channel,
+// closed at shutdown, but its Err reads the server's channel anew, which
+// Shutdown sets to nil when it returns. A context derived from it
+// (context.WithTimeout in a handler, in fosite, in the database driver)
+// watches the closed channel, then finds no error, and the context
+// package panics ("missing cancel error"), taking the process down while
+// SIGTERM drains it. The handler gets a context with the request's values
+// (Fiber's locals) and without the server's cancellation, as Fiber
+// handlers' UserContext: a request in flight at shutdown runs to its end
+// within the shutdown grace.
+func netHTTP(h http.Handler) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		origin := domain.OriginOf(c.UserContext())
+		return adaptor.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := domain.WithOrigin(context.WithoutCancel(r.Context()), origin)
+			h.ServeHTTP(w, r.WithContext(ctx))
+		}))(c)
 	}
 }
