@@ -287,20 +287,22 @@ func seeOther(w http.ResponseWriter, r *http.Request, path, done string) error {
 	return nil
 }
 
-// pathID reads an integer id from the path; a malformed one is a 404, as
-// an unknown id is.
+// pathID reads an id from the path, written as the console writes it
+// (domain.ParseID: no sign, no leading zero, so one page has one URL); any
+// other is a 404, as an unknown id is.
 func pathID(r *http.Request, name string) (int64, error) {
-	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
-	if err != nil || id < 1 {
+	id, ok := domain.ParseID(r.PathValue(name))
+	if !ok {
 		return 0, domain.Errorf(domain.CodeNotFound, "there is no such page")
 	}
 	return id, nil
 }
 
-// formID reads an integer id from a form field; CodeInvalid naming it.
+// formID reads an id from a form field, as domain.ParseID does;
+// CodeInvalid naming the field.
 func formID(r *http.Request, field string) (int64, error) {
-	id, err := strconv.ParseInt(strings.TrimSpace(r.PostFormValue(field)), 10, 64)
-	if err != nil || id < 1 {
+	id, ok := domain.ParseID(r.PostFormValue(field))
+	if !ok {
 		return 0, domain.FieldErrorf(field, "choose one")
 	}
 	return id, nil

@@ -388,3 +388,29 @@ func TestSchemaPicker(t *testing.T) {
 		}
 	}
 }
+
+// TestCanonicalIDs: an id in a page's path or a form is written as the
+// console writes it; "01", "+1" and " 1" name no page (404) and choose
+// nothing (400), so that one record has one URL.
+func TestCanonicalIDs(t *testing.T) {
+	f := newFixture(t)
+	su := f.callers["superuser"]
+	id := fmt.Sprint(f.study.ID)
+	if resp, _ := su.b.Do("GET", f.env.URL+"/console/studies/"+id+"/", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the study's page: %d", resp.StatusCode)
+	}
+	for _, bad := range []string{"0" + id, "+" + id, "%20" + id, "00", "-" + id} {
+		if resp, _ := su.b.Do("GET", f.env.URL+"/console/studies/"+bad+"/", nil); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /console/studies/%s/: %d, want 404", bad, resp.StatusCode)
+		}
+	}
+	patient := fmt.Sprint(f.patient.ID)
+	for _, bad := range []string{"0" + patient, "+" + patient, " " + patient} {
+		if resp, body := su.post(f.env, "/console/fhir-sources", url.Values{"patient": {bad}, "label": {"Clinic app"}}); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("POST /console/fhir-sources patient %q: %d, want 400\n%.300s", bad, resp.StatusCode, body)
+		}
+	}
+	if resp, body := su.post(f.env, "/console/data-sources", url.Values{"name": {"Ring"}, "type": {"personal_device"}, "scopes": {"0" + fmt.Sprint(f.hr.ID)}}); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("POST /console/data-sources scopes 0%d: %d, want 400\n%.300s", f.hr.ID, resp.StatusCode, body)
+	}
+}

@@ -98,8 +98,8 @@ func newSchemas(schemas []omh.SchemaInfo, codes []domain.ScopeCode) []schemaGrou
 func (c *Console) createDataSource(w http.ResponseWriter, r *http.Request, s *session) error {
 	var scopes []int64
 	for _, v := range r.PostForm["scopes"] {
-		id, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
+		id, ok := domain.ParseID(v)
+		if !ok {
 			return domain.FieldErrorf("scopes", "%q is not a scope code", v)
 		}
 		scopes = append(scopes, id)
