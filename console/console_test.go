@@ -414,3 +414,24 @@ func TestCanonicalIDs(t *testing.T) {
 		t.Errorf("POST /console/data-sources scopes 0%d: %d, want 400\n%.300s", f.hr.ID, resp.StatusCode, body)
 	}
 }
+
+// TestSignOutComesBack: the console's sign-out form ends the session and
+// comes back to the console, which, signed out, offers the login page that
+// leads back to it (not the /o/ page that says "You are signed out" and
+// nothing else).
+func TestSignOutComesBack(t *testing.T) {
+	f := newFixture(t)
+	m := f.callers["manager"]
+	_, page := m.b.Do("GET", f.env.URL+"/console/", nil)
+	if !strings.Contains(page, `<input type="hidden" name="next" value="/console/">`) {
+		t.Fatalf("the sign-out form has no next:\n%s", page)
+	}
+	resp, body := m.b.Do("POST", f.env.URL+"/o/logout/", url.Values{"csrf_token": {m.csrf}, "next": {"/console/"}})
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/" {
+		t.Fatalf("sign out: %d to %q\n%.300s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	resp, _ = m.b.Do("GET", f.env.URL+"/console/", nil)
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/o/login/?next=") {
+		t.Errorf("the console after sign-out: %d to %q, want the login page", resp.StatusCode, loc)
+	}
+}

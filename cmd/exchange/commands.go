@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -253,11 +255,17 @@ func invitationCommand(ctx context.Context, s *settings, log *slog.Logger, io st
 	fs := newFlags("invitation", io)
 	patientID := fs.Int64("patient-id", 0, "the patient (required)")
 	clientID := fs.String("client-id", demoClientID, "the client app that redeems the code")
+	base := fs.String("url", cmp.Or(io.getenv("EXCHANGE_URL"), fmt.Sprintf("http://localhost:%d", s.Port)),
+		"where patients' browsers reach the service, for a console invitation's link (else EXCHANGE_URL)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *patientID <= 0 {
 		return usageError("invitation: --patient-id is required")
+	}
+	origin, ok := httpOrigin(*base)
+	if !ok {
+		return usageError(fmt.Sprintf("invitation: --url %q is not an http(s) URL without path, query or fragment", *base))
 	}
 	a, err := openApp(ctx, s, log, true)
 	if err != nil {
@@ -268,13 +276,32 @@ func invitationCommand(ctx context.Context, s *settings, log *slog.Logger, io st
 	if err != nil {
 		return err
 	}
-	code, err := a.oauth.IssuePatientCode(ctx, p.UserID, *clientID)
+	var code *oauth.PatientCode
+	if *clientID == oauth.ConsoleClientID {
+		code, err = a.oauth.IssueConsoleInvitation(ctx, p.UserID) // creates the console's client on first use
+	} else {
+		code, err = a.oauth.IssuePatientCode(ctx, p.UserID, *clientID)
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(io.out, code.Link)
+	// A console invitation's link is a path on the service (the console
+	// makes it absolute on the origin a request came to); an app's is its
+	// absolute redirect URI.
+	fmt.Fprintln(io.out, oauth.AbsoluteLink(code.Link, origin))
 	fmt.Fprintf(io.err, "Single use, valid until %s; the app redeems it with PATIENT_AUTHORIZATION_CODE_VERIFIER.\n", code.ExpiresAt.Format(time.RFC3339))
 	return nil
+}
+
+// httpOrigin reads an http(s) origin: scheme and host, a trailing slash
+// allowed, nothing else.
+func httpOrigin(raw string) (string, bool) {
+	u, err := url.Parse(strings.TrimSuffix(raw, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return "", false
+	}
+	return u.Scheme + "://" + u.Host, true
 }
 
 func migrateCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {

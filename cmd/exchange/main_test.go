@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"exchange/fhirdefs"
+	"exchange/oauth"
 )
 
 // env returns a getenv over the map.
@@ -172,9 +174,10 @@ func TestUnknownCommand(t *testing.T) {
 func TestProgram(t *testing.T) {
 	dataDir := t.TempDir()
 	standards := filepath.Join("..", "..", "standards")
-	getenv := env(map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0",
+	vars := map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0",
 		"FHIR_PACKAGES_DIR": filepath.Join(standards, "fhir-packages"), "FHIR_XVER_PACKAGE_DIR": filepath.Join(standards, "fhir", "xver-r4-r5", "maps"),
-		"OMH_SCHEMA_DIR": filepath.Join(standards, "omh", "schemas")})
+		"OMH_SCHEMA_DIR": filepath.Join(standards, "omh", "schemas")}
+	getenv := env(vars)
 	ctx := context.Background()
 
 	var out bytes.Buffer
@@ -215,6 +218,32 @@ func TestProgram(t *testing.T) {
 	if err := run(ctx, []string{"changepassword", "--email", "bob@example.org"}, getenv, strings.NewReader("a new password 123\n"), &out, io.Discard); err != nil ||
 		!strings.Contains(out.String(), "Password of bob@example.org changed") {
 		t.Fatalf("changepassword: %v\n%s", err, out.String())
+	}
+	// An invitation link is absolute: a console invitation's on the
+	// service's URL (--url, else EXCHANGE_URL, else localhost:PORT), an
+	// app's its redirect URI.
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--client-id", oauth.ConsoleClientID}, nil, `^http://localhost:0/console/invitation/\?code=[^&\s]+\n$`},
+		{[]string{"--client-id", oauth.ConsoleClientID, "--url", "https://exchange.example.org/"}, nil, `^https://exchange\.example\.org/console/invitation/\?code=[^&\s]+\n$`},
+		{[]string{"--client-id", oauth.ConsoleClientID}, map[string]string{"EXCHANGE_URL": "https://ex.example.org"}, `^https://ex\.example\.org/console/invitation/\?code=`},
+		{nil, nil, `^https?://[^/]+/.*[?&]code=`},
+	} {
+		out.Reset()
+		withURL := maps.Clone(vars)
+		maps.Copy(withURL, tc.env)
+		args := append([]string{"invitation", "--patient-id", "1"}, tc.args...)
+		if err := run(ctx, args, env(withURL), nil, &out, io.Discard); err != nil || !regexp.MustCompile(tc.want).MatchString(out.String()) {
+			t.Errorf("%v: %v %q, want %s", args, err, out.String(), tc.want)
+		}
+	}
+	for _, bad := range []string{"localhost:8000", "https://ex.example.org/app", "ftp://ex.example.org", "https://ex.example.org?x=1"} {
+		if err := run(ctx, []string{"invitation", "--patient-id", "1", "--client-id", oauth.ConsoleClientID, "--url", bad}, getenv, nil, io.Discard, io.Discard); !errors.As(err, new(usageError)) {
+			t.Errorf("invitation --url %q: %v, want a usage error", bad, err)
+		}
 	}
 	for _, name := range []string{"secret_key", "oidc_rsa_private_key.pem"} {
 		fi, err := os.Stat(filepath.Join(dataDir, name))
