@@ -16,6 +16,7 @@ import (
 
 	"exchange/domain"
 	"exchange/fhirsearch"
+	"exchange/handlers/httpstatus"
 	"exchange/oauth"
 	"exchange/omh"
 )
@@ -245,7 +246,7 @@ type errorPage struct {
 // would answer. Only faults (500) are logged, without the request's query,
 // which may hold an invitation code.
 func (c *Console) renderError(w http.ResponseWriter, r *http.Request, s *session, err error) {
-	status := domain.HTTPStatus(err)
+	status := httpstatus.Of(err)
 	message := domain.ErrorMessage(err)
 	if status >= 500 {
 		if !errors.Is(err, context.Canceled) {

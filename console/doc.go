@@ -16,7 +16,7 @@
 //     the same domain.Actor, so the user's whole permission model and not a
 //     token's scopes. A control the user may not use is not shown (the
 //     domain's predicates decide), and forcing it answers what the admin
-//     API answers: the domain error, rendered with domain.HTTPStatus.
+//     API answers: the domain error, rendered with httpstatus.Of.
 //   - Observations are read through the same FHIR search translator and
 //     domain search as /FHIR/R5 (a study view is the FHIR study search),
 //     and data points are decoded with package omh.

@@ -5,6 +5,7 @@ import (
 	"net/url"
 
 	"exchange/domain"
+	"exchange/handlers/httpstatus"
 )
 
 // The acceptance of a console invitation. The link a practitioner hands
@@ -52,7 +53,7 @@ func (c *Console) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 		// A refused password: the invitation still works, ask again.
 		if page, perr := c.invitee(r, r.PostFormValue("code")); perr == nil {
 			page.Error = domain.Sentence(domain.ErrorMessage(err))
-			c.render(w, r, nil, domain.HTTPStatus(err), "invitation.html", "Welcome", "", page)
+			c.render(w, r, nil, httpstatus.Of(err), "invitation.html", "Welcome", "", page)
 			return
 		}
 	}

@@ -3,7 +3,6 @@ package domain
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 )
@@ -11,52 +10,26 @@ import (
 // Code classifies an error. The values are FHIR issue-type codes
 // (http://hl7.org/fhir/issue-type) so the FHIR layer can put them into an
 // OperationOutcome unchanged, except version-mismatch, which FHIR reports
-// as a conflict; the transport layers map them to HTTP statuses.
+// as a conflict; the transport layers map them to HTTP statuses (package
+// handlers/httpstatus holds the one table).
 type Code string
 
 // The closed set of error codes.
 const (
-	CodeInvalid         Code = "invalid"          // the input is malformed or breaks a rule: 400
-	CodeNotFound        Code = "not-found"        // the addressed thing does not exist (or may not be seen): 404
-	CodeConflict        Code = "conflict"         // the change clashes with the stored state: 409
-	CodeDuplicate       Code = "duplicate"        // a unique key is already taken: 409
-	CodeForbidden       Code = "forbidden"        // the actor may not do this: 403
-	CodeLogin           Code = "login"            // no, or no valid, credentials: 401
-	CodeThrottled       Code = "throttled"        // too many attempts: 429
-	CodeNotSupported    Code = "not-supported"    // a valid request the service does not do: 400
-	CodeUnprocessable   Code = "processing"       // well-formed, but the content breaks its rules (an OMH schema): 422
-	CodeTooLong         Code = "too-long"         // the input exceeds a size limit (a data point, a request body): 413
-	CodeVersionMismatch Code = "version-mismatch" // the expected version (If-Match) is not the current one: 412
-	CodeUnavailable     Code = "transient"        // busy for now (the embedded database's searches): 503, try again later
-	CodeInternal        Code = "exception"        // a fault of ours: 500, logged in full
+	CodeInvalid         Code = "invalid"          // the input is malformed or breaks a rule
+	CodeNotFound        Code = "not-found"        // the addressed thing does not exist (or may not be seen)
+	CodeConflict        Code = "conflict"         // the change clashes with the stored state
+	CodeDuplicate       Code = "duplicate"        // a unique key is already taken
+	CodeForbidden       Code = "forbidden"        // the actor may not do this
+	CodeLogin           Code = "login"            // no, or no valid, credentials
+	CodeThrottled       Code = "throttled"        // too many attempts
+	CodeNotSupported    Code = "not-supported"    // a valid request the service does not do
+	CodeUnprocessable   Code = "processing"       // well-formed, but the content breaks its rules (an OMH schema)
+	CodeTooLong         Code = "too-long"         // the input exceeds a size limit (a data point, a request body)
+	CodeVersionMismatch Code = "version-mismatch" // the expected version (If-Match) is not the current one
+	CodeUnavailable     Code = "transient"        // busy for now (the embedded database's searches): try again later
+	CodeInternal        Code = "exception"        // a fault of ours, logged in full
 )
-
-// statuses is the HTTP status of each code: one table for every transport
-// (the admin API, FHIR, the web console), so a refusal answers alike.
-var statuses = map[Code]int{
-	CodeInvalid:         http.StatusBadRequest,
-	CodeNotFound:        http.StatusNotFound,
-	CodeConflict:        http.StatusConflict,
-	CodeDuplicate:       http.StatusConflict,
-	CodeForbidden:       http.StatusForbidden,
-	CodeLogin:           http.StatusUnauthorized,
-	CodeThrottled:       http.StatusTooManyRequests,
-	CodeNotSupported:    http.StatusBadRequest,
-	CodeUnprocessable:   http.StatusUnprocessableEntity,
-	CodeTooLong:         http.StatusRequestEntityTooLarge,
-	CodeVersionMismatch: http.StatusPreconditionFailed,
-	CodeUnavailable:     http.StatusServiceUnavailable,
-	CodeInternal:        http.StatusInternalServerError,
-}
-
-// HTTPStatus returns the HTTP status of err's code; 500 for an error
-// that is no domain error.
-func HTTPStatus(err error) int {
-	if st, ok := statuses[ErrorCode(err)]; ok {
-		return st
-	}
-	return http.StatusInternalServerError
-}
 
 // Error is the error type of the domain. Field names the input at fault
 // (a JSON field of the admin API or a FHIRPath expression) when there is one.

@@ -9,6 +9,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
+	"exchange/handlers/httpstatus"
 )
 
 // issueType is the FHIR issue type of a domain error code.
@@ -89,7 +90,7 @@ func isFHIRPath(path string) bool {
 
 // handleError is the one place that turns an error into a response.
 func (s *server) handleError(c *fiber.Ctx, err error) error {
-	status := domain.HTTPStatus(err)
+	status := httpstatus.Of(err)
 	var fe *fiber.Error
 	if errors.As(err, &fe) && !errors.As(err, new(*domain.Error)) {
 		status = fe.Code

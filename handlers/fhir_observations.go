@@ -15,6 +15,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
+	"exchange/handlers/httpstatus"
 )
 
 // observationIn is what the native store reads of a FHIR Observation: the
@@ -475,5 +476,5 @@ func (s *server) batchEntry(i int, e entryRequest) (string, error) {
 // errorEntry is the batch-response entry of a refused request entry; a
 // duplicate of what is stored already carries its location.
 func errorEntry(err error) bundleEntry {
-	return bundleEntry{Response: &bundleResponse{Status: statusLine(domain.HTTPStatus(err)), Location: domain.StoredAs(err), Outcome: outcome(err)}}
+	return bundleEntry{Response: &bundleResponse{Status: statusLine(httpstatus.Of(err)), Location: domain.StoredAs(err), Outcome: outcome(err)}}
 }
