@@ -13,6 +13,7 @@ import (
 
 	"exchange/domain"
 	"exchange/fhirdefs"
+	"exchange/fhirdefs/fhirdefstest"
 	"exchange/fhirsearch"
 )
 
@@ -29,7 +30,7 @@ func paramNames(r *fhirsearch.Resource) []string {
 // keep their parameters; the others take theirs from R5, and nothing it
 // advertises is composite, special or an expression it skipped.
 func TestCatalogServesEveryR5Type(t *testing.T) {
-	defs, err := fhirdefs.OpenPackage(filepath.Join(packagesDir(), "hl7.fhir.r5.core", "package"))
+	defs, err := fhirdefs.OpenPackage(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package"))
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}

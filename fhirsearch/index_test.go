@@ -12,20 +12,13 @@ import (
 
 	"exchange/domain"
 	"exchange/fhirdefs"
+	"exchange/fhirdefs/fhirdefstest"
 	"exchange/fhirsearch"
 )
 
-// packagesDir is where scripts/setup put the FHIR packages.
-func packagesDir() string {
-	if d := os.Getenv("FHIR_PACKAGES_DIR"); d != "" {
-		return d
-	}
-	return filepath.Join("..", "standards", "fhir-packages")
-}
-
 // r5Catalog is the catalog over the R5 package, built once per test binary.
 var r5Catalog = sync.OnceValues(func() (*fhirsearch.Catalog, error) {
-	defs, err := fhirdefs.OpenPackage(filepath.Join(packagesDir(), "hl7.fhir.r5.core", "package"))
+	defs, err := fhirdefs.OpenPackage(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package"))
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +46,7 @@ func index(t *testing.T, resource string) domain.ResourceIndex {
 
 func example(t *testing.T, name string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(packagesDir(), "hl7.fhir.r5.examples", "package", name))
+	data, err := os.ReadFile(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.examples", "package", name))
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}
@@ -214,7 +207,7 @@ func TestCatalogKnowsEveryConfiguredParameter(t *testing.T) {
 // still never fall over on a shape the validator lets through.)
 func FuzzIndex(f *testing.F) {
 	for _, name := range []string{"Condition-example.json", "Encounter-example.json", "Observation-example.json", "Patient-example.json"} {
-		data, err := os.ReadFile(filepath.Join(packagesDir(), "hl7.fhir.r5.examples", "package", name))
+		data, err := os.ReadFile(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.examples", "package", name))
 		if err != nil {
 			f.Fatalf("%v (run scripts/setup first)", err)
 		}
