@@ -329,6 +329,40 @@ func TestPrimitiveExtensions(t *testing.T) {
 	}
 }
 
+// A primitive's extensions travel where R5 JSON, as the official JSON
+// Schema reads it, has a `_x` for them, and only there: beside a choice's
+// canonical (valueCanonical) they arrive; beside a canonical that names its
+// targets (Meta.profile) they are dropped and reported, and the output
+// passes both our validator and the schema.
+func TestPrimitiveExtensionsWhereR5JSONHasThem(t *testing.T) {
+	ext := `{"extension":[{"url":"http://example.org/note","valueString":"n"}]}`
+	schema, err := fhirdefstest.OpenR5Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, r4, want, dropped string }{
+		{"beside a choice's canonical", `{"resourceType":"Patient","extension":[{"url":"http://example.org/x","valueCanonical":"http://example.org/q","_valueCanonical":` + ext + `}]}`,
+			`{"resourceType":"Patient","extension":[{"url":"http://example.org/x","valueCanonical":"http://example.org/q","_valueCanonical":` + ext + `}]}`, ""},
+		{"beside a targeted canonical", `{"resourceType":"Patient","meta":{"profile":["http://example.org/sd"],"_profile":[` + ext + `]}}`,
+			`{"resourceType":"Patient","meta":{"profile":["http://example.org/sd"]}}`, "Patient.meta._profile"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res := convert(t, c.r4)
+			if string(res.Resource) != c.want {
+				t.Errorf("got  %s\nwant %s", res.Resource, c.want)
+			}
+			if want := slices.DeleteFunc([]string{c.dropped}, func(s string) bool { return s == "" }); !slices.Equal(res.Dropped, want) {
+				t.Errorf("dropped %v, want %v", res.Dropped, want)
+			}
+			issues, err := validator(t).Validate(res.Resource)
+			problems, schemaErr := schema.Problems(res.Resource)
+			if len(issues) > 0 || len(problems) > 0 || err != nil || schemaErr != nil {
+				t.Errorf("not valid R5: %v %v %v %v", issues, problems, err, schemaErr)
+			}
+		})
+	}
+}
+
 // An array item with extensions but no value (a null value) has no
 // place in R5 JSON as the official JSON Schema reads it: it is left out
 // and reported; the other items stay aligned.

@@ -47,8 +47,9 @@
 //     A primitive's `_x` sibling (its id and extensions) travels with it
 //     through every rule that copies, renames or translates it, arrays
 //     aligned by index, and is dropped only with its primitive (or where
-//     R5 JSON has no place for it: canonical elements, ids, an array item
-//     without a value).
+//     R5 JSON has no place for it, by fhirdefs' one rule that the
+//     validator applies too: ids, canonicals that name their targets, an
+//     array item without a value).
 //   - translate() applies the official ConceptMaps: an `equivalent`
 //     target, else the first other than `not-related-to`; a code the map
 //     does not translate passes through unchanged (R5 validation

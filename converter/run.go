@@ -39,6 +39,10 @@ func (n *snode) primitive() bool { return n.def == nil || n.def.primitive }
 type tval struct {
 	typ string
 	def *tdef // nil for a literal (resourceType)
+	// el is the element the value fills in its parent (nil for the
+	// resource converted and literals), which says whether a primitive
+	// may carry a `_name` sibling.
+	el *fhirdefs.Element
 	// members in the order the rules wrote them; a primitive's are its id
 	// and extension. An object has a few: a list beats a map.
 	members []member
@@ -310,7 +314,7 @@ func (e *Engine) newTarget(parent *tval, info *elemInfo, typ string) (*tval, err
 	if err != nil {
 		return nil, err
 	}
-	t := &tval{typ: typ, def: d}
+	t := &tval{typ: typ, def: d, el: info.el}
 	if d.resource {
 		t.set("resourceType", &tval{scalar: typ})
 	}

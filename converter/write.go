@@ -119,7 +119,7 @@ func (w *writer) memberAt(members int, key string, val any) int {
 			return w.keep(w.key(members, key), w.value(val))
 		}
 		n := w.keep(w.key(members, key), w.scalar(val))
-		if len(val.members) > 0 && !noSibling(val.typ, key) {
+		if len(val.members) > 0 && w.sibling(val) {
 			n += w.keep(w.key(members+n, "_"+key), w.object(val))
 		}
 		return n
@@ -132,10 +132,12 @@ func (w *writer) memberAt(members int, key string, val any) int {
 	return 0
 }
 
-// noSibling reports whether a primitive member can have no `_key`
-// sibling: the official R5 JSON Schema defines none for canonical
-// elements and ids, so their extensions are dropped (and reported).
-func noSibling(typ, key string) bool { return typ == "canonical" || key == "id" }
+// sibling reports whether a primitive value can have its `_key` sibling
+// in R5 JSON (fhirdefs.Package.ExtensionSibling: not beside ids, nor
+// beside canonicals that name their targets, as the official JSON Schema
+// has it); where it cannot, its id and extensions are dropped, and
+// reported.
+func (w *writer) sibling(v *tval) bool { return v.el != nil && w.e.r5.ExtensionSibling(v.el, v.typ) }
 
 // hasMember reports whether the members written hold element el (a
 // choice by any of its types, a primitive by its value or `_` sibling).
@@ -173,7 +175,7 @@ func (w *writer) absentMember(members int, parent *tdef, el *fhirdefs.Element, d
 		key = strings.TrimSuffix(el.Name, "[x]") + upperFirst(typ)
 	}
 	if def, err := w.e.r5.Type(typ); err == nil && def.Kind == "primitive-type" {
-		if noSibling(typ, key) {
+		if !w.e.r5.ExtensionSibling(el, typ) {
 			return 0 // left missing: R5 validation refuses the resource
 		}
 		key = "_" + key
@@ -271,7 +273,7 @@ func (w *writer) primitives(members int, key string, items []*tval) int {
 		w.scalar(item)
 	}
 	w.buf.WriteByte(']')
-	if noSibling(values[0].typ, key) {
+	if !w.sibling(values[0]) {
 		return 1
 	}
 	var exts [][]byte // each value's `_key` object; nil when none has one

@@ -257,3 +257,22 @@ func primitiveRegex(name, expr string) *regexp.Regexp {
 	}
 	return re
 }
+
+// ExtensionSibling reports whether an element of type typ may have the
+// sibling _name that carries a primitive's id and extensions, as the
+// official R5 JSON Schema (fhir.schema.json) allows it: only beside a
+// primitive type, and never beside a resource's or an element's id, nor
+// beside Narrative.div (xhtml) or a canonical that names its target
+// types (canonical(PlanDefinition)) and is not a choice: the schema's
+// generator writes those as it writes References, without the sibling
+// (an untargeted canonical, and valueCanonical of a choice, keep theirs).
+// The validator refuses a sibling elsewhere, and the converter writes none
+// elsewhere, so that a stored resource never holds what other R5 tools
+// reject.
+func (p *Package) ExtensionSibling(el *Element, typ string) bool {
+	if el.Name == "id" || !el.Choice() && (typ == "xhtml" || typ == "canonical" && el.TargetedCanonical) {
+		return false
+	}
+	sd, err := p.Type(typ)
+	return err == nil && sd.Kind == "primitive-type"
+}

@@ -138,7 +138,7 @@ func (w *walk) object(path string, sd *StructureDefinition, defPath string, obj 
 		for _, key := range keys {
 			seen[key.name], seen["_"+key.name] = true, true
 			ext, hasExt := obj["_"+key.name]
-			if hasExt && !w.v.extensionSibling(el, key.typ) {
+			if hasExt && !w.v.defs.ExtensionSibling(el, key.typ) {
 				w.add(path+"."+key.name, "%q is not allowed: %s has no primitive extension sibling in R5 JSON", "_"+key.name, key.name)
 				ext = nil
 			}
@@ -192,24 +192,6 @@ func (w *walk) keysOf(el *Element, obj map[string]any) []elementKey {
 		}
 	}
 	return keys
-}
-
-// extensionSibling reports whether an element of type typ may have the
-// sibling _name that carries a primitive's id and extensions, as the
-// official R5 JSON Schema (fhir.schema.json) allows it: only beside a
-// primitive type, and never beside a resource's or an element's id, nor
-// beside Narrative.div (xhtml) or a canonical that names its target
-// types (canonical(PlanDefinition)) and is not a choice: the schema's
-// generator writes those as it writes References, without the sibling
-// (an untargeted canonical, and valueCanonical of a choice, keep theirs).
-// A resource the schema refuses is refused here too, so that an imported
-// one never stores what other R5 tools reject.
-func (v *Validator) extensionSibling(el *Element, typ string) bool {
-	if el.Name == "id" || !el.Choice() && (typ == "xhtml" || typ == "canonical" && el.TargetedCanonical) {
-		return false
-	}
-	sd, err := v.defs.Type(typ)
-	return err == nil && sd.Kind == "primitive-type"
 }
 
 func upperFirst(s string) string {
