@@ -62,10 +62,14 @@ async function authorize(page, req) {
   const callback = nextCallback(page);
   await page.getByRole('button', { name: 'Allow' }).click();
   const returned = await callback;
-  // Let the navigation to the callback settle before the next one. (With
-  // Debian's Chromium a redirected navigation first fails unrouted, then is
-  // retried and routed about a second later.)
-  await page.waitForURL((u) => u.href.startsWith(redirectUri) || u.protocol === 'chrome-error:');
+  // Wait for the navigation that ends the flow, not an earlier one. The
+  // redirect to the callback is not routed (lib.mjs), so Chromium first
+  // shows its error page (nothing listens there), then auto-reloads the
+  // URL about a second later, and that reload is routed. Stopping at the
+  // error page left the reload pending, to interrupt the next test's
+  // page.goto ("interrupted by another navigation"); the routed callback
+  // page is where the page comes to rest.
+  await page.waitForURL((u) => u.href.startsWith(redirectUri), { waitUntil: 'load' });
   return returned;
 }
 
