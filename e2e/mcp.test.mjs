@@ -199,7 +199,7 @@ describe('MCP gateway with the TypeScript SDK', { concurrency: false }, () => {
     assert.equal(client.getServerVersion().name, 'exchange-mcp-gateway');
   });
 
-  it('lists 13 tools, each read-only, and the schema resource template', async () => {
+  it('lists 13 tools, each read-only, and the schema resource templates', async () => {
     const { tools } = await client.listTools();
     assert.deepEqual(
       tools.map((t) => t.name).sort(),
@@ -211,7 +211,7 @@ describe('MCP gateway with the TypeScript SDK', { concurrency: false }, () => {
     );
     for (const t of tools) assert.equal(t.annotations?.readOnlyHint, true, `${t.name} is read-only`);
     const { resourceTemplates } = await client.listResourceTemplates();
-    assert.deepEqual(resourceTemplates.map((r) => r.uriTemplate), ['omh-schema://{name}/{version}']);
+    assert.deepEqual(resourceTemplates.map((r) => r.uriTemplate).sort(), ['ieee-schema://{name}/{version}', 'omh-schema://{name}/{version}']);
   });
 
   it('calls every tool as the manager of the Cardiology Department', { timeout: 60_000 }, async () => {
@@ -254,6 +254,10 @@ describe('MCP gateway with the TypeScript SDK', { concurrency: false }, () => {
     assert.ok(JSON.stringify(schema).includes('heart_rate'));
     const resource = await client.readResource({ uri: 'omh-schema://heart-rate/2.0' });
     assert.deepEqual(JSON.parse(resource.contents[0].text), schema);
+    const ieee = await tool(client, 'list_omh_schemas', { namespace: 'ieee', contains: 'sleep' });
+    assert.ok(ieee.schemas.length > 0 && ieee.schemas.every((s) => s.namespace === 'ieee'), 'IEEE 1752 schemas are listed with their namespace');
+    const sleep = await client.readResource({ uri: 'ieee-schema://sleep-stage-summary/1.0' });
+    assert.deepEqual(JSON.parse(sleep.contents[0].text), await tool(client, 'get_omh_schema', { namespace: 'ieee', name: 'sleep-stage-summary', version: '1.0' }));
 
     const caps = await tool(client, 'get_capabilities');
     assert.equal(caps.fhir_version, '5.0.0');
