@@ -10,14 +10,12 @@
 // photographed into e2e/.artifacts/console/.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { artifactsDir, batchBundle, bearerToken, env, fhir, launchChromium, nativeObservation, omhDataPoint } from './lib.mjs';
+import { artifactsDir, axeViolations, batchBundle, bearerToken, env, fhir, launchChromium, nativeObservation, omhDataPoint } from './lib.mjs';
 
 const base = env('EXCHANGE_URL');
 const password = 'exchange-demo-password';
-const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 const shots = join(artifactsDir(), 'console');
 rmSync(shots, { recursive: true, force: true });
 mkdirSync(shots, { recursive: true });
@@ -80,25 +78,12 @@ async function newPage() {
   return page;
 }
 
-/**
- * Checks the page with axe-core (WCAG 2.x A and AA rules and best
- * practices) and photographs it. axe is evaluated through the DevTools
- * protocol, which the page's CSP does not govern, so the page keeps its
- * real policy.
- */
+/** Checks the page with axe-core and photographs it. */
 async function audit(page, name) {
-  await page.evaluate(axeSource);
-  const result = await page.evaluate(() =>
-    window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] } }),
-  );
-  const serious = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  const serious = await axeViolations(page);
   audited.set(name, serious.length);
   await page.screenshot({ path: join(shots, `${String(audited.size).padStart(2, '0')}-${name}.png`), fullPage: true });
-  assert.deepEqual(
-    serious.map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`),
-    [],
-    `axe on ${name} (${page.url()})`,
-  );
+  assert.deepEqual(serious, [], `axe on ${name} (${page.url()})`);
 }
 
 /** Signs in on the exchange's login page, reached from a console page. */

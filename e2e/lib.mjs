@@ -2,7 +2,8 @@
 // environment; each value is required so a test never runs against a guess.
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { appendFileSync, mkdirSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
@@ -10,6 +11,24 @@ export function env(name) {
   const v = process.env[name];
   if (!v) throw new Error(`${name} is not set: run the suite with e2e/run`);
   return v;
+}
+
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+/**
+ * The serious and critical axe-core violations of the page (WCAG 2.x A and
+ * AA rules and best practices), one line each. axe is evaluated through the
+ * DevTools protocol, which the page's CSP does not govern, so the page keeps
+ * its real policy.
+ */
+export async function axeViolations(page) {
+  await page.evaluate(axeSource);
+  const result = await page.evaluate(() =>
+    window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] } }),
+  );
+  return result.violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(' ')).join(', ')})`);
 }
 
 /** Directory for screenshots and logs that humans look at (gitignored). */

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { artifactsDir, env, launchChromium } from './lib.mjs';
+import { artifactsDir, axeViolations, env, launchChromium } from './lib.mjs';
 
 const gateway = env('EXCHANGE_GATEWAY_URL');
 const exchange = env('EXCHANGE_URL');
@@ -131,6 +131,7 @@ describe('MCP gateway approval page against a consent bypass', { concurrency: fa
     assert.equal(await page.locator('script').count(), 0, 'no script');
     assert.match(res.headers()['content-security-policy'], /frame-ancestors 'none'/);
     assert.equal(res.headers()['x-frame-options'], 'DENY');
+    assert.deepEqual(await axeViolations(page), [], 'axe-core: no serious or critical violation on the approval page');
     await page.screenshot({ path: join(artifactsDir(), 'mcp-approval-attacker.png'), fullPage: true });
   });
 
