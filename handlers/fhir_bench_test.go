@@ -10,6 +10,7 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -27,10 +28,12 @@ import (
 	"exchange/repo/repotest"
 )
 
-const (
-	benchPerOp = 10_000 // observations per benchmark op
-	benchBatch = 1_000  // observations per batch Bundle / InsertMany
-)
+// benchPerOp is how many observations one benchmark op stores.
+const benchPerOp = 10_000
+
+// benchBatchSizes are the observations per batch Bundle / InsertMany that
+// issue 14 sets targets for (HTTP over raw: 1.15x at 100, 1.1x at 1,000).
+var benchBatchSizes = []int{100, 1_000}
 
 // benchWorld is an organization with a manager and a patient, enrolled in
 // a study that requests heart rate (omh:heart-rate:2.0) from a device, who
@@ -130,12 +133,18 @@ func reportRate(b *testing.B, cpu time.Duration) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/total, "cpu-ns/obs")
 }
 
-// BenchmarkBatchIngest posts 10,000 heart-rate observations per op as 10
-// batch Bundles of 1,000 (POST /FHIR/R5/), one after the other, each
+// BenchmarkBatchIngest posts 10,000 heart-rate observations per op as
+// batch Bundles of each size (POST /FHIR/R5/), one after the other, each
 // observation with its own identifier; every entry must come back 201.
 // The Bundles are built before the timer starts (plain bytes, which the
 // garbage collector does not scan).
 func BenchmarkBatchIngest(b *testing.B) {
+	for _, size := range benchBatchSizes {
+		b.Run(fmt.Sprintf("http-batch-%d", size), func(b *testing.B) { benchBatchIngest(b, size) })
+	}
+}
+
+func benchBatchIngest(b *testing.B, benchBatch int) {
 	w := newBenchWorld(b)
 	bodies := make([][]byte, 0, b.N*benchPerOp/benchBatch)
 	for i := 0; i < b.N*benchPerOp; i += benchBatch {
@@ -154,14 +163,21 @@ func BenchmarkBatchIngest(b *testing.B) {
 }
 
 // BenchmarkRawDriverInsert inserts what BenchmarkBatchIngest stores, with
-// the driver alone: per 1,000 observations, one unordered InsertMany of
+// the driver alone: per batch of each size, one unordered InsertMany of
 // the identifier claims, then one of the observation documents, as
-// repo.CreateObservations does (without its id reservation, one
-// findAndModify per batch). Each batch's documents are built with the
+// repo.CreateObservations does (without the few writes per batch that
+// make it safe to repeat: its id block claim and its write intent). Each
+// batch's documents are built with the
 // timer stopped (all of them built up front would be a large live heap
 // that every garbage collection of the embedded database scans), and are
 // checked to be byte for byte what the service stores.
 func BenchmarkRawDriverInsert(b *testing.B) {
+	for _, size := range benchBatchSizes {
+		b.Run(fmt.Sprintf("raw-batch-%d", size), func(b *testing.B) { benchRawDriverInsert(b, size) })
+	}
+}
+
+func benchRawDriverInsert(b *testing.B, benchBatch int) {
 	w := newBenchWorld(b)
 	ctx := context.Background()
 	w.checkDocuments(b)
