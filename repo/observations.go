@@ -665,13 +665,14 @@ func (d *DB) anyObservation(ctx context.Context, field string, id int64) (bool, 
 func runSearch[D, T any](ctx context.Context, d *DB, plan *domain.SearchPlan, conv func(D) T) (domain.SearchResult[T], error) {
 	return runSearchRaw(ctx, d, plan, func(raw bson.Raw) (T, error) {
 		var x D
-		err := bson.Unmarshal(raw, &x)
+		err := bson.Unmarshal(slices.Clone(raw), &x)
 		return conv(x), err
 	})
 }
 
 // runSearchRaw is runSearch with a decoder of its own; each document it
-// hands over is a copy, which the decoded value may share.
+// hands over is the cursor's buffer, valid until the next document: the
+// decoder copies what it keeps.
 func runSearchRaw[T any](ctx context.Context, d *DB, plan *domain.SearchPlan, decode func(bson.Raw) (T, error)) (domain.SearchResult[T], error) {
 	res := domain.SearchResult[T]{Items: []T{}}
 	release, err := d.searchSlot(ctx)
@@ -686,7 +687,7 @@ func runSearchRaw[T any](ctx context.Context, d *DB, plan *domain.SearchPlan, de
 		}
 		defer cur.Close(context.WithoutCancel(ctx))
 		for cur.Next(ctx) {
-			item, err := decode(slices.Clone(cur.Current))
+			item, err := decode(cur.Current)
 			if err != nil {
 				return res, err
 			}

@@ -28,12 +28,15 @@ var errUnusual = errors.New("an observation document of an unusual shape")
 // reflective decoder allocates about a hundred times for each. Members of
 // the types the service writes are read here; any other shape goes to the
 // reflective decoder, so that both always agree (a test compares them).
-// The payload shares raw's bytes: raw must not be reused.
+// raw may be the cursor's buffer: the value keeps no byte of it. Its
+// strings are cut from one copy of the document and its payload is a copy
+// of its own, two allocations where a string each took one.
 func observationFromBSON(raw bson.Raw) (domain.Observation, error) {
-	o, err := readObservation(bsoncore.Document(raw))
+	r := docReader{raw: raw, text: string(raw)}
+	o, err := r.observation()
 	if errors.Is(err, errUnusual) {
 		var x observationDoc
-		if err := bson.Unmarshal(raw, &x); err != nil {
+		if err := bson.Unmarshal(slices.Clone(raw), &x); err != nil {
 			return domain.Observation{}, err
 		}
 		return x.observation(), nil
@@ -41,17 +44,40 @@ func observationFromBSON(raw bson.Raw) (domain.Observation, error) {
 	return o, err
 }
 
-// readObservation reads the members of an observation document the
-// domain value holds; errUnusual for a shape it leaves to the reflective
-// decoder, including a malformed document (which that decoder reports).
-func readObservation(doc bsoncore.Document) (domain.Observation, error) {
-	if doc.Validate() != nil {
-		return domain.Observation{}, errUnusual
+// docReader reads one stored observation. text is a copy of raw; the
+// strings it reads are cut from text at the offset of their bytes in raw,
+// which every bsoncore.Value read off raw tells by its capacity (bsoncore
+// slices without a limit of capacity, so a value's capacity runs to the
+// end of raw's).
+type docReader struct {
+	raw  bson.Raw
+	text string
+}
+
+// str sets *dest to a string value; errUnusual for another type, or a
+// string whose length or terminating NUL is wrong (which the reflective
+// decoder refuses).
+func (r *docReader) str(v bsoncore.Value, dest *string) error {
+	length, _, ok := bsoncore.ReadLength(v.Data)
+	off := cap(r.raw) - cap(v.Data)
+	if v.Type != bsoncore.TypeString || !ok || length < 1 || int(length) != len(v.Data)-4 ||
+		v.Data[len(v.Data)-1] != 0 || off < 0 || off+len(v.Data) > len(r.text) {
+		return errUnusual
 	}
+	*dest = r.text[off+4 : off+len(v.Data)-1]
+	return nil
+}
+
+// observation reads the members of an observation document the domain
+// value holds; errUnusual for a shape it leaves to the reflective decoder,
+// including a malformed document (which that decoder reports). Members it
+// skips are not checked: a document the database returns is well formed.
+func (r *docReader) observation() (domain.Observation, error) {
 	o := domain.Observation{LastUpdated: time.UnixMicro(0).UTC()}
 	var effective *omh.TimeFrame
-	var start, end *time.Time
-	err := eachMember(doc, func(key []byte, v bsoncore.Value) error {
+	var start, end time.Time
+	var hasStart, hasEnd bool
+	err := eachMember(bsoncore.Document(r.raw), func(key []byte, v bsoncore.Value) error {
 		var ok bool
 		switch string(key) {
 		case "_id":
@@ -61,20 +87,21 @@ func readObservation(doc bsoncore.Document) (domain.Observation, error) {
 		case "dataSourceId":
 			o.DataSourceID, ok = v.Int64OK()
 		case "status":
-			ok = readString(v, &o.Status) == nil
+			return r.str(v, &o.Status)
 		case "code":
-			ok = readString(v, &o.Code) == nil
+			return r.str(v, &o.Code)
 		case "contentType":
-			ok = readString(v, &o.ContentType) == nil
+			return r.str(v, &o.ContentType)
 		case "lastUpdatedMicros":
 			var us int64
 			us, ok = v.Int64OK()
 			o.LastUpdated = time.UnixMicro(us).UTC()
 		case "payload":
 			var subtype byte
-			subtype, o.Payload, ok = v.BinaryOK()
+			var data []byte
+			subtype, data, ok = v.BinaryOK()
 			ok = ok && subtype == bson.TypeBinaryGeneric
-			o.Payload = o.Payload[:len(o.Payload):len(o.Payload)] // appends never reach the next member
+			o.Payload = slices.Clone(data)
 		case "codings":
 			o.Codings = nil // a member named twice: the last one counts
 			return eachItem(v, func(item bsoncore.Document) error {
@@ -82,11 +109,11 @@ func readObservation(doc bsoncore.Document) (domain.Observation, error) {
 				err := eachMember(item, func(key []byte, v bsoncore.Value) error {
 					switch string(key) {
 					case "system":
-						return readString(v, &c.System)
+						return r.str(v, &c.System)
 					case "code":
-						return readString(v, &c.Code)
+						return r.str(v, &c.Code)
 					case "display":
-						return readString(v, &c.Display)
+						return r.str(v, &c.Display)
 					}
 					return nil
 				})
@@ -100,9 +127,9 @@ func readObservation(doc bsoncore.Document) (domain.Observation, error) {
 				err := eachMember(item, func(key []byte, v bsoncore.Value) error {
 					switch string(key) {
 					case "system":
-						return readString(v, &id.System)
+						return r.str(v, &id.System)
 					case "value":
-						return readString(v, &id.Value)
+						return r.str(v, &id.Value)
 					}
 					return nil
 				})
@@ -123,28 +150,24 @@ func readObservation(doc bsoncore.Document) (domain.Observation, error) {
 			return eachMember(d, func(key []byte, v bsoncore.Value) error {
 				switch string(key) {
 				case "dateTime":
-					return readString(v, &tf.DateTime)
+					return r.str(v, &tf.DateTime)
 				case "start":
-					return readString(v, &tf.PeriodStart)
+					return r.str(v, &tf.PeriodStart)
 				case "end":
-					return readString(v, &tf.PeriodEnd)
+					return r.str(v, &tf.PeriodEnd)
 				}
 				return nil
 			})
 		case "effectiveStart", "effectiveEnd":
-			var t *time.Time
-			if v.Type != bsoncore.TypeNull {
+			t, has := &start, &hasStart
+			if key[len("effective")] == 'E' {
+				t, has = &end, &hasEnd
+			}
+			*has, ok = v.Type != bsoncore.TypeNull, true
+			if *has {
 				var ms int64
 				ms, ok = v.DateTimeOK()
-				at := time.UnixMilli(ms).UTC()
-				t = &at
-			} else {
-				ok = true
-			}
-			if key[len("effective")] == 'S' {
-				start = t
-			} else {
-				end = t
+				*t = time.UnixMilli(ms).UTC()
 			}
 		default:
 			return nil // members the domain value does not hold
@@ -157,8 +180,8 @@ func readObservation(doc bsoncore.Document) (domain.Observation, error) {
 	if err != nil {
 		return domain.Observation{}, err
 	}
-	if effective != nil && start != nil && end != nil {
-		effective.Start, effective.End = *start, *end
+	if effective != nil && hasStart && hasEnd {
+		effective.Start, effective.End = start, end
 		o.Effective = effective
 	}
 	return o, nil
@@ -205,18 +228,6 @@ func eachItem(v bsoncore.Value, f func(bsoncore.Document) error) error {
 		}
 		return f(d)
 	})
-}
-
-// readString sets *dest to a string value; errUnusual for another type,
-// or a string whose terminating NUL is missing (which the reflective
-// decoder refuses).
-func readString(v bsoncore.Value, dest *string) error {
-	s, ok := v.StringValueOK()
-	if !ok || v.Data[len(v.Data)-1] != 0 {
-		return errUnusual
-	}
-	*dest = s
-	return nil
 }
 
 // observationBSON is the stored document of an observation, exactly as
