@@ -209,9 +209,14 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 	if q.SummaryCount() {
 		return writeFHIR(c, fiber.StatusOK, b)
 	}
-	for _, h := range page {
-		b.Entry = append(b.Entry, bundleEntry{FullURL: base + "/" + resourceType + "/" + h.id(),
-			Resource: withElements(h.resource, q.Elements()), Search: &bundleSearch{Mode: "match"}})
+	if len(page) > 0 {
+		// Once a page, not once an entry: the entries share the prefix of
+		// their URLs and their (never modified) search mode.
+		b.Entry = make([]bundleEntry, 0, len(page)+1)
+		prefix, match := base+"/"+resourceType+"/", &bundleSearch{Mode: "match"}
+		for _, h := range page {
+			b.Entry = append(b.Entry, bundleEntry{FullURL: prefix + h.id(), Resource: withElements(h.resource, q.Elements()), Search: match})
+		}
 	}
 	if more && len(page) > 0 {
 		next := url.Values{}
