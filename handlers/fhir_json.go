@@ -208,37 +208,6 @@ func (a fhirAttachment) appendJSON(b []byte) []byte {
 	return o.close()
 }
 
-func (r observationResource) appendJSON(b []byte) []byte {
-	o := openObject(b)
-	o.str("resourceType", r.ResourceType, false)
-	o.str("id", r.ID, false)
-	o.key("meta")
-	o.b = r.Meta.appendJSON(o.b)
-	if len(r.Identifier) > 0 {
-		o.key("identifier")
-		o.b = appendArray(o.b, len(r.Identifier), func(b []byte, i int) []byte { return r.Identifier[i].appendJSON(b) })
-	}
-	o.str("status", r.Status, false)
-	o.key("code")
-	o.b = r.Code.appendJSON(o.b)
-	o.key("subject")
-	o.b = r.Subject.appendJSON(o.b)
-	o.str("effectiveDateTime", r.EffectiveDateTime, true)
-	if r.EffectivePeriod != nil {
-		o.key("effectivePeriod")
-		o.b = r.EffectivePeriod.appendJSON(o.b)
-	}
-	if r.Device != nil {
-		o.key("device")
-		o.b = r.Device.appendJSON(o.b)
-	}
-	if r.ValueAttachment != nil {
-		o.key("valueAttachment")
-		o.b = r.ValueAttachment.appendJSON(o.b)
-	}
-	return o.close()
-}
-
 func (l bundleLink) appendJSON(b []byte) []byte {
 	o := openObject(b)
 	o.str("relation", l.Relation, false)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"strconv"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -132,12 +132,55 @@ func TestBundleJSON(t *testing.T) {
 	}
 	for _, o := range variedObservations() {
 		r := observationFHIR(&o)
-		if got, want := r.appendJSON(nil), reflectJSON(t, r); !bytes.Equal(got, want) {
+		want := reflectJSON(t, observationShape(&o))
+		if got := r.appendJSON(nil); !bytes.Equal(got, want) {
 			t.Errorf("Observation/%d: wrote\n%s\nencoding/json\n%s", o.ID, got, want)
 		}
+		if got := reflectJSON(t, r); !bytes.Equal(got, want) { // through MarshalJSON
+			t.Errorf("Observation/%d: encoding/json wrote\n%s\nnot\n%s", o.ID, got, want)
+		}
 	}
-	r := observationResource{} // a nil meta
-	if got, want := r.appendJSON(nil), reflectJSON(t, r); !bytes.Equal(got, want) || !strings.Contains(string(got), `"meta":null`) {
+	var meta *fhirMeta // a nil meta
+	if got, want := meta.appendJSON(nil), reflectJSON(t, meta); !bytes.Equal(got, want) || string(got) != "null" {
 		t.Errorf("wrote %s, encoding/json %s", got, want)
 	}
+}
+
+// observationResource is the FHIR shape of a native observation, as the
+// handlers rendered it with encoding/json before nativeObservation wrote
+// it directly: the reference its bytes are compared with.
+type observationResource struct {
+	ResourceType      string              `json:"resourceType"`
+	ID                string              `json:"id"`
+	Meta              *fhirMeta           `json:"meta"`
+	Identifier        []fhirIdentifier    `json:"identifier,omitempty"`
+	Status            string              `json:"status"`
+	Code              fhirCodeableConcept `json:"code"`
+	Subject           fhirReference       `json:"subject"`
+	EffectiveDateTime string              `json:"effectiveDateTime,omitempty"`
+	EffectivePeriod   *fhirPeriod         `json:"effectivePeriod,omitempty"`
+	Device            *fhirReference      `json:"device,omitempty"`
+	ValueAttachment   *fhirAttachment     `json:"valueAttachment,omitempty"`
+}
+
+func observationShape(o *domain.Observation) observationResource {
+	r := observationResource{ResourceType: "Observation", ID: strconv.FormatInt(o.ID, 10), Meta: metaOf(o.LastUpdated),
+		Identifier: identifiers(o.Identifiers), Status: o.Status, Subject: fhirReference{Reference: "Patient/" + strconv.FormatInt(o.PatientID, 10)}}
+	for _, c := range o.Codings {
+		r.Code.Coding = append(r.Code.Coding, fhirCoding{System: c.System, Code: c.Code, Display: c.Display})
+	}
+	if o.DataSourceID != 0 {
+		r.Device = &fhirReference{Reference: "Device/" + strconv.FormatInt(o.DataSourceID, 10)}
+	}
+	if o.Payload != nil {
+		r.ValueAttachment = &fhirAttachment{ContentType: o.ContentType, Data: o.Payload}
+	}
+	if tf := o.Effective; tf != nil {
+		if tf.IsInstant() {
+			r.EffectiveDateTime = tf.DateTime
+		} else {
+			r.EffectivePeriod = &fhirPeriod{Start: tf.PeriodStart, End: tf.PeriodEnd}
+		}
+	}
+	return r
 }
