@@ -126,8 +126,7 @@ func (s *server) nativeTypes() map[string]nativeType {
 		"Observation": nativeOf(s.service, "Observation", s.service.SearchObservations, s.service.ObservationByID, func(o *domain.Observation) (any, fhirsearch.Position) {
 			pos := at(o.LastUpdated, o.ID)
 			if o.Effective != nil {
-				start := o.Effective.Start
-				pos.Date = &start
+				pos.Date = &o.Effective.Start // the page's own, read only: no copy for each hit
 			}
 			return observationFHIR(o), pos
 		}),
