@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -196,16 +197,16 @@ func eachMember(doc bsoncore.Document, f func(key []byte, v bsoncore.Value) erro
 	}
 	rest := doc[4 : length-1]
 	for len(rest) > 0 {
-		var e bsoncore.Element
-		if e, rest, ok = bsoncore.ReadElement(rest); !ok {
+		// An element is its type, its key up to NUL, then its value: read
+		// in one pass (bsoncore's ReadElement, KeyBytesErr and ValueErr
+		// would each look for the end of the key).
+		k := bytes.IndexByte(rest[1:], 0)
+		if k < 0 {
 			return errUnusual
 		}
-		key, err := e.KeyBytesErr()
-		if err != nil {
-			return errUnusual
-		}
-		v, err := e.ValueErr()
-		if err != nil {
+		key := rest[1 : 1+k]
+		var v bsoncore.Value
+		if v, rest, ok = bsoncore.ReadValue(rest[2+k:], bsoncore.Type(rest[0])); !ok {
 			return errUnusual
 		}
 		if err := f(key, v); err != nil {
