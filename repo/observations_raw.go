@@ -57,12 +57,16 @@ type docReader struct {
 
 // str sets *dest to a string value; errUnusual for another type, or a
 // string whose length or terminating NUL is wrong (which the reflective
-// decoder refuses).
+// decoder refuses). The string is cut from r.text at the value's offset in
+// r.raw, found from the capacities and confirmed by address, so a value
+// that is not a slice of r.raw goes to the fallback rather than reading
+// the wrong bytes.
 func (r *docReader) str(v bsoncore.Value, dest *string) error {
 	length, _, ok := bsoncore.ReadLength(v.Data)
 	off := cap(r.raw) - cap(v.Data)
 	if v.Type != bsoncore.TypeString || !ok || length < 1 || int(length) != len(v.Data)-4 ||
-		v.Data[len(v.Data)-1] != 0 || off < 0 || off+len(v.Data) > len(r.text) {
+		v.Data[len(v.Data)-1] != 0 || off < 0 || off+len(v.Data) > len(r.text) || off+len(v.Data) > len(r.raw) ||
+		&r.raw[off] != &v.Data[0] {
 		return errUnusual
 	}
 	*dest = r.text[off+4 : off+len(v.Data)-1]
