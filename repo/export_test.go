@@ -32,3 +32,9 @@ func HoldSearchSlots(d *DB) (release func()) {
 
 // ClaimKey is the _id of a claim on (system, value).
 func ClaimKey(system, value string) string { return claimKey(system, value) }
+
+// RenewLease runs one tick of d's lease renewal.
+func RenewLease(ctx context.Context, d *DB) error { return d.writeLease(ctx) }
+
+// LeaseID is the id of d's instance lease.
+func LeaseID(d *DB) string { return d.lease.id }

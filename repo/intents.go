@@ -123,17 +123,26 @@ func (d *DB) hold(ctx context.Context) error {
 	if l.held {
 		return nil
 	}
-	host, _ := os.Hostname()
-	now := d.nowMillis()
-	_, err := d.c(colInstances).UpdateOne(ctx, bson.M{"_id": l.id},
-		bson.M{"$set": bson.M{"renewed": now}, "$setOnInsert": bson.M{"host": host, "pid": os.Getpid(), "startedAt": now}},
-		options.UpdateOne().SetUpsert(true))
-	if err != nil {
+	if err := d.writeLease(ctx); err != nil {
 		return fmt.Errorf("take the instance lease: %w", err)
 	}
 	l.held, l.stop, l.done = true, make(chan struct{}), make(chan struct{})
 	go d.renew(l.stop, l.done)
 	return nil
+}
+
+// writeLease renews this process's lease, writing it anew when it is
+// gone: another instance removes a lease left unrenewed for leaseTimeout
+// (this process stalled, or could not reach the database), and without
+// it every intent this process writes would look abandoned to the others,
+// which would repair writes still running.
+func (d *DB) writeLease(ctx context.Context) error {
+	host, _ := os.Hostname()
+	now := d.nowMillis()
+	_, err := d.c(colInstances).UpdateOne(ctx, bson.M{"_id": d.lease.id},
+		bson.M{"$set": bson.M{"renewed": now}, "$setOnInsert": bson.M{"host": host, "pid": os.Getpid(), "startedAt": now}},
+		options.UpdateOne().SetUpsert(true))
+	return err
 }
 
 // renew keeps the lease fresh until stop closes; a failed renewal is
@@ -148,7 +157,7 @@ func (d *DB) renew(stop, done chan struct{}) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), leaseRenew)
-			_, _ = d.c(colInstances).UpdateOne(ctx, bson.M{"_id": d.lease.id}, bson.M{"$set": bson.M{"renewed": d.nowMillis()}})
+			_ = d.writeLease(ctx)
 			cancel()
 		}
 	}

@@ -193,3 +193,38 @@ func TestRepairIsBounded(t *testing.T) {
 		t.Errorf("%d intents left", n)
 	}
 }
+
+// An instance that stalled past the lease timeout finds its lease removed
+// by another instance's repair. Its next renewal writes the lease anew: an
+// intent it then records is a write running, which the other instance
+// leaves alone, not one of a dead process to roll back under it.
+func TestALeaseRemovedWhileItsProcessStalledIsWrittenAgain(t *testing.T) {
+	first := repotest.NewDB(t)
+	ctx := context.Background()
+	second, err := repo.Open(ctx, repotest.URI(), first.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close(ctx)
+	if err := first.CreateEnrollments(ctx, nil); err != nil { // takes the lease
+		t.Fatal(err)
+	}
+	leases := repotest.Collection(t, first, "service_instances")
+	if _, err := leases.DeleteOne(ctx, bson.M{"_id": repo.LeaseID(first)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.RenewLease(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := leases.CountDocuments(ctx, bson.M{"_id": repo.LeaseID(first)}); n != 1 {
+		t.Fatalf("the renewal left the lease gone (%d documents)", n)
+	}
+	if _, err := repotest.Collection(t, first, "write_intents").InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create",
+		"instance": repo.LeaseID(first), "startedAt": time.Now(), "keys": []string{}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := second.Repair(ctx, repo.RepairOptions{})
+	if err != nil || rep.Running != 1 || len(rep.Repaired) != 0 {
+		t.Errorf("the other instance's repair: %+v, %v; want the running write left alone", rep, err)
+	}
+}
