@@ -55,7 +55,11 @@
 // and records, unless the final record is stored: then the create is
 // complete) and rolls forward the changes that were checked in full before
 // their first write (deletes, enrollments, consent answers): their repair
-// applies them again, which changes nothing that is already done.
+// applies them again, which changes nothing that is already done. A later
+// enrollment or consent write marks the (patient, study) pairs it changes
+// in the intents of earlier ones, whose repair then leaves those pairs
+// alone: a withdrawn answer is not brought back by the repair of the write
+// that gave it.
 //
 // Leases. Every process that writes intents holds a service_instances
 // document it renews every leaseRenew; an intent is abandoned when its

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -81,6 +82,11 @@ type intentDoc struct {
 	Enrollments    []enrollmentDoc `bson:"enrollments,omitempty"`
 	ConsentOp      consentOp       `bson:"consentOp,omitempty"`
 	Consents       []consentDoc    `bson:"consents,omitempty"`
+	// Touches are the (patient, study) pairs (pairKey) whose enrollment or
+	// answers a forward write changes; Superseded, those a later write
+	// changed since, which this one's repair leaves as they are.
+	Touches    []string `bson:"touches,omitempty"`
+	Superseded []string `bson:"superseded,omitempty"`
 }
 
 // claimKey is the key of a claim on (system, value): fixed length, and
@@ -201,6 +207,46 @@ func (d *DB) end(ctx context.Context, in *intentDoc) error {
 	return err
 }
 
+// beginForward records the intent of a forward write (enrollments,
+// consent answers) and marks the pairs it touches as superseded in every
+// other intent touching them. An older write of those pairs that was cut
+// short is rolled forward by its repair, which may come a minute later on
+// MongoDB (once its process's lease is stale): without the mark it would
+// apply its answers over this newer write, bringing back a consent that
+// was withdrawn since, or an enrollment that was ended.
+func (d *DB) beginForward(ctx context.Context, in *intentDoc) error {
+	if err := d.begin(ctx, in); err != nil {
+		return err
+	}
+	if len(in.Touches) == 0 {
+		return nil
+	}
+	_, err := d.c(colIntents).UpdateMany(ctx, bson.M{"_id": bson.M{"$ne": in.ID}, "touches": bson.M{"$in": in.Touches}},
+		bson.M{"$addToSet": bson.M{"superseded": bson.M{"$each": in.Touches}}})
+	if err != nil {
+		return d.finish(ctx, in, fmt.Errorf("record the write intent: %w", err), true)
+	}
+	return nil
+}
+
+// pairKey is the key of a (patient, study) pair in Touches.
+func pairKey(patientID, studyID int64) string {
+	return strconv.FormatInt(patientID, 10) + "/" + strconv.FormatInt(studyID, 10)
+}
+
+// touch adds the pair to the pairs the intent's write changes.
+func (in *intentDoc) touch(patientID, studyID int64) {
+	if k := pairKey(patientID, studyID); !slices.Contains(in.Touches, k) {
+		in.Touches = append(in.Touches, k)
+	}
+}
+
+// current says whether the pair is still the intent's to write: no later
+// write changed it.
+func (in *intentDoc) current(patientID, studyID int64) bool {
+	return !slices.Contains(in.Superseded, pairKey(patientID, studyID))
+}
+
 // finish ends the intent of a write that returned cause: on success, or
 // when the write undid itself, the intent goes; when it failed half way,
 // it stays for the repair.
@@ -292,11 +338,11 @@ func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 	case intentOrganizationDelete:
 		err = d.deleteOrganizationDocuments(ctx, in.OrganizationID)
 	case intentEnroll:
-		err = d.insertEnrollments(ctx, in.Enrollments)
+		err = d.insertEnrollments(ctx, slices.DeleteFunc(in.Enrollments, func(e enrollmentDoc) bool { return !in.current(e.PatientID, e.StudyID) }))
 	case intentUnenroll:
-		err = d.deleteEnrollments(ctx, in.StudyID, in.PatientIDs)
+		err = d.deleteEnrollments(ctx, in.StudyID, slices.DeleteFunc(in.PatientIDs, func(id int64) bool { return !in.current(id, in.StudyID) }))
 	case intentConsents:
-		err = d.writeConsents(ctx, in.ConsentOp, in.Consents)
+		err = d.writeConsents(ctx, in.ConsentOp, slices.DeleteFunc(in.Consents, func(c consentDoc) bool { return !in.current(c.PatientID, c.StudyID) }))
 	default:
 		return fmt.Errorf("write intent %s: unknown kind %q", in.ID.Hex(), in.Kind)
 	}

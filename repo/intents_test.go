@@ -228,3 +228,63 @@ func TestALeaseRemovedWhileItsProcessStalledIsWrittenAgain(t *testing.T) {
 		t.Errorf("the other instance's repair: %+v, %v; want the running write left alone", rep, err)
 	}
 }
+
+// A consent answer cut short by a process whose lease is still fresh, and
+// withdrawn by the patient on another instance before that lease goes
+// stale: the repair that comes later rolls forward the rest of the write,
+// but not the withdrawn answer, which would otherwise share the patient's
+// data again without consent. The same holds for enrollments ended since.
+func TestRepairLeavesWhatALaterWriteChanged(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	leases := repotest.Collection(t, db, "service_instances")
+	if _, err := leases.InsertOne(ctx, bson.M{"_id": "other", "renewed": time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	consents := repotest.Collection(t, db, "consents")
+	answer := func(patient int64) bson.M {
+		return bson.M{"patientId": patient, "studyId": int64(1), "scopeCodeId": int64(1), "consented": true,
+			"consentedTime": time.Now(), "lastUpdated": time.Now()}
+	}
+	// The cut write answered for patients 1 and 2; patient 1's answer was stored.
+	if _, err := consents.InsertOne(ctx, answer(1)); err != nil {
+		t.Fatal(err)
+	}
+	intents := repotest.Collection(t, db, "write_intents")
+	for _, in := range []bson.M{
+		{"kind": "consents.write", "consentOp": "answer", "consents": []bson.M{answer(1), answer(2)}, "touches": []string{"1/1", "2/1"}},
+		{"kind": "enrollments.create", "enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1)}, {"studyId": int64(1), "patientId": int64(3)}},
+			"touches": []string{"1/1", "3/1"}},
+	} {
+		in["_id"], in["instance"], in["startedAt"], in["keys"] = bson.NewObjectID(), "other", time.Now(), []string{}
+		if _, err := intents.InsertOne(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Patient 1 withdraws, then is unenrolled, here.
+	if err := db.WithdrawConsents(ctx, []domain.Consent{{PatientID: 1, StudyID: 1, ScopeCodeID: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DeleteEnrollments(ctx, 1, []int64{1}); err != nil {
+		t.Fatal(err)
+	}
+	// The other process is gone.
+	if _, err := leases.UpdateOne(ctx, bson.M{"_id": "other"}, bson.M{"$set": bson.M{"renewed": time.Now().Add(-time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Repair(ctx, repo.RepairOptions{})
+	if err != nil || rep.Repaired["consents.write"] != 1 || rep.Repaired["enrollments.create"] != 1 || len(rep.Failed) != 0 {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+	for patient, want := range map[int64]int64{1: 0, 2: 1} {
+		if n, _ := consents.CountDocuments(ctx, bson.M{"patientId": patient}); n != want {
+			t.Errorf("patient %d: %d answers after the repair, want %d", patient, n, want)
+		}
+	}
+	enrollments := repotest.Collection(t, db, "enrollments")
+	for patient, want := range map[int64]int64{1: 0, 3: 1} {
+		if n, _ := enrollments.CountDocuments(ctx, bson.M{"patientId": patient}); n != want {
+			t.Errorf("patient %d: %d enrollments after the repair, want %d", patient, n, want)
+		}
+	}
+}

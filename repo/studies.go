@@ -230,8 +230,9 @@ func (d *DB) CreateEnrollments(ctx context.Context, es []domain.Enrollment) erro
 	for i := range es {
 		es[i].LastUpdated = now
 		in.Enrollments = append(in.Enrollments, enrollmentDoc{es[i].StudyID, es[i].PatientID, now})
+		in.touch(es[i].PatientID, es[i].StudyID)
 	}
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.beginForward(ctx, in); err != nil {
 		return err
 	}
 	return d.finish(ctx, in, d.insertEnrollments(ctx, in.Enrollments), false)
@@ -279,7 +280,10 @@ func (d *DB) Enrollments(ctx context.Context, q domain.EnrollmentQuery) ([]domai
 // or the repair finishes.
 func (d *DB) DeleteEnrollments(ctx context.Context, studyID int64, patientIDs []int64) error {
 	in := &intentDoc{Kind: intentUnenroll, StudyID: studyID, PatientIDs: patientIDs}
-	if err := d.begin(ctx, in); err != nil {
+	for _, id := range patientIDs {
+		in.touch(id, studyID)
+	}
+	if err := d.beginForward(ctx, in); err != nil {
 		return err
 	}
 	return d.finish(ctx, in, d.deleteEnrollments(ctx, studyID, patientIDs), false)
@@ -328,8 +332,9 @@ func (d *DB) consentWrite(ctx context.Context, op consentOp, cs []domain.Consent
 		c.LastUpdated = now
 		c.ConsentedTime = c.ConsentedTime.UTC().Truncate(time.Millisecond)
 		in.Consents = append(in.Consents, consentDoc{c.PatientID, c.StudyID, c.ScopeCodeID, c.Consented, c.ConsentedTime, c.LastUpdated})
+		in.touch(c.PatientID, c.StudyID)
 	}
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.beginForward(ctx, in); err != nil {
 		return err
 	}
 	return d.finish(ctx, in, d.writeConsents(ctx, op, in.Consents), false)
