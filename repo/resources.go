@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -111,13 +110,13 @@ func (d *DB) CreateResources(ctx context.Context, rs []*domain.Resource) []error
 	for i, r := range rs {
 		docs[i] = newResourceDoc(r)
 	}
-	var taken []*domain.Resource
+	var taken []int // indexes into rs
 	for idx, werr := range insertErrors(d.c(colResources).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))) {
 		if idx < 0 {
 			return failAll(errs, werr)
 		}
 		if isDuplicate(werr) {
-			taken = append(taken, rs[idx])
+			taken = append(taken, idx)
 		}
 		errs[idx] = werr
 	}
@@ -132,7 +131,7 @@ func (d *DB) CreateResources(ctx context.Context, rs []*domain.Resource) []error
 // was made by the same create. The stored ones are read in one query (two
 // when some were stored before ids derived from the key): on FerretDB any
 // lookup reads the whole collection, so one per resource would not do.
-func (d *DB) nameStored(ctx context.Context, rs, taken []*domain.Resource, errs []error) {
+func (d *DB) nameStored(ctx context.Context, rs []*domain.Resource, taken []int, errs []error) {
 	byKey := map[string]resourceDoc{}
 	read := func(field string, values []string) error {
 		var found []resourceDoc
@@ -144,23 +143,21 @@ func (d *DB) nameStored(ctx context.Context, rs, taken []*domain.Resource, errs 
 		return err
 	}
 	ids := make([]string, len(taken))
-	for i, r := range taken {
-		ids[i] = r.ID
+	for k, i := range taken {
+		ids[k] = rs[i].ID
 	}
 	err := read("_id", ids)
 	var legacy []string
-	for _, r := range taken {
-		if _, ok := byKey[r.UniqueKey]; !ok {
-			legacy = append(legacy, r.UniqueKey)
+	for _, i := range taken {
+		if _, ok := byKey[rs[i].UniqueKey]; !ok {
+			legacy = append(legacy, rs[i].UniqueKey)
 		}
 	}
 	if err == nil && len(legacy) > 0 {
 		err = read("uniqueKey", legacy)
 	}
-	for i, r := range rs {
-		if !slices.Contains(taken, r) {
-			continue
-		}
+	for _, i := range taken {
+		r := rs[i]
 		x, ok := byKey[r.UniqueKey]
 		switch {
 		case err != nil:
