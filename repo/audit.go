@@ -39,7 +39,7 @@ type auditDoc struct {
 func toAuditDoc(e domain.AuditEvent) auditDoc {
 	return auditDoc{ID: e.ID, LastUpdated: e.Recorded.UTC().Truncate(time.Millisecond), Action: string(e.Action), Kind: string(e.Kind),
 		Outcome: string(e.Outcome), UserID: e.UserID, Agent: e.Agent, ClientID: e.ClientID, RequestID: e.RequestID,
-		Address: e.Address, EntityTypes: nonNilStrings(e.EntityTypes), Entities: nonNilStrings(e.Entities), Query: e.Query,
+		Address: e.Address, EntityTypes: nonNil(e.EntityTypes), Entities: nonNil(e.Entities), Query: e.Query,
 		PatientIDs: nonNilIDs(e.PatientIDs)}
 }
 
@@ -47,13 +47,6 @@ func (x auditDoc) event() domain.AuditEvent {
 	return domain.AuditEvent{ID: x.ID, Recorded: x.LastUpdated, Action: domain.AuditAction(x.Action), Kind: domain.AuditKind(x.Kind),
 		Outcome: domain.Code(x.Outcome), UserID: x.UserID, Agent: x.Agent, ClientID: x.ClientID, RequestID: x.RequestID,
 		Address: x.Address, EntityTypes: x.EntityTypes, Entities: x.Entities, Query: x.Query, PatientIDs: x.PatientIDs}
-}
-
-func nonNilStrings(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }
 
 // AuditEventByID implements domain.AuditStore.
