@@ -38,3 +38,6 @@ func RenewLease(ctx context.Context, d *DB) error { return d.writeLease(ctx) }
 
 // LeaseID is the id of d's instance lease.
 func LeaseID(d *DB) string { return d.lease.id }
+
+// EmailKey is the claim key of an email address.
+func EmailKey(email string) string { return emailKey(email) }

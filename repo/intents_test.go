@@ -288,3 +288,26 @@ func TestRepairLeavesWhatALaterWriteChanged(t *testing.T) {
 		}
 	}
 }
+
+// A patient create whose login is stored and whose record is not, by a
+// process that still holds its lease (running, or dead and not yet
+// known so): the same email again is a conflict to try later, not a
+// duplicate, which would tell the client the email is taken for good.
+func TestAnEmailOfACreateRunningIsAConflict(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	if _, err := repotest.Collection(t, db, "service_instances").InsertOne(ctx, bson.M{"_id": "other", "renewed": time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repotest.Collection(t, db, "users").InsertOne(ctx, bson.M{"_id": int64(50), "email": "p@example.org", "userType": "patient"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repotest.Collection(t, db, "write_intents").InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "patient.create",
+		"instance": "other", "startedAt": time.Now(), "userId": int64(50), "patientId": int64(60), "keys": []string{repo.EmailKey("p@example.org")}}); err != nil {
+		t.Fatal(err)
+	}
+	u, p := newPatient("p@example.org", "P")
+	if err := db.CreatePatient(ctx, u, p); !domain.IsCode(err, domain.CodeConflict) {
+		t.Errorf("the email of a create running: %v, want CodeConflict", err)
+	}
+}

@@ -1,7 +1,6 @@
 package repo
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,8 +74,13 @@ func (d *DB) insertUser(ctx context.Context, u *domain.User, own *intentDoc) err
 		return err
 	}
 	live, serr := d.settleKey(ctx, emailKey(u.Email), own)
-	if serr != nil || live {
-		return cmp.Or(serr, err)
+	switch {
+	case serr != nil:
+		return serr
+	case live:
+		// The email's user may be a create still running, or one whose
+		// process died and is not repaired yet: not taken for good.
+		return domain.Errorf(domain.CodeConflict, "email: a user with email %q is being created by another request; try again later", u.Email)
 	}
 	return insert()
 }
