@@ -22,11 +22,7 @@ import (
 func TestIDsAreUniqueAcrossInstances(t *testing.T) {
 	first := repotest.NewDB(t)
 	ctx := context.Background()
-	second, err := repo.Open(ctx, repotest.URI(), first.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Close(ctx)
+	second := repotest.OtherInstance(t, first)
 	const workers, each = 8, 15
 	var mu sync.Mutex
 	ids := map[int64]string{}

@@ -201,11 +201,7 @@ func TestRepairIsBounded(t *testing.T) {
 func TestALeaseRemovedWhileItsProcessStalledIsWrittenAgain(t *testing.T) {
 	first := repotest.NewDB(t)
 	ctx := context.Background()
-	second, err := repo.Open(ctx, repotest.URI(), first.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Close(ctx)
+	second := repotest.OtherInstance(t, first)
 	if err := first.CreateEnrollments(ctx, nil); err != nil { // takes the lease
 		t.Fatal(err)
 	}

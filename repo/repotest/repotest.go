@@ -169,6 +169,19 @@ func NewDBWith(t testing.TB, o repo.Options) *repo.DB {
 	return db
 }
 
+// OtherInstance opens db's database again, as a second instance of the
+// service on the same database would; it is closed when the test ends.
+func OtherInstance(t testing.TB, db *repo.DB) *repo.DB {
+	t.Helper()
+	ctx := context.Background()
+	other, err := repo.Open(ctx, URI(), db.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close(ctx) })
+	return other
+}
+
 var (
 	clientOnce sync.Once
 	client     *mongo.Client
