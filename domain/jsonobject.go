@@ -32,28 +32,11 @@ func (e *DuplicateMemberError) Error() string {
 	return fmt.Sprintf("the member %q appears twice", e.Key)
 }
 
-// EachJSONMember reads the JSON object data as the imported store reads
-// resources (a member named twice is a *DuplicateMemberError, nothing may
-// follow the object) and calls f with each member, in order, its value
-// compacted; it stops at f's first error.
-func EachJSONMember(data []byte, f func(key string, value json.RawMessage) error) error {
-	o, err := parseJSONObject(data)
-	if err != nil {
-		return err
-	}
-	for _, m := range o {
-		if err := f(m.key, m.value); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // parseJSONObject reads one JSON object. Its members' values are compacted
 // (insignificant whitespace dropped) and copied out of data; a member named
 // twice is a *DuplicateMemberError. The JSON is checked whole first
 // (json.Valid), so the members are then split by position, not decoded:
-// every native upload and imported write goes through here, and a
+// every imported write goes through here, and a
 // json.Decoder walk cost several times the typed decoding of the resource.
 func parseJSONObject(data []byte) (jsonObject, error) {
 	if !json.Valid(data) {
@@ -99,14 +82,14 @@ func parseJSONObject(data []byte) (jsonObject, error) {
 	return o, nil
 }
 
-// EachValidJSONMember is EachJSONMember for a text already known to be
-// valid JSON (json.Valid: a caller that decoded it has), without that
-// function's copies, which cost more than the typed decoding of a native
-// upload: values alias data as they came (not compacted), and a key is
-// given as its bytes, escapes resolved and invalid UTF-8 replaced as
-// encoding/json reads it. A member named twice is a *DuplicateMemberError,
-// returned before f sees any member; data that is not an object is an
-// error.
+// EachValidJSONMember reads a JSON object as the imported store reads
+// resources (parseJSONObject), for a text already known to be valid JSON
+// (json.Valid: a caller that decoded it has), without that function's
+// copies, which cost more than the typed decoding of a native upload:
+// values alias data as they came (not compacted), and a key is given as
+// its bytes, escapes resolved and invalid UTF-8 replaced as encoding/json
+// reads it. A member named twice is a *DuplicateMemberError, returned
+// before f sees any member; data that is not an object is an error.
 func EachValidJSONMember(data []byte, f func(key, value []byte) error) error {
 	type member struct{ key, value []byte }
 	var small [16]member // an Observation's objects fit: no allocation

@@ -91,7 +91,7 @@ var nativeElements = elementsOf(reflect.TypeFor[observationIn]())
 // unknownElements returns the FHIR paths (under at) of the members of the
 // JSON object raw that known does not name, at any depth, sorted; raw is
 // valid JSON (json.Valid). It reads the object as the imported store does
-// (domain.EachJSONMember), so a member named twice is refused by its path,
+// (domain.EachValidJSONMember), so a member named twice is refused by its path,
 // where encoding/json would keep the last value; and names match exactly,
 // so "Status" is an unknown element, where encoding/json would read it as
 // status. Values of the wrong JSON type are left to the typed decoding to
