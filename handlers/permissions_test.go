@@ -51,8 +51,11 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-func newWorld(t *testing.T) *world {
-	env := handlerstest.Start(t)
+func newWorld(t *testing.T) *world { return newWorldWith(t, handlerstest.Options{}) }
+
+// newWorldWith is newWorld on an exchange started with options.
+func newWorldWith(t *testing.T, o handlerstest.Options) *world {
+	env := handlerstest.StartWith(t, o)
 	w := &world{t: t, env: env, ctx: context.Background(), tokens: map[string]string{}}
 	svc, ctx := env.Service, w.ctx
 	w.orgA = must(svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"}))

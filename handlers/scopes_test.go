@@ -52,7 +52,8 @@ var scopedTokens = []scopedToken{
 // scopeWorld is the permission matrix's world with data in both stores:
 // the patient's heart rate and blood pressure and the other patient's heart
 // rate (native); a problem and an encounter diagnosis of the patient and a
-// problem of the other patient (imported); a data source no study uses.
+// problem of the other patient (imported); a data source no study uses;
+// and the audit trail of their creation.
 type scopeWorld struct {
 	*world
 	tokens map[string]string // by scopedToken name
@@ -61,7 +62,7 @@ type scopeWorld struct {
 }
 
 func newScopeWorld(t *testing.T) *scopeWorld {
-	w := &scopeWorld{world: newWorld(t), tokens: map[string]string{}, ids: map[string]string{}, src: map[string]int64{}}
+	w := &scopeWorld{world: newWorldWith(t, handlerstest.Options{Audit: true}), tokens: map[string]string{}, ids: map[string]string{}, src: map[string]int64{}}
 	ctx, svc := w.ctx, w.env.Service
 	w.answer(w.patient, w.bp, true)
 	w.enroll(w.other)
@@ -92,6 +93,10 @@ func newScopeWorld(t *testing.T) *scopeWorld {
 	} {
 		w.ids[name] = w.condition(t, c.patient, c.category)
 	}
+	// The events of the creations, once the audit trail has written them:
+	// one about the patient only, one about the other patient only.
+	w.ids["auditP"] = w.auditEvent(t, "P")
+	w.ids["auditO"] = w.auditEvent(t, "O")
 	for _, st := range scopedTokens {
 		userID := w.patient.UserID
 		if st.user != "patient" {
@@ -135,11 +140,32 @@ func (w *scopeWorld) condition(t *testing.T, patient, category string) string {
 	return out["id"].(string)
 }
 
+// auditEvent returns the id of the event of an Observation created for a
+// patient of the world (P or O), waiting for the audit trail, which
+// writes off the request path, to hold it.
+func (w *scopeWorld) auditEvent(t *testing.T, patient string) string {
+	t.Helper()
+	query := fxBase + "/AuditEvent?action=C&entity-type=Observation&patient=" + w.ids[patient]
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		resp, out := w.env.GetJSON(t, query, w.world.tokens["superuser"])
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the audit trail of %s: %d %v", patient, resp.StatusCode, out)
+		}
+		if entry := fxArr(out["entry"]); len(entry) > 0 {
+			return fxObj(fxObj(entry[0])["resource"])["id"].(string)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit trail never recorded the creation of %s's observation", patient)
+		}
+	}
+}
+
 // scopeRow is one FHIR request: prepare returns the path (under the FHIR
 // base, or absolute from /) and body, a header for writes to the imported
 // store; want is the answer per token, other the answer of the others:
 // a status, "[name ...]" for exactly those resources found, "total N" for
-// a count, or "entries S S" for the statuses of a batch-response.
+// a count, "entries S S" for the statuses of a batch-response, or
+// "about name" for AuditEvents found, each about that patient.
 type scopeRow struct {
 	method  string
 	prepare func(w *scopeWorld) (path string, body any, header map[string]string)
@@ -195,6 +221,13 @@ func scopeRows() map[string]scopeRow {
 			"user.rs": "200", "hr.only": "200", "cruds": "200"}, denied},
 		"vread another patient's Observation": {"GET", get("/Observation/{hrO}/_history/1"), map[string]string{
 			"user.rs": "200", "hr.only": "200", "cruds": "200"}, denied},
+		"search Observation for some elements": {"GET", get("/Observation?_elements=status"), map[string]string{
+			"pt.obs": "[hrP bpP]", "ctx.rs": "[hrP bpP]", "user.rs": "[hrP bpP hrO]", "hr.only": "[hrP hrO]",
+			"cruds": "[hrP bpP hrO]", "ctx.cruds": "[hrP bpP]", "super.ctx": "[hrP bpP]"}, denied},
+		"search AuditEvent":                        {"GET", get("/AuditEvent"), map[string]string{"super.ctx": "about P"}, denied},
+		"search AuditEvent about another patient":  {"GET", get("/AuditEvent?patient={O}"), map[string]string{"super.ctx": "[]"}, denied},
+		"read an AuditEvent about the patient":     {"GET", get("/AuditEvent/{auditP}"), map[string]string{"super.ctx": "200"}, denied},
+		"read an AuditEvent about another patient": {"GET", get("/AuditEvent/{auditO}"), map[string]string{}, denied},
 		"search Patient": {"GET", get("/Patient"), map[string]string{
 			"ctx.rs": "[P]", "user.rs": "[P O]", "cruds": "[P O]", "ctx.cruds": "[P]", "super.ctx": "[P]"}, denied},
 		"read the patient": {"GET", get("/Patient/{P}"), map[string]string{
@@ -365,6 +398,20 @@ func (w *scopeWorld) checkFHIR(t *testing.T, name string, row scopeRow, token, w
 		if !slices.Equal(found, wanted) {
 			fail("found %v, want %v", found, wanted)
 		}
+	case kind == "about":
+		matches := 0
+		for _, e := range fxArr(out["entry"]) {
+			if fxObj(fxObj(e)["search"])["mode"] != "match" {
+				continue
+			}
+			matches++
+			if r := fxObj(fxObj(e)["resource"]); !slices.Contains(auditPatients(r), "Patient/"+w.ids[arg]) {
+				fail("AuditEvent/%v is not about %s: %v", r["id"], arg, r)
+			}
+		}
+		if resp.StatusCode != http.StatusOK || matches == 0 {
+			fail("%d with %d events, want 200 with events about %s (%v)", resp.StatusCode, matches, arg, out)
+		}
 	case kind == "entries":
 		var got []string
 		for _, e := range fxArr(out["entry"]) {
@@ -396,7 +443,7 @@ func (w *scopeWorld) checkFHIR(t *testing.T, name string, row scopeRow, token, w
 // typeOf is the resource type of each name of scopeWorld.ids.
 var typeOf = map[string]string{"P": "Patient", "O": "Patient", "A": "Organization", "B": "Organization", "study": "Group",
 	"cuff": "Device", "spare": "Device", "hrP": "Observation", "bpP": "Observation", "hrO": "Observation",
-	"probP": "Condition", "encP": "Condition", "probO": "Condition"}
+	"probP": "Condition", "encP": "Condition", "probO": "Condition", "auditP": "AuditEvent", "auditO": "AuditEvent"}
 
 // nameOf names a resource of the world, or returns Type/id.
 func (w *scopeWorld) nameOf(resourceType, id string) string {
