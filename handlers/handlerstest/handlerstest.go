@@ -246,9 +246,6 @@ func StartWith(t testing.TB, o Options) *Env {
 	clock := &Clock{}
 	validator, catalog := R5(t)
 	search := fhirsearch.NewTranslator(catalog, []byte("test cursor key"), SourceBase, clock.Now)
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
 	f := &faults{}
 	log := slog.New(f.logHandler(o.Logger.Handler()))
 	var audit *repo.AuditLog
