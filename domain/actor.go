@@ -41,14 +41,21 @@ func (a *Actor) OrganizationIDs() []int64 {
 
 // TokenActor loads the actor of a bearer token: the user, limited to what
 // the token's granted scopes allow (see Access), with the token's patient
-// context. Returns CodeLogin when the user is gone or inactive, or when
-// the scopes are no longer understood.
-func (s *Service) TokenActor(ctx context.Context, userID int64, scopes []string, patient int64) (*Actor, error) {
+// context. user is the token's user when the token's check read it
+// already (oauth.Bearer.User), so that a request reads it once; nil: it
+// is read by userID. Returns CodeLogin when the user is gone or inactive,
+// or when the scopes are no longer understood.
+func (s *Service) TokenActor(ctx context.Context, userID int64, user *User, scopes []string, patient int64) (*Actor, error) {
 	acc, err := NewAccess(scopes, patient)
 	if err != nil {
 		return nil, Errorf(CodeLogin, "the access token's scopes are not understood: %v", err)
 	}
-	a, err := s.Actor(ctx, userID)
+	var a *Actor
+	if user != nil && user.ID == userID {
+		a, err = s.actorOf(ctx, user)
+	} else {
+		a, err = s.Actor(ctx, userID)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -61,11 +68,19 @@ func (s *Service) TokenActor(ctx context.Context, userID int64, scopes []string,
 // refused.
 func (s *Service) Actor(ctx context.Context, userID int64) (*Actor, error) {
 	u, err := s.store.UserByID(ctx, userID)
-	if IsCode(err, CodeNotFound) || (err == nil && !u.IsActive) {
-		return nil, Errorf(CodeLogin, "the user of this token is no longer active")
-	}
-	if err != nil {
+	if IsCode(err, CodeNotFound) {
+		u = nil
+	} else if err != nil {
 		return nil, err
+	}
+	return s.actorOf(ctx, u)
+}
+
+// actorOf loads what the permission model needs of a user read already
+// (nil: gone); CodeLogin for one gone or inactive.
+func (s *Service) actorOf(ctx context.Context, u *User) (*Actor, error) {
+	if u == nil || !u.IsActive {
+		return nil, Errorf(CodeLogin, "the user of this token is no longer active")
 	}
 	a := &Actor{User: *u, roles: map[int64]Role{}}
 	switch u.Type {

@@ -22,7 +22,7 @@ func (s *server) authenticate(c *fiber.Ctx) error {
 	bearer, err := s.oauth.AuthenticateBearer(c.UserContext(), token)
 	if err == nil {
 		var actor *domain.Actor
-		if actor, err = s.service.TokenActor(c.UserContext(), bearer.UserID, bearer.Scopes, bearer.Patient); err == nil {
+		if actor, err = s.service.TokenActor(c.UserContext(), bearer.UserID, bearer.User, bearer.Scopes, bearer.Patient); err == nil {
 			actor.ClientID = bearer.ClientID
 			c.Locals(actorKey, actor)
 			return c.Next()

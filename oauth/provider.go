@@ -264,7 +264,10 @@ func emptySession() *session {
 // scopes granted to it and its patient context (the SMART launch patient;
 // 0: none). domain.Service.TokenActor turns it into the request's actor.
 type Bearer struct {
-	UserID   int64
+	UserID int64
+	// User is the user as the token's check read it (it checks that the
+	// sign-in the token came from still stands); nil when it read none.
+	User     *domain.User
 	ClientID string // the client it was issued to
 	Scopes   []string
 	Patient  int64
@@ -274,6 +277,8 @@ type Bearer struct {
 // tokens and unknown, expired or revoked tokens are refused with
 // domain.CodeLogin.
 func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Bearer, error) {
+	var user *domain.User
+	ctx = context.WithValue(ctx, userReadKey{}, &user)
 	use, ar, err := p.oauth2.IntrospectToken(ctx, token, fosite.AccessToken, emptySession())
 	if err != nil || use != fosite.AccessToken {
 		return nil, domain.Errorf(domain.CodeLogin, "the access token is invalid, expired or revoked")
@@ -283,6 +288,9 @@ func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Beare
 		return nil, domain.Errorf(domain.CodeLogin, "the access token has no user")
 	}
 	b := &Bearer{UserID: id, ClientID: ar.GetClient().GetID(), Scopes: ar.GetGrantedScopes()}
+	if user != nil && user.ID == id {
+		b.User = user
+	}
 	if s, ok := ar.GetSession().(*session); ok {
 		b.Patient = s.LaunchPatient
 	}

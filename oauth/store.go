@@ -199,8 +199,16 @@ func (s *fositeStore) stillSignedIn(ctx context.Context, userID int64, session f
 	if err != nil {
 		return false, err
 	}
+	if read, ok := ctx.Value(userReadKey{}).(**domain.User); ok {
+		*read = u
+	}
 	return u.StillSignedIn(claims.IDTokenClaims().AuthTime), nil
 }
+
+// userReadKey marks a context whose caller wants the user stillSignedIn
+// reads (a **domain.User to fill): AuthenticateBearer, whose caller makes
+// the request's actor of it, so that a request reads its user once.
+type userReadKey struct{}
 
 func (s *fositeStore) deactivate(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {
 	err := s.store.DeactivateOAuthToken(ctx, kind, signature)
