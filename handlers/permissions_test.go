@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -314,6 +316,9 @@ func matrixRows(w *world) map[string]matrixRow {
 			return fmt.Sprintf("/api/v1/data_sources/%d", d.ID), nil
 		}, swap(onlySuper, "201", "204")},
 		"GET scope codes": {"GET", at("/api/v1/scope_codes"), allRead},
+		"GET OMH schemas": {"GET", at("/api/v1/omh_schemas"), allRead},
+		"GET OMH schema":  {"GET", at("/api/v1/omh_schemas/heart-rate/2.0"), allRead},
+		"GET IEEE schema": {"GET", at("/api/v1/omh_schemas/ieee/sleep-episode/1.0"), allRead},
 		"POST scope code": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/scope_codes", map[string]any{"codingSystem": domain.SystemOpenMHealth, "codingCode": w.name("omh:custom-")}
 		}, onlySuper},
@@ -363,6 +368,7 @@ func TestPermissionMatrix(t *testing.T) {
 	w := newWorld(t)
 	rows := matrixRows(w)
 	cases := 0
+	var sent []string // "METHOD path" of every request, for the routes check
 	for name, row := range rows {
 		want := strings.Fields(row.want)
 		if len(want) != len(matrixActors) {
@@ -376,6 +382,7 @@ func TestPermissionMatrix(t *testing.T) {
 			}
 			resp, out := w.env.Send(t, row.method, path, w.tokens[actor], body)
 			cases++
+			sent = append(sent, row.method+" "+path)
 			if got := strconv.Itoa(resp.StatusCode); got != want[i] {
 				t.Errorf("%s as %s: %s %s = %s, want %s (%v)", name, actor, row.method, path, got, want[i], out)
 				continue
@@ -394,4 +401,16 @@ func TestPermissionMatrix(t *testing.T) {
 		}
 	}
 	t.Logf("permission matrix: %d endpoints x %d actors = %d cases", len(rows), len(matrixActors), cases)
+	// Every route of the admin API has its row: a route added without one
+	// would escape the matrix (and TestScopeMatrix, which sends these rows).
+	for _, route := range w.env.Routes {
+		method, path, _ := strings.Cut(route, " ")
+		if !strings.HasPrefix(path, "/api/v1/") || method == "HEAD" {
+			continue
+		}
+		pattern := regexp.MustCompile("^" + method + " " + regexp.MustCompile(`:[A-Za-z]+`).ReplaceAllString(path, `[^/?]+`) + `(\?.*)?$`)
+		if !slices.ContainsFunc(sent, pattern.MatchString) {
+			t.Errorf("%s has no row in the permission matrix", route)
+		}
+	}
 }
