@@ -234,6 +234,8 @@ func scopeRows() map[string]scopeRow {
 			"ctx.rs": "200", "user.Patient.r": "200", "user.rs": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
 		"read another patient": {"GET", get("/Patient/{O}"), map[string]string{
 			"user.Patient.r": "200", "user.rs": "200", "cruds": "200"}, denied},
+		"count Practitioner": {"GET", get("/Practitioner?_summary=count"), map[string]string{ // A's three, not the outsider or the superuser
+			"ctx.rs": "total 3", "user.rs": "total 3", "cruds": "total 3", "ctx.cruds": "total 3", "super.ctx": "total 3"}, denied},
 		"search Organization": {"GET", get("/Organization"), map[string]string{
 			"ctx.rs": "[A]", "user.rs": "[A]", "cruds": "[A]", "ctx.cruds": "[A]", "super.ctx": "[A]"}, denied},
 		"read an organization out of context": {"GET", get("/Organization/{B}"), map[string]string{}, denied},
