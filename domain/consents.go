@@ -150,6 +150,10 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 		if err := CheckItems(field+".scopeConsents", len(sc.Scopes)); err != nil {
 			return nil, err
 		}
+		answered, err := s.store.Consents(ctx, ConsentQuery{PatientIDs: []int64{patientID}, StudyIDs: []int64{st.ID}})
+		if err != nil {
+			return nil, err
+		}
 		for j, ans := range sc.Scopes {
 			f := field + ".scopeConsents[" + strconv.Itoa(j) + "]"
 			if err := LimitIdentifier.checkTexts(f+".codingSystem", ans.System, f+".codingCode", ans.Code); err != nil {
@@ -169,14 +173,11 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 			if slices.ContainsFunc(out, func(o Consent) bool { return o.StudyID == c.StudyID && o.ScopeCodeID == c.ScopeCodeID }) {
 				return nil, FieldErrorf(f, "scope %s|%s of study %d is listed twice", ans.System, ans.Code, st.ID)
 			}
-			old, err := s.store.Consents(ctx, ConsentQuery{PatientIDs: []int64{patientID}, StudyIDs: []int64{st.ID}, ScopeCodeIDs: []int64{c.ScopeCodeID}})
-			if err != nil {
-				return nil, err
-			}
+			has := slices.ContainsFunc(answered, func(a Consent) bool { return a.ScopeCodeID == c.ScopeCodeID })
 			switch {
-			case existing && len(old) == 0:
+			case existing && !has:
 				return nil, Errorf(CodeNotFound, "patient %d has not answered scope %s|%s of study %d", patientID, ans.System, ans.Code, st.ID)
-			case !existing && len(old) > 0:
+			case !existing && has:
 				return nil, Errorf(CodeDuplicate, "patient %d has already answered scope %s|%s of study %d", patientID, ans.System, ans.Code, st.ID)
 			}
 			out = append(out, c)

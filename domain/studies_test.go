@@ -2,10 +2,15 @@ package domain_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"exchange/domain"
+	"exchange/repo"
+	"exchange/repo/repotest"
 )
 
 func TestUnenrollPatientsIsAllOrNone(t *testing.T) {
@@ -85,5 +90,42 @@ func TestUnenrollPatientsIsAllOrNone(t *testing.T) {
 	}
 	if enrolled, answered := state(); len(enrolled) != 0 || len(answered) != 0 {
 		t.Errorf("after the removal: enrolled %v, consented %v; want none", enrolled, answered)
+	}
+}
+
+// TestConsentWritesReadTheAnswersOncePerStudy: checking a consent write
+// reads the patient's answers to a study once, not once per scope.
+func TestConsentWritesReadTheAnswersOncePerStudy(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	db := repotest.NewDBWith(t, repo.Options{Metrics: repo.NewMetrics(reg)})
+	svc := domain.NewService(domain.Config{Store: db, SourceBase: "https://exchange.example.org/fhir-source"})
+	ctx := context.Background()
+	sys := domain.SystemActor()
+	org := must(svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"}))
+	st := must(svc.CreateStudy(ctx, sys, domain.NewStudy{OrganizationID: org.ID, Name: "Hearts"}))
+	var answers []domain.ScopeConsent
+	yes := true
+	for _, code := range []string{"omh:heart-rate:2.0", "omh:step-count:2.0", "omh:body-weight:2.0"} {
+		c := must(svc.CreateScopeCode(ctx, sys, domain.SystemOpenMHealth, code, code))
+		if _, err := svc.AddScopeRequest(ctx, sys, st.ID, domain.ScopeRef{ID: c.ID}); err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, domain.ScopeConsent{System: c.System, Code: c.Code, Consented: &yes})
+	}
+	finds := map[int]int{}
+	for i, n := range []int{1, len(answers)} {
+		p := must(svc.CreatePatient(ctx, sys, domain.NewPatient{Email: fmt.Sprintf("p%d@example.org", i), FamilyName: "P", GivenNames: []string{"Pat"},
+			OrganizationIDs: []int64{org.ID}}))
+		if err := svc.EnrollPatients(ctx, sys, st.ID, []int64{p.ID}); err != nil {
+			t.Fatal(err)
+		}
+		before := repotest.Operations(t, reg, "consents", "find")
+		if err := svc.AnswerConsents(ctx, sys, p.ID, []domain.StudyScopeConsents{{StudyID: st.ID, Scopes: answers[:n]}}); err != nil {
+			t.Fatal(err)
+		}
+		finds[n] = repotest.Operations(t, reg, "consents", "find") - before
+	}
+	if finds[1] != finds[len(answers)] {
+		t.Errorf("answering 1 scope read the consents %d times, answering %d scopes %d times", finds[1], len(answers), finds[len(answers)])
 	}
 }

@@ -53,38 +53,14 @@ func TestABearerTokenReadsItsUserOnce(t *testing.T) {
 		userID int64
 	}{{"patient", env.Patient(t, "pat@example.org").UserID}, {"practitioner", env.Practitioner(t, "doc@example.org", false).ID}} {
 		token := env.Token(t, u.userID)
-		before := userFinds(t, reg)
+		before := repotest.Operations(t, reg, "users", "find")
 		if resp, body := env.GetJSON(t, "/api/v1/users/profile", token); resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s profile: %d %v", u.name, resp.StatusCode, body)
 		}
-		if n := userFinds(t, reg) - before; n != 1 {
+		if n := repotest.Operations(t, reg, "users", "find") - before; n != 1 {
 			t.Errorf("a %s's request read the user %d times, want once", u.name, n)
 		}
 	}
-}
-
-// userFinds counts the finds in the users collection so far.
-func userFinds(t *testing.T, reg *prometheus.Registry) uint64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "exchange_db_operation_duration_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["collection"] == "users" && labels["operation"] == "find" {
-				return m.GetHistogram().GetSampleCount()
-			}
-		}
-	}
-	return 0
 }
 
 func TestErrorsAreRenderedPerSurface(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -268,4 +269,30 @@ func Snapshot(t testing.TB, db *repo.DB) map[string][]string {
 		}
 	}
 	return out
+}
+
+// Operations counts the database commands of one kind on a collection
+// ("users", "find") that repo.Metrics registered on reg has watched: what
+// a test compares before and after a call to show how often it reads.
+func Operations(t testing.TB, reg prometheus.Gatherer, collection, operation string) int {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "exchange_db_operation_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["collection"] == collection && labels["operation"] == operation {
+				return int(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
 }
