@@ -435,3 +435,41 @@ func TestSignOutComesBack(t *testing.T) {
 		t.Errorf("the console after sign-out: %d to %q, want the login page", resp.StatusCode, loc)
 	}
 }
+
+// TestOrganizationsArePaged: the organization tree is read and shown a
+// page at a time, on its page and on the home page.
+func TestOrganizationsArePaged(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for i := range 25 {
+		if _, err := f.env.Service.CreateOrganization(ctx, domain.SystemActor(), domain.NewOrganization{Name: fmt.Sprintf("Ward %d", i),
+			Type: "dept", PartOf: f.org.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := regexp.MustCompile(`href="/console/organizations/\d+/"`)
+	m := f.callers["manager"] // the clinic and its 25 wards
+	for _, tc := range []struct {
+		path   string
+		status int
+		orgs   int
+		more   string
+	}{
+		{"/console/organizations/", http.StatusOK, 20, `href="/console/organizations/?page=2" rel="next"`},
+		{"/console/organizations/?page=2", http.StatusOK, 6, `href="/console/organizations/?page=1" rel="prev"`},
+		{"/console/organizations/?page=3", http.StatusNotFound, 0, ""},
+		{"/console/", http.StatusOK, 10, `<a href="/console/organizations/">All 26 organizations</a>`},
+	} {
+		resp, page := m.b.Do("GET", f.env.URL+tc.path, nil)
+		if resp.StatusCode != tc.status {
+			t.Errorf("GET %s: %d, want %d", tc.path, resp.StatusCode, tc.status)
+			continue
+		}
+		if got := len(links.FindAllString(page, -1)); got != tc.orgs {
+			t.Errorf("GET %s: %d organizations, want %d", tc.path, got, tc.orgs)
+		}
+		if !strings.Contains(page, tc.more) {
+			t.Errorf("GET %s: no %s", tc.path, tc.more)
+		}
+	}
+}

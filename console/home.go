@@ -14,10 +14,12 @@ const homeLimit = 10
 
 type homePage struct {
 	Organizations []orgNode
-	Studies       []domain.StudyView
-	StudiesTotal  int64
-	Todos         *domain.Todos
-	Invitations   []pendingInvitation
+	// OrganizationsTotal is set when the home page shows only some of them.
+	OrganizationsTotal int64
+	Studies            []domain.StudyView
+	StudiesTotal       int64
+	Todos              *domain.Todos
+	Invitations        []pendingInvitation
 	// A patient's home.
 	Consents *domain.ConsentOverview
 	Mine     []oauth.Invitation
@@ -36,11 +38,14 @@ func (c *Console) home(w http.ResponseWriter, r *http.Request, s *session) error
 		return c.patientHome(w, r, s)
 	}
 	var page homePage
-	orgs, err := c.readableOrganizations(ctx, s.actor)
+	orgs, err := c.Service.ListOrganizations(ctx, s.actor, nil, domain.Page{Number: 1, Size: homeLimit})
 	if err != nil {
 		return err
 	}
-	page.Organizations = tree(s.actor, orgs)
+	page.Organizations = tree(s.actor, orgs.Items)
+	if orgs.Total > int64(len(orgs.Items)) {
+		page.OrganizationsTotal = orgs.Total
+	}
 	studies, err := c.Service.ListStudies(ctx, s.actor, 0, domain.Page{Number: 1, Size: homeLimit})
 	if err != nil {
 		return err

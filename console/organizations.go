@@ -59,12 +59,25 @@ func tree(a *domain.Actor, orgs []domain.Organization) []orgNode {
 	return build(0)
 }
 
+// organizationsPage is one page of the organizations the user sees, by
+// id, arranged as a tree: one whose parent is on another page heads a
+// branch of its own (its page names its parent).
+type organizationsPage struct {
+	Tree  []orgNode
+	Pager pager
+}
+
 func (c *Console) organizations(w http.ResponseWriter, r *http.Request, s *session) error {
-	orgs, err := c.readableOrganizations(r.Context(), s.actor)
+	p := listPage(r)
+	l, err := c.Service.ListOrganizations(r.Context(), s.actor, nil, p)
 	if err != nil {
 		return err
 	}
-	c.render(w, r, s, http.StatusOK, "organizations.html", "Organizations", "organizations", tree(s.actor, orgs))
+	if err := domain.CheckPage(p, l.Total); err != nil {
+		return err
+	}
+	page := organizationsPage{Tree: tree(s.actor, l.Items), Pager: pagerOf(r, p, l.Total)}
+	c.render(w, r, s, http.StatusOK, "organizations.html", "Organizations", "organizations", page)
 	return nil
 }
 
