@@ -102,7 +102,18 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+oauth.ConsoleInvitationPath+"{$}", c.invitationPage)
 	c.mux.HandleFunc("POST "+oauth.ConsoleInvitationPath+"{$}", c.acceptInvitation)
 
-	for pattern, h := range map[string]handler{
+	for pattern, h := range c.signedInRoutes() {
+		c.mux.Handle(pattern, c.signedIn(h))
+	}
+	c.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
+		c.renderError(w, r, nil, domain.Errorf(domain.CodeNotFound, "there is no such page"))
+	})
+}
+
+// signedInRoutes are the pages and forms of signed-in users. Each one is
+// in the console's permission tests, which check that none is missing.
+func (c *Console) signedInRoutes() map[string]handler {
+	return map[string]handler{
 		"GET /console/{$}":                                             c.home,
 		"GET /console/organizations/{$}":                               c.organizations,
 		"GET /console/organizations/{id}/{$}":                          c.organization,
@@ -142,12 +153,7 @@ func (c *Console) routes() {
 		"GET /console/clients/{$}":                                     c.clients,
 		"POST /console/clients/{$}":                                    c.registerClient,
 		"POST /console/clients/{id}/rotate":                            c.rotateClient,
-	} {
-		c.mux.Handle(pattern, c.signedIn(h))
 	}
-	c.mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
-		c.renderError(w, r, nil, domain.Errorf(domain.CodeNotFound, "there is no such page"))
-	})
 }
 
 // signedIn runs a handler as the request's signed-in user: without a login

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"exchange/console"
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
 	"exchange/oauth"
@@ -146,16 +148,17 @@ func newFixture(t *testing.T) *fixture {
 // everyone are the signed-in callers.
 var everyone = []string{"superuser", "manager", "member", "viewer", "outsider", "patient", "other patient"}
 
-// TestPagePermissions: each page answers every kind of user as the
-// permission model says (readers 200, others the API's 403), and sends a
-// visitor without a session to the login page.
-func TestPagePermissions(t *testing.T) {
-	f := newFixture(t)
+// pageCase is a page and who may read it.
+type pageCase struct {
+	path    string
+	allowed []string
+}
+
+// pageCases are the pages TestPagePermissions checks: each GET route of
+// the console (TestPermissionTestsCoverEveryRoute).
+func pageCases(f *fixture) []pageCase {
 	readers := []string{"superuser", "manager", "member", "viewer", "patient"}
-	for _, tc := range []struct {
-		path    string
-		allowed []string
-	}{
+	return []pageCase{
 		{"/console/", everyone},
 		{"/console/organizations/", everyone},
 		{fmt.Sprintf("/console/organizations/%d/", f.org.ID), readers},
@@ -172,7 +175,15 @@ func TestPagePermissions(t *testing.T) {
 		{"/console/sources/", everyone},
 		{fmt.Sprintf("/console/fhir-sources/%d/", f.source.ID), readers},
 		{"/console/clients/", []string{"superuser"}},
-	} {
+	}
+}
+
+// TestPagePermissions: each page answers every kind of user as the
+// permission model says (readers 200, others the API's 403), and sends a
+// visitor without a session to the login page.
+func TestPagePermissions(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range pageCases(f) {
 		for _, name := range append(everyone, "anonymous") {
 			resp, body := f.callers[name].b.Do("GET", f.env.URL+tc.path, nil)
 			want := http.StatusForbidden
@@ -202,30 +213,31 @@ func TestPagePermissions(t *testing.T) {
 	}
 }
 
-// TestFormPermissions: every form is refused (403, nothing changes) to
-// those the permission model refuses, before it is accepted from one who
-// may; without a session it is 401, without its CSRF token 403.
-func TestFormPermissions(t *testing.T) {
-	f := newFixture(t)
-	ctx := context.Background()
+// formCase is a form, who may not post it, and who may, with the status
+// of their post.
+type formCase struct {
+	path   func() string
+	form   url.Values
+	denied []string
+	by     string
+	want   int
+}
+
+// formCases are the forms TestFormPermissions checks, in order: each POST
+// route of the console (TestPermissionTestsCoverEveryRoute).
+func formCases(f *fixture) []formCase {
 	study := fmt.Sprintf("/console/studies/%d", f.study.ID)
 	patient := fmt.Sprintf("/console/patients/%d", f.patient.ID)
 	org := fmt.Sprintf("/console/organizations/%d", f.org.ID)
 	invitation := func() string {
-		list, err := f.env.OAuth.Invitations(ctx, []int64{f.patient.UserID})
+		list, err := f.env.OAuth.Invitations(context.Background(), []int64{f.patient.UserID})
 		if err != nil || len(list) == 0 {
 			return "none"
 		}
 		return list[len(list)-1].ID
 	}
 	type form = url.Values
-	for _, tc := range []struct {
-		path   func() string
-		form   form
-		denied []string
-		by     string
-		want   int
-	}{
+	return []formCase{
 		{fixed(org + "/members"), form{"email": {"newcomer@example.org"}, "role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
 		{fixed(fmt.Sprintf("%s/members/%d", org, f.removable.ID)), form{"role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
 		{fixed(fmt.Sprintf("%s/members/%d/remove", org, f.removable.ID)), nil, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
@@ -252,7 +264,16 @@ func TestFormPermissions(t *testing.T) {
 		{fixed("/console/clients/"), form{"name": {"App"}, "type": {"public"}, "grant": {"authorization_code"}, "redirectUris": {"https://app.example.test/cb"}, "algorithm": {"RS256"}},
 			[]string{"manager", "patient"}, "superuser", http.StatusCreated},
 		{fixed("/console/clients/" + f.client.ID + "/rotate"), nil, []string{"manager", "patient"}, "superuser", http.StatusOK},
-	} {
+	}
+}
+
+// TestFormPermissions: every form is refused (403, nothing changes) to
+// those the permission model refuses, before it is accepted from one who
+// may; without a session it is 401, without its CSRF token 403.
+func TestFormPermissions(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, tc := range formCases(f) {
 		for _, name := range tc.denied {
 			path := tc.path()
 			if resp, body := f.callers[name].post(f.env, path, tc.form); resp.StatusCode != http.StatusForbidden {
@@ -470,6 +491,33 @@ func TestOrganizationsArePaged(t *testing.T) {
 		}
 		if !strings.Contains(page, tc.more) {
 			t.Errorf("GET %s: no %s", tc.path, tc.more)
+		}
+	}
+}
+
+// TestPermissionTestsCoverEveryRoute: each page and form of a signed-in
+// user is in TestPagePermissions or TestFormPermissions, so a route added
+// without its permission case fails here.
+func TestPermissionTestsCoverEveryRoute(t *testing.T) {
+	f := newFixture(t)
+	mux := http.NewServeMux()
+	for _, pattern := range console.SignedInPatterns() {
+		mux.HandleFunc(pattern, func(http.ResponseWriter, *http.Request) {})
+	}
+	tested := map[string]bool{}
+	route := func(method, path string) {
+		_, pattern := mux.Handler(httptest.NewRequest(method, path, nil))
+		tested[pattern] = true
+	}
+	for _, tc := range pageCases(f) {
+		route("GET", tc.path)
+	}
+	for _, tc := range formCases(f) {
+		route("POST", tc.path())
+	}
+	for _, pattern := range console.SignedInPatterns() {
+		if !tested[pattern] {
+			t.Errorf("%s is in no permission test", pattern)
 		}
 	}
 }
