@@ -89,24 +89,22 @@ func (p *Provider) Invitations(ctx context.Context, userIDs []int64) ([]Invitati
 // works. Returns domain.CodeNotFound if the user has no such invitation.
 // Callers check who may cancel it (domain).
 func (p *Provider) CancelInvitation(ctx context.Context, userID int64, id string) error {
-	invitations, err := p.Invitations(ctx, []int64{userID})
-	if err != nil {
-		return err
-	}
-	if !slices.ContainsFunc(invitations, func(i Invitation) bool { return i.ID == id }) {
-		return domain.Errorf(domain.CodeNotFound, "invitation %q does not exist", id)
-	}
-	for _, kind := range []domain.OAuthTokenKind{domain.TokenAuthorizeCode, domain.TokenPKCE, domain.TokenOIDC} {
-		if err := p.store.DeleteOAuthTokensOfRequest(ctx, kind, id); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := p.cancelInvitation(ctx, userID, id)
+	return err
 }
 
 // ReissueInvitation cancels an invitation of the user and issues a new one
 // for the same client: a lost or leaked link is replaced.
 func (p *Provider) ReissueInvitation(ctx context.Context, userID int64, id string) (*PatientCode, error) {
+	i, err := p.cancelInvitation(ctx, userID, id)
+	if err != nil {
+		return nil, err
+	}
+	return p.IssuePatientCode(ctx, userID, i.ClientID)
+}
+
+// cancelInvitation withdraws the user's invitation id and returns it.
+func (p *Provider) cancelInvitation(ctx context.Context, userID int64, id string) (*Invitation, error) {
 	invitations, err := p.Invitations(ctx, []int64{userID})
 	if err != nil {
 		return nil, err
@@ -115,10 +113,12 @@ func (p *Provider) ReissueInvitation(ctx context.Context, userID int64, id strin
 	if i < 0 {
 		return nil, domain.Errorf(domain.CodeNotFound, "invitation %q does not exist", id)
 	}
-	if err := p.CancelInvitation(ctx, userID, id); err != nil {
-		return nil, err
+	for _, kind := range []domain.OAuthTokenKind{domain.TokenAuthorizeCode, domain.TokenPKCE, domain.TokenOIDC} {
+		if err := p.store.DeleteOAuthTokensOfRequest(ctx, kind, id); err != nil {
+			return nil, err
+		}
 	}
-	return p.IssuePatientCode(ctx, userID, invitations[i].ClientID)
+	return &invitations[i], nil
 }
 
 // errInvitationGone is how every unusable console invitation answers: the
