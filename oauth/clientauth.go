@@ -68,6 +68,12 @@ func (s *fositeStore) authenticateClient(ctx context.Context, r *http.Request, f
 		}
 		return nil, err
 	}
+	if creds.id == ConsoleClientID {
+		// Its codes are console invitations, used where the patient
+		// chooses a password: never exchanged for tokens, with whatever
+		// verifier (the patient codes' one is a reference value by default).
+		return nil, fosite.ErrInvalidClient.WithHint("The web console's invitations are used in the console, not at this endpoint.")
+	}
 	c, err := s.store.OAuthClient(ctx, creds.id)
 	if domain.IsCode(err, domain.CodeNotFound) {
 		return nil, fosite.ErrInvalidClient.WithHint("The client is not registered.")

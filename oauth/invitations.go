@@ -16,7 +16,7 @@ import (
 // the console, who sets a password there. Its redirect URI is the console's
 // local invitation path, so IssuePatientCode gives a link relative to the
 // origin, and no browser flow can ever use the client (fosite accepts only
-// absolute redirect URIs).
+// absolute redirect URIs); the token endpoint refuses it (clientauth.go).
 const ConsoleClientID = "exchange-console"
 
 // ConsoleInvitationPath is the console page an invitation of

@@ -60,6 +60,13 @@ func TestInvitations(t *testing.T) {
 	if _, err := env.OAuth.ConsoleInvitationUser(ctx, secret+"x"); !domain.IsCode(err, domain.CodeNotFound) {
 		t.Errorf("a tampered code: %v", err)
 	}
+	// The token endpoint refuses it, even with the patient codes' verifier
+	// (a reference value by default), and leaves it usable.
+	consoleCfg := oauthConfig(env, oauth.ConsoleClientID, "")
+	consoleCfg.RedirectURL = oauth.ConsoleInvitationPath
+	if _, err := consoleCfg.Exchange(ctx, secret, oauth2.VerifierOption(handlerstest.PatientVerifier)); !isOAuthError(err, "invalid_client") {
+		t.Errorf("a console invitation redeemed at the token endpoint: %v", err)
+	}
 	if id, err := env.OAuth.ConsoleInvitationUser(ctx, secret); err != nil || id != patient.UserID {
 		t.Fatalf("peek = %d, %v", id, err)
 	}
