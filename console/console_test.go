@@ -205,8 +205,10 @@ func TestPagePermissions(t *testing.T) {
 			}
 		}
 	}
-	// Unknown ids answer as the API does.
-	for _, path := range []string{"/console/patients/999/", "/console/studies/x/", "/console/nowhere"} {
+	// Unknown ids, and pages past the end of a list, answer as the API does.
+	for _, path := range []string{"/console/patients/999/", "/console/studies/x/", "/console/nowhere",
+		fmt.Sprintf("/console/organizations/%d/?page=2", f.org.ID), fmt.Sprintf("/console/studies/%d/?page=2", f.study.ID),
+		fmt.Sprintf("/console/organizations/%d/?page=9223372036854775807", f.org.ID)} {
 		if resp, _ := f.callers["superuser"].b.Do("GET", f.env.URL+path, nil); resp.StatusCode != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", path, resp.StatusCode)
 		}

@@ -122,6 +122,9 @@ func (c *Console) organization(w http.ResponseWriter, r *http.Request, s *sessio
 		if err != nil {
 			return err
 		}
+		if err := domain.CheckPage(p, members.Total); err != nil {
+			return err
+		}
 		page.Members, page.Pager = members.Items, pagerOf(r, p, members.Total)
 	}
 	studies, err := c.Service.ListStudies(ctx, s.actor, id, domain.Page{Number: 1, Size: domain.MaxPageSize})

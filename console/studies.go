@@ -81,6 +81,9 @@ func (c *Console) study(w http.ResponseWriter, r *http.Request, s *session) erro
 		if page.Enrollment, err = c.Service.StudyEnrollment(ctx, s.actor, id, p); err != nil {
 			return err
 		}
+		if err := domain.CheckPage(p, page.Enrollment.Patients.Total); err != nil {
+			return err
+		}
 		page.Pager = pagerOf(r, p, page.Enrollment.Patients.Total)
 	}
 	if page.Manage {
