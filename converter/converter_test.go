@@ -550,3 +550,22 @@ func TestEvaluateWithoutArguments(t *testing.T) {
 		t.Errorf("%d rules never run, want %d", got, base+1)
 	}
 }
+
+// Strings are written escaped as encoding/json escapes them (without
+// HTML escaping): quotes, backslashes, control characters, U+2028 and
+// U+2029; other text as it is.
+func TestStringsEscapedAsEncodingJSON(t *testing.T) {
+	text := "a \"quote\" \\ <b>&</b> tab\t nl\n \x01 \u2028\u2029 é 中文 🙂"
+	r4, _ := json.Marshal(map[string]any{"resourceType": "Patient", "name": []any{map[string]any{"text": text}}})
+	res := convert(t, string(r4))
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(text); err != nil {
+		t.Fatal(err)
+	}
+	want := `"text":` + strings.TrimSuffix(buf.String(), "\n")
+	if !strings.Contains(string(res.Resource), want) {
+		t.Errorf("wrote %s, want it to hold %s", res.Resource, want)
+	}
+}

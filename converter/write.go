@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"exchange/domain"
 	"exchange/fhirdefs"
 )
 
@@ -309,39 +310,23 @@ func (w *writer) primitives(members int, key string, items []*tval) int {
 }
 
 // writeScalar writes a scalar as JSON: false (nothing written) for a
-// value JSON cannot hold. A string of printable ASCII needing no escape,
-// most of them, is written as it is; others go through encoding/json,
-// whose escaping the output keeps.
+// value JSON cannot hold. A string is escaped by domain.AppendJSONString,
+// as encoding/json would escape it; a number (json.Number) goes through
+// encoding/json, which refuses a literal of the maps that is no JSON
+// number.
 func (w *writer) writeScalar(v any) bool {
 	switch v := v.(type) {
 	case string:
-		if plainASCII(v) {
-			w.buf.WriteByte('"')
-			w.buf.WriteString(v)
-			w.buf.WriteByte('"')
-			return true
-		}
+		w.buf.Write(domain.AppendJSONString(w.buf.AvailableBuffer(), v))
+		return true
 	case bool:
 		w.buf.WriteString(strconv.FormatBool(v))
 		return true
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	data, err := json.Marshal(v)
+	if err != nil {
 		return false
 	}
-	w.buf.Write(bytes.TrimRight(b.Bytes(), "\n"))
-	return true
-}
-
-// plainASCII reports whether s is printable ASCII without a quote or a
-// backslash: a JSON string as it is.
-func plainASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			return false
-		}
-	}
+	w.buf.Write(data)
 	return true
 }

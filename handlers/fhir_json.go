@@ -4,7 +4,8 @@ import (
 	"encoding/base64"
 	"slices"
 	"strconv"
-	"unicode/utf8"
+
+	"exchange/domain"
 )
 
 // The hot FHIR documents (a searchset Bundle of Observations, the
@@ -45,7 +46,7 @@ func (o *jsonObject) str(name, v string, omitEmpty bool) {
 		return
 	}
 	o.key(name)
-	o.b = appendJSONString(o.b, v)
+	o.b = domain.AppendJSONString(o.b, v)
 }
 
 // any writes a member of no known writer by marshalJSON.
@@ -81,63 +82,6 @@ func appendArray(b []byte, n int, item func(b []byte, i int) []byte) []byte {
 		b = item(b, i)
 	}
 	return append(b, ']')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string, escaped as encoding/json
-// escapes it without HTML escaping: the two-character escapes for \b, \f,
-// \n, \r, \t, " and \, \u00XX for other control characters, \u2028 and
-// \u2029 (which JavaScript reads as line ends), and \ufffd for each byte
-// that is not UTF-8.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 func (m *fhirMeta) appendJSON(b []byte) []byte {

@@ -39,7 +39,7 @@ func jsonStrings() []string {
 
 func TestAppendJSONString(t *testing.T) {
 	for _, s := range jsonStrings() {
-		if got, want := appendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
+		if got, want := domain.AppendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
 			t.Errorf("%q: wrote %s, encoding/json %s", s, got, want)
 		}
 	}
@@ -50,7 +50,7 @@ func FuzzAppendJSONString(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := appendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
+		if got, want := domain.AppendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
 			t.Errorf("%q: wrote %s, encoding/json %s", s, got, want)
 		}
 	})
