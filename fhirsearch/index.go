@@ -43,9 +43,15 @@ func (c *Catalog) Index(resourceType string, resource map[string]any) domain.Res
 	if !ok {
 		return idx
 	}
+	// seen dedupes the keys: a set, not a search of idx.Keys, since a
+	// resource may carry tens of thousands of codings or identifiers and
+	// a linear search per key made its write quadratic (20,000 codings
+	// took seconds of CPU).
+	seen := map[string]bool{}
 	add := func(param string, keys ...string) {
 		for _, k := range keys {
-			if k = param + "|" + k; !slices.Contains(idx.Keys, k) {
+			if k = param + "|" + k; !seen[k] {
+				seen[k] = true
 				idx.Keys = append(idx.Keys, k)
 			}
 		}

@@ -2,6 +2,7 @@ package fhirsearch_test
 
 import (
 	"net/url"
+	"strconv"
 	"testing"
 
 	"exchange/domain"
@@ -64,4 +65,28 @@ func BenchmarkSearchParsePlan(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkIndexManyCodings is the index of an Observation whose code
+// carries n distinct codings (two keys each): its time per coding must
+// stay flat as n grows (keys are deduped by a set; a search of the keys
+// written made a 20,000-coding upload cost seconds of CPU).
+func BenchmarkIndexManyCodings(b *testing.B) {
+	c := catalog(b)
+	for _, n := range []int{100, 10_000} {
+		codings := make([]any, n)
+		for i := range codings {
+			codings[i] = map[string]any{"system": "http://example.org/codes", "code": strconv.Itoa(i)}
+		}
+		m := map[string]any{"resourceType": "Observation", "status": "final", "code": map[string]any{"coding": codings}}
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			b.ReportAllocs()
+			defer benchcpu.Per(b, n, "coding")()
+			for b.Loop() {
+				if keys := len(c.Index("Observation", m).Keys); keys < 2*n {
+					b.Fatalf("%d keys, want at least %d", keys, 2*n)
+				}
+			}
+		})
+	}
 }
