@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,11 +14,7 @@ import (
 // Type names come from requests (resourceType, contained resources): the
 // ones the package has no file for are refused without growing the cache.
 func TestUnknownTypesAreNotCached(t *testing.T) {
-	dir := os.Getenv("FHIR_PACKAGES_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "standards", "fhir-packages")
-	}
-	p, err := OpenPackage(filepath.Join(dir, "hl7.fhir.r5.core", "package"))
+	p, err := OpenPackage(fhirdefstest.PackageDir("hl7.fhir.r5.core"))
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}

@@ -22,12 +22,12 @@ var (
 func r5(t testing.TB) *fhirdefs.Validator {
 	t.Helper()
 	once.Do(func() {
-		defs, err := fhirdefs.OpenPackage(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package"))
+		defs, err := fhirdefs.OpenPackage(fhirdefstest.PackageDir("hl7.fhir.r5.core"))
 		if err != nil {
 			setupErr = err
 			return
 		}
-		terms, err := fhirdefs.OpenTerminology(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.expansions", "package"))
+		terms, err := fhirdefs.OpenTerminology(fhirdefstest.PackageDir("hl7.fhir.r5.expansions"))
 		if err != nil {
 			setupErr = err
 			return
@@ -49,7 +49,7 @@ var configuredTypes = []string{"AllergyIntolerance", "CarePlan", "CareTeam", "Co
 // examples returns up to n official R5 examples of a type.
 func examples(t *testing.T, resourceType string, n int) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.examples", "package", resourceType+"-*.json"))
+	files, err := filepath.Glob(filepath.Join(fhirdefstest.PackageDir("hl7.fhir.r5.examples"), resourceType+"-*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples of %s: run scripts/setup", resourceType)
 	}
@@ -298,7 +298,7 @@ func BenchmarkValidate(b *testing.B) {
 	v := r5(b)
 	var docs [][]byte
 	for _, rt := range []string{"Observation", "Condition", "Encounter", "Patient", "MedicationRequest", "QuestionnaireResponse"} {
-		files, _ := filepath.Glob(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.examples", "package", rt+"-*.json"))
+		files, _ := filepath.Glob(filepath.Join(fhirdefstest.PackageDir("hl7.fhir.r5.examples"), rt+"-*.json"))
 		for _, f := range files[:min(5, len(files))] {
 			data, _ := os.ReadFile(f)
 			docs = append(docs, data)

@@ -13,7 +13,7 @@ import (
 
 func r5Package(t *testing.T) *fhirdefs.Package {
 	t.Helper()
-	defs, err := fhirdefs.OpenPackage(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package"))
+	defs, err := fhirdefs.OpenPackage(fhirdefstest.PackageDir("hl7.fhir.r5.core"))
 	if err != nil {
 		t.Fatalf("%v: run scripts/setup first", err)
 	}
@@ -30,7 +30,7 @@ func TestResourceTypesAreTheResourceDefinitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := filepath.Glob(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package", "StructureDefinition-*.json"))
+	files, err := filepath.Glob(filepath.Join(fhirdefstest.PackageDir("hl7.fhir.r5.core"), "StructureDefinition-*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func paramNames(r *fhirsearch.Resource) []string {
 // keep their parameters; the others take theirs from R5, and nothing it
 // advertises is composite, special or an expression it skipped.
 func TestCatalogServesEveryR5Type(t *testing.T) {
-	defs, err := fhirdefs.OpenPackage(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package"))
+	defs, err := fhirdefs.OpenPackage(fhirdefstest.PackageDir("hl7.fhir.r5.core"))
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}

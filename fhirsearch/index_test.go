@@ -18,7 +18,7 @@ import (
 
 // r5Catalog is the catalog over the R5 package, built once per test binary.
 var r5Catalog = sync.OnceValues(func() (*fhirsearch.Catalog, error) {
-	defs, err := fhirdefs.OpenPackage(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.core", "package"))
+	defs, err := fhirdefs.OpenPackage(fhirdefstest.PackageDir("hl7.fhir.r5.core"))
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func index(t *testing.T, resource string) domain.ResourceIndex {
 
 func example(t *testing.T, name string) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.examples", "package", name))
+	data, err := os.ReadFile(filepath.Join(fhirdefstest.PackageDir("hl7.fhir.r5.examples"), name))
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}
@@ -207,7 +207,7 @@ func TestCatalogKnowsEveryConfiguredParameter(t *testing.T) {
 // still never fall over on a shape the validator lets through.)
 func FuzzIndex(f *testing.F) {
 	for _, name := range []string{"Condition-example.json", "Encounter-example.json", "Observation-example.json", "Patient-example.json"} {
-		data, err := os.ReadFile(filepath.Join(fhirdefstest.PackagesDir(), "hl7.fhir.r5.examples", "package", name))
+		data, err := os.ReadFile(filepath.Join(fhirdefstest.PackageDir("hl7.fhir.r5.examples"), name))
 		if err != nil {
 			f.Fatalf("%v (run scripts/setup first)", err)
 		}

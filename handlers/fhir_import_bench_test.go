@@ -16,6 +16,7 @@ import (
 	"exchange/converter"
 	"exchange/domain"
 	"exchange/fhirdefs"
+	"exchange/fhirdefs/fhirdefstest"
 	"exchange/fhirsearch"
 	"exchange/internal/benchcpu"
 	"exchange/omh/omhtest"
@@ -44,7 +45,7 @@ const benchStandards = "../standards"
 // benchImporter compiles the official maps as the service does, with the
 // R5 validator and catalog of the imported store.
 func benchImporter(b *testing.B) (*converter.Importer, *fhirdefs.Validator, *fhirsearch.Catalog) {
-	packages := filepath.Join(benchStandards, "fhir-packages")
+	packages := fhirdefstest.PackagesDir()
 	r5, validator, err := fhirdefs.OpenR5(packages)
 	if err != nil {
 		b.Fatalf("%v (run scripts/setup first)", err)
@@ -72,7 +73,7 @@ func benchImporter(b *testing.B) (*converter.Importer, *fhirdefs.Validator, *fhi
 // r4Examples are up to ten official R4 examples of a type (the inputs of
 // converter.BenchmarkConvert).
 func r4Examples(b *testing.B, resourceType string) [][]byte {
-	files, _ := filepath.Glob(filepath.Join(benchStandards, "fhir-packages", "hl7.fhir.r4.examples", "package", resourceType+"-*.json"))
+	files, _ := filepath.Glob(filepath.Join(fhirdefstest.PackageDir("hl7.fhir.r4.examples"), resourceType+"-*.json"))
 	var out [][]byte
 	for _, f := range files {
 		data, _ := os.ReadFile(f)

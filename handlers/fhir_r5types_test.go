@@ -52,10 +52,7 @@ func fxAdvertised(t *testing.T, w *fxImported) map[string]map[string]string {
 // sorted.
 func fxExamples(t *testing.T) map[string][]string {
 	t.Helper()
-	dir := filepath.Join(handlerstest.RepoRoot(), "standards", "fhir-packages", "hl7.fhir.r5.examples", "package")
-	if d := os.Getenv("FHIR_PACKAGES_DIR"); d != "" {
-		dir = filepath.Join(d, "hl7.fhir.r5.examples", "package")
-	}
+	dir := fhirdefstest.PackageDir("hl7.fhir.r5.examples")
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no R5 examples in %s (run scripts/setup first): %v", dir, err)

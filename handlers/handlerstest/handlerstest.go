@@ -28,6 +28,7 @@ import (
 	"exchange/converter"
 	"exchange/domain"
 	"exchange/fhirdefs"
+	"exchange/fhirdefs/fhirdefstest"
 	"exchange/fhirsearch"
 	"exchange/handlers"
 	"exchange/oauth"
@@ -120,7 +121,7 @@ func Schemas(t testing.TB) *omh.Registry { return omhtest.Registry(t) }
 
 // r5 is the R5 validator and indexer, opened once per test binary.
 var r5 = sync.OnceValues(func() (*r5Model, error) {
-	dir := standardsDir("FHIR_PACKAGES_DIR", "fhir-packages")
+	dir := fhirdefstest.PackagesDir()
 	defs, validator, err := fhirdefs.OpenR5(dir)
 	if err != nil {
 		return nil, err
