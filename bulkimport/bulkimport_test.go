@@ -709,3 +709,46 @@ func TestResentResourcesWithoutIDsAreStoredOnce(t *testing.T) {
 		t.Errorf("after the second run: %d resources stored, want %d", got, n)
 	}
 }
+
+// A resend whose read-back the service cannot answer for the moment (503,
+// a 500) is not a failed resource: the run stops, to be resumed, and the
+// resumed run counts the resources as the duplicates they are.
+func TestDuplicatesUnreadableForNowAreResumed(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(f.dir, "in.ndjson")
+	input := `{"resourceType":"Condition","id":"c1","code":{"text":"Hypertension"},"subject":{"reference":"Patient/p1"}}
+{"resourceType":"Condition","id":"c2","code":{"text":"Asthma"},"subject":{"reference":"Patient/p1"}}
+`
+	if err := os.WriteFile(path, []byte(input), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := f.options(path)
+	if sum, err := bulkimport.Run(context.Background(), o); err != nil || sum.Converted+sum.WithLoss != 2 {
+		t.Fatalf("first run: %+v, %v", sum, err)
+	}
+	for _, status := range []int{http.StatusServiceUnavailable, http.StatusInternalServerError} {
+		target, _ := url.Parse(f.env.URL)
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		unreadable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/FHIR/R5/") {
+				http.Error(w, "try again", status)
+				return
+			}
+			proxy.ServeHTTP(w, r)
+		}))
+		o.URL, o.Restart = unreadable.URL, true
+		sum, err := bulkimport.Run(context.Background(), o)
+		unreadable.Close()
+		if err == nil || !strings.Contains(err.Error(), "stopped answering") || !sum.Interrupted || sum.Failed != 0 || sum.Duplicates != 0 {
+			t.Fatalf("read-backs answered %d: %+v, %v; want the run stopped, nothing failed", status, sum, err)
+		}
+		o.URL, o.Restart = f.env.URL, false
+		sum, err = bulkimport.Run(context.Background(), o)
+		if err != nil || sum.Interrupted || sum.Duplicates != 2 || sum.Failed != 0 {
+			t.Fatalf("resumed after read-backs answered %d: %+v, %v; want both duplicates", status, sum, err)
+		}
+	}
+	if n := f.stored(t, f.srcA); n != 2 {
+		t.Errorf("%d resources stored, want 2", n)
+	}
+}

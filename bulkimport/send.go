@@ -232,8 +232,11 @@ func (c *client) post(ctx context.Context, b *batch, body []byte) ([]answer, err
 // verify checks the 409 answers that name a stored resource by reading it
 // back (GET): only a duplicate the service shows counts as done. A 409
 // that names nothing (the resource clashes with another), or whose
-// resource cannot be read, is a failure with the reason. An error means
-// the service could not be asked.
+// resource the service refuses to show (403, 404, ...), is a failure with
+// the reason. An error means the service could not be asked: no answer,
+// 401, or a read it could not answer for the moment (408, 429, 5xx),
+// which says nothing of the resource, so the run stops and resumes with
+// the batch rather than report stored resources as failed.
 func (c *client) verify(ctx context.Context, answers []answer) error {
 	for i := range answers {
 		a := &answers[i]
@@ -246,10 +249,15 @@ func (c *client) verify(ctx context.Context, answers []answer) error {
 			continue
 		}
 		status, err := c.status(ctx, "/FHIR/R5/"+a.stored)
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if status != http.StatusOK {
+		case status == http.StatusUnauthorized:
+			return &requestError{code: status, status: "401 Unauthorized"}
+		case status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || status >= 500:
+			// Not a *requestError: unavailable, whatever the status.
+			return fmt.Errorf("reading back %s: the service answered %d", a.stored, status)
+		case status != http.StatusOK:
 			a.issues = append(a.issues, issue{Severity: "error", Code: "not-found",
 				Diagnostics: fmt.Sprintf("the service answered 409 naming %s, which reads %d: not counted as stored", a.stored, status)})
 			a.stored = ""
