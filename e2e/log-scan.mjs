@@ -12,13 +12,19 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { api, bearerToken, env } from './lib.mjs';
 
-// The log lines: JSON objects (the files also hold what the programs print
-// on stdout for a person starting them, the start-up banner, which is not
-// a log).
+// The log lines: JSON objects. The files also hold what the exchange prints
+// on stdout for a person starting it, the start-up banner (cmd/exchange
+// serve.go: its address, the demo login), which is not a log; anything
+// else that is not JSON (a panic, a library printing on its own) would
+// escape both LOG_LEVEL and this scan, and fails it.
+const banner = /^(Clinical data exchange listening on |  (OpenID Connect discovery|Database|Analysts|Log in): |  No users yet\. |  or create your own login )/;
 const dir = env('EXCHANGE_LOG_DIR');
 const logs = readdirSync(dir)
   .filter((f) => /^(serve(-\d+)?|gateway)\.log$/.test(f))
-  .map((f) => ({ name: f, lines: readFileSync(join(dir, f), 'utf8').split('\n').filter((l) => l.startsWith('{')) }));
+  .map((f) => {
+    const all = readFileSync(join(dir, f), 'utf8').split('\n').filter((l) => l !== '');
+    return { name: f, lines: all.filter((l) => l.startsWith('{')), other: all.filter((l) => !l.startsWith('{') && !banner.test(l)) };
+  });
 
 /** Every page of an admin API list. */
 async function all(path, token) {
@@ -40,6 +46,11 @@ describe('the logs of this run', () => {
       assert.ok(records.some((r) => r.level === 'DEBUG'), `${name} has a debug line`);
       assert.ok(records.filter((r) => r.msg === 'request' && r.request_id && r.route && r.status).length > 0, `${name} has request lines`);
     }
+  });
+
+  it('are JSON lines, but for the exchange\'s start-up banner', () => {
+    const stray = logs.flatMap(({ name, other }) => other.map((l) => `${name}: ${l.slice(0, 200)}`));
+    assert.deepEqual(stray.slice(0, 20), [], `${stray.length} lines are neither log lines nor the banner`);
   });
 
   it('hold no secret, data value, name or email', async () => {
