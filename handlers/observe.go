@@ -36,22 +36,14 @@ func (s *server) observe(c *fiber.Ctx) error {
 	}
 	status, route, took := c.Response().StatusCode(), c.Route().Path, time.Since(start)
 	s.metrics.http.Observe(route, telemetry.Method(c.Method()), status, took)
-	level := slog.LevelInfo
-	if probes[route] {
-		level = slog.LevelDebug
-	}
-	if !s.log.Enabled(c.UserContext(), level) {
-		return nil
-	}
-	attrs := []slog.Attr{slog.String("request_id", id), slog.String("method", c.Method()), slog.String("route", route),
-		slog.Int("status", status), slog.Float64("duration_ms", float64(took.Microseconds())/1000)}
+	var who []slog.Attr
 	if a, ok := c.Locals(actorKey).(*domain.Actor); ok {
-		attrs = append(attrs, slog.Int64("user", a.User.ID))
+		who = append(who, slog.Int64("user", a.User.ID))
 		if a.ClientID != "" {
-			attrs = append(attrs, slog.String("client", a.ClientID))
+			who = append(who, slog.String("client", a.ClientID))
 		}
 	}
-	s.log.LogAttrs(context.Background(), level, "request", attrs...)
+	telemetry.LogRequest(context.Background(), s.log, probes[route], id, c.Method(), route, status, took, who...)
 	return nil
 }
 

@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -103,6 +102,10 @@ func (u upstream) RoundTrip(r *http.Request) (*http.Response, error) {
 
 type requestIDKey struct{}
 
+// probes are the routes load balancers and scrapers call every few
+// seconds: logged at debug level only.
+var probes = map[string]bool{"GET /health": true, "GET /ready": true, "GET /metrics": true}
+
 // statusRecorder keeps the status a handler wrote; it stays a Flusher
 // for the Streamable HTTP transport's event streams.
 type statusRecorder struct {
@@ -134,9 +137,8 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 
 // observe is the gateway's one middleware: the request's id (a valid
 // X-Request-Id kept, else a new one; echoed, and passed on to the
-// exchange), its count and latency by route pattern, and one log line:
-// id, method, pattern, status, duration. Never a token, a code, a query
-// or a body.
+// exchange), its count and latency by route pattern, and its log line
+// (telemetry.LogRequest).
 func (g *Gateway) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -155,11 +157,6 @@ func (g *Gateway) observe(next http.Handler) http.Handler {
 		}
 		took := time.Since(start)
 		g.metrics.http.Observe(route, telemetry.Method(r.Method), status, took)
-		level := slog.LevelInfo
-		if route == "GET /health" || route == "GET /ready" || route == "GET /metrics" {
-			level = slog.LevelDebug
-		}
-		g.log.LogAttrs(r.Context(), level, "request", slog.String("request_id", id), slog.String("method", r.Method),
-			slog.String("route", route), slog.Int("status", status), slog.Float64("duration_ms", float64(took.Microseconds())/1000))
+		telemetry.LogRequest(r.Context(), g.log, probes[route], id, r.Method, route, status, took)
 	})
 }

@@ -1,8 +1,11 @@
 package telemetry
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
+	"time"
 )
 
 // RequestIDHeader carries a request's id: accepted from the client when
@@ -39,4 +42,25 @@ func validRequestID(s string) bool {
 		}
 	}
 	return true
+}
+
+// LogRequest writes the one log line of an answered request, the same in
+// both programs: "request" with its id, method, route template (never the
+// raw path: its values may be names), status and duration, then extra
+// (internal ids, such as the acting user's). Never a query, a header or a
+// body: they may hold health data or secrets. A probe's request (a load
+// balancer's /health, a scraper's /metrics: every few seconds) is logged
+// at debug level, the others at info; below the level logged, nothing is
+// built.
+func LogRequest(ctx context.Context, log *slog.Logger, probe bool, id, method, route string, status int, took time.Duration, extra ...slog.Attr) {
+	level := slog.LevelInfo
+	if probe {
+		level = slog.LevelDebug
+	}
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	attrs := append([]slog.Attr{slog.String("request_id", id), slog.String("method", method), slog.String("route", route),
+		slog.Int("status", status), slog.Float64("duration_ms", float64(took.Microseconds())/1000)}, extra...)
+	log.LogAttrs(ctx, level, "request", attrs...)
 }
