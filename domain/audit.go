@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,11 @@ import (
 // decide what is recorded (they know the patients concerned); an Auditor
 // keeps it, off the request path. FHIR shows the events as read-only R5
 // AuditEvents, to superusers, and to a patient about themselves.
+//
+// A patient reads the events about them redacted (AuditEvent.ownView): an
+// event records everything its act touched (a search names every patient
+// of its page, and its query), and a patient may learn only what concerns
+// them. Superusers read the events whole; practitioners read none.
 
 // AuditAction is what was done, as FHIR's AuditEvent.action codes it.
 type AuditAction string
@@ -82,6 +88,76 @@ type AuditEvent struct {
 	// PatientIDs are the patients whose data it was: for a search, those
 	// of the page it answered.
 	PatientIDs []int64
+	// Redacted says that the reader sees less than was recorded: a
+	// patient's own view of an event that touched others (ownView).
+	Redacted bool
+}
+
+// redactedValue stands in a patient's own view of a query for each value
+// that does not name them.
+const redactedValue = "(redacted)"
+
+// queryParamsNamingNoOne are the search parameters whose values say what
+// was searched (codes, dates, the answer's shape), never whom: a
+// patient's own view of a query keeps them. A modifier or a chain
+// (code:text, patient.name) makes another parameter, which is redacted.
+var queryParamsNamingNoOne = map[string]bool{"code": true, "category": true, "status": true, "date": true,
+	"_lastUpdated": true, "_sort": true, "_summary": true, "_elements": true, "_total": true}
+
+// ownView returns the event as the patient sees it: of the patients it
+// names, only them; of its entities, all when it concerns them alone,
+// else only their own Patient record (which entity was whose is not
+// recorded); of its query, the parameters, with each value that neither
+// names them nor belongs to queryParamsNamingNoOne replaced by
+// "(redacted)". Who acted stays: who touched their data is what the trail
+// owes them. Redacted is set when anything was left out.
+func (e AuditEvent) ownView(patient int64) AuditEvent {
+	own := "Patient/" + strconv.FormatInt(patient, 10)
+	out := e
+	out.PatientIDs = nil
+	if slices.Contains(e.PatientIDs, patient) {
+		out.PatientIDs = []int64{patient}
+	}
+	if len(e.PatientIDs) > 1 || !slices.Contains(e.PatientIDs, patient) {
+		out.Entities = nil
+		if slices.Contains(e.Entities, own) {
+			out.Entities = []string{own}
+		}
+	}
+	out.Query = ownQuery(e.Query, patient)
+	out.Redacted = len(out.PatientIDs) != len(e.PatientIDs) || len(out.Entities) != len(e.Entities) || out.Query != e.Query
+	return out
+}
+
+// ownQuery redacts a recorded query (url-encoded) for a patient's own
+// view (see ownView). A query that does not parse is redacted whole.
+func ownQuery(query string, patient int64) string {
+	if query == "" {
+		return ""
+	}
+	values, err := url.ParseQuery(query)
+	if err != nil {
+		return redactedValue
+	}
+	id := strconv.FormatInt(patient, 10)
+	namesThem := func(v string) bool {
+		return v == id || v == "Patient/"+id || strings.HasSuffix(v, "/Patient/"+id)
+	}
+	for name, vs := range values {
+		if queryParamsNamingNoOne[name] {
+			continue
+		}
+		for i, v := range vs {
+			parts := strings.Split(v, ",")
+			for j, part := range parts {
+				if !namesThem(part) {
+					parts[j] = redactedValue
+				}
+			}
+			vs[i] = strings.Join(parts, ",")
+		}
+	}
+	return values.Encode()
 }
 
 // Auditor keeps the audit trail. Record must not block the request: an
@@ -273,6 +349,39 @@ func auditReach(actor *Actor) ([]int64, error) {
 	return nil, Errorf(CodeForbidden, "the audit trail is for superusers, and for patients about themselves")
 }
 
+// auditViewer is the patient whose own view of the trail (ownView) the
+// actor reads with interaction i: a patient user's record; or the patient
+// context of a token that reaches AuditEvents through patient/ scopes
+// only (a superuser's app launched for one patient reads as that patient
+// would). own is false for the whole view: a superuser with full access
+// or a user/ scope.
+func auditViewer(actor *Actor, i Interactions) (patient int64, own bool) {
+	if actor.Patient != nil {
+		return actor.Patient.ID, true
+	}
+	// A narrowing token has at least one scope that reaches AuditEvents; a
+	// user/ one among them (with constraints: the others do not narrow)
+	// gives the whole view, as far as its constraints reach.
+	terms, narrowed, err := actor.reach(i, "AuditEvent")
+	if err != nil || !narrowed || slices.ContainsFunc(terms, func(rs ResourceScope) bool { return !rs.Patient }) {
+		return 0, false
+	}
+	return actor.access.patient, true
+}
+
+// viewedBy returns the events as the actor may see them (auditViewer).
+func viewedBy(actor *Actor, i Interactions, events []AuditEvent) []AuditEvent {
+	patient, own := auditViewer(actor, i)
+	if !own {
+		return events
+	}
+	out := make([]AuditEvent, len(events))
+	for k, e := range events {
+		out[k] = e.ownView(patient)
+	}
+	return out
+}
+
 // SearchAuditEvents runs a search of the audit trail within the actor's
 // reach (auditReach) and the token's scopes (a patient/ scope: the events
 // about its patient); patient= narrows it to patients the actor may read.
@@ -297,12 +406,14 @@ func (s *Service) SearchAuditEvents(ctx context.Context, actor *Actor, q Search)
 	if err != nil {
 		return SearchResult[AuditEvent]{}, err
 	}
-	return s.store.SearchAuditEvents(ctx, plan)
+	res, err := s.store.SearchAuditEvents(ctx, plan)
+	res.Items = viewedBy(actor, q.Interaction(), res.Items)
+	return res, err
 }
 
 // AuditEventByID returns an event of the audit trail within the actor's
 // reach: a patient reads the events about themselves (CodeForbidden for
-// others).
+// others), redacted to their own view (auditViewer).
 func (s *Service) AuditEventByID(ctx context.Context, actor *Actor, id int64) (*AuditEvent, error) {
 	reach, err := auditReach(actor)
 	if err != nil {
@@ -315,5 +426,5 @@ func (s *Service) AuditEventByID(ctx context.Context, actor *Actor, id int64) (*
 	if reach != nil && !slices.ContainsFunc(reach, func(p int64) bool { return slices.Contains(e.PatientIDs, p) }) {
 		return nil, Errorf(CodeForbidden, "you may not read AuditEvent/%d: it is not about you", id)
 	}
-	return e, nil
+	return &viewedBy(actor, InteractionRead, []AuditEvent{*e})[0], nil
 }

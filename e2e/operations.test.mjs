@@ -89,6 +89,32 @@ describe('the audit trail, read by the patient it is about', () => {
     const write = await fhir('/AuditEvent', { token: await bearerToken('admin@example.org'), method: 'POST', body: event });
     assert.equal(write.status, 405);
   });
+
+  it("shows the patient a search of them and another as their own view: neither the other patient nor the query's values about them", async () => {
+    const admin = await bearerToken('admin@example.org');
+    const other = await api('/patients', { token: admin, method: 'POST', body: {
+      email: `other-${Date.now()}@ops.example.net`, nameFamily: `Other${Date.now()}`, nameGiven: ['Pat'], birthDate: '1980-01-01', organizationIds: [patient.organizationId] } });
+    assert.equal(other.status, 201, JSON.stringify(other.json));
+    const up = await fhir('/', { token: manager, method: 'POST', body: batchBundle(heartRates(other.json.id, 1, 'audit-other')) });
+    assert.equal(up.status, 200, JSON.stringify(up.json));
+    const both = await fhir(`/Observation?patient=${patient.id},${other.json.id}&code=omh:heart-rate:2.0`, { token: manager });
+    assert.equal(both.status, 200);
+
+    const patientToken = await bearerToken(patient.email);
+    const event = await eventually(`/AuditEvent?patient=${patient.id}&action=E`, patientToken,
+      (e) => Buffer.from(e.entity.find((x) => x.query)?.query ?? '', 'base64').toString().includes('redacted'));
+    assert.deepEqual(loadR5().validate(event).problems, [], JSON.stringify(event));
+    assert.equal(event.meta.security[0].code, 'REDACTED');
+    assert.ok(!JSON.stringify(event).includes(`Patient/${other.json.id}"`), JSON.stringify(event));
+    const query = new URLSearchParams(Buffer.from(event.entity.find((x) => x.query).query, 'base64').toString());
+    assert.equal(query.get('patient'), `${patient.id},(redacted)`);
+    assert.equal(query.get('code'), 'omh:heart-rate:2.0');
+    // The superuser reads the same event whole.
+    const whole = await fhir(`/AuditEvent/${event.id}`, { token: admin });
+    const asked = new URLSearchParams(Buffer.from(whole.json.entity.find((x) => x.query).query, 'base64').toString());
+    assert.equal(asked.get('patient'), `${patient.id},${other.json.id}`);
+    assert.equal(whole.json.meta.security, undefined);
+  });
 });
 
 /** The samples of a Prometheus text exposition: name, labels (as written) and value. */

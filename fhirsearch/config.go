@@ -257,7 +257,7 @@ var configured = []Resource{
 		// an imported store type (AuditEvents sent by FHIR sources would
 		// mix with it).
 		Type: "AuditEvent", Collection: "audit_events", Interactions: []string{"read", "vread", "search-type"},
-		Doc: "Native, read-only: the exchange's audit trail (reads, searches, writes and imports of patient data, consent changes, sign-ins, token issues). Superusers see every event; a patient the events about themselves.",
+		Doc: "Native, read-only: the exchange's audit trail (reads, searches, writes and imports of patient data, consent changes, sign-ins, token issues). Superusers see every event; a patient the events about themselves, without the other patients they touched.",
 		Params: []Param{
 			{Name: "patient", Type: TypeReference, Join: domain.JoinPatient, Doc: "Events about the patient's data: Patient/<id> or <id>"},
 			{Name: "date", Type: TypeDate, Field: "lastUpdated", EndField: "lastUpdated", Doc: "When the event was recorded"},

@@ -20,6 +20,9 @@ const (
 	severitySystem       = "http://hl7.org/fhir/issue-severity"
 	issueTypeSystem      = "http://hl7.org/fhir/issue-type"
 	objectRoleSystem     = "http://terminology.hl7.org/CodeSystem/object-role"
+	// securityLabelSystem holds REDACTED, the label of a resource shown
+	// with parts left out (a patient's own view of an event).
+	securityLabelSystem = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 	// clientIDSystem names the OAuth client ids of the exchange, in the
 	// agent that is the client application.
 	clientIDSystem = "https://w3id.org/exchange/oauth-client"
@@ -83,7 +86,9 @@ var (
 // requesting agent (who: their Practitioner or Patient), from the
 // client's network address; the OAuth client, when there is one, a
 // second agent; each patient concerned an entity with the role Patient
-// (and the patient, when there is one only); a search its query.
+// (and the patient, when there is one only); a search its query. An
+// event redacted for its reader (a patient's own view, decided by the
+// domain) carries the security label REDACTED.
 func auditEventFHIR(e *domain.AuditEvent) auditEventResource {
 	kind := auditKinds[e.Kind]
 	r := auditEventResource{ResourceType: "AuditEvent", ID: strconv.FormatInt(e.ID, 10), Meta: metaOf(e.Recorded),
@@ -91,6 +96,9 @@ func auditEventFHIR(e *domain.AuditEvent) auditEventResource {
 		Action: string(e.Action), Recorded: instant(e.Recorded),
 		Outcome: auditOutcome{Code: fhirCoding{System: severitySystem, Code: "success"}},
 		Source:  auditSource{Observer: fhirReference{Display: "Clinical data exchange"}}}
+	if e.Redacted {
+		r.Meta.Security = []fhirCoding{{System: securityLabelSystem, Code: "REDACTED", Display: "redacted"}}
+	}
 	if e.Outcome != "" {
 		r.Outcome = auditOutcome{Code: fhirCoding{System: severitySystem, Code: "error"},
 			Detail: []fhirCodeableConcept{{Coding: []fhirCoding{{System: issueTypeSystem, Code: issueType(e.Outcome)}}}}}

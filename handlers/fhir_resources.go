@@ -18,6 +18,7 @@ type fhirMeta struct {
 	VersionID   string       `json:"versionId,omitempty"`
 	LastUpdated string       `json:"lastUpdated,omitempty"`
 	Source      string       `json:"source,omitempty"`
+	Security    []fhirCoding `json:"security,omitempty"`
 	Tag         []fhirCoding `json:"tag,omitempty"`
 }
 

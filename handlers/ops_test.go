@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -219,6 +221,18 @@ func TestAuditTrail(t *testing.T) {
 	if len(superSearch) != 1 || !slices.Contains(ids, superSearch[0]) || !slices.Contains(w.ids(t, w.tok["bob"], "/AuditEvent"), superSearch[0]) {
 		t.Errorf("the superuser's search %v: alice sees %v", superSearch, ids)
 	}
+	// ... but neither sees the other in it (ownView): the superuser, both.
+	for _, reader := range []struct {
+		token string
+		other int64
+	}{{alice, w.bob.ID}, {w.tok["bob"], w.alice.ID}} {
+		if _, e := w.env.GetJSON(t, fxBase+"/AuditEvent/"+superSearch[0], reader.token); auditNames(e, reader.other) {
+			t.Errorf("a patient reads the superuser's search of both with Patient/%d: %v", reader.other, e)
+		}
+	}
+	if _, e := w.env.GetJSON(t, fxBase+"/AuditEvent/"+superSearch[0], super); !auditNames(e, w.alice.ID) || !auditNames(e, w.bob.ID) {
+		t.Errorf("the superuser's own search, as the superuser reads it: %v", e)
+	}
 	// The refused search is recorded, with the patient it named.
 	refused := w.ids(t, super, fmt.Sprintf("/AuditEvent?patient=%d&agent=Practitioner/%d", w.carol.ID, w.doc.ID))
 	if len(refused) != 1 {
@@ -254,6 +268,103 @@ func TestAuditTrail(t *testing.T) {
 	if n := len(w.ids(t, super, "/AuditEvent?date=lt2000-01-01")); n != 0 {
 		t.Errorf("events before 2000: %d", n)
 	}
+}
+
+// TestAuditTrailOwnView: a patient reads an event that touched others as
+// their own view (domain AuditEvent.ownView), on every path (search,
+// read, _elements, a patient-scoped token of a superuser): no other
+// patient's id, in the entities or in the query, whose other values are
+// redacted but for codes; labelled REDACTED. The superuser reads it whole.
+func TestAuditTrailOwnView(t *testing.T) {
+	w := fxNewWorldWith(t, handlerstest.Options{Audit: true})
+	doc, super := w.tok["doc"], w.tok["super"]
+	w.create(t, doc,
+		fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00Z")))},
+		fxObs{patient: w.bob.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-06T10:00:00Z")))})
+	asked := fmt.Sprintf("/Observation?patient=%d,Patient/%d&code=%s&patient.identifier=%s|A-1,%s|B-2", w.alice.ID, w.bob.ID, fxHR, fxMRN, fxMRN)
+	if status, body := w.search(t, doc, asked); status != http.StatusOK || len(fxMatches(t, body)) != 2 {
+		t.Fatalf("the practitioner's search of both: %d %v", status, body)
+	}
+	validator, _ := handlerstest.R5(t)
+	superCtx, _, err := w.env.OAuth.IssueScopedAccessToken(w.ctx, w.super.ID, time.Hour, []string{"patient/*.rs"}, w.bob.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.env.Audit.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	found := w.ids(t, super, fmt.Sprintf("/AuditEvent?agent=Practitioner/%d&action=E", w.doc.ID))
+	if len(found) != 1 {
+		t.Fatalf("the practitioner's search in the trail: %v", found)
+	}
+	path := fxBase + "/AuditEvent/" + found[0]
+	if _, e := w.env.GetJSON(t, path, super); !auditNames(e, w.alice.ID) || !auditNames(e, w.bob.ID) ||
+		!strings.Contains(auditQuery(e), "B-2") || fxObj(e["meta"])["security"] != nil {
+		t.Errorf("the superuser reads the event whole: %v (query %q)", e, auditQuery(e))
+	}
+
+	for _, reader := range []struct {
+		name, token string
+		self, other int64
+	}{{"alice", w.tok["alice"], w.alice.ID, w.bob.ID}, {"bob", w.tok["bob"], w.bob.ID, w.alice.ID}, {"the superuser's app for bob", superCtx, w.bob.ID, w.alice.ID}} {
+		var seen []map[string]any
+		_, e := w.env.GetJSON(t, path, reader.token)
+		seen = append(seen, e)
+		for _, q := range []string{"/AuditEvent?action=E", "/AuditEvent?action=E&_elements=entity,patient"} {
+			status, bundle := w.search(t, reader.token, q)
+			if status != http.StatusOK {
+				t.Fatalf("%s: %s: %d %v", reader.name, q, status, bundle)
+			}
+			seen = append(seen, fxMatches(t, bundle)...)
+		}
+		if len(seen) != 3 {
+			t.Errorf("%s finds the event %d times, want 3 (%v)", reader.name, len(seen), seen)
+		}
+		if issues, err := validator.ValidateObject(seen[0]); err != nil || len(issues) > 0 {
+			t.Errorf("%s's own view is not valid R5: %v %v", reader.name, issues, err)
+		}
+		want := url.Values{"code": {fxHR}, "patient": {fmt.Sprint(w.alice.ID) + ",(redacted)"}, "patient.identifier": {"(redacted),(redacted)"}}
+		if reader.self == w.bob.ID {
+			want["patient"] = []string{fmt.Sprintf("(redacted),Patient/%d", w.bob.ID)}
+		}
+		for _, e := range seen {
+			if auditNames(e, reader.other) || !auditNames(e, reader.self) {
+				t.Errorf("%s reads the search of both with the other patient, or without themselves: %v", reader.name, e)
+			}
+			if got, _ := url.ParseQuery(auditQuery(e)); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s reads the query as %v, want %v", reader.name, got, want)
+			}
+			if e["meta"] != nil && fmt.Sprint(fxObj(e["meta"])["security"]) != "[map[code:REDACTED display:redacted system:http://terminology.hl7.org/CodeSystem/v3-ObservationValue]]" {
+				t.Errorf("%s: the redacted event is not labelled so: %v", reader.name, e["meta"])
+			}
+		}
+	}
+}
+
+// auditNames reports whether an AuditEvent names the patient anywhere: an
+// entity, its patient, its query.
+func auditNames(e map[string]any, patient int64) bool {
+	ref := fmt.Sprintf("Patient/%d", patient)
+	if slices.Contains(auditPatients(e), ref) || fxObj(e["patient"])["reference"] == ref {
+		return true
+	}
+	q, _ := url.ParseQuery(auditQuery(e))
+	for _, vs := range q {
+		for _, v := range vs {
+			for _, part := range strings.Split(v, ",") {
+				if part == ref || part == fmt.Sprint(patient) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// auditQuery is the decoded query of an AuditEvent; "" when it has none.
+func auditQuery(e map[string]any) string {
+	q, _ := base64.StdEncoding.DecodeString(fmt.Sprint(entityWithQuery(e)["query"]))
+	return string(q)
 }
 
 // entityWithQuery is the entity of an AuditEvent that carries its query.

@@ -95,8 +95,15 @@ func newScopeWorld(t *testing.T) *scopeWorld {
 	}
 	// The events of the creations, once the audit trail has written them:
 	// one about the patient only, one about the other patient only.
-	w.ids["auditP"] = w.auditEvent(t, "P")
-	w.ids["auditO"] = w.auditEvent(t, "O")
+	w.ids["auditP"] = w.auditEvent(t, "action=C&entity-type=Observation&patient="+w.ids["P"])
+	w.ids["auditO"] = w.auditEvent(t, "action=C&entity-type=Observation&patient="+w.ids["O"])
+	// And the event of a search that touched both: a patient's own view
+	// names only them (domain AuditEvent.ownView).
+	if resp, out := w.env.GetJSON(t, fxBase+"/Observation?code="+fxHR, w.world.tokens["superuser"]); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the superuser's search of both patients: %d %v", resp.StatusCode, out)
+	}
+	super := must(svc.UserByEmail(ctx, "superuser@example.org"))
+	w.ids["auditPO"] = w.auditEvent(t, fmt.Sprintf("action=E&agent=Practitioner/%d", super.ID))
 	for _, st := range scopedTokens {
 		userID := w.patient.UserID
 		if st.user != "patient" {
@@ -140,22 +147,22 @@ func (w *scopeWorld) condition(t *testing.T, patient, category string) string {
 	return out["id"].(string)
 }
 
-// auditEvent returns the id of the event of an Observation created for a
-// patient of the world (P or O), waiting for the audit trail, which
-// writes off the request path, to hold it.
-func (w *scopeWorld) auditEvent(t *testing.T, patient string) string {
+// auditEvent returns the id of the first event an AuditEvent search
+// finds, waiting for the audit trail, which writes off the request path,
+// to hold it.
+func (w *scopeWorld) auditEvent(t *testing.T, search string) string {
 	t.Helper()
-	query := fxBase + "/AuditEvent?action=C&entity-type=Observation&patient=" + w.ids[patient]
+	query := fxBase + "/AuditEvent?" + search
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, out := w.env.GetJSON(t, query, w.world.tokens["superuser"])
 		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("the audit trail of %s: %d %v", patient, resp.StatusCode, out)
+			t.Fatalf("the audit trail (%s): %d %v", search, resp.StatusCode, out)
 		}
 		if entry := fxArr(out["entry"]); len(entry) > 0 {
 			return fxObj(fxObj(entry[0])["resource"])["id"].(string)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the audit trail never recorded the creation of %s's observation", patient)
+			t.Fatalf("the audit trail never recorded an event of %s", search)
 		}
 	}
 }
@@ -164,8 +171,10 @@ func (w *scopeWorld) auditEvent(t *testing.T, patient string) string {
 // base, or absolute from /) and body, a header for writes to the imported
 // store; want is the answer per token, other the answer of the others:
 // a status, "[name ...]" for exactly those resources found, "total N" for
-// a count, "entries S S" for the statuses of a batch-response, or
-// "about name" for AuditEvents found, each about that patient.
+// a count, "entries S S" for the statuses of a batch-response, "about
+// name" for AuditEvents found, each about that patient, or "own name" for
+// AuditEvents read or found as that patient's own view: about them, and
+// naming neither the other patient (O) nor their identifier.
 type scopeRow struct {
 	method  string
 	prepare func(w *scopeWorld) (path string, body any, header map[string]string)
@@ -228,6 +237,8 @@ func scopeRows() map[string]scopeRow {
 		"search AuditEvent about another patient":  {"GET", get("/AuditEvent?patient={O}"), map[string]string{"super.ctx": "[]"}, denied},
 		"read an AuditEvent about the patient":     {"GET", get("/AuditEvent/{auditP}"), map[string]string{"super.ctx": "200"}, denied},
 		"read an AuditEvent about another patient": {"GET", get("/AuditEvent/{auditO}"), map[string]string{}, denied},
+		"read an AuditEvent about both patients":   {"GET", get("/AuditEvent/{auditPO}"), map[string]string{"super.ctx": "own P"}, denied},
+		"search AuditEvents of searches":           {"GET", get("/AuditEvent?action=E"), map[string]string{"super.ctx": "own P"}, denied},
 		"search Patient": {"GET", get("/Patient"), map[string]string{
 			"ctx.rs": "[P]", "user.rs": "[P O]", "cruds": "[P O]", "ctx.cruds": "[P]", "super.ctx": "[P]"}, denied},
 		"read the patient": {"GET", get("/Patient/{P}"), map[string]string{
@@ -414,6 +425,24 @@ func (w *scopeWorld) checkFHIR(t *testing.T, name string, row scopeRow, token, w
 		if resp.StatusCode != http.StatusOK || matches == 0 {
 			fail("%d with %d events, want 200 with events about %s (%v)", resp.StatusCode, matches, arg, out)
 		}
+	case kind == "own":
+		events := []map[string]any{out}
+		if out["resourceType"] == "Bundle" {
+			events = nil
+			for _, e := range fxArr(out["entry"]) {
+				events = append(events, fxObj(fxObj(e)["resource"]))
+			}
+		}
+		self, _ := strconv.ParseInt(w.ids[arg], 10, 64)
+		other, _ := strconv.ParseInt(w.ids["O"], 10, 64)
+		if resp.StatusCode != http.StatusOK || len(events) == 0 {
+			fail("%d with %d events, want 200 with events as %s's own (%v)", resp.StatusCode, len(events), arg, out)
+		}
+		for _, e := range events {
+			if !auditNames(e, self) || auditNames(e, other) {
+				fail("AuditEvent/%v is not %s's own view: %v", e["id"], arg, e)
+			}
+		}
 	case kind == "entries":
 		var got []string
 		for _, e := range fxArr(out["entry"]) {
@@ -445,7 +474,7 @@ func (w *scopeWorld) checkFHIR(t *testing.T, name string, row scopeRow, token, w
 // typeOf is the resource type of each name of scopeWorld.ids.
 var typeOf = map[string]string{"P": "Patient", "O": "Patient", "A": "Organization", "B": "Organization", "study": "Group",
 	"cuff": "Device", "spare": "Device", "hrP": "Observation", "bpP": "Observation", "hrO": "Observation",
-	"probP": "Condition", "encP": "Condition", "probO": "Condition", "auditP": "AuditEvent", "auditO": "AuditEvent"}
+	"probP": "Condition", "encP": "Condition", "probO": "Condition", "auditP": "AuditEvent", "auditO": "AuditEvent", "auditPO": "AuditEvent"}
 
 // nameOf names a resource of the world, or returns Type/id.
 func (w *scopeWorld) nameOf(resourceType, id string) string {
