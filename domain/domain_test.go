@@ -2,10 +2,16 @@ package domain_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"exchange/domain"
 	"exchange/repo"
@@ -120,6 +126,63 @@ func TestLoginThrottlePerAddress(t *testing.T) {
 	f.now = f.now.Add(time.Second)
 	if _, err := f.svc.Authenticate(ctx, "jo@example.org", "the password", "203.0.113.9"); err != nil {
 		t.Fatalf("after the delay: %v", err)
+	}
+}
+
+// TestLoginThrottleKeyedBySecret: the throttle names an account by an
+// HMAC of its email under the service's ThrottleKey, never a plain hash a
+// reader of the database could recompute from a guessed email; instances
+// sharing the key count an account together, another key counts apart.
+func TestLoginThrottleKeyedBySecret(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	instance := func(key string) *domain.Service {
+		return domain.NewService(domain.Config{Store: db, ThrottleKey: []byte(key), Now: func() time.Time { return now }})
+	}
+	first, second, elsewhere := instance("the secret of this deployment"), instance("the secret of this deployment"), instance("another deployment's secret")
+	const email, addr = "jo@example.org", "203.0.113.9"
+	if _, err := first.CreateUser(ctx, domain.NewUser{Email: email, Type: domain.UserPractitioner, Password: "the password"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := first.Authenticate(ctx, email, "wrong", addr); !domain.IsCode(err, domain.CodeLogin) {
+			t.Fatalf("failure %d: %v", i+1, err)
+		}
+	}
+	if _, err := second.Authenticate(ctx, email, "the password", addr); !domain.IsCode(err, domain.CodeThrottled) {
+		t.Errorf("another instance with the same key after 5 failures: %v, want throttled", err)
+	}
+	if _, err := elsewhere.Authenticate(ctx, email, "wrong", addr); !domain.IsCode(err, domain.CodeLogin) {
+		t.Errorf("an instance with another key: %v, want its own count (refused, not throttled)", err)
+	}
+
+	keyed := func(key string) string {
+		mac := hmac.New(sha256.New, []byte(key))
+		mac.Write([]byte(email))
+		return "account:" + hex.EncodeToString(mac.Sum(nil))
+	}
+	plain := sha256.Sum256([]byte(email))
+	var docs []struct {
+		ID       string `bson:"_id"`
+		Failures int    `bson:"failures"`
+	}
+	cur, err := repotest.Collection(t, db, "login_throttle").Find(ctx, bson.M{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, d := range docs {
+		if strings.Contains(d.ID, hex.EncodeToString(plain[:])) {
+			t.Errorf("a throttle record holds the plain SHA-256 of the email: %s", d.ID)
+		}
+		counts[d.ID] = d.Failures
+	}
+	if counts[keyed("the secret of this deployment")] != 5 || counts[keyed("another deployment's secret")] != 1 {
+		t.Errorf("the account's records by key: %v", counts)
 	}
 }
 

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"crypto/rand"
 	"log/slog"
 	"strings"
 	"time"
@@ -38,6 +39,7 @@ type Service struct {
 	now          func() time.Time
 	log          *slog.Logger
 	signIns      keyLocks // sign-in attempts in progress, by account and address
+	throttleKey  []byte   // the HMAC key of the sign-in throttle's account keys
 }
 
 // Config is what a Service is made of.
@@ -71,6 +73,12 @@ type Config struct {
 	// Logger receives security events (refused sign-ins); nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// ThrottleKey is the HMAC key that names an account in the sign-in
+	// throttle's records and log lines (newLoginKeys), derived from
+	// SECRET_KEY for this one purpose, so that every instance sharing the
+	// database counts an account's failures together. nil: a random key
+	// of this service, whose counts no other instance shares (tests).
+	ThrottleKey []byte
 }
 
 // NewService returns a Service as configured.
@@ -90,9 +98,13 @@ func NewService(c Config) *Service {
 	if c.Auditor == nil {
 		c.Auditor = noAudit{}
 	}
+	if c.ThrottleKey == nil {
+		c.ThrottleKey = make([]byte, 32)
+		_, _ = rand.Read(c.ThrottleKey) // never fails (crypto/rand)
+	}
 	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
 		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, maxDataPoint: c.MaxDataPointBytes,
-		auditor: c.Auditor, now: c.Now, log: c.Logger}
+		auditor: c.Auditor, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey}
 }
 
 // Now returns the service clock's time in UTC.

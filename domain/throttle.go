@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
@@ -57,18 +58,21 @@ func (t loginThrottle) delay(n int) time.Duration {
 	return t.ceiling
 }
 
-// loginKeys are the throttle keys of one attempt. The account is a hash of
-// the typed email: the store never holds what was typed (people type
-// passwords into the email field), and unknown emails are counted like
-// known ones, so throttling tells nothing about which accounts exist.
+// loginKeys are the throttle keys of one attempt. The account is an HMAC
+// of the typed email under the service's ThrottleKey: the store never
+// holds what was typed (people type passwords into the email field), and
+// whoever reads the database or a log line cannot confirm a guessed email
+// by hashing it, as they could an unkeyed hash. Unknown emails are counted
+// like known ones, so throttling tells nothing about which accounts exist.
 type loginKeys struct {
 	account, address, pair, known string
-	accountLog                    string // a short form of the hash, to follow one account through the logs
+	accountLog                    string // a short form of the HMAC, to follow one account through the logs
 }
 
-func newLoginKeys(email, addr string) loginKeys {
-	sum := sha256.Sum256([]byte(email))
-	account := hex.EncodeToString(sum[:])
+func (s *Service) newLoginKeys(email, addr string) loginKeys {
+	mac := hmac.New(sha256.New, s.throttleKey)
+	mac.Write([]byte(email))
+	account := hex.EncodeToString(mac.Sum(nil))
 	return loginKeys{
 		account:    "account:" + account,
 		address:    "address:" + addr,

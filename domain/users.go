@@ -224,7 +224,7 @@ func (s *Service) Authenticate(ctx context.Context, email, password, addr string
 
 func (s *Service) authenticate(ctx context.Context, email, password, addr string) (*User, error) {
 	email = strings.ToLower(strings.TrimSpace(email))
-	k := newLoginKeys(email, addr)
+	k := s.newLoginKeys(email, addr)
 	defer s.signIns.lock(k.account, k.address)()
 	now := s.Now()
 	if wait, err := s.loginWait(ctx, k, now); err != nil || wait > 0 {

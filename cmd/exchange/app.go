@@ -106,6 +106,12 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
+	// Every instance derives the same key, so they count an account's
+	// failed sign-ins together.
+	if config.ThrottleKey, err = hkdf.Key(sha256.New, secret, nil, "exchange sign-in throttle", 32); err != nil {
+		a.Close()
+		return nil, err
+	}
 	if a.catalog == nil { // an administration command, or no R5 package
 		if a.catalog, err = fhirsearch.NewCatalog(nil); err != nil {
 			a.Close()
