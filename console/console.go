@@ -179,13 +179,14 @@ func (c *Console) signedIn(h handler) http.Handler {
 }
 
 // session loads the actor of the request's login session through the same
-// domain function the API's bearer tokens use.
+// domain function the API's bearer tokens use, from the user the
+// session's check read: a request reads its user once.
 func (c *Console) session(w http.ResponseWriter, r *http.Request) (*session, error) {
-	userID, ok := c.OAuth.SessionUser(r)
+	user, ok := c.OAuth.SessionUser(r)
 	if !ok {
 		return nil, domain.Errorf(domain.CodeLogin, "sign in to use the console")
 	}
-	actor, err := c.Service.Actor(r.Context(), userID)
+	actor, err := c.Service.ActorOf(r.Context(), user)
 	if err != nil {
 		return nil, err
 	}

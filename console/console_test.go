@@ -15,7 +15,10 @@ import (
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
 	"exchange/oauth"
+	"exchange/repo"
 	"exchange/repo/repotest"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestMain(m *testing.M) { repotest.Main(m) }
@@ -456,6 +459,27 @@ func TestSignOutComesBack(t *testing.T) {
 	resp, _ = m.b.Do("GET", f.env.URL+"/console/", nil)
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/o/login/?next=") {
 		t.Errorf("the console after sign-out: %d to %q, want the login page", resp.StatusCode, loc)
+	}
+}
+
+// TestASessionReadsItsUserOnce: a console page reads its user once, for
+// the login session's check (a password change or deactivation ends it)
+// and the page's actor alike, as a bearer token does
+// (TestABearerTokenReadsItsUserOnce).
+func TestASessionReadsItsUserOnce(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	env := handlerstest.StartWith(t, handlerstest.Options{DB: repo.Options{Metrics: repo.NewMetrics(reg)}})
+	env.Patient(t, "pat@example.org")
+	env.Practitioner(t, "doc@example.org", false)
+	for _, email := range []string{"pat@example.org", "doc@example.org"} {
+		c := signIn(t, env, email, email)
+		before := repotest.Operations(t, reg, "users", "find")
+		if resp, page := c.b.Do("GET", env.URL+"/console/", nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s's home: %d\n%.300s", email, resp.StatusCode, page)
+		}
+		if n := repotest.Operations(t, reg, "users", "find") - before; n != 1 {
+			t.Errorf("%s's page read the user %d times, want once", email, n)
+		}
 	}
 }
 

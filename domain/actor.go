@@ -52,7 +52,7 @@ func (s *Service) TokenActor(ctx context.Context, userID int64, user *User, scop
 	}
 	var a *Actor
 	if user != nil && user.ID == userID {
-		a, err = s.actorOf(ctx, user)
+		a, err = s.ActorOf(ctx, user)
 	} else {
 		a, err = s.Actor(ctx, userID)
 	}
@@ -73,12 +73,14 @@ func (s *Service) Actor(ctx context.Context, userID int64) (*Actor, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	return s.actorOf(ctx, u)
+	return s.ActorOf(ctx, u)
 }
 
-// actorOf loads what the permission model needs of a user read already
-// (nil: gone); CodeLogin for one gone or inactive.
-func (s *Service) actorOf(ctx context.Context, u *User) (*Actor, error) {
+// ActorOf loads the actor, with full access, of a user that the caller
+// read already (nil: gone), so that a request reads its user once: a
+// login session's check reads it (oauth.Provider.SessionUser), and the
+// console acts as it. CodeLogin for a user gone or inactive.
+func (s *Service) ActorOf(ctx context.Context, u *User) (*Actor, error) {
 	if u == nil || !u.IsActive {
 		return nil, Errorf(CodeLogin, "the user of this token is no longer active")
 	}

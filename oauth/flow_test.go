@@ -748,8 +748,8 @@ func TestLoginNextAndSessionUser(t *testing.T) {
 		}
 		req, _ := http.NewRequest("GET", env.URL+"/console/", nil)
 		req.AddCookie(session)
-		if id, ok := env.OAuth.SessionUser(req); !ok || id != u.ID {
-			t.Errorf("SessionUser = %d, %v; want %d", id, ok, u.ID)
+		if user, ok := env.OAuth.SessionUser(req); !ok || user.ID != u.ID {
+			t.Errorf("SessionUser = %+v, %v; want %d", user, ok, u.ID)
 		}
 		if tc.next == "console/" {
 			// A forged or inactive session names nobody.

@@ -138,16 +138,15 @@ func (p *Provider) touchInterval() time.Duration {
 	return min(maxTouchInterval, p.sessionIdleTimeout/4)
 }
 
-// SessionUser returns the user signed in with the request's login session:
-// a live session (not signed out, within its lifetime and idle timeout)
-// of a user who is still active and has not changed their password since. It counts as a use of the session. The
-// web console calls it; the API never does.
-func (p *Provider) SessionUser(r *http.Request) (userID int64, ok bool) {
-	s, _, ok := p.session(r)
-	if !ok {
-		return 0, false
-	}
-	return s.UserID, true
+// SessionUser returns the user signed in with the request's login session,
+// as the session's check read it: a live session (not signed out, within
+// its lifetime and idle timeout) of a user who is still active and has not
+// changed their password since. It counts as a use of the session. The
+// web console calls it, and acts as the user without reading them again
+// (domain.Service.ActorOf); the API never does.
+func (p *Provider) SessionUser(r *http.Request) (*domain.User, bool) {
+	_, u, ok := p.session(r)
+	return u, ok
 }
 
 // csrfToken returns the request's CSRF token, setting a new cookie when

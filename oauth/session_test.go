@@ -96,8 +96,8 @@ func TestLogoutEndsTheSessionAtTheServer(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", env.URL+"/console/", nil)
 	req.AddCookie(second)
-	if id, ok := env.OAuth.SessionUser(req); ok {
-		t.Errorf("SessionUser after sign-out: %d", id)
+	if u, ok := env.OAuth.SessionUser(req); ok {
+		t.Errorf("SessionUser after sign-out: %d", u.ID)
 	}
 }
 
@@ -173,7 +173,11 @@ func TestSessionUser(t *testing.T) {
 		for _, c := range cookies {
 			req.AddCookie(c)
 		}
-		return env.OAuth.SessionUser(req)
+		u, ok := env.OAuth.SessionUser(req)
+		if !ok {
+			return 0, false
+		}
+		return u.ID, true
 	}
 	if id, ok := ask(cookie); !ok || id != doc.ID {
 		t.Errorf("SessionUser = %d, %v; want %d", id, ok, doc.ID)
