@@ -98,19 +98,52 @@ func (s *Service) ActorOf(ctx context.Context, u *User) (*Actor, error) {
 			return nil, err
 		}
 		if len(ms) > 0 {
-			orgs, err := s.store.AllOrganizations(ctx)
+			below, err := s.organizationsBelow(ctx, ms)
 			if err != nil {
 				return nil, err
 			}
-			a.roles = inheritedRoles(ms, orgs)
+			a.roles = inheritedRoles(ms, below)
 		}
 	}
 	return a, nil
 }
 
+// organizationsBelow returns the organizations below those of the
+// memberships, level by level: all that inheritedRoles needs (a role
+// passes down the tree, never up or sideways), so a practitioner's
+// request reads their part of the tree, not the whole of it. Each
+// organization is visited once, so a cycle in stored data ends.
+func (s *Service) organizationsBelow(ctx context.Context, ms []Membership) ([]Organization, error) {
+	seen := map[int64]bool{}
+	var level []int64
+	for _, m := range ms {
+		if !seen[m.OrganizationID] {
+			seen[m.OrganizationID] = true
+			level = append(level, m.OrganizationID)
+		}
+	}
+	var below []Organization
+	for len(level) > 0 {
+		children, err := s.store.OrganizationsPartOf(ctx, level)
+		if err != nil {
+			return nil, err
+		}
+		level = level[:0]
+		for _, o := range children {
+			if !seen[o.ID] {
+				seen[o.ID] = true
+				below = append(below, o)
+				level = append(level, o.ID)
+			}
+		}
+	}
+	return below, nil
+}
+
 // inheritedRoles gives a practitioner their role in every organization
-// below one they are a member of: a manager of a hospital manages its
-// departments too. The nearest membership up the tree decides, so a
+// below one they are a member of (orgs: at least those below them, see
+// organizationsBelow): a manager of a hospital manages its departments
+// too. The nearest membership up the tree decides, so a
 // direct membership of a sub-organization overrides the inherited role.
 func inheritedRoles(ms []Membership, orgs []Organization) map[int64]Role {
 	direct := map[int64]Role{}

@@ -186,6 +186,89 @@ func TestLoginThrottleKeyedBySecret(t *testing.T) {
 	}
 }
 
+// organizationReads is the real store, counting the organizations it
+// returns to the domain.
+type organizationReads struct {
+	*repo.DB
+	n int
+}
+
+func (s *organizationReads) AllOrganizations(ctx context.Context) ([]domain.Organization, error) {
+	orgs, err := s.DB.AllOrganizations(ctx)
+	s.n += len(orgs)
+	return orgs, err
+}
+
+func (s *organizationReads) OrganizationsPartOf(ctx context.Context, ids []int64) ([]domain.Organization, error) {
+	orgs, err := s.DB.OrganizationsPartOf(ctx, ids)
+	s.n += len(orgs)
+	return orgs, err
+}
+
+// TestActorReadsItsPartOfTheTree: a practitioner's actor reads the
+// organizations below their memberships, not the whole tree, and gets the
+// same inherited roles: down the tree, the nearest membership deciding.
+func TestActorReadsItsPartOfTheTree(t *testing.T) {
+	store := &organizationReads{DB: repotest.NewDB(t)}
+	svc := domain.NewService(domain.Config{Store: store})
+	ctx, sys := context.Background(), domain.SystemActor()
+	org := func(name string, partOf int64) int64 {
+		t.Helper()
+		o, err := svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: name, Type: "dept", PartOf: partOf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.ID
+	}
+	hospital := org("Hospital", 0)
+	cardiology, radiology := org("Cardiology", hospital), org("Radiology", hospital)
+	ward := org("Ward", cardiology)
+	elsewhere := org("Elsewhere", 0)
+	for i := range 20 {
+		org(fmt.Sprintf("Team %d", i), elsewhere)
+	}
+	practitioner := func(email string, roles map[int64]domain.Role) int64 {
+		t.Helper()
+		u, err := svc.CreateUser(ctx, domain.NewUser{Email: email, Type: domain.UserPractitioner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for o, r := range roles {
+			if err := svc.AddMember(ctx, sys, o, u.ID, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return u.ID
+	}
+	for _, tc := range []struct {
+		name  string
+		user  int64
+		roles map[int64]domain.Role // every organization's expected role
+		reads int
+	}{
+		{"a manager of cardiology", practitioner("c@example.org", map[int64]domain.Role{cardiology: domain.RoleManager}),
+			map[int64]domain.Role{cardiology: domain.RoleManager, ward: domain.RoleManager}, 1},
+		{"a viewer of the hospital, member of the ward", practitioner("h@example.org", map[int64]domain.Role{hospital: domain.RoleViewer, ward: domain.RoleMember}),
+			map[int64]domain.Role{hospital: domain.RoleViewer, cardiology: domain.RoleViewer, radiology: domain.RoleViewer, ward: domain.RoleMember}, 3},
+		{"a member of nothing", practitioner("n@example.org", nil), map[int64]domain.Role{}, 0},
+	} {
+		store.n = 0
+		actor, err := svc.Actor(ctx, tc.user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if store.n != tc.reads {
+			t.Errorf("%s: %d organizations read, want %d", tc.name, store.n, tc.reads)
+		}
+		for _, o := range []int64{hospital, cardiology, radiology, ward, elsewhere} {
+			role, ok := actor.RoleIn(o)
+			if want, wantOK := tc.roles[o]; role != want || ok != wantOK {
+				t.Errorf("%s in organization %d: %q %v, want %q %v", tc.name, o, role, ok, want, wantOK)
+			}
+		}
+	}
+}
+
 func TestCreatePatientLeavesNothingBehindOnFailure(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

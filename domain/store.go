@@ -74,6 +74,9 @@ type OrganizationStore interface {
 	ListOrganizations(ctx context.Context, q OrganizationQuery, p Page) (List[Organization], error)
 	// AllOrganizations returns every organization: the tree is small.
 	AllOrganizations(ctx context.Context) ([]Organization, error)
+	// OrganizationsPartOf returns the organizations directly under any of
+	// ids (their partOf is one of them), in id order; none for no ids.
+	OrganizationsPartOf(ctx context.Context, ids []int64) ([]Organization, error)
 	UpdateOrganization(ctx context.Context, o *Organization) error
 	// DeleteOrganization removes the organization and its memberships.
 	DeleteOrganization(ctx context.Context, id int64) error

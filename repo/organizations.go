@@ -128,6 +128,16 @@ func (d *DB) AllOrganizations(ctx context.Context) ([]domain.Organization, error
 	return convert(docs, organizationDoc.organization), nil
 }
 
+// OrganizationsPartOf implements domain.OrganizationStore. MongoDB answers
+// it from the partOf_name index.
+func (d *DB) OrganizationsPartOf(ctx context.Context, ids []int64) ([]domain.Organization, error) {
+	var docs []organizationDoc
+	if err := d.findAll(ctx, colOrganizations, withIn(nil, "partOf", nonNilIDs(ids)), &docs, options.Find().SetSort(byID)); err != nil {
+		return nil, err
+	}
+	return convert(docs, organizationDoc.organization), nil
+}
+
 // UpdateOrganization implements domain.OrganizationStore.
 func (d *DB) UpdateOrganization(ctx context.Context, o *domain.Organization) error {
 	o.LastUpdated = d.nowMillis()
