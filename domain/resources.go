@@ -751,11 +751,24 @@ func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType,
 	return s.replace(ctx, current, o, w, key)
 }
 
-// DeleteResource removes an imported resource.
+// DeleteResource removes an imported resource. Deleting one that is not
+// there succeeds and changes nothing, whether it was deleted before (by a
+// request whose answer was lost: its retry answers as it did), never
+// stored, or is out of the actor's sight (who learns nothing from the
+// answer). FHIR R5 says so of the delete interaction (http.html#delete):
+// on a resource already deleted, or one that does not exist at all, the
+// server should answer 200 or 204. An If-Match does not stop it either:
+// the state the conditional delete asked for holds (RFC 9110 13.1.1 lets
+// a server answer 2xx when the requested change has already happened).
+// A resource that is there at another version than If-Match names is
+// refused with CodeVersionMismatch.
 func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType, id string, ifMatch int64) error {
 	r, _, err := s.writableResource(ctx, actor, InteractionDelete, resourceType, id, ifMatch, "")
 	if err == nil {
 		err = s.store.DeleteResource(ctx, resourceType, id, r.VersionID)
+	}
+	if IsCode(err, CodeNotFound) {
+		err = nil // not there (any more): nothing to do
 	}
 	s.auditResourceChange(ctx, actor, AuditDelete, resourceType, id, r, err)
 	return err

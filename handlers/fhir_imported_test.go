@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -414,10 +415,50 @@ func TestImportedVersions(t *testing.T) {
 	if resp, _ := w.do(t, "doc", "DELETE", path, map[string]string{"If-Match": `W/"4"`}, ""); resp.StatusCode != http.StatusNoContent {
 		t.Errorf("DELETE: %d", resp.StatusCode)
 	}
-	for _, method := range []string{"GET", "DELETE", "PUT"} {
+	for _, method := range []string{"GET", "PUT"} {
 		if resp, _ := w.do(t, "doc", method, path, nil, put(c)); resp.StatusCode != http.StatusNotFound {
 			t.Errorf("%s after DELETE: %d", method, resp.StatusCode)
 		}
+	}
+	// Deleting it again has no effect (FHIR R5 http.html#delete).
+	if resp, body := w.do(t, "doc", "DELETE", path, nil, ""); resp.StatusCode != http.StatusNoContent {
+		t.Errorf("DELETE after DELETE: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestImportedDeleteAgain: a DELETE whose answer was lost is sent again,
+// and answers as the first did. FHIR R5 (http.html#delete): deleting a
+// resource already deleted, or one that does not exist at all, has no
+// effect and answers 200 or 204. Nothing else is deleted, and the rights
+// a delete needs are still checked.
+func TestImportedDeleteAgain(t *testing.T) {
+	w := fxNewImported(t)
+	gone := w.post(t, "doc", w.aliceSrc, fxCondition)["id"].(string)
+	kept := w.post(t, "doc", w.aliceSrc, strings.Replace(fxCondition, "upstream-1", "upstream-2", 1))["id"].(string)
+	if gone == kept {
+		t.Fatal("the two Conditions have one id")
+	}
+	if resp, body := w.do(t, "doc", "DELETE", "/Condition/"+gone, map[string]string{"If-Match": `W/"1"`}, ""); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s", resp.StatusCode, body)
+	}
+	for _, c := range []struct {
+		name, who, path string
+		header          map[string]string
+		status          int
+	}{
+		{"the retry", "doc", "/Condition/" + gone, nil, http.StatusNoContent},
+		{"the retry with its If-Match", "doc", "/Condition/" + gone, map[string]string{"If-Match": `W/"1"`}, http.StatusNoContent},
+		{"a resource never stored", "doc", "/Condition/" + uuid.NewString(), nil, http.StatusNoContent},
+		{"an outsider, of a resource out of sight", "outsider", "/Condition/" + kept, nil, http.StatusNoContent},
+		{"a stale If-Match on a resource that is there", "doc", "/Condition/" + kept, map[string]string{"If-Match": `W/"7"`}, http.StatusPreconditionFailed},
+		{"a viewer, who may not delete", "viewer", "/Condition/" + kept, nil, http.StatusForbidden},
+	} {
+		if resp, body := w.do(t, c.who, "DELETE", c.path, c.header, ""); resp.StatusCode != c.status {
+			t.Errorf("%s: %d %s, want %d", c.name, resp.StatusCode, body, c.status)
+		}
+	}
+	if resp, body := w.do(t, "doc", "GET", "/Condition/"+kept, nil, ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("the Condition no one deleted: %d %s", resp.StatusCode, body)
 	}
 }
 
