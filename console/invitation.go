@@ -45,8 +45,9 @@ func (c *Console) invitee(r *http.Request, code string) (invitationPage, error) 
 }
 
 // acceptInvitation checks the password first (a refused password keeps
-// the invitation), uses the code once, sets the password and sends the
-// patient to sign in.
+// the invitation), then uses the code once to set the password
+// (domain.Service.AcceptInvitation, which a retry after a crash
+// completes) and sends the patient to sign in.
 func (c *Console) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 	err := c.accept(r)
 	if domain.IsCode(err, domain.CodeInvalid) {
@@ -75,10 +76,9 @@ func (c *Console) accept(r *http.Request) error {
 	if password != r.PostFormValue("confirm") {
 		return domain.FieldErrorf("confirm", "the two passwords differ")
 	}
-	userID, err := c.OAuth.RedeemConsoleInvitation(r.Context(), r.PostFormValue("code"))
+	code, err := c.OAuth.ConsoleInvitationCode(r.Context(), r.PostFormValue("code"))
 	if err != nil {
 		return err
 	}
-	_, err = c.Service.SetInvitedPatientPassword(r.Context(), userID, password)
-	return err
+	return c.Service.AcceptInvitation(r.Context(), code, password)
 }

@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"exchange/domain"
 	"exchange/fhirsearch"
+	"exchange/repo"
+	"exchange/repo/repotest"
 )
 
 // world is a small organization with a study, two enrolled patients and
@@ -280,21 +286,181 @@ func TestAddMemberByEmail(t *testing.T) {
 	}
 }
 
-// TestSetInvitedPatientPassword: a short password is refused before
-// anything changes; only patients get one this way.
-func TestSetInvitedPatientPassword(t *testing.T) {
+// TestAcceptInvitation: a short password is refused before anything
+// changes; only patients get one this way; the code is used once.
+func TestAcceptInvitation(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	if err := domain.CheckNewPassword("short"); !domain.IsCode(err, domain.CodeInvalid) {
 		t.Errorf("short password: %v", err)
 	}
-	if _, err := w.f.svc.SetInvitedPatientPassword(ctx, w.manager.User.ID, "long enough password"); !domain.IsCode(err, domain.CodeNotFound) {
+	if err := w.f.svc.AcceptInvitation(ctx, w.invitation(t, "m", w.manager.User.ID), "long enough password"); !domain.IsCode(err, domain.CodeNotFound) {
 		t.Errorf("a practitioner: %v", err)
 	}
-	if _, err := w.f.svc.SetInvitedPatientPassword(ctx, w.patient.UserID, "long enough password"); err != nil {
+	code := w.invitation(t, "p", w.patient.UserID)
+	if err := w.f.svc.AcceptInvitation(ctx, code, "short"); !domain.IsCode(err, domain.CodeInvalid) {
+		t.Errorf("a short password: %v", err)
+	}
+	if err := w.f.svc.AcceptInvitation(ctx, code, "long enough password"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.f.svc.Authenticate(ctx, "p@example.org", "long enough password", "10.0.0.1"); err != nil {
 		t.Errorf("sign in with the new password: %v", err)
+	}
+	for _, password := range []string{"another long password", "long enough password"} {
+		if err := w.f.svc.AcceptInvitation(ctx, code, password); !domain.IsCode(err, domain.CodeNotFound) {
+			t.Errorf("the used code again, with %q: %v", password, err)
+		}
+	}
+}
+
+// TestAcceptInvitationOnce: redemptions of one code with different
+// passwords sent at once: exactly one succeeds, and its password is the
+// one that works.
+func TestAcceptInvitationOnce(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	for round := range 3 {
+		signature := fmt.Sprintf("round-%d", round)
+		code := w.invitation(t, signature, w.patient.UserID)
+		passwords := []string{signature + " first password", signature + " second password", signature + " third password"}
+		errs := make([]error, len(passwords))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, password := range passwords {
+			wg.Go(func() {
+				<-start
+				errs[i] = w.f.svc.AcceptInvitation(ctx, &domain.InvitationCode{Signature: code.Signature, UserID: code.UserID}, password)
+			})
+		}
+		close(start)
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case err == nil:
+				t.Errorf("round %d: two redemptions of one code succeeded", round)
+			case !domain.IsCode(err, domain.CodeNotFound):
+				t.Errorf("round %d, redemption %d: %v", round, i, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: no redemption succeeded: %v", round, errs)
+		}
+		for i, password := range passwords {
+			_, err := w.f.svc.Authenticate(ctx, "p@example.org", password, fmt.Sprintf("10.0.%d.%d", round, i))
+			if (err == nil) != (i == won) {
+				t.Errorf("round %d: sign in with password %d (%d won): %v", round, i, won, err)
+			}
+		}
+	}
+}
+
+// invitation stores an active invitation code of the user, as package
+// oauth issues it, and returns it authenticated.
+func (w *world) invitation(t *testing.T, signature string, userID int64) *domain.InvitationCode {
+	t.Helper()
+	err := w.f.db.CreateOAuthToken(context.Background(), &domain.OAuthToken{Kind: domain.TokenAuthorizeCode, Signature: signature,
+		RequestID: "request-" + signature, ClientID: "exchange-console", UserID: userID, Active: true, Invitation: true,
+		IssuedAt: w.f.now, ExpiresAt: w.f.now.Add(time.Hour), Request: []byte("{}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &domain.InvitationCode{Signature: signature, UserID: userID}
+}
+
+// TestAcceptInvitationConverges: a redemption cut short by a crash after
+// any of its writes (the record of the redemption, the code claimed, the
+// code marked used, the password set) is completed by its retry, the same code with the same
+// password, or by the repair; the code is never used twice, and another
+// password sent with it changes nothing. (The crash suite's
+// console-invitation path kills the real service at each write.)
+func TestAcceptInvitationConverges(t *testing.T) {
+	ctx := context.Background()
+	const chosen, other = "the password chosen", "another password"
+	for _, cut := range []string{"recorded", "code claimed", "code used", "password set"} {
+		for _, by := range []string{"retry", "repair"} {
+			t.Run(cut+", "+by, func(t *testing.T) {
+				w := newWorld(t)
+				code := w.invitation(t, "p", w.patient.UserID)
+				w.cutRedemption(t, code, chosen, cut)
+				// The state a crash leaves: the code refuses another password.
+				code.Used = cut != "recorded" && cut != "code claimed"
+				if cut != "recorded" {
+					if err := w.f.svc.AcceptInvitation(ctx, code, other); !domain.IsCode(err, domain.CodeNotFound) {
+						t.Errorf("another password with the code in redemption: %v", err)
+					}
+				}
+				switch by {
+				case "retry":
+					if err := w.f.svc.AcceptInvitation(ctx, code, chosen); err != nil {
+						t.Fatalf("the retry: %v", err)
+					}
+				case "repair":
+					if rep, err := w.f.db.Repair(ctx, repo.RepairOptions{Exclusive: true}); err != nil || rep.Repaired["invitation.redeem"] != 1 {
+						t.Fatalf("repair: %+v, %v", rep, err)
+					}
+				}
+				if _, err := w.f.svc.Authenticate(ctx, "p@example.org", chosen, "10.0.0.1"); err != nil {
+					t.Errorf("sign in with the password chosen: %v", err)
+				}
+				code.Used = true
+				for _, password := range []string{other, chosen} {
+					if err := w.f.svc.AcceptInvitation(ctx, code, password); !domain.IsCode(err, domain.CodeNotFound) {
+						t.Errorf("the code once done, with %q: %v", password, err)
+					}
+				}
+				if _, err := w.f.svc.Authenticate(ctx, "p@example.org", other, "10.0.0.2"); !domain.IsCode(err, domain.CodeLogin) {
+					t.Errorf("sign in with the other password: %v", err)
+				}
+				if n, err := repotest.Collection(t, w.f.db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+					t.Errorf("%d write intents left (%v)", n, err)
+				}
+			})
+		}
+	}
+}
+
+// cutRedemption leaves what a redemption of the code choosing password
+// leaves when its process dies after the write cut names: the first
+// writes of repo's RedeemInvitation, made as it makes them, by a process
+// whose lease is gone.
+func (w *world) cutRedemption(t *testing.T, code *domain.InvitationCode, password, cut string) {
+	t.Helper()
+	ctx := context.Background()
+	hash, err := domain.HashPassword(password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intent, at := bson.NewObjectID(), w.f.now.Add(time.Minute)
+	tokenID := "authorize_code:" + code.Signature
+	steps := []func() error{
+		func() error {
+			_, err := repotest.Collection(t, w.f.db, "write_intents").InsertOne(ctx, bson.M{"_id": intent, "kind": "invitation.redeem",
+				"instance": "dead", "startedAt": at, "keys": bson.A{}, "userId": code.UserID, "tokenId": tokenID, "passwordHash": hash, "changedAt": at})
+			return err
+		},
+		func() error {
+			_, err := repotest.Collection(t, w.f.db, "invitation_redemptions").InsertOne(ctx, bson.M{"_id": tokenID, "intentId": intent,
+				"expiresAt": w.f.now.Add(time.Hour)})
+			return err
+		},
+		func() error {
+			_, err := repotest.Collection(t, w.f.db, "oauth_tokens").UpdateOne(ctx, bson.M{"_id": tokenID}, bson.M{"$set": bson.M{"active": false}})
+			return err
+		},
+		func() error {
+			_, err := repotest.Collection(t, w.f.db, "users").UpdateOne(ctx, bson.M{"_id": code.UserID},
+				bson.M{"$set": bson.M{"passwordHash": hash, "credentialsChangedAt": at}})
+			return err
+		},
+	}
+	n := map[string]int{"recorded": 1, "code claimed": 2, "code used": 3, "password set": 4}[cut]
+	for _, step := range steps[:n] {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -91,6 +91,25 @@ type OAuthToken struct {
 	Invitation bool
 }
 
+// InvitationCode is an invitation code that package oauth authenticated,
+// for its redemption (Service.AcceptInvitation). The code itself is not
+// kept: its record is found by its signature.
+type InvitationCode struct {
+	Signature string // of the code's record (OAuthToken.Signature)
+	UserID    int64
+	Used      bool // no longer active: redeemed (perhaps by a redemption in progress), or revoked
+}
+
+// InvitationRedemption is a patient's use of an invitation code to choose
+// a password, as the store records it before its first write.
+type InvitationRedemption struct {
+	ID           string // the store's record of it, set by RedeemInvitation
+	Signature    string // the code's
+	UserID       int64
+	PasswordHash string    // the new password's (argon2id)
+	At           time.Time // when the password changes: the user's CredentialsChangedAt
+}
+
 // LoginSession is a browser signed in at the exchange's login page. Its
 // cookie carries a random value; the record is found by the value's hash,
 // so the database never holds a usable cookie. Ending the record ends the

@@ -24,6 +24,7 @@ type Store interface {
 	ResourceStore
 	LoginThrottle
 	CredentialStore
+	InvitationStore
 	AuditStore
 }
 
@@ -207,6 +208,27 @@ type LoginThrottle interface {
 	// RememberLogin marks key known until then; KnownLogin tells.
 	RememberLogin(ctx context.Context, key string, until time.Time) error
 	KnownLogin(ctx context.Context, key string, now time.Time) (bool, error)
+}
+
+// InvitationStore keeps the redemptions of invitation codes
+// (Service.AcceptInvitation): each uses a code once and sets its patient's
+// password, and converges after a crash between its writes.
+type InvitationStore interface {
+	// RedeemInvitation records the redemption, uses its code, sets the
+	// password of its user if the user is an active patient whose
+	// password did not change after r.At, then ends the user's login
+	// sessions and revokes their OAuth tokens. Returns CodeNotFound, and
+	// changes nothing more, when the code is not active (used, cancelled,
+	// revoked) or the user is no such patient. Cut short by a crash, the
+	// repair completes it; ID is set.
+	RedeemInvitation(ctx context.Context, r *InvitationRedemption) error
+	// InvitationRedemptions returns the redemptions of the code that are
+	// recorded and not finished: cut short, or running.
+	InvitationRedemptions(ctx context.Context, signature string) ([]InvitationRedemption, error)
+	// FinishInvitationRedemption completes a redemption InvitationRedemptions
+	// returned, as the repair would; CodeNotFound when it finished
+	// meanwhile or cannot finish (another redemption used the code).
+	FinishInvitationRedemption(ctx context.Context, r *InvitationRedemption) error
 }
 
 // CredentialStore ends what lets a user act without typing their password

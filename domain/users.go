@@ -186,27 +186,62 @@ func CheckNewPassword(password string) error {
 	return nil
 }
 
-// SetInvitedPatientPassword sets the password of an active patient user
-// who has just redeemed an invitation: the invitation is the patient's
-// proof, so the caller must have redeemed it (oauth) before. Like any
-// password change it ends the user's sessions and revokes their tokens.
-// Returns CodeNotFound for a user who is no active patient.
-func (s *Service) SetInvitedPatientPassword(ctx context.Context, userID int64, password string) (*User, error) {
-	u, err := s.store.UserByID(ctx, userID)
-	if err == nil && (u.Type != UserPatient || !u.IsActive) {
-		err = Errorf(CodeNotFound, "user %d is no active patient", userID)
-	}
+// ErrInvitationGone is how every unusable invitation code answers: the
+// holder of a code learns no more than that it does not work.
+var ErrInvitationGone = Errorf(CodeNotFound, "this invitation link does not work: it was used, cancelled or has expired; ask for a new one")
+
+// AcceptInvitation sets the password of the patient an invitation code is
+// for, and uses the code: once, so that of two redemptions of a code with
+// different passwords one wins and the other gets ErrInvitationGone. The
+// code is the patient's proof: the caller must have authenticated it
+// (package oauth). Like any password change it ends the patient's sessions
+// and revokes their tokens. A password that may not be chosen is refused
+// (CodeInvalid) before anything is spent; a patient user who is not active
+// any more gets ErrInvitationGone.
+//
+// It converges without transactions. The store records the redemption,
+// with the new password's hash, before it uses the code, and completes it
+// when a crash cuts it short (repo: a write intent, rolled forward). So a
+// redemption sent again, with the code and the same password, while its
+// record stands (the first attempt's reply was lost, or a double submit)
+// completes it and succeeds; after the repair completed it, the code is
+// used and a retry is refused like any other use, while the password the
+// patient chose works.
+func (s *Service) AcceptInvitation(ctx context.Context, code *InvitationCode, password string) error {
+	hash, err := checkedPasswordHash(password)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if u.PasswordHash, err = checkedPasswordHash(password); err != nil {
-		return nil, err
+	if !code.Used {
+		err := s.store.RedeemInvitation(ctx, &InvitationRedemption{Signature: code.Signature, UserID: code.UserID,
+			PasswordHash: hash, At: s.Now()})
+		if !IsCode(err, CodeNotFound) {
+			return err
+		}
 	}
-	u.CredentialsChangedAt = s.Now()
-	if err := s.store.UpdateUser(ctx, u); err != nil {
-		return nil, err
+	// The code is used: by this very redemption, sent before, or by another.
+	return s.finishRedemption(ctx, code, password)
+}
+
+// finishRedemption completes the redemption of a used code that is still
+// in progress and chose this password; ErrInvitationGone when there is
+// none.
+func (s *Service) finishRedemption(ctx context.Context, code *InvitationCode, password string) error {
+	pending, err := s.store.InvitationRedemptions(ctx, code.Signature)
+	if err != nil {
+		return err
 	}
-	return u, s.endCredentials(ctx, u.ID)
+	for i := range pending {
+		if !passwordMatches(password, pending[i].PasswordHash) {
+			continue
+		}
+		err := s.store.FinishInvitationRedemption(ctx, &pending[i])
+		if IsCode(err, CodeNotFound) {
+			return ErrInvitationGone
+		}
+		return err
+	}
+	return ErrInvitationGone
 }
 
 // Authenticate checks an email and password typed into the login page from

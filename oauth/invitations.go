@@ -2,6 +2,7 @@ package oauth
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"slices"
 	"time"
@@ -123,10 +124,10 @@ func (p *Provider) cancelInvitation(ctx context.Context, userID int64, id string
 
 // errInvitationGone is how every unusable console invitation answers: the
 // holder of a code learns no more than that it does not work.
-var errInvitationGone = domain.Errorf(domain.CodeNotFound, "this invitation link does not work: it was used, cancelled or has expired; ask for a new one")
+var errInvitationGone = domain.ErrInvitationGone
 
-// consoleInvitation checks a console invitation code: an unexpired,
-// unused invitation of ConsoleClientID whose HMAC is right.
+// consoleInvitation authenticates a console invitation code: an unexpired
+// invitation of ConsoleClientID whose HMAC is right, used or not.
 func (p *Provider) consoleInvitation(ctx context.Context, code string) (*domain.OAuthToken, error) {
 	signature := p.strategy.AuthorizeCodeSignature(ctx, code)
 	t, err := p.store.OAuthToken(ctx, domain.TokenAuthorizeCode, signature)
@@ -136,11 +137,12 @@ func (p *Provider) consoleInvitation(ctx context.Context, code string) (*domain.
 	if err != nil {
 		return nil, err
 	}
-	if !t.Invitation || !t.Active || t.ClientID != ConsoleClientID || !p.now().Before(t.ExpiresAt) {
+	if !t.Invitation || t.ClientID != ConsoleClientID || !p.now().Before(t.ExpiresAt) {
 		return nil, errInvitationGone
 	}
 	req, err := p.storage.GetAuthorizeCodeSession(ctx, signature, emptySession())
-	if err != nil {
+	// A used code's record still comes, with the error that says so.
+	if used := !t.Active && errors.Is(err, fosite.ErrInvalidatedAuthorizeCode); err != nil && !used || req == nil {
 		return nil, errInvitationGone
 	}
 	// The signature found the record; the whole code must match it too.
@@ -152,30 +154,29 @@ func (p *Provider) consoleInvitation(ctx context.Context, code string) (*domain.
 
 // ConsoleInvitationUser returns the user a console invitation code is for,
 // without using it. Returns domain.CodeNotFound for a code that does not
-// work.
+// work (used, too).
 func (p *Provider) ConsoleInvitationUser(ctx context.Context, code string) (int64, error) {
 	t, err := p.consoleInvitation(ctx, code)
 	if err != nil {
 		return 0, err
 	}
+	if !t.Active {
+		return 0, errInvitationGone
+	}
 	return t.UserID, nil
 }
 
-// RedeemConsoleInvitation uses a console invitation code, once (of two
-// concurrent redemptions one wins), and returns its user. Returns
-// domain.CodeNotFound for a code that does not work.
-func (p *Provider) RedeemConsoleInvitation(ctx context.Context, code string) (int64, error) {
+// ConsoleInvitationCode authenticates a console invitation code for its
+// redemption (domain.Service.AcceptInvitation, which uses it once). A
+// used code is returned too, marked so: the retry of a redemption cut
+// short finds its code used by itself. Returns domain.CodeNotFound for a
+// code that is not a console invitation's, is tampered with or expired.
+func (p *Provider) ConsoleInvitationCode(ctx context.Context, code string) (*domain.InvitationCode, error) {
 	t, err := p.consoleInvitation(ctx, code)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	if err := p.store.ConsumeOAuthToken(ctx, domain.TokenAuthorizeCode, t.Signature); err != nil {
-		if domain.IsCode(err, domain.CodeNotFound) {
-			return 0, errInvitationGone
-		}
-		return 0, err
-	}
-	return t.UserID, nil
+	return &domain.InvitationCode{Signature: t.Signature, UserID: t.UserID, Used: !t.Active}, nil
 }
 
 // AbsoluteLink makes an invitation link absolute on the origin a request

@@ -70,11 +70,25 @@ func TestInvitations(t *testing.T) {
 	if id, err := env.OAuth.ConsoleInvitationUser(ctx, secret); err != nil || id != patient.UserID {
 		t.Fatalf("peek = %d, %v", id, err)
 	}
-	if id, err := env.OAuth.RedeemConsoleInvitation(ctx, secret); err != nil || id != patient.UserID {
-		t.Fatalf("redeem = %d, %v", id, err)
+	redeem := func(password string) error {
+		t.Helper()
+		c, err := env.OAuth.ConsoleInvitationCode(ctx, secret)
+		if err != nil {
+			return err
+		}
+		if c.UserID != patient.UserID {
+			t.Fatalf("the code is for user %d, want %d", c.UserID, patient.UserID)
+		}
+		return env.Service.AcceptInvitation(ctx, c, password)
 	}
-	if _, err := env.OAuth.RedeemConsoleInvitation(ctx, secret); !domain.IsCode(err, domain.CodeNotFound) {
+	if err := redeem("the first password"); err != nil {
+		t.Fatalf("redeem: %v", err)
+	}
+	if err := redeem("another password"); !domain.IsCode(err, domain.CodeNotFound) {
 		t.Errorf("second redemption: %v", err)
+	}
+	if _, err := env.OAuth.ConsoleInvitationCode(ctx, secret+"x"); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("a tampered code, used: %v", err)
 	}
 	list, _ = env.OAuth.Invitations(ctx, []int64{patient.UserID})
 	if len(list) != 2 || !list[1].Redeemed || list[1].Pending(env.Clock.Now()) {
@@ -115,7 +129,7 @@ func TestInvitations(t *testing.T) {
 		t.Errorf("expired invitations listed: %+v", list)
 	}
 	u, _ := url.Parse(late.Link)
-	if _, err := env.OAuth.RedeemConsoleInvitation(ctx, u.Query().Get("code")); !domain.IsCode(err, domain.CodeNotFound) {
+	if _, err := env.OAuth.ConsoleInvitationCode(ctx, u.Query().Get("code")); !domain.IsCode(err, domain.CodeNotFound) {
 		t.Errorf("an expired console invitation: %v", err)
 	}
 }

@@ -50,9 +50,6 @@ type Store interface {
 	DeleteLoginSession(ctx context.Context, id string) error
 	// Invitations returns the invitation codes of the users.
 	Invitations(ctx context.Context, userIDs []int64) ([]domain.OAuthToken, error)
-	// ConsumeOAuthToken marks an active record inactive, once;
-	// domain.CodeNotFound if it is not active.
-	ConsumeOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error
 }
 
 // fositeStore adapts Store to the storage interfaces of the fosite handlers

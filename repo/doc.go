@@ -54,7 +54,8 @@
 // a write cut short. Its repair rolls creates back (their claims, users
 // and records, unless the final record is stored: then the create is
 // complete) and rolls forward the changes that were checked in full before
-// their first write (deletes, enrollments, consent answers): their repair
+// their first write (deletes, enrollments, consent answers, invitation
+// redemptions): their repair
 // applies them again, which changes nothing that is already done. A later
 // enrollment or consent write marks the (patient, study) pairs it changes
 // in the intents of earlier ones, whose repair then leaves those pairs

@@ -79,6 +79,7 @@ var indexes = []index{
 	{colOAuthTokens, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colOAuthTokens, "user_kind", bson.D{{Key: "userId", Value: 1}, {Key: "kind", Value: 1}}, false}, // revoke a user's tokens; a patient's invitations
 	{colLoginThrottle, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colInvitationRedemptions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colLoginSessions, "user", bson.D{{Key: "userId", Value: 1}}, false}, // end a user's sessions
 	{colLoginSessions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colIDBlocks, "sequence_last", bson.D{{Key: "sequence", Value: 1}, {Key: "last", Value: 1}}, false},

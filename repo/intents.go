@@ -16,6 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"exchange/domain"
 )
 
 // Write intents and instance leases: how a write that spans documents
@@ -58,6 +60,7 @@ const (
 	intentEnroll             intentKind = "enrollments.create"  // forward: every enrollment is made
 	intentUnenroll           intentKind = "enrollments.delete"  // forward: enrollments and their answers go
 	intentConsents           intentKind = "consents.write"      // forward: every answer is written
+	intentInvitationRedeem   intentKind = "invitation.redeem"   // forward: the code is used and the password set (invitations.go)
 )
 
 // intentDoc is a document of write_intents. Besides what every intent
@@ -87,6 +90,12 @@ type intentDoc struct {
 	// changed since, which this one's repair leaves as they are.
 	Touches    []string `bson:"touches,omitempty"`
 	Superseded []string `bson:"superseded,omitempty"`
+
+	// invitation.redeem: the code's record (oauth_tokens _id), the new
+	// password's hash and when it changes.
+	TokenID      string    `bson:"tokenId,omitempty"`
+	PasswordHash string    `bson:"passwordHash,omitempty"`
+	ChangedAt    time.Time `bson:"changedAt,omitempty"`
 }
 
 // claimKey is the key of a claim on (system, value): fixed length, and
@@ -343,6 +352,10 @@ func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 		err = d.deleteEnrollments(ctx, in.StudyID, slices.DeleteFunc(in.PatientIDs, func(id int64) bool { return !in.current(id, in.StudyID) }))
 	case intentConsents:
 		err = d.writeConsents(ctx, in.ConsentOp, slices.DeleteFunc(in.Consents, func(c consentDoc) bool { return !in.current(c.PatientID, c.StudyID) }))
+	case intentInvitationRedeem:
+		if err = d.redeem(ctx, in); domain.IsCode(err, domain.CodeNotFound) {
+			err = nil // nothing (more) to do
+		}
 	default:
 		return fmt.Errorf("write intent %s: unknown kind %q", in.ID.Hex(), in.Kind)
 	}

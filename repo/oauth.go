@@ -162,19 +162,6 @@ func (d *DB) Invitations(ctx context.Context, userIDs []int64) ([]domain.OAuthTo
 	return out, nil
 }
 
-// ConsumeOAuthToken marks an active record inactive, once: CodeNotFound if
-// there is none or it is inactive already (a concurrent use won).
-func (d *DB) ConsumeOAuthToken(ctx context.Context, kind domain.OAuthTokenKind, signature string) error {
-	res, err := d.c(colOAuthTokens).UpdateOne(ctx, bson.M{"_id": tokenID(kind, signature), "active": true}, bson.M{"$set": bson.M{"active": false}})
-	if err != nil {
-		return err
-	}
-	if res.MatchedCount == 0 {
-		return domain.Errorf(domain.CodeNotFound, "no such active token")
-	}
-	return nil
-}
-
 // revoked is the update that deactivates records for good: not pending.
 var revoked = bson.M{"$set": bson.M{"active": false, "pending": false}}
 

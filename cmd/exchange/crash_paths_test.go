@@ -9,7 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/alexedwards/argon2id"
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/oauth"
 )
 
 // crashPaths are the write paths the crash suite kills, one per write
@@ -29,6 +32,7 @@ var crashPaths = []crashPath{
 	{name: "practitioners-organizations", variants: []crashVariant{{"create practitioner", createPractitioner},
 		{"create organization", createOrganization}, {"delete organization", deleteOrganization}}},
 	{name: "oauth-tokens", variants: []crashVariant{{"code exchange", codeExchange}, {"refresh", refreshTokens}}},
+	{name: "console-invitation", variants: []crashVariant{{"accept", acceptInvitation}}},
 }
 
 // The demo data the paths build on (`exchange seed`).
@@ -825,5 +829,83 @@ func refreshTokens(h *harness, n int) (*crashRequest, crashCheck) {
 	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {tok.RefreshToken}, "client_id": {crashClient}}
 	return tokenRequest(form), func(h *harness, retry *crashResponse, out crashOutcome) {
 		h.checkGrant(retry, out, patient)
+	}
+}
+
+// --- Console invitations ---
+
+// consoleInvitationCode issues a patient's console invitation, as the
+// invitation command prints it (unarmed).
+func (h *harness) consoleInvitationCode(patientID int64) string {
+	link := strings.TrimSpace(h.command("invitation", "--patient-id", strconv.FormatInt(patientID, 10), "--client-id", oauth.ConsoleClientID))
+	u, err := url.Parse(link)
+	if err != nil || u.Query().Get("code") == "" {
+		h.fail("invitation link %q: %v", link, err)
+	}
+	return u.Query().Get("code")
+}
+
+// acceptForm is the console's invitation form, choosing password, with
+// its double-submit CSRF token in the cookie and the form.
+func acceptForm(code, password string) *crashRequest {
+	const csrf = "crash-suite-csrf-token"
+	form := url.Values{"code": {code}, "password": {password}, "confirm": {password}, "csrf_token": {csrf}}
+	return &crashRequest{method: "POST", path: oauth.ConsoleInvitationPath, body: []byte(form.Encode()),
+		header: map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Cookie": "exchange_csrf=" + csrf}}
+}
+
+// acceptInvitation: a patient chooses a password with a console
+// invitation. Whatever write the kill cut, the patient then signs in with
+// that password: the retry completes the redemption (303 to the login
+// page), or finds it completed by the start-up repair or by the first
+// attempt (the code is used: 404). The code is used once: another
+// password sent with it is refused and changes nothing.
+func acceptInvitation(h *harness, n int) (*crashRequest, crashCheck) {
+	patient := h.newPatient(n)
+	code := h.consoleInvitationCode(patient)
+	password := fmt.Sprintf("crash suite password %d", n)
+	return acceptForm(code, password), func(h *harness, retry *crashResponse, _ crashOutcome) {
+		h.t.Helper()
+		h.expectStatus(retry, 303, 404)
+		if loc := retry.header.Get("Location"); retry.status == 303 && !strings.HasPrefix(loc, "/o/login/") {
+			h.checkf("the retry sent the patient to %q, not the login page", loc)
+		}
+		h.noWriteLeftHalfDone()
+		h.checkPassword(patient, password)
+		if n := h.count("oauth_tokens", bson.M{"userId": h.userOf(patient), "active": true}); n != 0 {
+			h.checkf("%d active token records of the patient: the invitation was not used", n)
+		}
+		other, err := h.send(acceptForm(code, password+" changed"))
+		if err != nil || other.status != 404 {
+			h.checkf("another password with the used code: %v %+v", err, other)
+		}
+		h.checkPassword(patient, password)
+	}
+}
+
+// userOf returns the user id of a patient record.
+func (h *harness) userOf(patientID int64) int64 {
+	h.t.Helper()
+	var p struct {
+		UserID int64 `bson:"userId"`
+	}
+	if err := h.db.Collection("patients").FindOne(context.Background(), bson.M{"_id": patientID}).Decode(&p); err != nil {
+		h.t.Fatal(err)
+	}
+	return p.UserID
+}
+
+// checkPassword checks that the patient signs in with password: their
+// user's hash is of it.
+func (h *harness) checkPassword(patientID int64, password string) {
+	h.t.Helper()
+	var u struct {
+		PasswordHash string `bson:"passwordHash"`
+	}
+	if err := h.db.Collection("users").FindOne(context.Background(), bson.M{"_id": h.userOf(patientID)}).Decode(&u); err != nil {
+		h.t.Fatal(err)
+	}
+	if ok, err := argon2id.ComparePasswordAndHash(password, u.PasswordHash); err != nil || !ok {
+		h.checkf("the patient cannot sign in with the password they chose (%v)", err)
 	}
 }

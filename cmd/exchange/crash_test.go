@@ -176,8 +176,9 @@ type crashStats struct {
 func newHarness(t *testing.T, bin string, seed uint64, index int, p crashPath) *harness {
 	dir := t.TempDir()
 	h := &harness{t: t, bin: bin, dir: dir, plan: filepath.Join(dir, "plan.json"), baseSeed: seed, path: p.name,
-		rng:   rand.New(rand.NewPCG(seed, uint64(index))),
-		http:  &http.Client{Timeout: 2 * time.Minute},
+		rng: rand.New(rand.NewPCG(seed, uint64(index))),
+		// Answers are checked as sent: a redirect is not followed.
+		http:  &http.Client{Timeout: 2 * time.Minute, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		stats: crashStats{byMode: map[string]int{}, points: map[int]bool{}, retryStatus: map[int]int{}}}
 	root, err := filepath.Abs("../..")
 	if err != nil {
