@@ -214,8 +214,31 @@ type PatientPatch struct {
 // UpdatePatient changes a patient's record. Writing needs the right to
 // write the patient's data; moving the patient into or out of an
 // organization needs patient.manage_data there.
+//
+// Updates of one patient may run at once: each applies its patch to the
+// record it read, and the store keeps it only if the record is still that
+// one; the update that lost reads the record again and applies its patch
+// there, so that neither drops the other's fields. Returns CodeConflict if
+// other updates keep coming first.
 func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (_ *Patient, err error) {
 	defer func() { s.auditPatientChange(ctx, actor, AuditUpdate, &Patient{ID: id}, err) }()
+	for attempt := 1; ; attempt++ {
+		p, err := s.updatePatient(ctx, actor, id, in)
+		if !IsCode(err, CodeVersionMismatch) {
+			return p, err
+		}
+		if attempt == patientUpdateAttempts {
+			return nil, Errorf(CodeConflict, "patient %d is being changed by other requests; send the change again", id)
+		}
+	}
+}
+
+// patientUpdateAttempts bounds how often an update of a patient is
+// applied again to a record another update changed meanwhile.
+const patientUpdateAttempts = 5
+
+// updatePatient applies the patch to the stored record once.
+func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (*Patient, error) {
 	old, err := s.readablePatient(ctx, actor, id)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package domain_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
 	"exchange/domain"
@@ -46,5 +48,56 @@ func TestDeletePatientWithObservationsConflicts(t *testing.T) {
 	}
 	if _, err := f.svc.PatientByID(ctx, sys, without.ID); !domain.IsCode(err, domain.CodeNotFound) {
 		t.Errorf("the deleted patient is still there: %v", err)
+	}
+}
+
+// TestConcurrentPatientUpdatesKeepBothChanges: updates of different
+// fields of one patient sent at once each keep their change: the one
+// that finds the record changed under it applies its patch again.
+func TestConcurrentPatientUpdatesKeepBothChanges(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sys := domain.SystemActor()
+	org, err := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "p@example.org", FamilyName: "P", GivenNames: []string{"Pat"}, OrganizationIDs: []int64{org.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 4 {
+		birthDate, phone := fmt.Sprintf("199%d-01-01", round), fmt.Sprintf("+4112345678%d", round)
+		family := fmt.Sprintf("Family %d", round)
+		patches := []domain.PatientPatch{{BirthDate: &birthDate}, {Phone: &phone}, {FamilyName: &family}}
+		start := make(chan struct{})
+		errs := make([]error, len(patches))
+		var wg sync.WaitGroup
+		for i, patch := range patches {
+			wg.Go(func() {
+				<-start
+				_, errs[i] = f.svc.UpdatePatient(ctx, sys, p.ID, patch)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d, update %d: %v", round, i, err)
+			}
+		}
+		got, err := f.svc.PatientByID(ctx, sys, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotPhone := ""
+		for _, c := range got.Telecom {
+			if c.System == "phone" {
+				gotPhone = c.Value
+			}
+		}
+		if got.BirthDate != birthDate || gotPhone != phone || got.FamilyName != family {
+			t.Errorf("round %d: %s, %v, %s; want %s, %s, %s: an update was lost", round, got.BirthDate, got.Telecom, got.FamilyName, birthDate, phone, family)
+		}
 	}
 }

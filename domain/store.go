@@ -111,7 +111,9 @@ type PatientStore interface {
 	// UpdatePatient replaces the stored patient old with p (same ID). New
 	// identifiers are claimed before the record changes and dropped ones
 	// released after, so no identifier is ever unowned or doubly owned;
-	// CodeDuplicate if a new identifier belongs to another patient.
+	// CodeDuplicate if a new identifier belongs to another patient;
+	// CodeVersionMismatch, and nothing changed, if the stored record is no
+	// longer old (another update came first).
 	UpdatePatient(ctx context.Context, old, p *Patient) error
 	// DeletePatient removes the patient's answers, enrollments, user,
 	// record and identifiers; a retry finishes an interrupted delete.

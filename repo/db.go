@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -54,6 +55,12 @@ type DB struct {
 	searches    chan struct{}
 	searchQueue time.Duration
 	lease       *lease // this process's, taken by its first write intent
+	// patientWrites serialize, within this process, the compare-and-set
+	// of a patient record (replacePatient), by stripes of patient ids:
+	// FerretDB applies an update's filter and its write as two steps, so
+	// two replaces in flight at once could both pass the filter. On
+	// MongoDB the filter alone is atomic, across processes too.
+	patientWrites [32]sync.Mutex
 }
 
 var _ domain.Store = (*DB)(nil)

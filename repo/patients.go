@@ -284,7 +284,7 @@ func (d *DB) patientFilter(ctx context.Context, q domain.PatientQuery) (bson.D, 
 func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
 	added, dropped := missingFrom(p.Identifiers, old.Identifiers), missingFrom(old.Identifiers, p.Identifiers)
 	if len(added)+len(dropped) == 0 {
-		return d.replacePatient(ctx, p)
+		return d.replacePatient(ctx, old, p)
 	}
 	in := &intentDoc{Kind: intentPatientUpdate, PatientID: p.ID}
 	for _, id := range append(slices.Clone(added), dropped...) {
@@ -298,19 +298,39 @@ func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
 	}
 	err := d.claimIdentifiers(ctx, in, p.ID, added)
 	if err == nil {
-		err = d.replacePatient(ctx, p)
+		err = d.replacePatient(ctx, old, p)
 	}
 	settle := d.settlePatientClaims(ctx, p.ID, in.Identifiers)
 	return d.finish(ctx, in, undone(err, settle), settle == nil)
 }
 
-func (d *DB) replacePatient(ctx context.Context, p *domain.Patient) error {
+// replacePatient stores p in place of old, if the stored record is still
+// old: lastUpdated is the record's version, which every replace moves on
+// (by a millisecond at least), so that of two updates read from the same
+// record the second is refused instead of dropping the first's fields.
+func (d *DB) replacePatient(ctx context.Context, old, p *domain.Patient) error {
+	stripe := &d.patientWrites[uint64(p.ID)%uint64(len(d.patientWrites))]
+	stripe.Lock()
+	defer stripe.Unlock()
 	p.LastUpdated = d.nowMillis()
-	res, err := d.c(colPatients).ReplaceOne(ctx, bson.M{"_id": p.ID}, toPatientDoc(p))
+	if !p.LastUpdated.After(old.LastUpdated) {
+		p.LastUpdated = old.LastUpdated.UTC().Add(time.Millisecond)
+	}
+	res, err := d.c(colPatients).ReplaceOne(ctx, bson.M{"_id": p.ID, "lastUpdated": old.LastUpdated.UTC()}, toPatientDoc(p))
 	if err != nil {
 		return err
 	}
-	return mustMatch(res.MatchedCount, "patient %d does not exist", p.ID)
+	if res.MatchedCount > 0 {
+		return nil
+	}
+	stored, err := d.exists(ctx, colPatients, p.ID)
+	switch {
+	case err != nil:
+		return err
+	case !stored:
+		return domain.Errorf(domain.CodeNotFound, "patient %d does not exist", p.ID)
+	}
+	return domain.Errorf(domain.CodeVersionMismatch, "patient %d changed meanwhile", p.ID)
 }
 
 // settlePatientClaims releases the patient's claims on ids that its
