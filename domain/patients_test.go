@@ -55,17 +55,10 @@ func TestDeletePatientWithObservationsConflicts(t *testing.T) {
 // fields of one patient sent at once each keep their change: the one
 // that finds the record changed under it applies its patch again.
 func TestConcurrentPatientUpdatesKeepBothChanges(t *testing.T) {
-	f := newFixture(t)
+	w := newWorld(t)
+	f, p := w.f, w.patient
 	ctx := context.Background()
 	sys := domain.SystemActor()
-	org, err := f.svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "p@example.org", FamilyName: "P", GivenNames: []string{"Pat"}, OrganizationIDs: []int64{org.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for round := range 4 {
 		birthDate, phone := fmt.Sprintf("199%d-01-01", round), fmt.Sprintf("+4112345678%d", round)
 		family := fmt.Sprintf("Family %d", round)
