@@ -60,11 +60,11 @@ func BenchmarkObservationDocument(b *testing.B) {
 }
 
 // BenchmarkObservationPageDecode is the CPU of reading one search page of
-// 50 observations back as runSearchRaw does: each document (without omh,
-// which the planner projects out) read off the cursor by
-// observationFromBSON, which copies what it keeps.
+// 50 observations back as SearchObservations does (ObservationPage): each
+// document (without omh, which the planner projects out) read off the
+// cursor, copying what it keeps.
 func BenchmarkObservationPageDecode(b *testing.B) {
-	var raws [][]byte
+	var raws []bson.Raw
 	for i := range 50 {
 		x := toObservationDoc(benchObservation(b, i))
 		x.OMH = nil
@@ -77,13 +77,9 @@ func BenchmarkObservationPageDecode(b *testing.B) {
 	b.ReportAllocs()
 	defer benchcpu.Per(b, 1, "op")()
 	for b.Loop() {
-		page := make([]domain.Observation, 0, len(raws))
-		for _, raw := range raws {
-			o, err := observationFromBSON(raw)
-			if err != nil {
-				b.Fatal(err)
-			}
-			page = append(page, o)
+		page, err := ObservationPage(raws)
+		if err != nil {
+			b.Fatal(err)
 		}
 		if len(page) != 50 || page[49].Effective == nil {
 			b.Fatal("not read")

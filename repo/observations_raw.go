@@ -29,11 +29,32 @@ var errUnusual = errors.New("an observation document of an unusual shape")
 // reflective decoder allocates about a hundred times for each. Members of
 // the types the service writes are read here; any other shape goes to the
 // reflective decoder, so that both always agree (a test compares them).
-// raw may be the cursor's buffer: the value keeps no byte of it. Its
-// strings are cut from one copy of the document and its payload is a copy
-// of its own, two allocations where a string each took one.
+// raw may be the cursor's buffer: the value keeps no byte of it.
 func observationFromBSON(raw bson.Raw) (domain.Observation, error) {
-	r := docReader{raw: raw, text: string(raw)}
+	return newObservationPage(1).read(raw)
+}
+
+// observationPage reads the documents of one search page into values that
+// share its buffers: the page's codings, identifiers, time frames and
+// payloads are a few allocations, where each document took four of its
+// own. Each document's strings are cut from one copy of it.
+type observationPage struct {
+	codings     []domain.Coding
+	identifiers []domain.Identifier
+	frames      []omh.TimeFrame
+	payloads    []byte // a chunk: full, it is left to the payloads cut from it and another one starts
+}
+
+// newObservationPage reads a page of up to n documents (more only cost
+// allocations, and so does a page of 1,000 under its first allocations).
+func newObservationPage(n int) *observationPage {
+	n = min(n, pageHint)
+	return &observationPage{codings: make([]domain.Coding, 0, n), identifiers: make([]domain.Identifier, 0, n), frames: make([]omh.TimeFrame, 0, n)}
+}
+
+// read reads one document as observationFromBSON does.
+func (p *observationPage) read(raw bson.Raw) (domain.Observation, error) {
+	r := docReader{raw: raw, text: string(raw), page: p}
 	o, err := r.observation()
 	if errors.Is(err, errUnusual) {
 		var x observationDoc
@@ -45,6 +66,28 @@ func observationFromBSON(raw bson.Raw) (domain.Observation, error) {
 	return o, err
 }
 
+// payload copies data into the current chunk, which is never written
+// again where a payload was cut (appends only go past it), and returns
+// the copy, its capacity limited so that an append to it reallocates.
+func (p *observationPage) payload(data []byte) []byte {
+	if p.payloads == nil || len(p.payloads)+len(data) > cap(p.payloads) {
+		p.payloads = make([]byte, 0, max(len(data), 16<<10))
+	}
+	start := len(p.payloads)
+	p.payloads = append(p.payloads, data...)
+	return p.payloads[start:len(p.payloads):len(p.payloads)]
+}
+
+// cut returns the items of s from start, their capacity limited (so that
+// an append to them reallocates rather than writing over the next
+// document's), or nil for none.
+func cut[T any](s []T, start int) []T {
+	if len(s) == start {
+		return nil
+	}
+	return s[start:len(s):len(s)]
+}
+
 // docReader reads one stored observation. text is a copy of raw; the
 // strings it reads are cut from text at the offset of their bytes in raw,
 // which every bsoncore.Value read off raw tells by its capacity (bsoncore
@@ -53,6 +96,7 @@ func observationFromBSON(raw bson.Raw) (domain.Observation, error) {
 type docReader struct {
 	raw  bson.Raw
 	text string
+	page *observationPage
 }
 
 // str sets *dest to a string value; errUnusual for another type, or a
@@ -106,9 +150,13 @@ func (r *docReader) observation() (domain.Observation, error) {
 			var data []byte
 			subtype, data, ok = v.BinaryOK()
 			ok = ok && subtype == bson.TypeBinaryGeneric
-			o.Payload = slices.Clone(data)
+			if ok && data != nil {
+				o.Payload = r.page.payload(data)
+			}
 		case "codings":
-			o.Codings = nil // a member named twice: the last one counts
+			// A member named twice: the last one counts.
+			start := len(r.page.codings)
+			defer func() { o.Codings = cut(r.page.codings, start) }()
 			return eachItem(v, func(item bsoncore.Document) error {
 				var c domain.Coding
 				err := eachMember(item, func(key []byte, v bsoncore.Value) error {
@@ -122,11 +170,12 @@ func (r *docReader) observation() (domain.Observation, error) {
 					}
 					return nil
 				})
-				o.Codings = append(o.Codings, c)
+				r.page.codings = append(r.page.codings, c)
 				return err
 			})
 		case "identifiers":
-			o.Identifiers = nil
+			start := len(r.page.identifiers)
+			defer func() { o.Identifiers = cut(r.page.identifiers, start) }()
 			return eachItem(v, func(item bsoncore.Document) error {
 				var id domain.Identifier
 				err := eachMember(item, func(key []byte, v bsoncore.Value) error {
@@ -138,7 +187,7 @@ func (r *docReader) observation() (domain.Observation, error) {
 					}
 					return nil
 				})
-				o.Identifiers = append(o.Identifiers, id)
+				r.page.identifiers = append(r.page.identifiers, id)
 				return err
 			})
 		case "effective":
@@ -150,7 +199,8 @@ func (r *docReader) observation() (domain.Observation, error) {
 			if !isDoc {
 				return errUnusual
 			}
-			tf := &omh.TimeFrame{}
+			r.page.frames = append(r.page.frames, omh.TimeFrame{})
+			tf := &r.page.frames[len(r.page.frames)-1] // appends go past it: it stays this document's
 			effective = tf
 			return eachMember(d, func(key []byte, v bsoncore.Value) error {
 				switch string(key) {
