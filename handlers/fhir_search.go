@@ -66,14 +66,6 @@ type searchHit struct {
 	position fhirsearch.Position
 }
 
-// id is the logical id of the hit's resource.
-func (h searchHit) id() string {
-	if h.position.UUID != "" {
-		return h.position.UUID
-	}
-	return strconv.FormatInt(h.position.ID, 10)
-}
-
 // hits renders a page of domain values.
 func hits[T any](items []T, render func(*T) (any, fhirsearch.Position)) []searchHit {
 	out := make([]searchHit, len(items))
@@ -123,13 +115,7 @@ func nativeOf[T any](svc *domain.Service, resourceType string, search func(conte
 func (s *server) nativeTypes() map[string]nativeType {
 	at := func(t time.Time, id int64) fhirsearch.Position { return fhirsearch.Position{ID: id, LastUpdated: t} }
 	return map[string]nativeType{
-		"Observation": nativeOf(s.service, "Observation", s.service.SearchObservations, s.service.ObservationByID, func(o *domain.Observation) (any, fhirsearch.Position) {
-			pos := at(o.LastUpdated, o.ID)
-			if o.Effective != nil {
-				pos.Date = &o.Effective.Start // the page's own, read only: no copy for each hit
-			}
-			return observationFHIR(o), pos
-		}),
+		"Observation": nativeOf(s.service, "Observation", s.service.SearchObservations, s.service.ObservationByID, observationHit),
 		"Patient": nativeOf(s.service, "Patient", s.service.SearchPatients, s.service.PatientByID, func(p *domain.Patient) (any, fhirsearch.Position) {
 			return patientFHIR(p), at(p.LastUpdated, p.ID)
 		}),
@@ -151,6 +137,15 @@ func (s *server) nativeTypes() map[string]nativeType {
 			return auditEventFHIR(e), pos
 		}),
 	}
+}
+
+// observationHit renders a native observation of a page.
+func observationHit(o *domain.Observation) (any, fhirsearch.Position) {
+	pos := fhirsearch.Position{ID: o.ID, LastUpdated: o.LastUpdated}
+	if o.Effective != nil {
+		pos.Date = &o.Effective.Start // the page's own, read only: no copy for each hit
+	}
+	return observationFHIR(o), pos
 }
 
 // prefers reports whether the request's Prefer header (RFC 7240) holds a
@@ -198,23 +193,32 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	base := fhirBase(c)
+	query := string(c.Request().URI().QueryString())
+	return writeFHIR(c, fiber.StatusOK, searchset(fhirBase(c), resourceType, query, values, q, page, more, total))
+}
+
+// searchset is the searchset Bundle of a page of hits of q (the search of
+// type resourceType whose query string is query, parsed as values): self
+// and next links, the entries (their resources as q's _elements keep them),
+// and a warning entry naming the parameters it ignored.
+func searchset(base, resourceType, query string, values url.Values, q *fhirsearch.Query, page []searchHit, more bool, total *int64) bundle {
 	self := base + "/" + resourceType
-	if qs := string(c.Request().URI().QueryString()); qs != "" {
-		self += "?" + qs
+	if query != "" {
+		self += "?" + query
 	}
 	b := bundle{ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()), Total: total,
 		Link: []bundleLink{{Relation: "self", URL: self}}}
 	if q.SummaryCount() {
-		return writeFHIR(c, fiber.StatusOK, b)
+		return b
 	}
 	if len(page) > 0 {
-		// Once a page, not once an entry: the entries share the prefix of
-		// their URLs and their (never modified) search mode.
-		b.Entry = make([]bundleEntry, 0, len(page)+1)
-		prefix, match := base+"/"+resourceType+"/", &bundleSearch{Mode: "match"}
-		for _, h := range page {
-			b.Entry = append(b.Entry, bundleEntry{FullURL: prefix + h.id(), Resource: withElements(h.resource, q.Elements()), Search: match})
+		// Once a page, not once an entry: the entries share their search
+		// mode (never modified), and their URLs are cut from one string.
+		b.Entry = make([]bundleEntry, len(page), len(page)+1)
+		match := &bundleSearch{Mode: "match"}
+		urls := fullURLs(base+"/"+resourceType+"/", page)
+		for i, h := range page {
+			b.Entry[i] = bundleEntry{FullURL: urls[i], Resource: withElements(h.resource, q.Elements()), Search: match}
 		}
 	}
 	if more && len(page) > 0 {
@@ -229,7 +233,28 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 		b.Entry = append(b.Entry, bundleEntry{Resource: outcomeOf(fhirIssue("warning", "not-supported",
 			"These search parameters are not supported and were ignored: "+strings.Join(unknown, ", "), "")), Search: &bundleSearch{Mode: "outcome"}})
 	}
-	return writeFHIR(c, fiber.StatusOK, b)
+	return b
+}
+
+// fullURLs are prefix + the logical id of each hit, cut from one string: two
+// allocations a page where each URL took two.
+func fullURLs(prefix string, page []searchHit) []string {
+	buf := make([]byte, 0, len(page)*(len(prefix)+20))
+	ends := make([]int, len(page))
+	for i, h := range page {
+		buf = append(buf, prefix...)
+		if h.position.UUID != "" {
+			buf = append(buf, h.position.UUID...)
+		} else {
+			buf = strconv.AppendInt(buf, h.position.ID, 10)
+		}
+		ends[i] = len(buf)
+	}
+	all, urls, start := string(buf), make([]string, len(page)), 0
+	for i, end := range ends {
+		urls[i], start = all[start:end], end
+	}
+	return urls
 }
 
 // fhirRead answers GET [base]/<type>/<id> with the resource, and its
