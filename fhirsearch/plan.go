@@ -17,9 +17,10 @@ import (
 var matchNothing = bson.M{"_id": bson.M{"$in": bson.A{}}}
 
 // hidden are the fields a collection's documents hold that the FHIR form
-// never shows: never fetched.
+// never shows: never fetched. An observation's index keys (its search
+// tokens and sort keys) are a third of what a page would read otherwise.
 var hidden = map[string][]string{
-	"observations":     {"omh"},
+	"observations":     {"omh", "codeTokens", "identifierTokens", "sortAsc", "sortDesc", "lastUpdated"},
 	"users":            {"passwordHash"},
 	importedCollection: {"resource"}, // the parsed form kept for analysts; the JSON is served
 }
