@@ -291,7 +291,7 @@ func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err e
 
 // boundedIDs returns the distinct ids, sorted, at most MaxAuditEntities.
 func boundedIDs(ids []int64) []int64 {
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	ids = sortedUnique(ids)
 	return ids[:min(len(ids), MaxAuditEntities)]
 }
 

@@ -100,7 +100,18 @@ func nonNil(ids []int64) []int64 {
 // uniqueIDs returns the distinct ids, sorted; never nil (an empty set
 // matches nothing, where nil would mean no filter).
 func uniqueIDs(ids []int64) []int64 {
-	return nonNil(slices.Compact(slices.Sorted(slices.Values(ids))))
+	return nonNil(sortedUnique(ids))
+}
+
+// sortedUnique returns the distinct ids sorted, in a copy (one allocation,
+// where slices.Sorted grows its result a few times), or nil for none.
+func sortedUnique(ids []int64) []int64 {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // idsOf returns the distinct ids of items, sorted; never nil.
