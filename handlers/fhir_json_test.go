@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -183,4 +184,25 @@ func observationShape(o *domain.Observation) observationResource {
 		}
 	}
 	return r
+}
+
+// TestAppendInstant shows that the instants written digit by digit are
+// those of the layout, at the edges of its fields and of the years it
+// writes itself, in any zone.
+func TestAppendInstant(t *testing.T) {
+	kolkata := time.FixedZone("IST", 5*3600+1800)
+	times := []time.Time{{}, time.Unix(0, 0), time.Unix(-1, 999_999_999),
+		time.Date(2024, 2, 29, 23, 59, 59, 999_999_999, time.UTC), time.Date(2024, 1, 1, 0, 0, 0, 1000, kolkata),
+		time.Date(2024, 1, 1, 0, 0, 0, 100_000_000, time.UTC), time.Date(2024, 1, 1, 0, 0, 0, 999, time.UTC),
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 123_450_000, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC)}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10_000 {
+		times = append(times, time.Unix(r.Int64N(400*365*86400)-200*365*86400, r.Int64N(1e9)).In(kolkata))
+	}
+	for _, tm := range times {
+		if got, want := string(appendInstant([]byte("x"), tm)), "x"+tm.UTC().Format(instantLayout); got != want {
+			t.Fatalf("%v: wrote %s, the layout %s", tm, got, want)
+		}
+	}
 }

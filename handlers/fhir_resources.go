@@ -67,7 +67,45 @@ type fhirAttachment struct {
 // instant renders a time as a FHIR instant in UTC, keeping its fraction
 // (microseconds for observations, milliseconds elsewhere).
 func instant(t time.Time) string {
-	return t.UTC().Format(instantLayout)
+	var buf [40]byte // longer than any instant of the years 0 to 9999
+	return string(appendInstant(buf[:0], t))
+}
+
+// appendInstant appends t as t.UTC().AppendFormat(b, instantLayout)
+// would, digit by digit for the years 0 to 9999: through the layout
+// interpreter, the lastUpdated of 50 entries cost a tenth of a search
+// page's rendering. A test compares the two.
+func appendInstant(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, instantLayout)
+	}
+	hour, minute, second := t.Clock()
+	b = appendDigits(b, year, 4)
+	b = appendDigits(append(b, '-'), int(month), 2)
+	b = appendDigits(append(b, '-'), day, 2)
+	b = appendDigits(append(b, 'T'), hour, 2)
+	b = appendDigits(append(b, ':'), minute, 2)
+	b = appendDigits(append(b, ':'), second, 2)
+	if us := t.Nanosecond() / 1000; us != 0 { // .999999: microseconds, trailing zeros left out
+		digits := 6
+		for us%10 == 0 {
+			us, digits = us/10, digits-1
+		}
+		b = appendDigits(append(b, '.'), us, digits)
+	}
+	return append(b, 'Z')
+}
+
+// appendDigits appends the n last decimal digits of v ≥ 0, zero-padded.
+func appendDigits(b []byte, v, n int) []byte {
+	b = append(b, make([]byte, n)...)
+	for i := len(b) - 1; i >= len(b)-n; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	return b
 }
 
 // instantLayout is the layout of instant; its text needs no JSON escaping.
@@ -106,7 +144,7 @@ func (r nativeObservation) appendJSON(b []byte) []byte {
 	j.b = appendQuotedInt(j.b, "", o.ID)
 	j.key("meta") // as fhirMeta{VersionID: "1", LastUpdated: instant(o.LastUpdated)}
 	j.b = append(j.b, `{"versionId":"1","lastUpdated":"`...)
-	j.b = append(o.LastUpdated.UTC().AppendFormat(j.b, instantLayout), `"}`...)
+	j.b = append(appendInstant(j.b, o.LastUpdated), `"}`...)
 	if len(o.Identifiers) > 0 {
 		j.key("identifier")
 		j.b = appendArray(j.b, len(o.Identifiers), func(b []byte, i int) []byte {
