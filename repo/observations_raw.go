@@ -23,37 +23,36 @@ import (
 // edit. The reflective decoder knows every conversion the driver allows.
 var errUnusual = errors.New("an observation document of an unusual shape")
 
-// observationFromBSON reads a stored observation as
+// observationPage reads the stored observations of one search page as
 // bson.Unmarshal(raw, &observationDoc) then observationDoc.observation()
-// would, without reflection: a search page reads 50 of them, and the
-// reflective decoder allocates about a hundred times for each. Members of
-// the types the service writes are read here; any other shape goes to the
-// reflective decoder, so that both always agree (a test compares them).
-// raw may be the cursor's buffer: the value keeps no byte of it.
-func observationFromBSON(raw bson.Raw) (domain.Observation, error) {
-	return newObservationPage(1).read(raw)
-}
-
-// observationPage reads the documents of one search page into values that
-// share its buffers: the page's codings, identifiers, time frames and
-// payloads are a few allocations, where each document took four of its
-// own. Each document's strings are cut from one copy of it.
+// would, without reflection: a page reads 50 of them, and the reflective
+// decoder allocates about a hundred times for each. Members of the types
+// the service writes are read here; any other shape goes to the reflective
+// decoder, so that both always agree (a test compares them).
+//
+// The values share the page's buffers: its codings, identifiers, time
+// frames and payloads are a few allocations, where each document took four
+// of its own. Each document's strings are cut from one copy of it.
 type observationPage struct {
+	n           int // the documents its buffers are made for
+	done        int // the documents read so far
 	codings     []domain.Coding
 	identifiers []domain.Identifier
 	frames      []omh.TimeFrame
 	payloads    []byte // a chunk: full, it is left to the payloads cut from it and another one starts
 }
 
-// newObservationPage reads a page of up to n documents (more only cost
-// allocations, and so does a page of 1,000 under its first allocations).
+// newObservationPage reads a page of n documents: its buffers are made for
+// n, or for pageHint of a larger page, and grow past that.
 func newObservationPage(n int) *observationPage {
 	n = min(n, pageHint)
-	return &observationPage{codings: make([]domain.Coding, 0, n), identifiers: make([]domain.Identifier, 0, n), frames: make([]omh.TimeFrame, 0, n)}
+	return &observationPage{n: n, codings: make([]domain.Coding, 0, n), identifiers: make([]domain.Identifier, 0, n), frames: make([]omh.TimeFrame, 0, n)}
 }
 
-// read reads one document as observationFromBSON does.
+// read reads one document. raw may be the cursor's buffer: the value keeps
+// no byte of it.
 func (p *observationPage) read(raw bson.Raw) (domain.Observation, error) {
+	p.done++
 	r := docReader{raw: raw, text: string(raw), page: p}
 	o, err := r.observation()
 	if errors.Is(err, errUnusual) {
@@ -68,10 +67,13 @@ func (p *observationPage) read(raw bson.Raw) (domain.Observation, error) {
 
 // payload copies data into the current chunk, which is never written
 // again where a payload was cut (appends only go past it), and returns
-// the copy, its capacity limited so that an append to it reallocates.
+// the copy, its capacity limited so that an append to it reallocates. A
+// chunk is made for the documents still expected if they are the size of
+// this one, but no larger than 64 KiB unless this payload is.
 func (p *observationPage) payload(data []byte) []byte {
 	if p.payloads == nil || len(p.payloads)+len(data) > cap(p.payloads) {
-		p.payloads = make([]byte, 0, max(len(data), 16<<10))
+		left := max(p.n-p.done+1, 1)
+		p.payloads = make([]byte, 0, max(len(data), min(len(data)*left, 64<<10)))
 	}
 	start := len(p.payloads)
 	p.payloads = append(p.payloads, data...)

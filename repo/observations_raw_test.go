@@ -64,7 +64,7 @@ func storedVariety(t testing.TB) map[string]bson.Raw {
 	return out
 }
 
-// sameAsReflective fails t unless observationFromBSON reads raw as the
+// sameAsReflective fails t unless observationPage reads raw as the
 // reflective decoder does: the same value, or an error from both. With
 // lenient set, the reader may also accept a document that the reflective
 // decoder refuses for a member the domain value does not hold (such as a
@@ -73,7 +73,7 @@ func sameAsReflective(t *testing.T, raw bson.Raw, lenient bool) {
 	t.Helper()
 	var x observationDoc
 	wantErr := bson.Unmarshal(raw, &x)
-	got, err := observationFromBSON(slices.Clone(raw))
+	got, err := newObservationPage(1).read(slices.Clone(raw))
 	switch {
 	case err != nil && wantErr == nil, err == nil && wantErr != nil && !lenient:
 		t.Fatalf("%x: error %v, the reflective decoder's %v", []byte(raw), err, wantErr)
