@@ -31,8 +31,8 @@ var errUnusual = errors.New("an observation document of an unusual shape")
 // decoder, so that both always agree (a test compares them).
 //
 // The values share the page's buffers: its codings, identifiers, time
-// frames and payloads are a few allocations, where each document took four
-// of its own. Each document's strings are cut from one copy of it.
+// frames, payloads and strings are a few allocations, where each document
+// took five of its own (its strings were cut from one copy of it).
 type observationPage struct {
 	n           int // the documents its buffers are made for
 	done        int // the documents read so far
@@ -40,6 +40,7 @@ type observationPage struct {
 	identifiers []domain.Identifier
 	frames      []omh.TimeFrame
 	payloads    []byte // a chunk: full, it is left to the payloads cut from it and another one starts
+	strings     strings.Builder
 }
 
 // newObservationPage reads a page of n documents: its buffers are made for
@@ -53,7 +54,7 @@ func newObservationPage(n int) *observationPage {
 // no byte of it.
 func (p *observationPage) read(raw bson.Raw) (domain.Observation, error) {
 	p.done++
-	r := docReader{raw: raw, text: string(raw), page: p}
+	r := docReader{raw: raw, page: p}
 	o, err := r.observation()
 	if errors.Is(err, errUnusual) {
 		var x observationDoc
@@ -80,6 +81,21 @@ func (p *observationPage) payload(data []byte) []byte {
 	return p.payloads[start:len(p.payloads):len(p.payloads)]
 }
 
+// text returns a copy of b cut from the page's strings. A strings.Builder
+// only ever appends, so what String returned is never written over, even
+// when it grows into a new buffer.
+func (p *observationPage) text(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if p.strings.Cap() == 0 {
+		p.strings.Grow(p.n * 160) // the strings of a heart-rate observation are ~150 bytes
+	}
+	start := p.strings.Len()
+	p.strings.Write(b)
+	return p.strings.String()[start:]
+}
+
 // cut returns the items of s from start, their capacity limited (so that
 // an append to them reallocates rather than writing over the next
 // document's), or nil for none.
@@ -90,32 +106,21 @@ func cut[T any](s []T, start int) []T {
 	return s[start:len(s):len(s)]
 }
 
-// docReader reads one stored observation. text is a copy of raw; the
-// strings it reads are cut from text at the offset of their bytes in raw,
-// which every bsoncore.Value read off raw tells by its capacity (bsoncore
-// slices without a limit of capacity, so a value's capacity runs to the
-// end of raw's).
+// docReader reads one stored observation into its page's buffers.
 type docReader struct {
 	raw  bson.Raw
-	text string
 	page *observationPage
 }
 
-// str sets *dest to a string value; errUnusual for another type, or a
-// string whose length or terminating NUL is wrong (which the reflective
-// decoder refuses). The string is cut from r.text at the value's offset in
-// r.raw, found from the capacities and confirmed by address, so a value
-// that is not a slice of r.raw goes to the fallback rather than reading
-// the wrong bytes.
+// str sets *dest to a copy of a string value, kept in the page's text;
+// errUnusual for another type, or a string whose length or terminating
+// NUL is wrong (which the reflective decoder refuses).
 func (r *docReader) str(v bsoncore.Value, dest *string) error {
 	length, _, ok := bsoncore.ReadLength(v.Data)
-	off := cap(r.raw) - cap(v.Data)
-	if v.Type != bsoncore.TypeString || !ok || length < 1 || int(length) != len(v.Data)-4 ||
-		v.Data[len(v.Data)-1] != 0 || off < 0 || off+len(v.Data) > len(r.text) || off+len(v.Data) > len(r.raw) ||
-		&r.raw[off] != &v.Data[0] {
+	if v.Type != bsoncore.TypeString || !ok || length < 1 || int(length) != len(v.Data)-4 || v.Data[len(v.Data)-1] != 0 {
 		return errUnusual
 	}
-	*dest = r.text[off+4 : off+len(v.Data)-1]
+	*dest = r.page.text(v.Data[4 : len(v.Data)-1])
 	return nil
 }
 
