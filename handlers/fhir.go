@@ -135,8 +135,8 @@ func writeFHIR(c *fiber.Ctx, status int, v any) error {
 	if !ok {
 		return c.Status(status).JSON(v, ct)
 	}
-	c.Status(status).Set(fiber.HeaderContentType, ct)
-	resp := c.Response()
+	resp := c.Status(status).Response()
+	resp.Header.SetContentType(ct)
 	resp.SwapBody(a.appendJSON(resp.SwapBody(nil)[:0]))
 	return nil
 }

@@ -236,23 +236,23 @@ func searchset(base, resourceType, query string, values url.Values, q *fhirsearc
 	return b
 }
 
-// fullURLs are prefix + the logical id of each hit, cut from one string: two
-// allocations a page where each URL took two.
+// fullURLs are prefix + the logical id of each hit, cut from one
+// strings.Builder (which only appends, so what String returned is never
+// written over): two allocations a page, where each URL took two.
 func fullURLs(prefix string, page []searchHit) []string {
-	buf := make([]byte, 0, len(page)*(len(prefix)+20))
-	ends := make([]int, len(page))
+	var all strings.Builder
+	all.Grow(len(page) * (len(prefix) + 20))
+	urls := make([]string, len(page))
 	for i, h := range page {
-		buf = append(buf, prefix...)
+		start := all.Len()
+		all.WriteString(prefix)
 		if h.position.UUID != "" {
-			buf = append(buf, h.position.UUID...)
+			all.WriteString(h.position.UUID)
 		} else {
-			buf = strconv.AppendInt(buf, h.position.ID, 10)
+			var digits [20]byte
+			all.Write(strconv.AppendInt(digits[:0], h.position.ID, 10))
 		}
-		ends[i] = len(buf)
-	}
-	all, urls, start := string(buf), make([]string, len(page)), 0
-	for i, end := range ends {
-		urls[i], start = all[start:end], end
+		urls[i] = all.String()[start:]
 	}
 	return urls
 }
