@@ -154,9 +154,17 @@ func (w *unknownWalk) object(raw []byte, known elements) error {
 // exactly as that probe would (an upload's Base64 is the bulk of its JSON:
 // reading it twice cost a tenth of an upload); only a body that does not
 // decode is probed.
+//
+// A plain body of native elements only, as clients send, is read in one
+// pass (readPlainObservation); any other body is decoded and walked as
+// the reference path does, which then says what is wrong with it.
 func (s *server) nativeObservation(raw []byte) (n *domain.NewObservation, native bool, err error) {
-	var in observationIn
-	decodeErr := json.Unmarshal(raw, &in)
+	in, plain := readPlainObservation(raw)
+	var decodeErr error
+	if !plain {
+		in = observationIn{}
+		decodeErr = json.Unmarshal(raw, &in)
+	}
 	if decodeErr == nil {
 		native = in.Code != nil && slices.ContainsFunc(in.Code.Coding, func(c observationCoding) bool { return domain.IsNativeSystem(c.System) })
 	} else {
@@ -165,27 +173,38 @@ func (s *server) nativeObservation(raw []byte) (n *domain.NewObservation, native
 	if !native {
 		return nil, false, nil
 	}
-	n, err = s.newObservation(raw, &in, decodeErr)
+	if !plain {
+		if err := checkObservationJSON(raw, decodeErr); err != nil {
+			return nil, true, err
+		}
+	}
+	n, err = s.newObservation(&in)
 	return n, true, err
 }
 
-// newObservation turns a decoded Observation (in, or decodeErr) into the
-// input of the native create; a JSON error names the element at fault,
-// and elements the native store does not keep are refused by name. A data
-// point over the service's bound is refused before its Base64 is decoded.
-func (s *server) newObservation(raw []byte, in *observationIn, decodeErr error) (*domain.NewObservation, error) {
+// checkObservationJSON refuses a native Observation's JSON that did not
+// decode (decodeErr), naming the element at fault, or that has elements
+// the native store does not keep, by name.
+func checkObservationJSON(raw []byte, decodeErr error) error {
 	if decodeErr == nil || json.Valid(raw) { // else the decoding says why
 		unknown, err := unknownElements("Observation", raw, nativeElements)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(unknown) > 0 {
-			return nil, unknownElementsError(unknown)
+			return unknownElementsError(unknown)
 		}
 	}
 	if decodeErr != nil {
-		return nil, fhirJSONError("Observation", decodeErr)
+		return fhirJSONError("Observation", decodeErr)
 	}
+	return nil
+}
+
+// newObservation turns a decoded Observation into the input of the native
+// create. A data point over the service's bound is refused before its
+// Base64 is decoded.
+func (s *server) newObservation(in *observationIn) (*domain.NewObservation, error) {
 	if in.ResourceType != "Observation" {
 		return nil, domain.FieldErrorf("resourceType", "must be Observation, not %q", in.ResourceType)
 	}
@@ -312,9 +331,12 @@ const maxBundleEntries = 10_000
 // decodeBundle reads a request Bundle (batch, or R4 import); hint says
 // where a body that is not a Bundle belongs.
 func decodeBundle(c *fiber.Ctx, hint string) (*batchIn, error) {
-	var in batchIn
-	if err := json.Unmarshal(c.Body(), &in); err != nil {
-		return nil, fhirJSONError("Bundle", err)
+	in, plain := readPlainBundle(c.Body()) // resources alias the body, as c.Body() itself is passed on
+	if !plain {
+		in = batchIn{}
+		if err := json.Unmarshal(c.Body(), &in); err != nil {
+			return nil, fhirJSONError("Bundle", err)
+		}
 	}
 	if in.ResourceType != "Bundle" {
 		return nil, domain.FieldErrorf("Bundle.resourceType", "must be Bundle, not %q%s", in.ResourceType, hint)

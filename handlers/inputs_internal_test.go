@@ -59,7 +59,11 @@ func FuzzDecodeObservation(f *testing.F) {
 			t.Fatalf("%q: routed native=%v, domain.IsNativeObservation says %v", raw, native, !native)
 		}
 		var in observationIn
-		if _, err := s.newObservation(raw, &in, json.Unmarshal(raw, &in)); err != nil {
+		err := checkObservationJSON(raw, json.Unmarshal(raw, &in))
+		if err == nil {
+			_, err = s.newObservation(&in)
+		}
+		if err != nil {
 			if domain.ErrorCode(err) == domain.CodeInternal {
 				t.Fatalf("%q: a fault: %v", raw, err)
 			}

@@ -1,0 +1,115 @@
+package handlers
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// plainObservationSeeds are Observation bodies around the edges of the
+// plain subset: what the fast reader takes, and what it must leave to the
+// reference path.
+var plainObservationSeeds = []string{
+	string(BenchObservation("plain", 1, 1, 1)),
+	` { "resourceType" : "Observation" , "status":"final", "identifier" : [ ] , "code":{"coding":[]} } `,
+	`{"resourceType":"Observation","id":"x","meta":{"versionId":"1","lastUpdated":"2024-01-01T00:00:00Z"},"status":"final"}`,
+	`{"subject":{"reference":"Patient/é"},"device":{"reference":"Device/1"},"effectivePeriod":{"start":"a","end":"b"}}`,
+	`{"effectiveDateTime":"2024","effectiveInstant":"2024-01-01T00:00:00Z","valueAttachment":{}}`,
+	`{"code":{"coding":[{"system":"https://w3id.org/openmhealth","code":"omh:heart-rate:2.0","display":"Heart rate"},{}]}}`,
+	`{"status":"fin\u0061l"}`, `{"status":"a\/b"}`, `{"status":"\xff"}`, `{"status":null}`, `{"status":1}`,
+	`{"status":"final","status":"final"}`, `{"Status":"final"}`, `{"other":"x"}`, `{"subject":{"reference":"a","display":"b"}}`,
+	`{"code":{"coding":[{"system":"a","system":"b"}]}}`, `{"code":{"coding":null}}`, `{"code":{"Coding":[]}}`,
+	`{"identifier":[{"system":"a"},null]}`, `{"identifier":{}}`, `{"meta":{"versionId":"1","versionId":"2"}}`,
+	`{"status":"final"} x`, `{"status":"final"`, `{"status":"final",}`, `[]`, `null`, ``, `{}`, `{"status":"tab	in"}`,
+}
+
+// TestPlainReadersAgree: whatever the fast readers accept, they read
+// exactly as the reference path does (encoding/json, and for an
+// Observation no unknown element); the benchmark's bodies, as clients
+// send them, take the fast path.
+func TestPlainReadersAgree(t *testing.T) {
+	for _, seed := range plainObservationSeeds {
+		checkPlainObservation(t, []byte(seed))
+	}
+	if _, ok := readPlainObservation(BenchObservation("plain", 1, 1, 1)); !ok {
+		t.Error("a client's Observation does not take the fast path")
+	}
+	for _, seed := range plainBundleSeeds() {
+		checkPlainBundle(t, []byte(seed))
+	}
+	if _, ok := readPlainBundle(BenchBatch("plain", 0, 3, 1, 1)); !ok {
+		t.Error("a client's batch Bundle does not take the fast path")
+	}
+}
+
+func plainBundleSeeds() []string {
+	obs := string(BenchObservation("plain", 1, 1, 1))
+	return []string{
+		string(BenchBatch("plain", 0, 3, 1, 1)),
+		`{"resourceType":"Bundle","type":"batch","id":"b","meta":{"tag":[1,2.5e3,-0,true,false,null]},"entry":[]}`,
+		`{"resourceType":"Bundle","type":"batch","entry":[{"fullUrl":"urn:x","resource":` + obs + `,"request":{"method":"POST","url":"Observation","ifNoneExist":"x"}}]}`,
+		`{"resourceType":"Bundle","entry":[{"resource":null}]}`, `{"resourceType":"Bundle","entry":[{"resource":[]}]}`,
+		`{"resourceType":"Bundle","entry":[{}, {"request":{}}]}`, `{"resourceType":"Bundle","entry":null}`,
+		`{"resourceType":"Bundle","Entry":[]}`, `{"resourceType":"Bundle","entry":[{"Resource":{}}]}`,
+		`{"resourceType":"Bundle","entry":[{"request":{"URL":"x"}}]}`, `{"resourceType":"Bundle","type":"batch","type":"x"}`,
+		`{"resourceType":"Bundle","entry":[{"resource":{"a":"\u0000"}}]}`, `{"resourceType":"Bundle","x":01}`, `{"resourceType":"Bundle","x":1.}`,
+		`{"resourceType":"Bundle","x":truex}`, `{"resourceType":"Bundle","x":[1 2]}`, `{"resourceType":"Bundle","entry":[1]}`,
+		`{"resourceType":"Bundle"}}`, `{"resourceType":"Bundle","x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,
+	}
+}
+
+// checkPlainObservation compares the fast Observation reader with the
+// reference path on raw.
+func checkPlainObservation(t *testing.T, raw []byte) {
+	t.Helper()
+	got, ok := readPlainObservation(raw)
+	if !ok {
+		return
+	}
+	var want observationIn
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatalf("%q: read fast, but encoding/json refuses it: %v", raw, err)
+	}
+	if unknown, err := unknownElements("Observation", raw, nativeElements); err != nil || len(unknown) > 0 {
+		t.Fatalf("%q: read fast, but the reference path refuses it: %v %v", raw, unknown, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q: read fast as %+v, encoding/json reads %+v", raw, got, want)
+	}
+}
+
+// checkPlainBundle compares the fast Bundle reader with encoding/json on
+// raw.
+func checkPlainBundle(t *testing.T, raw []byte) {
+	t.Helper()
+	got, ok := readPlainBundle(raw)
+	if !ok {
+		return
+	}
+	var want batchIn
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatalf("%q: read fast, but encoding/json refuses it: %v", raw, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q: read fast as %+v, encoding/json reads %+v", raw, got, want)
+	}
+}
+
+// FuzzPlainObservation: the fast Observation reader agrees with the
+// reference path on whatever it accepts.
+func FuzzPlainObservation(f *testing.F) {
+	for _, seed := range plainObservationSeeds {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) { checkPlainObservation(t, raw) })
+}
+
+// FuzzPlainBundle: the fast Bundle reader agrees with encoding/json on
+// whatever it accepts.
+func FuzzPlainBundle(f *testing.F) {
+	for _, seed := range plainBundleSeeds() {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) { checkPlainBundle(t, raw) })
+}

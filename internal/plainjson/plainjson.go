@@ -1,0 +1,274 @@
+// Package plainjson reads plain JSON in one pass, for the fast paths of
+// the native upload: JSON whose strings hold no escape sequence and are
+// valid UTF-8, which is what clients send. It reads and validates at once,
+// with no reflection and no copy of the text: every string it returns is
+// cut from one string the caller gives (usually string(data), one
+// allocation for the whole text).
+//
+// It never judges what it does not read: every method reports ok=false for
+// anything outside the plain subset (an escape, invalid UTF-8, malformed
+// JSON), and the caller then reads the whole text again with
+// encoding/json, whose result and errors stay the reference. For a text
+// it accepts, its values are exactly encoding/json's (a test compares
+// them), so the two paths can only differ in speed.
+package plainjson
+
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// Reader reads one JSON text. data and text hold the same bytes; strings
+// are cut from text.
+type Reader struct {
+	data  []byte
+	text  string
+	pos   int
+	depth int
+}
+
+// maxDepth bounds the nesting of objects and arrays, as encoding/json's
+// does: the reader recurses, and a body of a million brackets must not
+// exhaust the stack.
+const maxDepth = 10000
+
+// NewReader reads data, whose strings are cut from text, a string of the
+// same bytes.
+func NewReader(data []byte, text string) *Reader {
+	return &Reader{data: data, text: text}
+}
+
+// Pos is the offset of the next byte to read.
+func (r *Reader) Pos() int { return r.pos }
+
+// space skips JSON whitespace.
+func (r *Reader) space() {
+	for r.pos < len(r.data) {
+		switch r.data[r.pos] {
+		case ' ', '\t', '\r', '\n':
+			r.pos++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next byte after whitespace, or 0 at the end.
+func (r *Reader) peek() byte {
+	r.space()
+	if r.pos == len(r.data) {
+		return 0
+	}
+	return r.data[r.pos]
+}
+
+// End reports whether only whitespace is left.
+func (r *Reader) End() bool { return r.peek() == 0 && r.pos == len(r.data) }
+
+// Start returns the offset at which the next value begins (after
+// whitespace).
+func (r *Reader) Start() int {
+	r.space()
+	return r.pos
+}
+
+// String reads a plain string.
+func (r *Reader) String() (string, bool) {
+	if r.peek() != '"' {
+		return "", false
+	}
+	start := r.pos + 1
+	ascii := true
+	for i := start; i < len(r.data); i++ {
+		switch c := r.data[i]; {
+		case c == '"':
+			if !ascii && !utf8.Valid(r.data[start:i]) {
+				return "", false
+			}
+			r.pos = i + 1
+			return r.text[start:i], true
+		case c == '\\' || c < 0x20:
+			return "", false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return "", false
+}
+
+// Object reads an object, calling member with each key; member reads the
+// value (with the Reader's methods) and reports whether it could. A key
+// named twice is the caller's to notice.
+func (r *Reader) Object(member func(key string) bool) bool {
+	if r.peek() != '{' || r.depth >= maxDepth {
+		return false
+	}
+	r.pos++
+	r.depth++
+	defer func() { r.depth-- }()
+	if r.peek() == '}' {
+		r.pos++
+		return true
+	}
+	for {
+		key, ok := r.String()
+		if !ok || r.peek() != ':' {
+			return false
+		}
+		r.pos++
+		if !member(key) {
+			return false
+		}
+		switch r.peek() {
+		case ',':
+			r.pos++
+		case '}':
+			r.pos++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// Array reads an array, calling item for each item; item reads it.
+func (r *Reader) Array(item func() bool) bool {
+	if r.peek() != '[' || r.depth >= maxDepth {
+		return false
+	}
+	r.pos++
+	r.depth++
+	defer func() { r.depth-- }()
+	if r.peek() == ']' {
+		r.pos++
+		return true
+	}
+	for {
+		if !item() {
+			return false
+		}
+		switch r.peek() {
+		case ',':
+			r.pos++
+		case ']':
+			r.pos++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// Skip reads any value and drops it.
+func (r *Reader) Skip() bool {
+	switch r.peek() {
+	case '{':
+		return r.Object(func(string) bool { return r.Skip() })
+	case '[':
+		return r.Array(r.Skip)
+	case '"':
+		_, ok := r.String()
+		return ok
+	}
+	_, ok := r.literal()
+	return ok
+}
+
+// Value reads any value as encoding/json decodes it into an any with
+// UseNumber: map[string]any, []any, string, json.Number, bool or nil. A
+// key named twice keeps its last value, as there.
+func (r *Reader) Value() (any, bool) {
+	switch r.peek() {
+	case '{':
+		m := map[string]any{}
+		ok := r.Object(func(key string) bool {
+			v, ok := r.Value()
+			m[key] = v
+			return ok
+		})
+		return m, ok
+	case '[':
+		a := []any{}
+		ok := r.Array(func() bool {
+			v, ok := r.Value()
+			a = append(a, v)
+			return ok
+		})
+		return a, ok
+	case '"':
+		return r.String()
+	}
+	return r.literal()
+}
+
+// literal reads true, false, null or a number.
+func (r *Reader) literal() (any, bool) {
+	rest := r.data[r.pos:]
+	for _, lit := range [...]struct {
+		text  string
+		value any
+	}{{"true", true}, {"false", false}, {"null", nil}} {
+		if len(rest) >= len(lit.text) && string(rest[:len(lit.text)]) == lit.text {
+			r.pos += len(lit.text)
+			return lit.value, !r.glued()
+		}
+	}
+	start := r.pos
+	if !r.number() || r.glued() {
+		return nil, false
+	}
+	return json.Number(r.text[start:r.pos]), true
+}
+
+// glued reports whether a value runs on into a byte that cannot follow it
+// (as in 12x or truex), which JSON refuses.
+func (r *Reader) glued() bool {
+	if r.pos == len(r.data) {
+		return false
+	}
+	switch r.data[r.pos] {
+	case ' ', '\t', '\r', '\n', ',', '}', ']':
+		return false
+	}
+	return true
+}
+
+// number reads a number as JSON's grammar has it:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (r *Reader) number() bool {
+	d := r.data
+	if r.pos < len(d) && d[r.pos] == '-' {
+		r.pos++
+	}
+	switch {
+	case r.pos < len(d) && d[r.pos] == '0':
+		r.pos++
+	case r.digits() == 0:
+		return false
+	}
+	if r.pos < len(d) && d[r.pos] == '.' {
+		r.pos++
+		if r.digits() == 0 {
+			return false
+		}
+	}
+	if r.pos < len(d) && (d[r.pos] == 'e' || d[r.pos] == 'E') {
+		r.pos++
+		if r.pos < len(d) && (d[r.pos] == '+' || d[r.pos] == '-') {
+			r.pos++
+		}
+		if r.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// digits reads decimal digits and returns how many.
+func (r *Reader) digits() int {
+	start := r.pos
+	for r.pos < len(r.data) && r.data[r.pos] >= '0' && r.data[r.pos] <= '9' {
+		r.pos++
+	}
+	return r.pos - start
+}
