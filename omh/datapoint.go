@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"exchange/internal/plainjson"
 )
 
 // Namespaces of native codes: Open mHealth and IEEE 1752.
@@ -62,15 +64,18 @@ var (
 // an Open mHealth header when it has id and creation_date_time; one that is
 // neither is refused, naming what each kind lacks. The error says what is
 // wrong in terms of the JSON.
+//
+// A plain data point (no escapes, valid UTF-8, keys and numbers a document
+// database stores), as devices send them, is decoded in one pass
+// (parsePlain); any other is decoded by encoding/json, which then says
+// what is wrong with it.
 func Parse(data []byte) (*DataPoint, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var doc map[string]any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("the data point is not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return nil, errors.New("the data point has data after its JSON object")
+	doc, plain := parsePlain(data)
+	if !plain {
+		var err error
+		if doc, err = parseReference(data); err != nil {
+			return nil, err
+		}
 	}
 	header, ok := doc["header"].(map[string]any)
 	if !ok {
@@ -81,9 +86,12 @@ func Parse(data []byte) (*DataPoint, error) {
 		return nil, errors.New("the data point's header has no schema_id object")
 	}
 	var id SchemaID
-	for key, dest := range map[string]*string{"namespace": &id.Namespace, "name": &id.Name, "version": &id.Version} {
-		if *dest, ok = sid[key].(string); !ok || *dest == "" {
-			return nil, fmt.Errorf("header.schema_id.%s must be a non-empty string", key)
+	for _, m := range [...]struct {
+		key  string
+		dest *string
+	}{{"namespace", &id.Namespace}, {"name", &id.Name}, {"version", &id.Version}} {
+		if *m.dest, ok = sid[m.key].(string); !ok || *m.dest == "" {
+			return nil, fmt.Errorf("header.schema_id.%s must be a non-empty string", m.key)
 		}
 	}
 	ieee, err := headerKind(header)
@@ -94,10 +102,51 @@ func Parse(data []byte) (*DataPoint, error) {
 	if !ok {
 		return nil, errors.New("the data point has no body object")
 	}
-	if err := checkKeys("", doc); err != nil {
-		return nil, err
+	if !plain {
+		if err := checkKeys("", doc); err != nil {
+			return nil, err
+		}
 	}
 	return &DataPoint{Schema: id, Body: body, Document: doc, ieeeHeader: ieee}, nil
+}
+
+// parseReference decodes a data point with encoding/json, as the
+// validator's own decoder does (objects, arrays, json.Number), saying what
+// is wrong with one that does not decode as an object.
+func parseReference(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("the data point is not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return nil, errors.New("the data point has data after its JSON object")
+	}
+	return doc, nil
+}
+
+// parsePlain decodes a plain data point as parseReference does, its keys
+// and numbers checked as checkKeys checks them, all in one pass, every
+// string cut from one copy of data; ok is false for a data point that is
+// not a plain JSON object, or that checkKeys would refuse
+// (TestParsePlainAgrees, FuzzParse).
+func parsePlain(data []byte) (doc map[string]any, ok bool) {
+	r := plainjson.NewReader(data, string(data))
+	r.KeyOK = storableKey
+	r.NumberOK = func(n json.Number) bool {
+		_, err := n.Float64()
+		return err == nil
+	}
+	v, ok := r.Value()
+	doc, isObject := v.(map[string]any)
+	return doc, ok && isObject && r.End()
+}
+
+// storableKey reports whether MongoDB can store a key, as checkKeys
+// judges it.
+func storableKey(k string) bool {
+	return k != "" && !strings.Contains(k, ".") && !strings.HasPrefix(k, "$") && !strings.ContainsRune(k, 0)
 }
 
 // headerKind reports whether a header is an IEEE 1752 header (true) or an
@@ -142,7 +191,7 @@ func checkKeys(path string, v any) error {
 			if path != "" {
 				p = path + "." + k
 			}
-			if k == "" || strings.Contains(k, ".") || strings.HasPrefix(k, "$") || strings.ContainsRune(k, 0) {
+			if !storableKey(k) {
 				return fmt.Errorf("%w: %q (in %s)", ErrUnstorableKey, k, orRoot(path))
 			}
 			if err := checkKeys(p, child); err != nil {

@@ -25,6 +25,11 @@ type Reader struct {
 	text  string
 	pos   int
 	depth int
+	// KeyOK and NumberOK, when set, are further conditions on the keys
+	// of the objects and on the numbers Value reads: one that fails them
+	// fails the read, as anything outside the plain subset does.
+	KeyOK    func(key string) bool
+	NumberOK func(n json.Number) bool
 }
 
 // maxDepth bounds the nesting of objects and arrays, as encoding/json's
@@ -182,6 +187,9 @@ func (r *Reader) Value() (any, bool) {
 	case '{':
 		m := map[string]any{}
 		ok := r.Object(func(key string) bool {
+			if r.KeyOK != nil && !r.KeyOK(key) {
+				return false
+			}
 			v, ok := r.Value()
 			m[key] = v
 			return ok
@@ -198,7 +206,11 @@ func (r *Reader) Value() (any, bool) {
 	case '"':
 		return r.String()
 	}
-	return r.literal()
+	v, ok := r.literal()
+	if n, isNumber := v.(json.Number); isNumber && r.NumberOK != nil && !r.NumberOK(n) {
+		return nil, false
+	}
+	return v, ok
 }
 
 // literal reads true, false, null or a number.
