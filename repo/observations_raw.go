@@ -410,7 +410,8 @@ var errNULKey = errors.New("a key with NUL cannot be stored in BSON")
 // header b ends with, as bsonDocument(m) marshals: keys sorted, integers
 // that fit as int64, other numbers as doubles.
 func appendJSONDocument(b []byte, m map[string]any) ([]byte, error) {
-	keys := make([]string, 0, len(m))
+	var small [16]string // a data point's objects fit: no allocation
+	keys := small[:0]
 	for k := range m {
 		if strings.IndexByte(k, 0) >= 0 {
 			return nil, errNULKey
