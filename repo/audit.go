@@ -66,7 +66,7 @@ func (d *DB) SearchAuditEvents(ctx context.Context, plan *domain.SearchPlan) (do
 
 // writeAuditEvents stores events under ids of one block.
 func (d *DB) writeAuditEvents(ctx context.Context, events []domain.AuditEvent) error {
-	first, err := d.nextIDs(ctx, colAuditEvents, len(events))
+	first, err := d.batchIDs(ctx, colAuditEvents, len(events))
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,8 @@ type DB struct {
 	// searches bounds the searches FerretDB runs at once (nil: no bound).
 	searches    chan struct{}
 	searchQueue time.Duration
-	lease       *lease // this process's, taken by its first write intent
+	lease       *lease  // this process's, taken by its first write intent
+	held        heldIDs // the ids of the batch writers' blocks not yet handed out
 	// patientWrites serialize, within this process, the compare-and-set
 	// of a patient record (replacePatient), by stripes of patient ids:
 	// FerretDB applies an update's filter and its write as two steps, so

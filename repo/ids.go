@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -124,4 +125,49 @@ func (d *DB) sweepIDBlocks(ctx context.Context, now time.Time) (int64, error) {
 		total += res.DeletedCount
 	}
 	return total, nil
+}
+
+// batchIDBlock is the size of the blocks the batch writers (observations,
+// audit events) claim: each batch takes its ids from the block this
+// process holds, and claims a new one only when that runs short. A batch
+// of 100 observations cost three database round trips for its ids (read
+// the hint, claim the block, raise the hint), as many as its claims and
+// documents together; a block of this size pays them once per 4,096 ids.
+// The ids a process holds when it stops are never used: a gap, which
+// costs nothing (see above), and the ids of one process's batches still
+// follow each other.
+const batchIDBlock = 4096
+
+// heldIDs are the ids this process claimed and has not handed out yet,
+// per sequence: next..last.
+type heldIDs struct {
+	mu     sync.Mutex
+	blocks map[string][2]int64
+}
+
+// batchIDs reserves n consecutive ids of a sequence for one batch and
+// returns the first: from the block this process holds when it has n
+// left, else from a new block of at least batchIDBlock ids (the rest of
+// the old one is dropped, so that a batch's ids are consecutive, as its
+// write intent names them first..last). Uniqueness is nextIDs': every
+// block is claimed by one unique insert, and each id of a block is handed
+// out once, under the lock.
+func (d *DB) batchIDs(ctx context.Context, sequence string, n int) (int64, error) {
+	h := &d.held
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if b, ok := h.blocks[sequence]; ok && b[1]-b[0]+1 >= int64(n) {
+		h.blocks[sequence] = [2]int64{b[0] + int64(n), b[1]}
+		return b[0], nil
+	}
+	size := max(n, batchIDBlock)
+	first, err := d.nextIDs(ctx, sequence, size)
+	if err != nil {
+		return 0, err
+	}
+	if h.blocks == nil {
+		h.blocks = map[string][2]int64{}
+	}
+	h.blocks[sequence] = [2]int64{first + int64(n), first + int64(size) - 1}
+	return first, nil
 }

@@ -95,3 +95,62 @@ func TestSweepKeepsTheBlocksClaimsWalk(t *testing.T) {
 		t.Errorf("the next organization got id %d, err %v; want 4", o.ID, err)
 	}
 }
+
+// TestBatchesShareAnIDBlock: the batches of observations one process
+// writes take their ids from one claimed block, consecutive within each
+// batch and following each other (before, every batch claimed a block of
+// its own: three round trips); two instances writing batches at once
+// never share an id.
+func TestBatchesShareAnIDBlock(t *testing.T) {
+	first := repotest.NewDB(t)
+	second := repotest.OtherInstance(t, first)
+	ctx := context.Background()
+	batch := func(db *repo.DB, run string, n int) []int64 {
+		obs := make([]*domain.Observation, n)
+		for i := range obs {
+			obs[i] = &domain.Observation{PatientID: 1, DataSourceID: 1, Status: "final", Code: "omh:heart-rate:2.0",
+				Codings:     []domain.Coding{{System: domain.SystemOpenMHealth, Code: "omh:heart-rate:2.0"}},
+				Identifiers: []domain.Identifier{{System: "urn:test", Value: fmt.Sprintf("%s-%d", run, i)}},
+				ContentType: "application/json", Payload: []byte(`{}`)}
+		}
+		ids := make([]int64, n)
+		for i, err := range db.CreateObservations(ctx, obs) {
+			if err != nil {
+				t.Fatalf("%s: %v", run, err)
+			}
+			ids[i] = obs[i].ID
+		}
+		return ids
+	}
+	a, b := batch(first, "a", 3), batch(first, "b", 2)
+	if a[0]+1 != a[1] || a[1]+1 != a[2] || b[0] != a[2]+1 || b[1] != b[0]+1 {
+		t.Errorf("ids %v then %v, want consecutive", a, b)
+	}
+	blocks := repotest.Collection(t, first, "id_blocks")
+	if n, _ := blocks.CountDocuments(ctx, bson.D{{Key: "sequence", Value: "observations"}}); n != 1 {
+		t.Errorf("two batches claimed %d id blocks, want 1", n)
+	}
+
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			db := []*repo.DB{first, second}[w%2]
+			for i := range 3 {
+				ids := batch(db, fmt.Sprintf("w%d.%d", w, i), 5)
+				mu.Lock()
+				for _, id := range ids {
+					if seen[id] {
+						t.Errorf("id %d given twice", id)
+					}
+					seen[id] = true
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -239,7 +239,7 @@ func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, er
 // are never given back: ids.go).
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
 	errs := make([]error, len(obs))
-	first, err := d.nextIDs(ctx, colObservations, len(obs))
+	first, err := d.batchIDs(ctx, colObservations, len(obs))
 	if err != nil {
 		return failAll(errs, err)
 	}
