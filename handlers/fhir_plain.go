@@ -26,11 +26,7 @@ import (
 // type (no null); ok is false for any other body.
 func readPlainObservation(raw []byte) (in observationIn, ok bool) {
 	r := plainjson.NewReader(raw, string(raw))
-	var seen members
-	ok = r.Object(func(key string) bool {
-		if !seen.add(key) {
-			return false
-		}
+	ok = plainObject(r, func(key string) bool {
 		switch key {
 		case "resourceType":
 			return plainString(r, &in.ResourceType)
@@ -71,25 +67,21 @@ func readPlainObservation(raw []byte) (in observationIn, ok bool) {
 			in.Code = &struct {
 				Coding []observationCoding `json:"coding"`
 			}{}
-			var seenCode members
-			return r.Object(func(key string) bool {
-				if key != "coding" || !seenCode.add(key) {
+			return plainObject(r, func(key string) bool {
+				if key != "coding" {
 					return false
 				}
 				in.Code.Coding = []observationCoding{}
 				return r.Array(func() bool {
 					in.Code.Coding = append(in.Code.Coding, observationCoding{})
 					c := &in.Code.Coding[len(in.Code.Coding)-1]
-					var seen members
-					return r.Object(func(key string) bool {
-						switch {
-						case !seen.add(key):
-							return false
-						case key == "system":
+					return plainObject(r, func(key string) bool {
+						switch key {
+						case "system":
 							return plainString(r, &c.System)
-						case key == "code":
+						case "code":
 							return plainString(r, &c.Code)
-						case key == "display":
+						case "display":
 							return plainString(r, &c.Display)
 						}
 						return false
@@ -120,6 +112,13 @@ func readPlainObservation(raw []byte) (in observationIn, ok bool) {
 	return in, ok && r.End()
 }
 
+// plainObject reads an object, each member with member, and refuses one
+// whose members are not each named once.
+func plainObject(r *plainjson.Reader, member func(key string) bool) bool {
+	var seen members
+	return r.Object(func(key string) bool { return seen.add(key) && member(key) })
+}
+
 // members are the keys of one JSON object read so far, to refuse one named
 // twice: a handful, so a list.
 type members []string
@@ -145,11 +144,8 @@ func plainString(r *plainjson.Reader, dest *string) bool {
 // plainPair reads an object of at most two string members, key1 and key2
 // (key2 "": only key1), each at most once.
 func plainPair(r *plainjson.Reader, key1 string, dest1 *string, key2 string, dest2 *string) bool {
-	var seen members
-	return r.Object(func(key string) bool {
+	return plainObject(r, func(key string) bool {
 		switch {
-		case !seen.add(key):
-			return false
 		case key == key1:
 			return plainString(r, dest1)
 		case key == key2 && key2 != "":
@@ -166,11 +162,7 @@ func plainPair(r *plainjson.Reader, key1 string, dest1 *string, key2 string, des
 // is false for any other body.
 func readPlainBundle(body []byte) (in batchIn, ok bool) {
 	r := plainjson.NewReader(body, string(body))
-	var seen members
-	ok = r.Object(func(key string) bool {
-		if !seen.add(key) {
-			return false
-		}
+	ok = plainObject(r, func(key string) bool {
 		switch key {
 		case "resourceType":
 			return plainString(r, &in.ResourceType)
@@ -190,11 +182,7 @@ func readPlainBundle(body []byte) (in batchIn, ok bool) {
 
 // readPlainEntry reads one entry of a request Bundle into e.
 func readPlainEntry(r *plainjson.Reader, body []byte, e *entryRequest) bool {
-	var seen members
-	return r.Object(func(key string) bool {
-		if !seen.add(key) {
-			return false
-		}
+	return plainObject(r, func(key string) bool {
 		switch key {
 		case "resource":
 			start := r.Start()
@@ -208,14 +196,11 @@ func readPlainEntry(r *plainjson.Reader, body []byte, e *entryRequest) bool {
 				Method string `json:"method"`
 				URL    string `json:"url"`
 			}{}
-			var seenRequest members
-			return r.Object(func(key string) bool {
-				switch {
-				case !seenRequest.add(key):
-					return false
-				case key == "method":
+			return plainObject(r, func(key string) bool {
+				switch key {
+				case "method":
 					return plainString(r, &e.Request.Method)
-				case key == "url":
+				case "url":
 					return plainString(r, &e.Request.URL)
 				}
 				return skipUnknown(r, key, "method", "url")
