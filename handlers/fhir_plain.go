@@ -120,17 +120,26 @@ func plainObject(r *plainjson.Reader, member func(key string) bool) bool {
 }
 
 // members are the keys of one JSON object read so far, to refuse one named
-// twice: a handful, so a list.
-type members []string
+// twice: the objects of an Observation have a handful, kept in place (a
+// list that grew on the heap was a tenth of an upload's allocations); an
+// object of more than it holds is left to the reference path.
+type members struct {
+	keys [16]string
+	n    int
+}
 
-// add records key; false when it was there already.
+// add records key; false when it was there already, or there is no room.
 func (m *members) add(key string) bool {
-	for _, k := range *m {
+	if m.n == len(m.keys) {
+		return false
+	}
+	for _, k := range m.keys[:m.n] {
 		if k == key {
 			return false
 		}
 	}
-	*m = append(*m, key)
+	m.keys[m.n] = key
+	m.n++
 	return true
 }
 
