@@ -49,7 +49,9 @@
 //
 // Write intents. A write of several documents first inserts one
 // write_intents document that names what it is about to write (ids
-// reserved, keys it claims, the enrollments or answers it writes), and
+// reserved, keys it claims, the enrollments or answers it writes; an
+// observation write names only its ids, which each of its claims names as
+// its owner), and
 // deletes it after its last write. An intent that outlives its write marks
 // a write cut short. Its repair rolls creates back (their claims, users
 // and records, unless the final record is stored: then the create is
@@ -72,7 +74,8 @@
 // several instances, a command beside the server).
 //
 // Claims that point to their owner. A claim is taken over only when its
-// owner is not stored and no intent of a running write holds its key;
+// owner is not stored and no intent of a running write holds its key (for
+// an observation claim: no intent's ids include its owner);
 // intents are checked before the owner, and a write deletes its intent
 // only after its owner is stored, so a claim of a write in flight is never
 // taken. A claim held by a stored owner refuses the new write with a

@@ -54,6 +54,50 @@ func TestRepairReleasesTheClaimsOfAnInterruptedBatch(t *testing.T) {
 	}
 }
 
+// An observation write's intent names the ids it reserved, not the keys
+// it claims (64 KiB of keys for a batch of 1,000): its claims are found by
+// the ids they name. While its process runs, a claim of the batch is not
+// taken over (a conflict, to send again); once the process is dead, the
+// claim is taken on the spot and the repair releases the batch's other
+// claims.
+func TestObservationIntentsHoldTheClaimsOfTheirIDs(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	claims := repotest.Collection(t, db, "observation_identifiers")
+	leases := repotest.Collection(t, db, "service_instances")
+	if _, err := leases.InsertOne(ctx, bson.M{"_id": "other", "renewed": time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now().Add(-time.Minute)
+	for i, value := range []string{"a", "b", "c"} {
+		if _, err := claims.InsertOne(ctx, bson.M{"_id": repo.ClaimKey("urn:example:obs", value), "system": "urn:example:obs", "value": value,
+			"observationId": int64(100 + i), "claimedAt": started}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := repotest.Collection(t, db, "write_intents").InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "observations.create",
+		"instance": "other", "startedAt": started, "keys": []string{}, "firstId": int64(100), "lastId": int64(102)}); err != nil {
+		t.Fatal(err)
+	}
+	o := testObservation(1, domain.Identifier{System: "urn:example:obs", Value: "b"})
+	if errs := db.CreateObservations(ctx, []*domain.Observation{o}); !domain.IsCode(errs[0], domain.CodeConflict) {
+		t.Fatalf("an identifier a running write claimed: %v, want CodeConflict", errs[0])
+	}
+	if _, err := leases.UpdateOne(ctx, bson.M{"_id": "other"}, bson.M{"$set": bson.M{"renewed": time.Now().Add(-time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	o = testObservation(1, domain.Identifier{System: "urn:example:obs", Value: "b"})
+	if errs := db.CreateObservations(ctx, []*domain.Observation{o}); errs[0] != nil {
+		t.Fatalf("an identifier claimed by a dead write: %v", errs[0])
+	}
+	if n, _ := claims.CountDocuments(ctx, bson.M{"observationId": bson.M{"$gte": 100, "$lte": 102}}); n != 0 {
+		t.Errorf("%d claims of the dead write left", n)
+	}
+	if n, _ := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.D{}); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+}
+
 // Abandoned intents of every kind that rolls back: a patient create cut
 // after its login and one identifier claim, a practitioner create cut
 // after its login. The dry run reports them and changes nothing; the

@@ -264,7 +264,6 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		}
 		for _, c := range claims[i] {
 			firstWith[c.Key] = i
-			in.Keys = append(in.Keys, c.Key)
 			inserts = append(inserts, c)
 			insertOwner = append(insertOwner, i)
 		}
@@ -330,7 +329,7 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 			}
 		}
 	}
-	if err := d.releaseObservationClaims(ctx, release, 0, 0, unstored); err != nil {
+	if err := d.releaseObservationClaims(ctx, release, unstored); err != nil {
 		settled = false
 		for _, id := range unstored {
 			i := int(id - first)
@@ -429,7 +428,7 @@ func (d *DB) takeClaim(ctx context.Context, in *intentDoc, o *domain.Observation
 			// Its observation is not stored: a write still running, one
 			// cut short (its intent is repaired now), or none (an orphan
 			// of a version before intents).
-			live, err := d.settleKey(ctx, c.Key, in)
+			live, err := d.settleObservationClaim(ctx, owner, in)
 			if err != nil {
 				return err
 			}
@@ -524,41 +523,52 @@ func claimName(c observationClaimDoc) string {
 	return fmt.Sprintf("identifier %s|%s", c.System, c.Value)
 }
 
-// releaseObservationClaims removes the claims on keys whose observation
-// is not stored: those of the ids given, or (ids nil) those of the
-// observations first..last. A few passes whatever the number of keys.
-func (d *DB) releaseObservationClaims(ctx context.Context, keys []string, first, last int64, ids []int64) error {
+// releaseObservationClaims removes the claims on keys of the observations
+// ids, which are not stored: one delete, whatever the number of keys. A
+// claim another write took over since names another observation, and
+// stays.
+func (d *DB) releaseObservationClaims(ctx context.Context, keys []string, ids []int64) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	_, err := d.c(colObservationIdentifier).DeleteMany(context.WithoutCancel(ctx), bson.M{"_id": bson.M{"$in": keys}, "observationId": bson.M{"$in": ids}})
+	return err
+}
+
+// releaseUnstoredClaims removes the claims of the observations first..last
+// (the ids of one write's intent) that are not stored: the repair of an
+// observation write cut short. Its claims are found by the ids they name
+// (the observation index of the claims; the intent lists no keys), and
+// the observations they name are looked up in one query.
+func (d *DB) releaseUnstoredClaims(ctx context.Context, first, last int64) error {
 	ctx = context.WithoutCancel(ctx)
-	if ids == nil {
-		// Which of the range's observations are not stored: the keys'
-		// claims name them.
-		holders, err := d.claimHolders(ctx, keys)
-		if err != nil {
-			return err
-		}
-		var owners []int64
-		for _, h := range holders {
-			if h.ObservationID >= first && h.ObservationID <= last && !slices.Contains(owners, h.ObservationID) {
-				owners = append(owners, h.ObservationID)
-			}
-		}
-		stored, err := d.observationsByID(ctx, owners)
-		if err != nil {
-			return err
-		}
-		for _, id := range owners {
-			if _, ok := stored[id]; !ok {
-				ids = append(ids, id)
-			}
-		}
-		if len(ids) == 0 {
-			return nil
+	var claims []struct {
+		ObservationID int64 `bson:"observationId"`
+	}
+	if err := d.findAll(ctx, colObservationIdentifier, bson.M{"observationId": bson.M{"$gte": first, "$lte": last}}, &claims,
+		options.Find().SetProjection(bson.M{"observationId": 1})); err != nil {
+		return err
+	}
+	var owners []int64
+	for _, c := range claims {
+		if !slices.Contains(owners, c.ObservationID) {
+			owners = append(owners, c.ObservationID)
 		}
 	}
-	_, err := d.c(colObservationIdentifier).DeleteMany(ctx, bson.M{"_id": bson.M{"$in": keys}, "observationId": bson.M{"$in": ids}})
+	stored, err := d.observationsByID(ctx, owners)
+	if err != nil {
+		return err
+	}
+	var unstored []int64
+	for _, id := range owners {
+		if _, ok := stored[id]; !ok {
+			unstored = append(unstored, id)
+		}
+	}
+	if len(unstored) == 0 {
+		return nil
+	}
+	_, err = d.c(colObservationIdentifier).DeleteMany(ctx, bson.M{"observationId": bson.M{"$in": unstored}})
 	return err
 }
 
