@@ -24,8 +24,8 @@
 //   - write.go writes the R5 JSON and records which R4 values it carried;
 //   - convert.go converts one resource and reports its losses;
 //     verify.go checks, once per type, that its map reads only elements
-//     R4 defines; and r4.go is the domain's R4Converter: Google's R4
-//     parser checks the input first.
+//     R4 defines; and r4.go is the domain's R4Converter: the input is
+//     validated against R4's definitions first (fhirdefs.NewR4Validator).
 //
 // Design principles:
 //

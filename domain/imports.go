@@ -72,8 +72,8 @@ func (s *Service) MapSet() string {
 }
 
 // ConvertR4 converts one R4 resource of an import into src. The upstream
-// id is moved out before anything parses the resource (the R4 parser
-// refuses ids over 64 characters) and handed to the create path, which
+// id is moved out before anything parses the resource (R4 ids have at most
+// 64 characters) and handed to the create path, which
 // keeps it as an identifier namespaced by the source. A native-coded
 // Observation becomes the source's patient's. wantType, when set, is the
 // type the request URL names.

@@ -476,7 +476,7 @@ func (s *Service) stamp(r *Resource, o jsonObject) error {
 		return err
 	}
 	if len(issues) > 0 {
-		return invalidResource(r.Type, issues)
+		return InvalidResource(r.Type, "R5", issues)
 	}
 	r.Index = s.indexer.Index(r.Type, r.Object)
 	return nil
@@ -518,11 +518,12 @@ func (s *Service) stampUpstreamID(r *Resource, o *jsonObject, single bool) {
 	o.set("identifier", mustJSON(kept))
 }
 
-// invalidResource is the error of a resource that breaks R5: one detail
-// per problem.
-func invalidResource(resourceType string, issues []fhirdefs.Issue) *Error {
+// InvalidResource is the error of a resource that breaks a FHIR release
+// ("R5", or "R4" for the R4 import's input): CodeInvalid on the first
+// problem's path, one detail per problem. issues is not empty.
+func InvalidResource(resourceType, release string, issues []fhirdefs.Issue) *Error {
 	e := &Error{Code: CodeInvalid, Field: issues[0].Expression,
-		Message: fmt.Sprintf("the %s is not valid FHIR R5: %s", resourceType, issues[0])}
+		Message: fmt.Sprintf("the %s is not valid FHIR %s: %s", resourceType, release, issues[0])}
 	if len(issues) > 1 {
 		e.Message += fmt.Sprintf(" (and %d more problems)", len(issues)-1)
 	}

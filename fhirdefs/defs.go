@@ -28,6 +28,10 @@ type Element struct {
 	// TargetedCanonical is set for a canonical that names the types it
 	// may point to (canonical(PlanDefinition)).
 	TargetedCanonical bool
+	// Targets are the resource types a Reference element may point to,
+	// from its targetProfile (Reference(Patient|Group): Patient, Group);
+	// nil when it may point to any (Reference(Resource), or none named).
+	Targets []string
 }
 
 // Choice reports whether the element is a choice of types (value[x]).
@@ -217,14 +221,23 @@ func (p *Package) load(name string) (*StructureDefinition, error) {
 					code = ext.ValueURL
 				}
 			}
-			if e.Name == "id" && code == "id" && !(f.Kind == "resource" && strings.Count(raw.Path, ".") == 1) {
+			resourceID := f.Kind == "resource" && strings.Count(raw.Path, ".") == 1
+			switch {
+			case e.Name == "id" && code == "id" && !resourceID:
 				// Element.id only identifies an element within its resource
 				// (ElementDefinition ids hold "value[x]" and ":"): a string,
 				// as R4 typed it; only a resource's own id is an id.
 				code = "string"
+			case e.Name == "id" && resourceID:
+				// R4's snapshots type Resource.id as a string, but its
+				// format is an id's ([A-Za-z0-9\-.]{1,64}) in R4 as in R5.
+				code = "id"
 			}
 			e.Types = append(e.Types, code)
 			e.TargetedCanonical = e.TargetedCanonical || code == "canonical" && len(t.TargetProfile) > 0
+			if code == "Reference" {
+				e.Targets = referenceTargets(t.TargetProfile)
+			}
 			if f.Kind == "primitive-type" && raw.Path == name+".value" {
 				for _, ext := range t.Extension {
 					if strings.HasSuffix(ext.URL, "/regex") {
@@ -241,6 +254,21 @@ func (p *Package) load(name string) (*StructureDefinition, error) {
 		sd.byPath[raw.Path] = e
 	}
 	return sd, nil
+}
+
+// referenceTargets are the resource types that a Reference's target
+// profiles name (http://hl7.org/fhir/StructureDefinition/Patient:
+// Patient); nil when one of them is Resource, which any type matches.
+func referenceTargets(profiles []string) []string {
+	var types []string
+	for _, p := range profiles {
+		t := p[strings.LastIndexByte(p, '/')+1:]
+		if t == "Resource" {
+			return nil
+		}
+		types = append(types, t)
+	}
+	return types
 }
 
 // primitiveRegex compiles a primitive type's format, anchored. The R5

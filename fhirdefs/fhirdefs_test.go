@@ -342,3 +342,60 @@ func TestFHIRPathScanning(t *testing.T) {
 		}
 	}
 }
+
+var openedR4 = sync.OnceValues(func() (*fhirdefs.Package, error) { return fhirdefs.OpenR4(fhirdefstest.PackagesDir()) })
+
+func r4(t *testing.T) *fhirdefs.Validator {
+	t.Helper()
+	defs, err := openedR4()
+	if err != nil {
+		t.Fatalf("%v: run scripts/setup first", err)
+	}
+	return fhirdefs.NewR4Validator(defs)
+}
+
+// TestR4Check: the R4 import's check refuses a literal reference to a
+// type its element does not name (relative, absolute, versioned) and a
+// contained resource's malformed id, as Google's R4 parser did; it takes
+// references it cannot type, R4 JSON's extension sibling of a targeted
+// canonical, and what R5 leaves out. The R5 gate keeps to what R5's schema
+// refuses: no reference targets.
+func TestR4Check(t *testing.T) {
+	v := r4(t)
+	observation := func(performer string) []byte {
+		return []byte(`{"resourceType": "Observation", "status": "final", "code": {"text": "x"}, "performer": [{"reference": "` + performer + `"}]}`)
+	}
+	for _, c := range []struct {
+		name string
+		doc  []byte
+		path string // "": valid
+	}{
+		{"performer an Encounter", observation("Encounter/1"), "Observation.performer[0].reference"},
+		{"absolute, versioned", observation("http://example.org/fhir/Encounter/1/_history/2"), "Observation.performer[0].reference"},
+		{"a device parent a DeviceDefinition", []byte(`{"resourceType": "DeviceMetric", "type": {"text": "x"}, "category": "measurement", "parent": {"reference": "DeviceDefinition/d"}}`), "DeviceMetric.parent.reference"},
+		{"contained id too long", []byte(`{"resourceType": "Observation", "status": "final", "code": {"text": "x"}, "contained": [{"resourceType": "Patient", "id": "` + strings.Repeat("p", 65) + `"}]}`), "Observation.contained[0].id"},
+		{"contained id with a space", []byte(`{"resourceType": "Observation", "status": "final", "code": {"text": "x"}, "contained": [{"resourceType": "Patient", "id": "a b"}]}`), "Observation.contained[0].id"},
+		{"performer a Practitioner", observation("Practitioner/1"), ""},
+		{"absolute Practitioner, versioned", observation("https://example.org/fhir/Practitioner/1/_history/3"), ""},
+		{"contained", observation("#p1"), ""},
+		{"a URN", observation("urn:uuid:9c2a6c4e-3f5b-4b1a-8a44-0e7f1e2d9a10"), ""},
+		{"no type segment", observation("p1"), ""},
+		{"not a resource type", observation("Foo/1"), ""},
+		{"any resource", []byte(`{"resourceType": "Provenance", "target": [{"reference": "Encounter/1"}], "recorded": "2020-01-01T00:00:00Z", "agent": [{"who": {"reference": "Practitioner/1"}}]}`), ""},
+		{"targeted canonical's sibling", []byte(`{"resourceType": "Questionnaire", "status": "draft", "derivedFrom": ["http://x/q"], "_derivedFrom": [{"extension": [{"url": "http://x", "valueString": "y"}]}]}`), ""},
+	} {
+		issues, err := v.Validate(c.doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case c.path == "" && len(issues) > 0:
+			t.Errorf("%s: refused: %v", c.name, issues)
+		case c.path != "" && !slices.ContainsFunc(issues, func(i fhirdefs.Issue) bool { return i.Expression == c.path }):
+			t.Errorf("%s: no issue at %s: %v", c.name, c.path, issues)
+		}
+	}
+	if issues, _ := r5(t).Validate([]byte(`{"resourceType": "Observation", "status": "final", "code": {"text": "x"}, "performer": [{"reference": "Encounter/1"}]}`)); len(issues) > 0 {
+		t.Errorf("R5 checks reference targets: %v", issues)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,12 +29,41 @@ func (i Issue) String() string { return i.Expression + ": " + i.Message }
 type Validator struct {
 	defs  *Package
 	terms *Terminology
+	// r4 is the R4 import's check (NewR4Validator).
+	r4 bool
 }
 
 // NewValidator returns a validator over the definitions; terms may be nil
 // (bindings are then not checked).
 func NewValidator(defs *Package, terms *Terminology) *Validator {
 	return &Validator{defs: defs, terms: terms}
+}
+
+// NewR4Validator returns a validator of R4 resources over R4's
+// definitions (OpenR4): the R4 import's check of its input, before the
+// conversion. Beyond what NewValidator checks, it refuses a literal
+// reference to a resource type its element does not name
+// (Observation.performer refers to a Practitioner, not an Encounter), as
+// Google's R4 parser did before it. The R5 gate does not: it refuses
+// what the official R5 JSON Schema refuses, which does not check them
+// (and five official R5 examples point to other types). R4's JSON
+// differs from R5's in one place the validator meets: a canonical that
+// names its target types may have its primitive extension sibling
+// (StructureDefinition._baseDefinition). Bindings are not checked (no R4
+// expansions package is installed); the R5 validation of the converted
+// resource checks R5's.
+func NewR4Validator(defs *Package) *Validator {
+	return &Validator{defs: defs, r4: true}
+}
+
+// extensionSibling reports whether an element of type typ may have its
+// primitive extension sibling _name (Package.ExtensionSibling, with R4
+// JSON's rule for targeted canonicals).
+func (v *Validator) extensionSibling(el *Element, typ string) bool {
+	if v.r4 && typ == "canonical" && el.TargetedCanonical {
+		return true
+	}
+	return v.defs.ExtensionSibling(el, typ)
 }
 
 // maxDepth bounds the nesting of a resource, so that a hostile one cannot
@@ -138,7 +168,7 @@ func (w *walk) object(path string, sd *StructureDefinition, defPath string, obj 
 		for _, key := range keys {
 			seen[key.name], seen["_"+key.name] = true, true
 			ext, hasExt := obj["_"+key.name]
-			if hasExt && !w.v.defs.ExtensionSibling(el, key.typ) {
+			if hasExt && !w.v.extensionSibling(el, key.typ) {
 				w.add(path+"."+key.name, "%q is not allowed: %s has no primitive extension sibling in R5 JSON", "_"+key.name, key.name)
 				ext = nil
 			}
@@ -337,11 +367,42 @@ func (w *walk) value(path string, sd *StructureDefinition, el *Element, typ stri
 		if err := w.object(path, tsd, tsd.Type, obj, depth+1, false); err != nil {
 			return err
 		}
+		if w.v.r4 && typ == "Reference" && len(el.Targets) > 0 {
+			w.referenceTarget(path, el.Targets, obj)
+		}
 	}
 	if el.Binding != nil && el.Binding.Strength == "required" {
 		w.binding(path, el.Binding.ValueSet, typ, value)
 	}
 	return nil
+}
+
+// referenceTarget checks that a literal reference (Patient/123, an
+// absolute URL ending in Patient/123, either with /_history/<version>)
+// names a resource type among the element's targets. References to
+// contained resources (#p1), URNs (urn:uuid:...) and type segments that
+// name no resource type are left alone: what they point to is not told
+// by their text.
+func (w *walk) referenceTarget(path string, targets []string, obj map[string]any) {
+	ref, _ := obj["reference"].(string)
+	if ref == "" || strings.HasPrefix(ref, "#") || strings.HasPrefix(ref, "urn:") {
+		return
+	}
+	if i := strings.Index(ref, "/_history/"); i >= 0 {
+		ref = ref[:i]
+	}
+	i := strings.LastIndexByte(ref, '/')
+	if i <= 0 {
+		return
+	}
+	rt := ref[strings.LastIndexByte(ref[:i], '/')+1 : i]
+	if slices.Contains(targets, rt) {
+		return
+	}
+	if sd, err := w.v.defs.Type(rt); err != nil || sd.Kind != "resource" {
+		return
+	}
+	w.add(path+".reference", "refers to a %s; this element refers to %s", rt, strings.Join(targets, ", "))
 }
 
 // systemValue checks the FHIRPath System types that definitions use for

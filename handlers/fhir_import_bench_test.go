@@ -63,10 +63,7 @@ func benchImporter(b *testing.B) (*converter.Importer, *fhirdefs.Validator, *fhi
 	if err != nil {
 		b.Fatal(err)
 	}
-	importer, err := converter.NewImporter(engine)
-	if err != nil {
-		b.Fatal(err)
-	}
+	importer := converter.NewImporter(engine)
 	return importer, validator, catalog
 }
 

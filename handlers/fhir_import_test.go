@@ -126,7 +126,7 @@ func TestImportR4RequestChecks(t *testing.T) {
 func TestImportR4OneResource(t *testing.T) {
 	w := fxNewImported(t)
 	src := fmt.Sprint(w.aliceSrc.ID)
-	longID := strings.Repeat("x", 100) // the R4 parser refuses ids over 64 characters
+	longID := strings.Repeat("x", 100) // an R4 id has at most 64 characters
 	condition := `{"resourceType": "Condition", "id": "` + longID + `",
 		"clinicalStatus": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active"}]},
 		"code": {"coding": [{"system": "http://snomed.info/sct", "code": "44054006"}]},
@@ -246,7 +246,7 @@ func TestImportR4Bundle(t *testing.T) {
 		map[string]any{"resource": json.RawMessage(`{"resourceType": "Patient", "id": "p1"}`), "request": map[string]any{"method": "PUT", "url": "Patient/p1"}},
 		// 3: a type no R4 -> R5 map converts (R5 has no Media).
 		map[string]any{"resource": json.RawMessage(`{"resourceType": "Media", "id": "m1", "status": "completed", "content": {"contentType": "image/png"}}`)},
-		// 4: malformed R4 (a date the R4 parser refuses).
+		// 4: malformed R4 (a date the R4 check refuses).
 		map[string]any{"resource": json.RawMessage(`{"resourceType": "Patient", "id": "p2", "birthDate": "yesterday"}`)},
 		// 5: an Open mHealth heart rate: the native path.
 		map[string]any{"resource": hr},
@@ -276,7 +276,7 @@ func TestImportR4Bundle(t *testing.T) {
 		{"201 Created", "warning informational [Device.patient]"},
 		{"400 Bad Request", "error invalid [Bundle.entry[2].request.method]"},
 		{"400 Bad Request", "error not-supported <nil>"},
-		{"400 Bad Request", "error invalid [Patient]"},
+		{"400 Bad Request", "error invalid [Patient.birthDate]"},
 		{"400 Bad Request", "error invalid [Observation.valueAttachment.contentType]"},
 		{"400 Bad Request", "error invalid [Bundle.entry[6].resource]"},
 		{"400 Bad Request", "error not-supported <nil>"},

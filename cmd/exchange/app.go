@@ -281,5 +281,5 @@ func openImporter(s *settings, r5 *fhirdefs.Package, log *slog.Logger) (domain.R
 	}
 	runtime.ReadMemStats(&after)
 	log.Info("R4 import maps compiled", "maps", engine.Describe(), "heapMB", float64(after.HeapAlloc-min(before.HeapAlloc, after.HeapAlloc))/(1<<20))
-	return converter.NewImporter(engine)
+	return converter.NewImporter(engine), nil
 }

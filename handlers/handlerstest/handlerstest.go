@@ -140,10 +140,7 @@ var r5 = sync.OnceValues(func() (*r5Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	importer, err := converter.NewImporter(engine)
-	if err != nil {
-		return nil, err
-	}
+	importer := converter.NewImporter(engine)
 	return &r5Model{validator, catalog, importer}, nil
 })
 
