@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -143,4 +144,24 @@ func TestExtensionSiblingsFollowTheR5Schema(t *testing.T) {
 type elementKeyOf struct {
 	el  *Element
 	typ string
+}
+
+// FuzzFastFormats: each format checked by hand matches what its regular
+// expression matches.
+func FuzzFastFormats(f *testing.F) {
+	for _, s := range []string{"", "a", "a b", "a  b", " a", "a ", "a\tb", "a\nb", "http://x/y", "x y", "\u00a0", "\xff",
+		"abc-DEF.09", strings.Repeat("a", 64), strings.Repeat("a", 65), "a_b", "a\t\tb", "\ta"} {
+		f.Add(s)
+	}
+	res := map[string]*regexp.Regexp{}
+	for expr := range fastFormats {
+		res[expr] = regexp.MustCompile(`^(?:` + expr + `)$`)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for expr, match := range fastFormats {
+			if got, want := match(s), res[expr].MatchString(s); got != want {
+				t.Errorf("%s on %q: %v, the expression %v", expr, s, got, want)
+			}
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -31,6 +32,9 @@ type Validator struct {
 	terms *Terminology
 	// r4 is the R4 import's check (NewR4Validator).
 	r4 bool
+	// tables holds an *objectDef per defKey: how each definition path's
+	// objects are read, resolved on first use (nil: no elements there).
+	tables sync.Map
 }
 
 // NewValidator returns a validator over the definitions; terms may be nil
@@ -73,16 +77,35 @@ const maxDepth = 48
 // maxIssues stops a hopeless resource early.
 const maxIssues = 100
 
-// walk carries one validation.
+// walk carries one validation. path is the FHIRPath of the value being
+// checked, built in place (appended to and cut back as the walk goes
+// down and up), made a string only for an issue.
 type walk struct {
 	v      *Validator
 	issues []Issue
+	path   []byte
 }
 
-func (w *walk) add(path, format string, args ...any) {
+// add records an issue at the current path.
+func (w *walk) add(format string, args ...any) {
 	if len(w.issues) < maxIssues {
-		w.issues = append(w.issues, Issue{Expression: path, Message: fmt.Sprintf(format, args...)})
+		w.issues = append(w.issues, Issue{Expression: string(w.path), Message: fmt.Sprintf(format, args...)})
 	}
+}
+
+// member moves the path down to a member and returns where to cut it back.
+func (w *walk) member(name string) int {
+	n := len(w.path)
+	w.path = append(append(w.path, '.'), name...)
+	return n
+}
+
+// item moves the path down to an array item and returns where to cut it
+// back.
+func (w *walk) item(i int) int {
+	n := len(w.path)
+	w.path = append(strconv.AppendInt(append(w.path, '['), int64(i), 10), ']')
+	return n
 }
 
 // ElementMax returns the maximum cardinality of a resource type's
@@ -112,116 +135,124 @@ func (v *Validator) Validate(data []byte) ([]Issue, error) {
 
 // ValidateObject checks a resource decoded with json.Decoder.UseNumber.
 func (v *Validator) ValidateObject(obj map[string]any) ([]Issue, error) {
-	w := &walk{v: v}
-	if err := w.resource("", obj, 0); err != nil {
+	w := &walk{v: v, path: make([]byte, 0, 128)}
+	if err := w.resource(obj, 0); err != nil {
 		return nil, err
 	}
 	return w.issues, nil
 }
 
-// resource validates a resource at path (empty for the root: its type).
-func (w *walk) resource(path string, obj map[string]any, depth int) error {
+// resource validates a resource at the current path (empty for the root:
+// it becomes the resource's type).
+func (w *walk) resource(obj map[string]any, depth int) error {
 	rt, _ := obj["resourceType"].(string)
-	if path == "" {
-		path = rt
+	if len(w.path) == 0 {
+		w.path = append(w.path, rt...)
 	}
 	if rt == "" {
-		w.add(path, "resourceType is missing")
+		w.add("resourceType is missing")
 		return nil
 	}
 	sd, err := w.v.defs.Type(rt)
 	if errors.Is(err, ErrUnknownType) || (err == nil && (sd.Kind != "resource" || sd.Abstract)) {
-		w.add(path, "%q is not a resource type", rt)
+		w.add("%q is not a resource type", rt)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return w.object(path, sd, rt, obj, depth+1, true)
+	return w.object(sd, rt, obj, depth+1, true)
 }
 
-// object validates the elements of an object against the children of a
-// definition path.
-func (w *walk) object(path string, sd *StructureDefinition, defPath string, obj map[string]any, depth int, isResource bool) error {
-	if depth > maxDepth {
-		w.add(path, "nested too deeply")
-		return nil
-	}
-	children := sd.Children(defPath)
-	if len(children) == 0 {
-		w.add(path, "the definition of %s has no elements", defPath)
-		return nil
-	}
-	seen := map[string]bool{}
-	if isResource {
-		seen["resourceType"] = true
-	}
-	for _, el := range children {
-		keys := w.keysOf(el, obj)
-		if len(keys) > 1 {
-			names := make([]string, len(keys))
-			for i, k := range keys {
-				names[i] = k.name
-			}
-			w.add(path+"."+el.Name, "only one of %s may be given", strings.Join(names, ", "))
-		}
-		for _, key := range keys {
-			seen[key.name], seen["_"+key.name] = true, true
-			ext, hasExt := obj["_"+key.name]
-			if hasExt && !w.v.extensionSibling(el, key.typ) {
-				w.add(path+"."+key.name, "%q is not allowed: %s has no primitive extension sibling in R5 JSON", "_"+key.name, key.name)
-				ext = nil
-			}
-			if err := w.element(path+"."+key.name, sd, el, key.typ, obj[key.name], ext, depth); err != nil {
-				return err
-			}
-		}
-	}
-	for key := range obj {
-		if !seen[key] {
-			w.add(path+"."+strings.TrimPrefix(key, "_"), "%q is not an element of %s", key, defPath)
-		}
-	}
-	for _, el := range children {
-		if el.Min > 0 && len(w.keysOf(el, obj)) == 0 {
-			w.add(path+"."+el.Name, "is required (min %d)", el.Min)
-		}
-	}
-	return nil
+// objectDef is how the objects at one path of a definition are read:
+// its elements in the definition's order, each with the JSON keys it
+// covers, and every such key, resolved once per validator (objectDef).
+type objectDef struct {
+	elems    []elemDef
+	keys     map[string]keyRef // a value's name and its extension sibling's
+	required []int             // the elements of min > 0
 }
 
-// elementKey is a key of the JSON object that an element covers, with the
-// type it carries (for a choice, the one its suffix names).
-type elementKey struct {
-	name, typ string
+// elemDef is one element and the keys it covers: its name, or for a
+// choice value[x] one per type (valueQuantity, ...), in the definition's
+// order.
+type elemDef struct {
+	el   *Element
+	keys []keyDef
 }
 
-// keysOf returns the keys of obj an element covers: its name (or the name
-// of its extension sibling _name), or for a choice value[x] each valueType.
-func (w *walk) keysOf(el *Element, obj map[string]any) []elementKey {
-	if !el.Choice() {
-		_, v := obj[el.Name]
-		_, ext := obj["_"+el.Name]
-		if !v && !ext {
-			return nil
-		}
-		typ := ""
-		if len(el.Types) == 1 {
-			typ = el.Types[0]
-		}
-		return []elementKey{{el.Name, typ}}
+// keyDef is a JSON key of an element and the type it carries.
+type keyDef struct {
+	name, ext string // valueQuantity, _valueQuantity
+	typ       string // "" when the element's type cannot be told
+	// sibling is whether ext is allowed (Validator.extensionSibling).
+	sibling bool
+	// def is typ's definition, or why there is none (a System type, a
+	// type the package does not define).
+	def    *StructureDefinition
+	defErr error
+}
+
+// keyRef places a JSON key: its element and key in objectDef.elems, and
+// whether it is the extension sibling.
+type keyRef struct {
+	elem, key int
+	ext       bool
+}
+
+// defKey names the objects of a definition path.
+type defKey struct {
+	sd   *StructureDefinition
+	path string
+}
+
+// objectDef returns the table of a definition path (nil when the
+// definition has no elements there), built on first use.
+func (v *Validator) objectDef(sd *StructureDefinition, path string) *objectDef {
+	if od, ok := v.tables.Load(defKey{sd, path}); ok {
+		return od.(*objectDef)
 	}
-	base := strings.TrimSuffix(el.Name, "[x]")
-	var keys []elementKey
-	for _, t := range el.Types {
-		name := base + upperFirst(t)
-		_, v := obj[name]
-		_, ext := obj["_"+name]
-		if v || ext {
-			keys = append(keys, elementKey{name, t})
+	children := sd.Children(path)
+	var od *objectDef
+	kept := true // false when a definition could not be read: try again next time
+	if len(children) > 0 {
+		od = &objectDef{keys: map[string]keyRef{}}
+		for i, el := range children {
+			e := elemDef{el: el}
+			if !el.Choice() {
+				typ := ""
+				if len(el.Types) == 1 {
+					typ = el.Types[0]
+				}
+				e.keys = []keyDef{v.keyDef(el, el.Name, typ)}
+			} else {
+				base := strings.TrimSuffix(el.Name, "[x]")
+				for _, t := range el.Types {
+					e.keys = append(e.keys, v.keyDef(el, base+upperFirst(t), t))
+				}
+			}
+			for k, kd := range e.keys {
+				kept = kept && (kd.defErr == nil || errors.Is(kd.defErr, ErrUnknownType))
+				od.keys[kd.name] = keyRef{elem: i, key: k}
+				od.keys[kd.ext] = keyRef{elem: i, key: k, ext: true}
+			}
+			if el.Min > 0 {
+				od.required = append(od.required, i)
+			}
+			od.elems = append(od.elems, e)
 		}
 	}
-	return keys
+	if !kept {
+		return od
+	}
+	actual, _ := v.tables.LoadOrStore(defKey{sd, path}, od)
+	return actual.(*objectDef)
+}
+
+func (v *Validator) keyDef(el *Element, name, typ string) keyDef {
+	kd := keyDef{name: name, ext: "_" + name, typ: typ, sibling: v.extensionSibling(el, typ)}
+	kd.def, kd.defErr = v.defs.Type(typ)
+	return kd
 }
 
 func upperFirst(s string) string {
@@ -229,51 +260,154 @@ func upperFirst(s string) string {
 	return string(unicode.ToUpper(r)) + s[n:]
 }
 
+// member is a key of an object being validated, placed.
+type present struct {
+	keyRef
+	value any
+}
+
+// object validates the elements of an object against the children of a
+// definition path: in the definition's order, then the keys no element
+// covers (by name), then the required elements missing.
+func (w *walk) object(sd *StructureDefinition, defPath string, obj map[string]any, depth int, isResource bool) error {
+	if depth > maxDepth {
+		w.add("nested too deeply")
+		return nil
+	}
+	od := w.v.objectDef(sd, defPath)
+	if od == nil {
+		w.add("the definition of %s has no elements", defPath)
+		return nil
+	}
+	var buf [32]present
+	found := buf[:0]
+	var unknown []string
+	for k, v := range obj {
+		if ref, ok := od.keys[k]; ok {
+			found = append(found, present{ref, v})
+		} else if k != "resourceType" || !isResource {
+			unknown = append(unknown, k)
+		}
+	}
+	slices.SortFunc(found, func(a, b present) int {
+		if a.elem != b.elem {
+			return a.elem - b.elem
+		}
+		if a.key != b.key {
+			return a.key - b.key
+		}
+		if a.ext == b.ext {
+			return 0
+		} else if b.ext {
+			return -1
+		}
+		return 1
+	})
+	for i := 0; i < len(found); {
+		e := &od.elems[found[i].elem]
+		j := i + 1
+		for j < len(found) && found[j].elem == found[i].elem {
+			j++
+		}
+		if found[j-1].key != found[i].key { // two keys of one choice
+			var names []string
+			for _, f := range found[i:j] {
+				if name := e.keys[f.key].name; !slices.Contains(names, name) {
+					names = append(names, name)
+				}
+			}
+			n := w.member(e.el.Name)
+			w.add("only one of %s may be given", strings.Join(names, ", "))
+			w.path = w.path[:n]
+		}
+		for i < j {
+			kd := &e.keys[found[i].key]
+			var value, ext any
+			hasExt := false
+			for k := i; k < j && found[k].key == found[i].key; k++ {
+				if found[k].ext {
+					ext, hasExt = found[k].value, true
+				} else {
+					value = found[k].value
+				}
+				i = k + 1
+			}
+			n := w.member(kd.name)
+			if hasExt && !kd.sibling {
+				w.add("%q is not allowed: %s has no primitive extension sibling in R5 JSON", kd.ext, kd.name)
+				ext = nil
+			}
+			err := w.element(sd, e.el, kd, value, ext, depth)
+			w.path = w.path[:n]
+			if err != nil {
+				return err
+			}
+		}
+	}
+	slices.Sort(unknown)
+	for _, k := range unknown {
+		n := w.member(strings.TrimPrefix(k, "_"))
+		w.add("%q is not an element of %s", k, defPath)
+		w.path = w.path[:n]
+	}
+	for _, r := range od.required {
+		if !slices.ContainsFunc(found, func(f present) bool { return f.elem == r }) {
+			el := od.elems[r].el
+			n := w.member(el.Name)
+			w.add("is required (min %d)", el.Min)
+			w.path = w.path[:n]
+		}
+	}
+	return nil
+}
+
 // element validates one element's value (and its primitive extension
 // sibling): cardinality, then each item by type.
-func (w *walk) element(path string, sd *StructureDefinition, el *Element, typ string, value, ext any, depth int) error {
+func (w *walk) element(sd *StructureDefinition, el *Element, kd *keyDef, value, ext any, depth int) error {
 	items, isArray := value.([]any)
 	if value != nil {
 		switch {
 		case el.Max == 1 && isArray:
-			w.add(path, "is a single value, not an array")
+			w.add("is a single value, not an array")
 			return nil
 		case el.Max != 1 && !isArray:
-			w.add(path, "is an array (max %s)", maxString(el.Max))
+			w.add("is an array (max %s)", maxString(el.Max))
 			return nil
 		}
-	}
-	if !isArray {
-		items = []any{value}
 	}
 	if isArray {
 		if len(items) == 0 {
-			w.add(path, "an empty array is not allowed")
+			w.add("an empty array is not allowed")
 		}
 		if el.Max > 1 && len(items) > el.Max {
-			w.add(path, "has %d items; at most %d are allowed", len(items), el.Max)
+			w.add("has %d items; at most %d are allowed", len(items), el.Max)
 		}
 	}
 	if len(w.issues) >= maxIssues {
 		return nil
 	}
-	for i, item := range items {
-		p := path
-		if isArray {
-			p = fmt.Sprintf("%s[%d]", path, i)
-		}
-		if item == nil {
-			if value != nil {
-				w.add(p, "null is not a value")
-			}
-			continue
-		}
-		if err := w.value(p, sd, el, typ, item, depth); err != nil {
+	switch {
+	case !isArray && value != nil:
+		if err := w.value(sd, el, kd, value, depth); err != nil {
 			return err
+		}
+	case isArray:
+		for i, item := range items {
+			n := w.item(i)
+			var err error
+			if item == nil {
+				w.add("null is not a value")
+			} else {
+				err = w.value(sd, el, kd, item, depth)
+			}
+			w.path = w.path[:n]
+			if err != nil {
+				return err
+			}
 		}
 	}
 	if ext != nil {
-		w.primitiveExtensions(path, ext, value != nil, isArray, len(items))
+		w.primitiveExtensions(ext, value != nil, isArray, len(items))
 	}
 	return nil
 }
@@ -288,91 +422,94 @@ func maxString(n int) string {
 // primitiveExtensions checks the _element sibling of a primitive: an
 // object (or an array of objects or nulls, parallel to the values) with
 // only id and extension.
-func (w *walk) primitiveExtensions(path string, ext any, hasValue, isArray bool, n int) {
-	check := func(p string, v any) {
+func (w *walk) primitiveExtensions(ext any, hasValue, isArray bool, n int) {
+	check := func(v any) {
 		if v == nil {
 			return
 		}
 		m, ok := v.(map[string]any)
 		if !ok {
-			w.add(p, "a primitive's extension sibling is an object")
+			w.add("a primitive's extension sibling is an object")
 			return
 		}
 		for k := range m {
 			if k != "id" && k != "extension" {
-				w.add(p, "%q is not allowed beside a primitive value (id, extension)", k)
+				w.add("%q is not allowed beside a primitive value (id, extension)", k)
 			}
 		}
 	}
 	if arr, ok := ext.([]any); ok {
 		// Extensions may stand without values; beside values they line up.
 		if hasValue && (!isArray || len(arr) != n) {
-			w.add(path, "the extension sibling does not line up with the values")
+			w.add("the extension sibling does not line up with the values")
 			return
 		}
 		for i, v := range arr {
-			check(fmt.Sprintf("%s[%d]", path, i), v)
+			at := w.item(i)
+			check(v)
+			w.path = w.path[:at]
 		}
 		return
 	}
-	check(path, ext)
+	check(ext)
 }
 
 // value validates one value of an element by its type.
-func (w *walk) value(path string, sd *StructureDefinition, el *Element, typ string, value any, depth int) error {
+func (w *walk) value(sd *StructureDefinition, el *Element, kd *keyDef, value any, depth int) error {
+	typ := kd.typ
 	switch {
 	case el.ContentRef != "":
 		obj, ok := value.(map[string]any)
 		if !ok {
-			w.add(path, "is an object")
+			w.add("is an object")
 			return nil
 		}
-		return w.object(path, sd, el.ContentRef, obj, depth+1, false)
+		return w.object(sd, el.ContentRef, obj, depth+1, false)
 	case typ == "" && len(el.Types) > 1:
-		w.add(path, "the type of this element cannot be told")
+		w.add("the type of this element cannot be told")
 		return nil
 	case strings.HasPrefix(typ, "http://hl7.org/fhirpath/System."):
-		return w.systemValue(path, typ, value)
+		return w.systemValue(typ, value)
 	case typ == "BackboneElement" || typ == "Element" && len(sd.Children(el.Path)) > 0:
 		obj, ok := value.(map[string]any)
 		if !ok {
-			w.add(path, "is an object")
+			w.add("is an object")
 			return nil
 		}
-		return w.object(path, sd, el.Path, obj, depth+1, false)
+		return w.object(sd, el.Path, obj, depth+1, false)
 	case typ == "Resource":
 		obj, ok := value.(map[string]any)
 		if !ok {
-			w.add(path, "is a resource (an object with resourceType)")
+			w.add("is a resource (an object with resourceType)")
 			return nil
 		}
-		return w.resource(path, obj, depth+1)
+		return w.resource(obj, depth+1)
 	}
-	tsd, err := w.v.defs.Type(typ)
+	tsd, err := kd.def, kd.defErr
 	if errors.Is(err, ErrUnknownType) {
-		w.add(path, "has the unknown type %s", typ)
+		w.add("has the unknown type %s", typ)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if tsd.Kind == "primitive-type" {
-		w.primitive(path, tsd, value)
+		w.primitive(tsd, value)
 	} else {
 		obj, ok := value.(map[string]any)
 		if !ok {
-			w.add(path, "is a %s (an object)", typ)
+			w.add("is a %s (an object)", typ)
 			return nil
 		}
-		if err := w.object(path, tsd, tsd.Type, obj, depth+1, false); err != nil {
+		if err := w.object(tsd, tsd.Type, obj, depth+1, false); err != nil {
 			return err
 		}
 		if w.v.r4 && typ == "Reference" && len(el.Targets) > 0 {
-			w.referenceTarget(path, el.Targets, obj)
+			w.referenceTarget(el.Targets, obj)
 		}
 	}
 	if el.Binding != nil && el.Binding.Strength == "required" {
-		w.binding(path, el.Binding.ValueSet, typ, value)
+		w.binding(el.Binding.ValueSet, typ, value)
 	}
 	return nil
 }
@@ -383,7 +520,7 @@ func (w *walk) value(path string, sd *StructureDefinition, el *Element, typ stri
 // contained resources (#p1), URNs (urn:uuid:...) and type segments that
 // name no resource type are left alone: what they point to is not told
 // by their text.
-func (w *walk) referenceTarget(path string, targets []string, obj map[string]any) {
+func (w *walk) referenceTarget(targets []string, obj map[string]any) {
 	ref, _ := obj["reference"].(string)
 	if ref == "" || strings.HasPrefix(ref, "#") || strings.HasPrefix(ref, "urn:") {
 		return
@@ -402,25 +539,27 @@ func (w *walk) referenceTarget(path string, targets []string, obj map[string]any
 	if sd, err := w.v.defs.Type(rt); err != nil || sd.Kind != "resource" {
 		return
 	}
-	w.add(path+".reference", "refers to a %s; this element refers to %s", rt, strings.Join(targets, ", "))
+	n := w.member("reference")
+	w.add("refers to a %s; this element refers to %s", rt, strings.Join(targets, ", "))
+	w.path = w.path[:n]
 }
 
 // systemValue checks the FHIRPath System types that definitions use for
 // ids and extension URLs: strings.
-func (w *walk) systemValue(path, typ string, value any) error {
+func (w *walk) systemValue(typ string, value any) error {
 	switch strings.TrimPrefix(typ, "http://hl7.org/fhirpath/System.") {
 	case "String":
 		s, ok := value.(string)
 		if !ok || s == "" {
-			w.add(path, "is a non-empty string")
+			w.add("is a non-empty string")
 		}
 	case "Boolean":
 		if _, ok := value.(bool); !ok {
-			w.add(path, "is true or false")
+			w.add("is true or false")
 		}
 	default:
 		if _, ok := value.(string); !ok {
-			w.add(path, "is a string")
+			w.add("is a string")
 		}
 	}
 	return nil
@@ -430,63 +569,63 @@ func (w *walk) systemValue(path, typ string, value any) error {
 var jsonNumberTypes = map[string]bool{"integer": true, "positiveInt": true, "unsignedInt": true, "decimal": true}
 
 // primitive checks a primitive value's JSON kind and format.
-func (w *walk) primitive(path string, sd *StructureDefinition, value any) {
+func (w *walk) primitive(sd *StructureDefinition, value any) {
 	t := sd.Type
 	switch {
 	case t == "boolean":
 		if _, ok := value.(bool); !ok {
-			w.add(path, "is true or false, not %s", describe(value))
+			w.add("is true or false, not %s", describe(value))
 		}
 		return
 	case jsonNumberTypes[t]:
 		n, ok := value.(json.Number)
 		if !ok {
-			w.add(path, "is a number (%s), not %s", t, describe(value))
+			w.add("is a number (%s), not %s", t, describe(value))
 			return
 		}
 		text := n.String()
-		if sd.Regex != nil && !sd.Regex.MatchString(text) {
-			w.add(path, "%s is not a valid %s", text, t)
+		if !sd.Matches(text) {
+			w.add("%s is not a valid %s", text, t)
 			return
 		}
 		if t != "decimal" {
 			i, err := strconv.ParseInt(text, 10, 64)
 			switch {
 			case err != nil || i > math.MaxInt32 || i < math.MinInt32:
-				w.add(path, "%s is out of the range of a 32-bit %s", text, t)
+				w.add("%s is out of the range of a 32-bit %s", text, t)
 			case t == "positiveInt" && i < 1:
-				w.add(path, "%s is not positive", text)
+				w.add("%s is not positive", text)
 			case t == "unsignedInt" && i < 0:
-				w.add(path, "%s is negative", text)
+				w.add("%s is negative", text)
 			}
 		}
 		return
 	}
 	s, ok := value.(string)
 	if !ok {
-		w.add(path, "is a string (%s), not %s", t, describe(value))
+		w.add("is a string (%s), not %s", t, describe(value))
 		return
 	}
 	if strings.TrimSpace(s) == "" {
-		w.add(path, "an empty %s is not allowed", t)
+		w.add("an empty %s is not allowed", t)
 		return
 	}
 	if len(s) > 1<<20 && t != "base64Binary" {
-		w.add(path, "is longer than 1 MiB")
+		w.add("is longer than 1 MiB")
 		return
 	}
-	if sd.Regex != nil && t != "string" && t != "markdown" && !sd.Regex.MatchString(s) {
-		w.add(path, "%q is not a valid %s", truncate(s), t)
+	if t != "string" && t != "markdown" && !sd.Matches(s) {
+		w.add("%q is not a valid %s", truncate(s), t)
 		return
 	}
 	if (t == "date" || t == "dateTime" || t == "instant") && !realDate(s) {
-		w.add(path, "%q is not a calendar date", truncate(s))
+		w.add("%q is not a calendar date", truncate(s))
 	}
 	if t == "dateTime" && len(s) > 10 && !hasOffset(s) {
-		w.add(path, "%q has a time but no time zone (Z or +hh:mm)", truncate(s))
+		w.add("%q has a time but no time zone (Z or +hh:mm)", truncate(s))
 	}
 	if t == "xhtml" && !strings.HasPrefix(strings.TrimSpace(s), "<div") {
-		w.add(path, "narrative xhtml is a <div> element")
+		w.add("narrative xhtml is a <div> element")
 	}
 }
 
@@ -532,15 +671,15 @@ func describe(v any) string {
 
 // binding checks a value of a required binding against its value set,
 // when the terminology enumerates it.
-func (w *walk) binding(path, valueSet, typ string, value any) {
-	check := func(_, system, code string) (bool, bool) {
+func (w *walk) binding(valueSet, typ string, value any) {
+	check := func(system, code string) (bool, bool) {
 		return w.v.terms.Contains(valueSet, system, code)
 	}
 	switch typ {
 	case "code":
 		if s, ok := value.(string); ok {
-			if in, known := check(path, "", s); known && !in {
-				w.add(path, "%q is not in the required value set %s", s, valueSet)
+			if in, known := check("", s); known && !in {
+				w.add("%q is not in the required value set %s", s, valueSet)
 			}
 		}
 	case "Coding":
@@ -548,8 +687,8 @@ func (w *walk) binding(path, valueSet, typ string, value any) {
 			system, _ := m["system"].(string)
 			code, _ := m["code"].(string)
 			if code != "" {
-				if in, known := check(path, system, code); known && !in {
-					w.add(path, "%s|%s is not in the required value set %s", system, code, valueSet)
+				if in, known := check(system, code); known && !in {
+					w.add("%s|%s is not in the required value set %s", system, code, valueSet)
 				}
 			}
 		}
@@ -566,12 +705,12 @@ func (w *walk) binding(path, valueSet, typ string, value any) {
 			cm, _ := c.(map[string]any)
 			system, _ := cm["system"].(string)
 			code, _ := cm["code"].(string)
-			in, known := check(path, system, code)
+			in, known := check(system, code)
 			if !known || in {
 				return
 			}
 		}
-		w.add(path, "no coding is in the required value set %s", valueSet)
+		w.add("no coding is in the required value set %s", valueSet)
 	}
 }
 
