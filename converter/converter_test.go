@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"exchange/converter"
+	"exchange/domain"
 	"exchange/fhirdefs"
 	"exchange/fhirdefs/fhirdefstest"
 	"exchange/internal/benchcpu"
@@ -120,7 +121,7 @@ func engine(t testing.TB) *converter.Engine {
 
 func convert(t testing.TB, r4 string) *converter.Result {
 	t.Helper()
-	m, err := converter.DecodeJSON([]byte(r4))
+	m, err := domain.DecodeJSON([]byte(r4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestPatches(t *testing.T) {
 	if s := e.Stats(); s.Patched != 3 || s.Groups != 633 {
 		t.Errorf("stats %+v: want 3 patched rules and 633 groups", s)
 	}
-	m, _ := converter.DecodeJSON([]byte(`{"resourceType":"Condition","id":"c1","recordedDate":"2024-02-03","subject":{"reference":"Patient/p"},"clinicalStatus":{"text":"active"}}`))
+	m, _ := domain.DecodeJSON([]byte(`{"resourceType":"Condition","id":"c1","recordedDate":"2024-02-03","subject":{"reference":"Patient/p"},"clinicalStatus":{"text":"active"}}`))
 	res, err := e.Convert(m)
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +229,7 @@ func TestNotConverted(t *testing.T) {
 	}
 	// Nor inside another resource: a contained Media is dropped and
 	// reported, the Patient around it converted.
-	m, _ := converter.DecodeJSON([]byte(`{"resourceType":"Patient","gender":"female",
+	m, _ := domain.DecodeJSON([]byte(`{"resourceType":"Patient","gender":"female",
 		"contained":[{"resourceType":"Media","id":"m1","status":"completed","content":{"contentType":"image/png"}}]}`))
 	res, err := e.Convert(m)
 	if err != nil || strings.Contains(string(res.Resource), "Media") || !slices.Contains(res.Dropped, "Patient.contained") {
@@ -420,7 +421,7 @@ func TestTranslateCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := converter.DecodeJSON([]byte(`{"resourceType":"Encounter","status":"finished","class":{"code":"AMB"}}`))
+	m, _ := domain.DecodeJSON([]byte(`{"resourceType":"Encounter","status":"finished","class":{"code":"AMB"}}`))
 	res, err := plain.Convert(m)
 	if err != nil || !strings.Contains(string(res.Resource), `"status":"finished"`) || len(res.Translated) != 0 {
 		t.Errorf("pass-through: %s %v %v", res.Resource, res.Translated, err)
@@ -493,7 +494,7 @@ func BenchmarkConvert(b *testing.B) {
 			b.ReportAllocs()
 			defer benchcpu.Per(b, 1, "res")()
 			for i := 0; b.Loop(); i++ {
-				m, err := converter.DecodeJSON(inputs[i%len(inputs)])
+				m, err := domain.DecodeJSON(inputs[i%len(inputs)])
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -511,7 +512,7 @@ func TestNestedRuleErrorIsSkipped(t *testing.T) {
 	e := patched(t, "nested.fml", "group Condition(source src, target tgt) {\n"+
 		"  src.code as c then { c.noSuchElement -> tgt.code; c.text as x -> tgt.note as n, n.text = x; } \"nested\";\n"+
 		"}\n")
-	m, _ := converter.DecodeJSON([]byte(`{"resourceType":"Condition","clinicalStatus":{"text":"active"},"code":{"text":"flu"},"subject":{"reference":"Patient/p"}}`))
+	m, _ := domain.DecodeJSON([]byte(`{"resourceType":"Condition","clinicalStatus":{"text":"active"},"code":{"text":"flu"},"subject":{"reference":"Patient/p"}}`))
 	res, err := e.Convert(m)
 	if err != nil {
 		t.Fatal(err)
@@ -528,14 +529,14 @@ func TestTooDeepIsRefused(t *testing.T) {
 	for range 150 {
 		ext = `{"url": "http://example.org/level", "extension": [` + ext + `]}`
 	}
-	m, err := converter.DecodeJSON([]byte(`{"resourceType": "Patient", "extension": [` + ext + `]}`))
+	m, err := domain.DecodeJSON([]byte(`{"resourceType": "Patient", "extension": [` + ext + `]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := engine(t).Convert(m); err == nil || !strings.Contains(err.Error(), "nests deeper") {
 		t.Errorf("150 nested extensions: %v", err)
 	}
-	shallow, _ := converter.DecodeJSON([]byte(`{"resourceType": "Patient", "extension": [{"url": "http://example.org/a", "extension": [{"url": "http://example.org/b", "valueString": "x"}]}]}`))
+	shallow, _ := domain.DecodeJSON([]byte(`{"resourceType": "Patient", "extension": [{"url": "http://example.org/a", "extension": [{"url": "http://example.org/b", "valueString": "x"}]}]}`))
 	if _, err := engine(t).Convert(shallow); err != nil {
 		t.Errorf("two levels: %v", err)
 	}

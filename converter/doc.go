@@ -20,7 +20,6 @@
 //     5.0.0, through package fhirdefs; typing.go tables each definition's
 //     elements by name, once per engine, so that typing a member while a
 //     conversion runs is a map read, not a search of the definitions;
-//   - decode.go reads the R4 JSON, strictly;
 //   - write.go writes the R5 JSON and records which R4 values it carried;
 //   - convert.go converts one resource and reports its losses;
 //     verify.go checks, once per type, that its map reads only elements

@@ -35,11 +35,7 @@ func (im *Importer) MapSet() string { return MapSetVersion }
 // ConvertR4 implements domain.R4Converter: the R4 check and the engine
 // read the same decoded tree. An R4 resource with problems is refused
 // with all of them (domain.InvalidResource), each at its R4 path.
-func (im *Importer) ConvertR4(data []byte) (*domain.R4Conversion, error) {
-	resource, err := DecodeJSON(data)
-	if err != nil {
-		return nil, domain.Errorf(domain.CodeInvalid, "the R4 resource is not valid JSON: %v", err)
-	}
+func (im *Importer) ConvertR4(resource map[string]any) (*domain.R4Conversion, error) {
 	rt, _ := resource["resourceType"].(string)
 	if err := im.engine.Supports(rt); err != nil {
 		return nil, domain.Errorf(domain.CodeNotSupported, "%s", strings.TrimPrefix(err.Error(), ErrNotSupported.Error()+": "))

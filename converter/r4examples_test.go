@@ -2,7 +2,6 @@ package converter_test
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -179,7 +178,7 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 		t.Error(err)
 		return exampleOutcome{}
 	}
-	m, err := converter.DecodeJSON(data)
+	m, err := domain.DecodeJSON(data)
 	if err != nil {
 		t.Errorf("%s: %v", file, err)
 		return exampleOutcome{}
@@ -203,7 +202,7 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 		}
 		return o
 	}
-	conv, err := im.ConvertR4(mustJSON(t, m))
+	conv, err := im.ConvertR4(m)
 	if o.refused = err; err != nil {
 		return o
 	}
@@ -303,7 +302,7 @@ func TestR4CheckRefusals(t *testing.T) {
 	for _, name := range want {
 		m := readExample(t, name)
 		delete(m, "id")
-		_, err := im.ConvertR4(mustJSON(t, m))
+		_, err := im.ConvertR4(m)
 		var de *domain.Error
 		if !errors.As(err, &de) || de.Code != domain.CodeInvalid || !strings.Contains(de.Message, "is not valid FHIR R4: "+de.Field) || len(de.Details) == 0 {
 			t.Errorf("%s: imported, or refused otherwise than as invalid R4 at a path: %v", name, err)
@@ -318,7 +317,7 @@ func readExample(t *testing.T, name string) map[string]any {
 	if err != nil {
 		t.Fatalf("%v (run scripts/setup first)", err)
 	}
-	m, err := converter.DecodeJSON(data)
+	m, err := domain.DecodeJSON(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +339,7 @@ func TestR4ExampleFidelity(t *testing.T) {
 	}
 	imported := func(t *testing.T, m map[string]any) *domain.R4Conversion {
 		t.Helper()
-		conv, err := im.ConvertR4(mustJSON(t, m))
+		conv, err := im.ConvertR4(m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,14 +391,4 @@ func TestR4ExampleFidelity(t *testing.T) {
 			t.Errorf("dropped %v: %s", conv.Dropped, conv.Body)
 		}
 	})
-}
-
-// mustJSON is an example, its id removed, as the import hands it over.
-func mustJSON(t *testing.T, m map[string]any) []byte {
-	t.Helper()
-	data, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
 }

@@ -1,18 +1,21 @@
 package domain
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 )
 
 // R4Converter converts FHIR R4 resources to R5 (package converter runs
 // the official HL7 StructureMaps).
 type R4Converter interface {
-	// ConvertR4 checks one R4 resource, its JSON with the id already
-	// removed, and converts it. Returns CodeNotSupported for a type it
-	// does not convert and CodeInvalid for input that is not valid R4.
-	ConvertR4(resource []byte) (*R4Conversion, error)
+	// ConvertR4 checks one R4 resource, decoded by DecodeJSON and its id
+	// already removed, and converts it. Returns CodeNotSupported for a
+	// type it does not convert and CodeInvalid for input that is not
+	// valid R4.
+	ConvertR4(resource map[string]any) (*R4Conversion, error)
 	// MapSet names the maps it runs, for every import outcome.
 	MapSet() string
 }
@@ -30,6 +33,9 @@ type R4Conversion struct {
 	// Absent are the R5 paths of the elements R5 requires that the R4
 	// resource could not give, sent with a data-absent-reason extension.
 	Absent []string
+	// Native is set for an Observation of an Open mHealth or IEEE coding:
+	// it becomes the source's patient's and takes the native create path.
+	Native bool
 }
 
 // CodeTranslation is an R4 code that an R4 -> R5 ConceptMap translated.
@@ -72,42 +78,49 @@ func (s *Service) MapSet() string {
 }
 
 // ConvertR4 converts one R4 resource of an import into src. The upstream
-// id is moved out before anything parses the resource (R4 ids have at most
-// 64 characters) and handed to the create path, which
-// keeps it as an identifier namespaced by the source. A native-coded
+// id is moved out before the R4 check (an R4 id has at most 64
+// characters; upstream systems' ids may not) and handed to the create
+// path, which keeps it as an identifier namespaced by the source. A native-coded
 // Observation becomes the source's patient's. wantType, when set, is the
 // type the request URL names.
 func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4Conversion, error) {
 	if s.converter == nil {
 		return nil, Errorf(CodeNotSupported, "R4 import is not available: the R4 -> R5 maps or the FHIR packages are not installed (run scripts/setup)")
 	}
-	// Read as strictly as an R5 create reads: a member named twice or
-	// anything after the object is refused, not settled by a map.
-	in, err := parseJSONObject(body)
-	if err != nil {
-		return nil, Errorf(CodeInvalid, "the R4 resource is refused: %v", err)
+	// Read strictly: a member named twice (at any depth), invalid UTF-8
+	// or anything after the object is refused, not settled by a map. The
+	// tree decoded is the one the converter checks and converts.
+	in, err := DecodeJSON(body)
+	if err == nil && in == nil {
+		err = errors.New("not a JSON object")
 	}
-	var rt string
-	if raw, ok := in.get("resourceType"); !ok || json.Unmarshal(raw, &rt) != nil || rt == "" {
+	if err != nil {
+		return nil, Errorf(CodeInvalid, "the R4 resource is not valid JSON: %v", err)
+	}
+	rt, _ := in["resourceType"].(string)
+	if rt == "" {
 		return nil, FieldErrorf("resourceType", "the R4 resource has no resourceType")
 	}
 	if wantType != "" && rt != wantType {
 		return nil, FieldErrorf(rt+".resourceType", "is %s, but the URL names %s", rt, wantType)
 	}
-	upstream, hasID := in.get("id")
-	in.remove("id")
-	conv, err := s.converter.ConvertR4(in.marshal())
+	_, hasID := in["id"]
+	delete(in, "id")
+	conv, err := s.converter.ConvertR4(in)
 	if err != nil {
 		return nil, err
 	}
-	obj, err := parseJSONObject(conv.Body)
-	if err != nil {
-		return nil, err
+	obj := validJSONObject(conv.Body) // the converter's own JSON
+	if hasID { // as it was sent, compacted, as the create path reads ids
+		id, _ := validJSONObject(body).get("id") // DecodeJSON found it valid
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, id); err != nil {
+			return nil, err
+		}
+		obj.set("id", compact.Bytes())
 	}
-	if hasID {
-		obj.set("id", upstream)
-	}
-	if conv.Type == "Observation" && IsNativeObservation(conv.Body) {
+	if code, ok := obj.get("code"); ok && conv.Type == "Observation" && IsNativeObservation(append(append([]byte(`{"code":`), code...), '}')) {
+		conv.Native = true
 		obj.set("subject", mustJSON(map[string]string{"reference": "Patient/" + strconv.FormatInt(src.PatientID, 10)}))
 		if src.DataSourceID != 0 {
 			obj.set("device", mustJSON(map[string]string{"reference": "Device/" + strconv.FormatInt(src.DataSourceID, 10)}))

@@ -82,6 +82,18 @@ func parseJSONObject(data []byte) (jsonObject, error) {
 	return o, nil
 }
 
+// validJSONObject reads an object the service wrote itself, compact and
+// valid JSON with no member named twice (the converter's output), without
+// parseJSONObject's checks and copies: the members alias data.
+func validJSONObject(data []byte) jsonObject {
+	var o jsonObject
+	_ = EachValidJSONMember(data, func(key, value []byte) error {
+		o = append(o, jsonMember{key: string(key), value: value})
+		return nil
+	})
+	return o
+}
+
 // EachValidJSONMember reads a JSON object as the imported store reads
 // resources (parseJSONObject), for a text already known to be valid JSON
 // (json.Valid: a caller that decoded it has), without that function's

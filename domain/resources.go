@@ -465,10 +465,8 @@ func (s *Service) stamp(r *Resource, o jsonObject) error {
 		s.stampUpstreamID(r, &o, max == 1)
 	}
 	r.JSON = o.marshal("resourceType", "id", "meta")
-
-	dec := json.NewDecoder(bytes.NewReader(r.JSON))
-	dec.UseNumber()
-	if err := dec.Decode(&r.Object); err != nil {
+	var err error
+	if r.Object, err = decodeStamped(r.JSON); err != nil {
 		return err // we wrote r.JSON ourselves
 	}
 	issues, err := s.validator.ValidateObject(r.Object)

@@ -70,7 +70,9 @@ func (s *server) importR4(c *fiber.Ctx) error {
 			s.log.Warn("R4 import dropped a value", "request_id", requestID(c), "path", path, "source", src.ID, "maps", s.service.MapSet())
 		}
 		s.metrics.dropped.WithLabelValues(s.metrics.typeLabel(conv.Type)).Add(float64(len(conv.Dropped)))
-		if err := s.addCreate(&pending, i, conv.Type, conv.Body, fmt.Sprint(src.ID)); err != nil {
+		if !conv.Native { // known from the conversion: no second decoding
+			pending.addImported(i, conv.Type, conv.Body, fmt.Sprint(src.ID))
+		} else if err := s.addCreate(&pending, i, conv.Type, conv.Body, fmt.Sprint(src.ID)); err != nil {
 			failed(i, err)
 		}
 	}

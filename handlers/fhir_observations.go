@@ -432,13 +432,18 @@ func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, 
 		}
 	}
 	if !native {
-		p.imports = append(p.imports, domain.ResourceWrite{Type: resourceType, Body: body, Source: source})
-		p.importedAt = append(p.importedAt, i)
+		p.addImported(i, resourceType, body, source)
 		return nil
 	}
 	p.natives = append(p.natives, *n)
 	p.nativeAt = append(p.nativeAt, i)
 	return nil
+}
+
+// addImported routes entry i to the imported store under source.
+func (p *creates) addImported(i int, resourceType string, body []byte, source string) {
+	p.imports = append(p.imports, domain.ResourceWrite{Type: resourceType, Body: body, Source: source})
+	p.importedAt = append(p.importedAt, i)
 }
 
 // createAll creates what p holds, each store's entries together, and

@@ -1,25 +1,28 @@
-package converter_test
+package domain
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
-
-	"exchange/converter"
 )
 
 // DecodeJSON keeps numbers as written and refuses what a map would
 // settle silently: a member named twice, invalid UTF-8, anything after
 // the object.
 func TestDecodeJSON(t *testing.T) {
-	m, err := converter.DecodeJSON([]byte(` {"a": [1.50, true, null, "x\u00e9"], "b": {"c": {}}, "d": []} `))
+	m, err := DecodeJSON([]byte(` {"a": [1.50, true, null, "x\u00e9"], "b": {"c": {}}, "d": []} `))
 	want := map[string]any{"a": []any{json.Number("1.50"), true, nil, "xé"}, "b": map[string]any{"c": map[string]any{}}, "d": []any{}}
 	if err != nil || !reflect.DeepEqual(m, want) {
 		t.Errorf("got %#v, %v", m, err)
 	}
-	if m, err := converter.DecodeJSON([]byte("null")); m != nil || err != nil {
+	if m, err := DecodeJSON([]byte("null")); m != nil || err != nil {
 		t.Errorf("null: %v %v", m, err)
+	}
+	var dup *DuplicateMemberError
+	if _, err := DecodeJSON([]byte(`{"a": [{"b": 1, "b": 2}]}`)); !errors.As(err, &dup) || dup.Key != "b" {
+		t.Errorf("nested duplicate: %v", err)
 	}
 	for _, bad := range []string{
 		`{"gender": "female", "gender": "male"}`,
@@ -33,32 +36,38 @@ func TestDecodeJSON(t *testing.T) {
 		`{"a": 01}`,
 		``,
 	} {
-		if m, err := converter.DecodeJSON([]byte(bad)); err == nil {
+		if m, err := DecodeJSON([]byte(bad)); err == nil {
 			t.Errorf("%q: decoded %v", bad, m)
 		}
 	}
 }
 
 // FuzzDecodeJSON: DecodeJSON never panics, refuses what encoding/json
-// refuses, and what it accepts decodes to what encoding/json makes of it.
+// refuses, and what it accepts decodes to what encoding/json makes of it;
+// decodeStamped decodes exactly what encoding/json decodes, to the same.
 func FuzzDecodeJSON(f *testing.F) {
 	for _, s := range []string{`{"resourceType":"Patient","name":[{"family":"Doe"}]}`, `{"a":[1.50,true,null,{}]}`,
 		`{"a":1,"a":2}`, `null`, `{"a":"\u00e9\ud800"}`, `{"a":1}]`, `[]`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := converter.DecodeJSON(data)
+		var want map[string]any
+		wantErr := json.Unmarshal(data, new(any)) // whole text, as Valid
+		if wantErr == nil {
+			dec := json.NewDecoder(bytes.NewReader(data))
+			dec.UseNumber()
+			wantErr = dec.Decode(&want)
+		}
+		stamped, err := decodeStamped(data)
+		if (err == nil) != (wantErr == nil) || err == nil && !reflect.DeepEqual(stamped, want) {
+			t.Fatalf("%q: decodeStamped %#v %v, encoding/json %#v %v", data, stamped, err, want, wantErr)
+		}
+		m, err := DecodeJSON(data)
 		if err != nil {
 			return
 		}
-		if !json.Valid(data) {
-			t.Fatalf("%q: decoded although not valid JSON", data)
-		}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		var want map[string]any
-		if err := dec.Decode(&want); err != nil || !reflect.DeepEqual(m, want) {
-			t.Fatalf("%q: %#v, encoding/json %#v %v", data, m, want, err)
+		if wantErr != nil || !reflect.DeepEqual(m, want) {
+			t.Fatalf("%q: %#v, encoding/json %#v %v", data, m, want, wantErr)
 		}
 	})
 }
