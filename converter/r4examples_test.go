@@ -85,20 +85,7 @@ func TestR4Examples(t *testing.T) {
 	}
 	files, _ := filepath.Glob(filepath.Join(packageDir("hl7.fhir.r4.examples"), "*.json"))
 	outcomes := make([]exampleOutcome, len(files))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for i := range next {
-				outcomes[i] = importExample(t, files[i], im, v, schema)
-			}
-		})
-	}
-	for i := range files {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	inParallel(len(files), func(i int) { outcomes[i] = importExample(t, files[i], im, v, schema) })
 
 	type row struct{ examples, converted, valid, storeRefuses int }
 	rows := map[string]*row{}
@@ -168,6 +155,24 @@ func TestR4Examples(t *testing.T) {
 			t.Errorf("%s with a map: %d of %d import valid R5, want 95%%", c.name, c.r.valid, c.r.examples)
 		}
 	}
+}
+
+// inParallel calls f with each index below n, on GOMAXPROCS goroutines.
+func inParallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for i := range next {
+				f(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // importExample imports one example file as the R4 import does: the
@@ -261,29 +266,18 @@ func TestR4CheckRefusals(t *testing.T) {
 	check := fhirdefs.NewR4Validator(r4Package(t))
 	files, _ := filepath.Glob(filepath.Join(packageDir("hl7.fhir.r4.examples"), "*.json"))
 	refused := make([]bool, len(files))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for i := range next {
-				m := readExample(t, filepath.Base(files[i]))
-				if _, ok := m["resourceType"]; !ok {
-					continue // package.json
-				}
-				delete(m, "id")
-				issues, err := check.ValidateObject(m)
-				if err != nil {
-					t.Errorf("%s: %v", files[i], err)
-				}
-				refused[i] = len(issues) > 0
-			}
-		})
-	}
-	for i := range files {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	inParallel(len(files), func(i int) {
+		m := readExample(t, filepath.Base(files[i]))
+		if _, ok := m["resourceType"]; !ok {
+			return // package.json
+		}
+		delete(m, "id")
+		issues, err := check.ValidateObject(m)
+		if err != nil {
+			t.Errorf("%s: %v", files[i], err)
+		}
+		refused[i] = len(issues) > 0
+	})
 	var got []string
 	for i, f := range files {
 		if refused[i] {

@@ -111,8 +111,9 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 		return nil, err
 	}
 	obj := validJSONObject(conv.Body) // the converter's own JSON
-	if hasID { // as it was sent, compacted, as the create path reads ids
-		id, _ := validJSONObject(body).get("id") // DecodeJSON found it valid
+	if hasID {
+		// The id as it was sent, compacted, as the create path reads it.
+		id, _ := validJSONObject(body).get("id") // DecodeJSON found body valid
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, id); err != nil {
 			return nil, err

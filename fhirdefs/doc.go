@@ -14,7 +14,13 @@
 //     by their type suffix), JSON kinds and primitive formats (the
 //     packages' regular expressions), cardinality, and codes of required
 //     bindings whose value sets the expansions package enumerates. The
-//     FHIRPath invariants (ele-1, obs-6, ...) are not evaluated.
+//     FHIRPath invariants (ele-1, obs-6, ...) are not evaluated. The R4
+//     import's check (NewR4Validator) adds the resource types each
+//     literal reference may name.
+//   - Validation is on the request path of every imported write: each
+//     definition path's elements, JSON keys, types and rules are tabled
+//     once per validator, an object is read by its own keys, and a path
+//     string is made only for an issue.
 //   - What the official R5 JSON Schema (openapi/fhir.schema.json) refuses
 //     is refused, so that a stored resource passes other R5 tools: a
 //     primitive extension sibling (_name) is taken only where the schema
