@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"strconv"
 )
 
@@ -80,9 +79,9 @@ func (s *Service) MapSet() string {
 // ConvertR4 converts one R4 resource of an import into src. The upstream
 // id is moved out before the R4 check (an R4 id has at most 64
 // characters; upstream systems' ids may not) and handed to the create
-// path, which keeps it as an identifier namespaced by the source. A native-coded
-// Observation becomes the source's patient's. wantType, when set, is the
-// type the request URL names.
+// path, which keeps it as an identifier namespaced by the source. A
+// native-coded Observation becomes the source's patient's. wantType, when
+// set, is the type the request URL names.
 func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4Conversion, error) {
 	if s.converter == nil {
 		return nil, Errorf(CodeNotSupported, "R4 import is not available: the R4 -> R5 maps or the FHIR packages are not installed (run scripts/setup)")
@@ -91,11 +90,11 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	// or anything after the object is refused, not settled by a map. The
 	// tree decoded is the one the converter checks and converts.
 	in, err := DecodeJSON(body)
-	if err == nil && in == nil {
-		err = errors.New("not a JSON object")
-	}
 	if err != nil {
 		return nil, Errorf(CodeInvalid, "the R4 resource is not valid JSON: %v", err)
+	}
+	if in == nil {
+		return nil, Errorf(CodeInvalid, "the R4 resource is null, not a JSON object")
 	}
 	rt, _ := in["resourceType"].(string)
 	if rt == "" {
