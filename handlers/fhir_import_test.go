@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -317,5 +318,25 @@ func TestImportR4MissingResources(t *testing.T) {
 			!strings.Contains(fmt.Sprint(e[0].issues[0]["diagnostics"]), "request body is required") {
 			t.Errorf("body %q: %+v", body, e)
 		}
+	}
+}
+
+// TestImportR4EntryIsTheStoredJSON: a created entry of the answer carries
+// the resource byte for byte as the store keeps it and a read sends it
+// (markup, escapes and decimals as written).
+func TestImportR4EntryIsTheStoredJSON(t *testing.T) {
+	w := fxNewImported(t)
+	h := map[string]string{"Authorization": "Bearer " + w.tok["doc"], "X-SERVICE-FHIR-Source-ID": fmt.Sprint(w.aliceSrc.ID)}
+	body := `{"resourceType": "Bundle", "type": "batch", "entry": [{"resource": {"resourceType": "Condition", "id": "c9",
+		"subject": {"reference": "Patient/p"}, "code": {"text": "<b>flu</b> & \u00e9 \u2028"},
+		"onsetAge": {"value": 1.50, "unit": "a"}}}]}`
+	resp, out := fxDo(t, w.env, "POST", fxImportBase, h, body)
+	e := fxImportEntries(t, fxDecode(t, out))
+	if resp.StatusCode != http.StatusOK || len(e) != 1 || e[0].status != "201 Created" {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	read, stored := fxDo(t, w.env, "GET", "/FHIR/R5/Condition/"+fmt.Sprint(e[0].resource["id"]), map[string]string{"Authorization": "Bearer " + w.tok["doc"]}, "")
+	if read.StatusCode != http.StatusOK || !bytes.Contains(out, append(append([]byte(`"resource":`), stored...), ',')) {
+		t.Errorf("the entry's resource is not the stored JSON %s:\n%s", stored, out)
 	}
 }

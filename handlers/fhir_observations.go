@@ -457,7 +457,7 @@ func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p
 		}
 		entries[i] = bundleEntry{
 			FullURL:  fhirBase(c) + "/" + r.Type + "/" + r.ID,
-			Resource: json.RawMessage(r.JSON),
+			Resource: storedJSON(r.JSON),
 			Response: &bundleResponse{Status: statusLine(fiber.StatusCreated), Location: r.Type + "/" + r.ID + "/_history/1",
 				Etag: etag(r.VersionID), LastModified: instant(r.LastUpdated)},
 		}
