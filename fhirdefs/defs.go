@@ -224,17 +224,11 @@ func (p *Package) load(name string) (*StructureDefinition, error) {
 					code = ext.ValueURL
 				}
 			}
-			resourceID := f.Kind == "resource" && strings.Count(raw.Path, ".") == 1
-			switch {
-			case e.Name == "id" && code == "id" && !resourceID:
+			if e.Name == "id" && code == "id" && !(f.Kind == "resource" && strings.Count(raw.Path, ".") == 1) {
 				// Element.id only identifies an element within its resource
 				// (ElementDefinition ids hold "value[x]" and ":"): a string,
 				// as R4 typed it; only a resource's own id is an id.
 				code = "string"
-			case e.Name == "id" && resourceID:
-				// R4's snapshots type Resource.id as a string, but its
-				// format is an id's ([A-Za-z0-9\-.]{1,64}) in R4 as in R5.
-				code = "id"
 			}
 			e.Types = append(e.Types, code)
 			e.TargetedCanonical = e.TargetedCanonical || code == "canonical" && len(t.TargetProfile) > 0

@@ -224,6 +224,12 @@ func (v *Validator) objectDef(sd *StructureDefinition, path string) *objectDef {
 				if len(el.Types) == 1 {
 					typ = el.Types[0]
 				}
+				if el.Name == "id" && sd.Kind == "resource" && path == sd.Type {
+					// R4's snapshots type Resource.id as a string; its
+					// format is an id's ([A-Za-z0-9\-.]{1,64}) in R4 as
+					// in R5 (where the snapshots say so).
+					typ = "id"
+				}
 				e.keys = []keyDef{v.keyDef(el, el.Name, typ)}
 			} else {
 				base := strings.TrimSuffix(el.Name, "[x]")
