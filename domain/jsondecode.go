@@ -22,11 +22,20 @@ import (
 // was a quarter of a conversion's CPU.
 func DecodeJSON(data []byte) (map[string]any, error) {
 	m, err := decodeJSON(jsontext.NewDecoder(bytes.NewReader(data)))
-	var syntax *jsontext.SyntacticError
-	if errors.Is(err, jsontext.ErrDuplicateName) && errors.As(err, &syntax) {
-		return nil, &DuplicateMemberError{Key: syntax.JSONPointer.LastToken()}
+	if errors.Is(err, jsontext.ErrDuplicateName) {
+		return nil, duplicateMember(err)
 	}
 	return m, err
+}
+
+// duplicateMember is jsontext's error of a member named twice as a
+// *DuplicateMemberError (apart, so that decoding allocates no error).
+func duplicateMember(err error) error {
+	var syntax *jsontext.SyntacticError
+	if errors.As(err, &syntax) {
+		return &DuplicateMemberError{Key: syntax.JSONPointer.LastToken()}
+	}
+	return err
 }
 
 // decodeStamped decodes JSON as encoding/json decodes it into any with
