@@ -519,14 +519,19 @@ func (h *harness) trial(variant crashVariant, i int, clean cleanRun) {
 	started := time.Now()
 	_, sendErr := h.send(req)
 	h.stats.sending += time.Since(started)
-	if wallKill != nil {
-		wallKill.Stop()
-	}
+	// A wall-clock kill that fired after the answer still kills the
+	// child: Stop's false says so, and the trial must wait for the exit.
+	wallKillFired := wallKill != nil && !wallKill.Stop()
 	out := crashOutcome{at: plan.At, writes: len(writes)}
 	if sendErr == nil {
 		// Answered: disarm, unless a kill fired meanwhile.
 		out.answered = true
-		out.killed = !h.disarm()
+		if wallKillFired {
+			<-h.exited
+			out.killed = true
+		} else {
+			out.killed = !h.disarm()
+		}
 	} else {
 		select {
 		case <-h.exited:
