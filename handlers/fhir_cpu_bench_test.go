@@ -162,8 +162,9 @@ func (s *benchStore) MembershipsOfUsers(context.Context, []int64) ([]domain.Memb
 	return []domain.Membership{{OrganizationID: s.org.ID, UserID: s.manager.ID, Role: domain.RoleManager}}, nil
 }
 
-func (s *benchStore) AllOrganizations(context.Context) ([]domain.Organization, error) {
-	return []domain.Organization{s.org}, nil
+// OrganizationsPartOf: the one organization has none below it.
+func (s *benchStore) OrganizationsPartOf(context.Context, []int64) ([]domain.Organization, error) {
+	return nil, nil
 }
 
 func (s *benchStore) PatientIDs(context.Context, domain.PatientQuery) ([]int64, error) {
