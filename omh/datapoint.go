@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 
@@ -120,7 +121,9 @@ func parseReference(data []byte) (map[string]any, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("the data point is not a JSON object: %v", err)
 	}
-	if dec.More() {
+	// Not dec.More(), which is false before a '}' or ']': a data point is
+	// kept as sent, and one with a bracket after its object is not JSON.
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("the data point has data after its JSON object")
 	}
 	return doc, nil

@@ -70,6 +70,8 @@ func TestParseRefusesMalformedDataPoints(t *testing.T) {
 		"empty name":     `{"header": {"id": "a", "creation_date_time": "2024-05-01T10:00:00Z", "schema_id": {"namespace": "omh", "name": "", "version": "1.0"}}, "body": {}}`,
 		"no body":        `{"header": {"id": "a", "creation_date_time": "2024-05-01T10:00:00Z", "schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}}`,
 		"trailing data":  `{"header": {"id": "a", "creation_date_time": "2024-05-01T10:00:00Z", "schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {}} {}`,
+		"trailing ]":     `{"header": {"id": "a", "creation_date_time": "2024-05-01T10:00:00Z", "schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {}}]`,
+		"trailing }":     `{"header": {"id": "a", "creation_date_time": "2024-05-01T10:00:00Z", "schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {}} }x`,
 		"dotted key":     `{"header": {"id": "a", "creation_date_time": "2024-05-01T10:00:00Z", "schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {"a.b": 1}}`,
 		"dollar key":     `{"header": {"id": "a", "creation_date_time": "2024-05-01T10:00:00Z", "schema_id": {"namespace": "omh", "name": "x", "version": "1.0"}}, "body": {"x": [{"$where": 1}]}}`,
 		"NUL in a key":   "{\"header\": {\"id\": \"a\", \"creation_date_time\": \"2024-05-01T10:00:00Z\", \"schema_id\": {\"namespace\": \"omh\", \"name\": \"x\", \"version\": \"1.0\"}}, \"body\": {\"a\\u0000b\": 1}}",
