@@ -105,46 +105,29 @@ func (r *Reader) String() (string, bool) {
 // value (with the Reader's methods) and reports whether it could. A key
 // named twice is the caller's to notice.
 func (r *Reader) Object(member func(key string) bool) bool {
-	if r.peek() != '{' || r.depth >= maxDepth {
-		return false
-	}
-	r.pos++
-	r.depth++
-	defer func() { r.depth-- }()
-	if r.peek() == '}' {
-		r.pos++
-		return true
-	}
-	for {
+	return r.container('{', '}', func() bool {
 		key, ok := r.String()
 		if !ok || r.peek() != ':' {
 			return false
 		}
 		r.pos++
-		if !member(key) {
-			return false
-		}
-		switch r.peek() {
-		case ',':
-			r.pos++
-		case '}':
-			r.pos++
-			return true
-		default:
-			return false
-		}
-	}
+		return member(key)
+	})
 }
 
 // Array reads an array, calling item for each item; item reads it.
-func (r *Reader) Array(item func() bool) bool {
-	if r.peek() != '[' || r.depth >= maxDepth {
+func (r *Reader) Array(item func() bool) bool { return r.container('[', ']', item) }
+
+// container reads an object or an array (opening .. closing), one nesting
+// level deeper, calling item for each of its members or items.
+func (r *Reader) container(opening, closing byte, item func() bool) bool {
+	if r.peek() != opening || r.depth >= maxDepth {
 		return false
 	}
 	r.pos++
 	r.depth++
 	defer func() { r.depth-- }()
-	if r.peek() == ']' {
+	if r.peek() == closing {
 		r.pos++
 		return true
 	}
@@ -155,7 +138,7 @@ func (r *Reader) Array(item func() bool) bool {
 		switch r.peek() {
 		case ',':
 			r.pos++
-		case ']':
+		case closing:
 			r.pos++
 			return true
 		default:
