@@ -60,36 +60,35 @@ func plainBundleSeeds() []string {
 }
 
 // checkPlainObservation compares the fast Observation reader with the
-// reference path on raw.
+// reference path on raw: encoding/json, then the check that refuses what
+// the native store would not keep (checkObservationJSON).
 func checkPlainObservation(t *testing.T, raw []byte) {
 	t.Helper()
-	got, ok := readPlainObservation(raw)
-	if !ok {
-		return
-	}
-	var want observationIn
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatalf("%q: read fast, but encoding/json refuses it: %v", raw, err)
-	}
-	if unknown, err := unknownElements("Observation", raw, nativeElements); err != nil || len(unknown) > 0 {
-		t.Fatalf("%q: read fast, but the reference path refuses it: %v %v", raw, unknown, err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q: read fast as %+v, encoding/json reads %+v", raw, got, want)
-	}
+	checkPlain(t, raw, readPlainObservation, func(raw []byte) (in observationIn, err error) {
+		return in, checkObservationJSON(raw, json.Unmarshal(raw, &in))
+	})
 }
 
 // checkPlainBundle compares the fast Bundle reader with encoding/json on
 // raw.
 func checkPlainBundle(t *testing.T, raw []byte) {
 	t.Helper()
-	got, ok := readPlainBundle(raw)
+	checkPlain(t, raw, readPlainBundle, func(raw []byte) (in batchIn, err error) {
+		return in, json.Unmarshal(raw, &in)
+	})
+}
+
+// checkPlain: whatever the fast reader read accepts, the reference path
+// accepts too, with the same value.
+func checkPlain[T any](t *testing.T, raw []byte, read func([]byte) (T, bool), reference func([]byte) (T, error)) {
+	t.Helper()
+	got, ok := read(raw)
 	if !ok {
 		return
 	}
-	var want batchIn
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatalf("%q: read fast, but encoding/json refuses it: %v", raw, err)
+	want, err := reference(raw)
+	if err != nil {
+		t.Fatalf("%q: read fast, but the reference path refuses it: %v", raw, err)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q: read fast as %+v, encoding/json reads %+v", raw, got, want)
