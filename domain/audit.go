@@ -372,6 +372,12 @@ func auditViewer(actor *Actor, i Interactions) (patient int64, own bool) {
 // viewedBy returns the events as the actor may see them (auditViewer).
 func viewedBy(actor *Actor, i Interactions, events []AuditEvent) []AuditEvent {
 	patient, own := auditViewer(actor, i)
+	return ownViews(patient, own, events)
+}
+
+// ownViews returns the events as the patient's own views when own, else
+// as they are.
+func ownViews(patient int64, own bool, events []AuditEvent) []AuditEvent {
 	if !own {
 		return events
 	}
@@ -391,6 +397,14 @@ func (s *Service) SearchAuditEvents(ctx context.Context, actor *Actor, q Search)
 	if err != nil {
 		return SearchResult[AuditEvent]{}, err
 	}
+	viewer, own := auditViewer(actor, q.Interaction())
+	if own {
+		// An own view finds the events by its patient alone: patient= may
+		// narrow them to others they touched (a superuser's token may read
+		// any patient) only to none, else the filter would tell which
+		// events the view redacts touched whom.
+		ids = intersect(ids, []int64{viewer})
+	}
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
 		return SearchResult[AuditEvent]{}, err
@@ -407,7 +421,7 @@ func (s *Service) SearchAuditEvents(ctx context.Context, actor *Actor, q Search)
 		return SearchResult[AuditEvent]{}, err
 	}
 	res, err := s.store.SearchAuditEvents(ctx, plan)
-	res.Items = viewedBy(actor, q.Interaction(), res.Items)
+	res.Items = ownViews(viewer, own, res.Items)
 	return res, err
 }
 

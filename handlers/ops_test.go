@@ -290,6 +290,12 @@ func TestAuditTrailOwnView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two patient/ scopes reach AuditEvents: two alternatives of reach,
+	// which a patient= filter on another patient must not cross.
+	superCtx2, _, err := w.env.OAuth.IssueScopedAccessToken(w.ctx, w.super.ID, time.Hour, []string{"patient/*.rs", "patient/AuditEvent.s"}, w.bob.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := w.env.Audit.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +312,8 @@ func TestAuditTrailOwnView(t *testing.T) {
 	for _, reader := range []struct {
 		name, token string
 		self, other int64
-	}{{"alice", w.tok["alice"], w.alice.ID, w.bob.ID}, {"bob", w.tok["bob"], w.bob.ID, w.alice.ID}, {"the superuser's app for bob", superCtx, w.bob.ID, w.alice.ID}} {
+	}{{"alice", w.tok["alice"], w.alice.ID, w.bob.ID}, {"bob", w.tok["bob"], w.bob.ID, w.alice.ID}, {"the superuser's app for bob", superCtx, w.bob.ID, w.alice.ID},
+		{"the superuser's app for bob with two scopes", superCtx2, w.bob.ID, w.alice.ID}} {
 		var seen []map[string]any
 		_, e := w.env.GetJSON(t, path, reader.token)
 		seen = append(seen, e)
@@ -319,6 +326,13 @@ func TestAuditTrailOwnView(t *testing.T) {
 		}
 		if len(seen) != 3 {
 			t.Errorf("%s finds the event %d times, want 3 (%v)", reader.name, len(seen), seen)
+		}
+		// Nor does a filter on the other patient tell which events touched
+		// them: refused to a patient, who may not read them; nothing found
+		// by the superuser's apps.
+		q := fmt.Sprintf("/AuditEvent?action=E&patient=%d", reader.other)
+		if status, bundle := w.search(t, reader.token, q); status != http.StatusForbidden && (status != http.StatusOK || len(fxArr(bundle["entry"])) > 0) {
+			t.Errorf("%s: %s: %d %v, want 403 or nothing found", reader.name, q, status, bundle)
 		}
 		if issues, err := validator.ValidateObject(seen[0]); err != nil || len(issues) > 0 {
 			t.Errorf("%s's own view is not valid R5: %v %v", reader.name, issues, err)
