@@ -187,27 +187,36 @@ func TestLoginThrottleKeyedBySecret(t *testing.T) {
 }
 
 // organizationReads is the real store, counting the organizations it
-// returns to the domain.
+// returns to the domain (n) and the reads that returned them (calls). A
+// walk that would not end is cut at maxOrganizationReads calls.
 type organizationReads struct {
 	*repo.DB
-	n int
+	n, calls int
+}
+
+const maxOrganizationReads = 100
+
+func (s *organizationReads) read(orgs []domain.Organization, err error) ([]domain.Organization, error) {
+	s.n += len(orgs)
+	if s.calls++; s.calls > maxOrganizationReads {
+		return nil, errors.New("the organizations were read more than maxOrganizationReads times")
+	}
+	return orgs, err
 }
 
 func (s *organizationReads) AllOrganizations(ctx context.Context) ([]domain.Organization, error) {
-	orgs, err := s.DB.AllOrganizations(ctx)
-	s.n += len(orgs)
-	return orgs, err
+	return s.read(s.DB.AllOrganizations(ctx))
 }
 
 func (s *organizationReads) OrganizationsPartOf(ctx context.Context, ids []int64) ([]domain.Organization, error) {
-	orgs, err := s.DB.OrganizationsPartOf(ctx, ids)
-	s.n += len(orgs)
-	return orgs, err
+	return s.read(s.DB.OrganizationsPartOf(ctx, ids))
 }
 
 // TestActorReadsItsPartOfTheTree: a practitioner's actor reads the
-// organizations below their memberships, not the whole tree, and gets the
-// same inherited roles: down the tree, the nearest membership deciding.
+// organizations below their memberships, not the whole tree, one read per
+// level of it (not per organization), and gets the same inherited roles:
+// down the tree, the nearest membership deciding. A cycle in stored data
+// ends the walk.
 func TestActorReadsItsPartOfTheTree(t *testing.T) {
 	store := &organizationReads{DB: repotest.NewDB(t)}
 	svc := domain.NewService(domain.Config{Store: store})
@@ -227,6 +236,13 @@ func TestActorReadsItsPartOfTheTree(t *testing.T) {
 	for i := range 20 {
 		org(fmt.Sprintf("Team %d", i), elsewhere)
 	}
+	// A cycle the API would refuse, written to the database as stored data
+	// might hold it: loop is part of its own part.
+	loop := org("Loop", 0)
+	loopPart := org("Part of the loop", loop)
+	if _, err := repotest.Collection(t, store.DB, "organizations").UpdateByID(ctx, loop, bson.M{"$set": bson.M{"partOf": loopPart}}); err != nil {
+		t.Fatal(err)
+	}
 	practitioner := func(email string, roles map[int64]domain.Role) int64 {
 		t.Helper()
 		u, err := svc.CreateUser(ctx, domain.NewUser{Email: email, Type: domain.UserPractitioner})
@@ -245,22 +261,25 @@ func TestActorReadsItsPartOfTheTree(t *testing.T) {
 		user  int64
 		roles map[int64]domain.Role // every organization's expected role
 		reads int
+		calls int // levels read: one per level below the memberships, the last one empty
 	}{
 		{"a manager of cardiology", practitioner("c@example.org", map[int64]domain.Role{cardiology: domain.RoleManager}),
-			map[int64]domain.Role{cardiology: domain.RoleManager, ward: domain.RoleManager}, 1},
+			map[int64]domain.Role{cardiology: domain.RoleManager, ward: domain.RoleManager}, 1, 2},
 		{"a viewer of the hospital, member of the ward", practitioner("h@example.org", map[int64]domain.Role{hospital: domain.RoleViewer, ward: domain.RoleMember}),
-			map[int64]domain.Role{hospital: domain.RoleViewer, cardiology: domain.RoleViewer, radiology: domain.RoleViewer, ward: domain.RoleMember}, 3},
-		{"a member of nothing", practitioner("n@example.org", nil), map[int64]domain.Role{}, 0},
+			map[int64]domain.Role{hospital: domain.RoleViewer, cardiology: domain.RoleViewer, radiology: domain.RoleViewer, ward: domain.RoleMember}, 3, 2},
+		{"a member of nothing", practitioner("n@example.org", nil), map[int64]domain.Role{}, 0, 0},
+		{"a member of the loop", practitioner("l@example.org", map[int64]domain.Role{loop: domain.RoleMember}),
+			map[int64]domain.Role{loop: domain.RoleMember, loopPart: domain.RoleMember}, 2, 2},
 	} {
-		store.n = 0
+		store.n, store.calls = 0, 0
 		actor, err := svc.Actor(ctx, tc.user)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if store.n != tc.reads {
-			t.Errorf("%s: %d organizations read, want %d", tc.name, store.n, tc.reads)
+		if store.n != tc.reads || store.calls != tc.calls {
+			t.Errorf("%s: %d organizations read in %d reads, want %d in %d", tc.name, store.n, store.calls, tc.reads, tc.calls)
 		}
-		for _, o := range []int64{hospital, cardiology, radiology, ward, elsewhere} {
+		for _, o := range []int64{hospital, cardiology, radiology, ward, elsewhere, loop, loopPart} {
 			role, ok := actor.RoleIn(o)
 			if want, wantOK := tc.roles[o]; role != want || ok != wantOK {
 				t.Errorf("%s in organization %d: %q %v, want %q %v", tc.name, o, role, ok, want, wantOK)
