@@ -98,11 +98,11 @@ type AuditEvent struct {
 const redactedValue = "(redacted)"
 
 // queryParamsNamingNoOne are the search parameters whose values say what
-// was searched (codes, dates, the answer's shape), never whom: a
+// was searched (codes, dates, the answer's shape and page size), never whom: a
 // patient's own view of a query keeps them. A modifier or a chain
 // (code:text, patient.name) makes another parameter, which is redacted.
 var queryParamsNamingNoOne = map[string]bool{"code": true, "category": true, "status": true, "date": true,
-	"_lastUpdated": true, "_sort": true, "_summary": true, "_elements": true, "_total": true}
+	"_lastUpdated": true, "_sort": true, "_count": true, "_summary": true, "_elements": true, "_total": true}
 
 // ownView returns the event as the patient sees it: of the patients it
 // names, only them; of its entities, all when it concerns them alone,
