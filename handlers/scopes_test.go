@@ -174,7 +174,7 @@ func (w *scopeWorld) auditEvent(t *testing.T, search string) string {
 // a count, "entries S S" for the statuses of a batch-response, "about
 // name" for AuditEvents found, each about that patient, or "own name" for
 // AuditEvents read or found as that patient's own view: about them, and
-// naming neither the other patient (O) nor their identifier.
+// not naming the other patient (O) in an entity, the patient or the query.
 type scopeRow struct {
 	method  string
 	prepare func(w *scopeWorld) (path string, body any, header map[string]string)
