@@ -83,7 +83,8 @@ type AuditEvent struct {
 	// MaxAuditEntities.
 	EntityTypes []string
 	Entities    []string
-	// Query is a search's query string, without paging parameters.
+	// Query is a search's query string as fhirsearch.Query.String gives
+	// it: without the page cursor, _format and _pretty (_count stays).
 	Query string
 	// PatientIDs are the patients whose data it was: for a search, those
 	// of the page it answered.

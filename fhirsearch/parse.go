@@ -80,8 +80,9 @@ type Query struct {
 	store        domain.StoreSelection
 	after        *cursor
 	unknown      []string
-	// asked is the query without paging parameters; canonical adds the
-	// type, and is what a cursor is bound to.
+	// asked is the query without ignoredParams (the page cursor, _format,
+	// _pretty; _count stays); canonical adds the type, and is what a
+	// cursor is bound to.
 	asked, canonical string
 	// read marks the search for one id that answers a read (ByID).
 	read bool
@@ -382,6 +383,6 @@ func (q *Query) Elements() []string { return q.elements }
 // Store returns the store the search reads.
 func (q *Query) Store() domain.StoreSelection { return q.store }
 
-// String is the query as asked, without paging parameters (sorted by
-// name): what the audit trail records of a search.
+// String is the query as asked, without the page cursor, _format and
+// _pretty (sorted by name): what the audit trail records of a search.
 func (q *Query) String() string { return q.asked }
