@@ -38,14 +38,6 @@ func duplicateMember(err error) error {
 	return err
 }
 
-// decodeStamped decodes JSON as encoding/json decodes it into any with
-// UseNumber (FuzzDecodeJSON): the last of two members of one name wins
-// and invalid UTF-8 becomes U+FFFD. It reads the resources the imported
-// store wrote itself for validation, as DecodeJSON reads, and as fast.
-func decodeStamped(data []byte) (map[string]any, error) {
-	return decodeJSON(jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)))
-}
-
 func decodeJSON(dec *jsontext.Decoder) (map[string]any, error) {
 	if dec.PeekKind() == 'n' {
 		if _, err := dec.ReadToken(); err != nil {

@@ -465,9 +465,13 @@ func (s *Service) stamp(r *Resource, o jsonObject) error {
 		s.stampUpstreamID(r, &o, max == 1)
 	}
 	r.JSON = o.marshal("resourceType", "id", "meta")
+	// Decoded strictly: the members below the top level are the sender's
+	// text as it came (parseJSONObject checks the top level only), and a
+	// member named twice deeper in, or invalid UTF-8, would be validated
+	// and indexed as a map settles it but stored and served as sent.
 	var err error
-	if r.Object, err = decodeStamped(r.JSON); err != nil {
-		return err // we wrote r.JSON ourselves
+	if r.Object, err = DecodeJSON(r.JSON); err != nil {
+		return Errorf(CodeInvalid, "the body is not a FHIR resource: %v", err)
 	}
 	issues, err := s.validator.ValidateObject(r.Object)
 	if err != nil {

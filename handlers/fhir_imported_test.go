@@ -309,6 +309,42 @@ func TestImportedValidation(t *testing.T) {
 	}
 }
 
+// TestImportedMembersAreExact: an imported resource is read as strictly
+// below its top level as at it. A member named twice deeper in was
+// validated and indexed as a map kept it (the last) but stored and served
+// with both; a string that is not UTF-8 was stored and served as sent,
+// making the answers invalid JSON text. Both are 400 now, on create and
+// on update, and nothing is stored.
+func TestImportedMembersAreExact(t *testing.T) {
+	w := fxNewImported(t)
+	stored := w.post(t, "doc", w.aliceSrc, fxCondition)
+	id := stored["id"].(string)
+	before := w.count(t)
+	condition := func(id, subject string) string {
+		return `{"resourceType": "Condition", ` + id + `"clinicalStatus": {"text": "active"}, "subject": ` + subject + `}`
+	}
+	for name, c := range map[string]struct{ subject, want string }{
+		"a nested duplicate": {fmt.Sprintf(`{"reference": "Patient/%d", "reference": "Patient/%d"}`, w.alice.ID, w.bob.ID), `the member "reference" appears twice`},
+		"invalid UTF-8":      {"{\"reference\": \"Patient/x\", \"display\": \"Do\xffe\"}", "UTF-8"},
+	} {
+		resp, body := w.do(t, "doc", "POST", "/Condition", fxSourceHeader(w.aliceSrc), condition("", c.subject))
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(fxOutcomeText(fxDecode(t, body)), c.want) {
+			t.Errorf("create with %s: %d %s", name, resp.StatusCode, body)
+		}
+		resp, body = w.do(t, "doc", "PUT", "/Condition/"+id, fxSourceHeader(w.aliceSrc), condition(`"id": "`+id+`", `, c.subject))
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(fxOutcomeText(fxDecode(t, body)), c.want) {
+			t.Errorf("update with %s: %d %s", name, resp.StatusCode, body)
+		}
+	}
+	if n := w.count(t); n != before {
+		t.Errorf("%d resources, %d before", n, before)
+	}
+	resp, body := w.do(t, "doc", "GET", "/Condition/"+id, nil, "")
+	if got := fxDecode(t, body); resp.StatusCode != http.StatusOK || fxObj(got["meta"])["versionId"] != "1" {
+		t.Errorf("the stored Condition changed: %d %s", resp.StatusCode, body)
+	}
+}
+
 func TestImportedVersions(t *testing.T) {
 	w := fxNewImported(t)
 	c := w.post(t, "doc", w.aliceSrc, fxCondition)
