@@ -92,6 +92,10 @@ func (m *fhirMeta) appendJSON(b []byte) []byte {
 	o.str("versionId", m.VersionID, true)
 	o.str("lastUpdated", m.LastUpdated, true)
 	o.str("source", m.Source, true)
+	if len(m.Security) > 0 {
+		o.key("security")
+		o.b = appendArray(o.b, len(m.Security), func(b []byte, i int) []byte { return m.Security[i].appendJSON(b) })
+	}
 	if len(m.Tag) > 0 {
 		o.key("tag")
 		o.b = appendArray(o.b, len(m.Tag), func(b []byte, i int) []byte { return m.Tag[i].appendJSON(b) })
