@@ -2,6 +2,7 @@ package repo
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -115,4 +116,68 @@ func FuzzObservationFromBSON(f *testing.F) {
 		f.Add([]byte(raw))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { sameAsReflective(t, data, true) })
+}
+
+// TestObservationPageSharesNothingItShows reads every shape of document
+// through one page, as a search reads its cursor: each document in the
+// same buffer, written over after it is read. Each value is what the
+// reflective decoder reads, after the whole page is read; and an append
+// to one value's codings, identifiers or payload, or a write into its
+// payload, leaves every other value as it was (each is cut from the
+// page's shared buffers with its capacity limited).
+func TestObservationPageSharesNothingItShows(t *testing.T) {
+	variety := storedVariety(t)
+	names := slices.Sorted(maps.Keys(variety))
+	var docs []bson.Raw
+	for range 30 { // past the page's first buffers (pageHint is 101)
+		for _, name := range names {
+			if bson.Unmarshal(variety[name], &observationDoc{}) == nil { // the shapes a page reads
+				docs = append(docs, variety[name])
+			}
+		}
+	}
+	page := newObservationPage(len(docs))
+	var cursor []byte // the cursor's buffer, reused for each document
+	got := make([]domain.Observation, len(docs))
+	want := make([]domain.Observation, len(docs))
+	for i, raw := range docs {
+		var x observationDoc
+		if err := bson.Unmarshal(raw, &x); err != nil {
+			t.Fatal(err)
+		}
+		want[i] = x.observation()
+		cursor = append(cursor[:0], raw...)
+		o, err := page.read(cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[i] = o
+		clear(cursor)
+	}
+	check := func(when string) {
+		t.Helper()
+		for i := range got {
+			if !reflect.DeepEqual(got[i], want[i]) {
+				t.Fatalf("%s: document %d read\n%#v\nthe reflective decoder\n%#v", when, i, got[i], want[i])
+			}
+		}
+	}
+	check("the page read")
+	for i := range got {
+		o := &got[i]
+		o.Codings = append(o.Codings, domain.Coding{System: "urn:x", Code: "appended"})
+		o.Identifiers = append(o.Identifiers, domain.Identifier{System: "urn:x", Value: "appended"})
+		o.Payload = append(o.Payload, "appended"...)
+		w := &want[i]
+		w.Codings = append(w.Codings, domain.Coding{System: "urn:x", Code: "appended"})
+		w.Identifiers = append(w.Identifiers, domain.Identifier{System: "urn:x", Value: "appended"})
+		w.Payload = append(slices.Clip(w.Payload), "appended"...)
+	}
+	check("each value appended to")
+	for i := range got {
+		for j := range got[i].Payload {
+			got[i].Payload[j], want[i].Payload[j] = '#', '#'
+		}
+	}
+	check("each payload written over")
 }
