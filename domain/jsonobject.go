@@ -261,10 +261,6 @@ func (o *jsonObject) set(key string, value json.RawMessage) {
 	*o = append(*o, jsonMember{key: key, value: value})
 }
 
-func (o *jsonObject) remove(key string) {
-	*o = slices.DeleteFunc(*o, func(m jsonMember) bool { return m.key == key })
-}
-
 // marshal writes the object with the named members first, in that order,
 // then the others as they stand.
 func (o jsonObject) marshal(first ...string) []byte {

@@ -10,13 +10,12 @@ import (
 )
 
 func TestJSONObjectKeepsMembersAsSent(t *testing.T) {
-	o, err := parseJSONObject([]byte(` { "b" : 1.50, "a": {"z": 1, "y": [ 1e2, "é\u00e9" ]}, "c": null } `))
+	o, err := parseJSONObject([]byte(` { "b" : 1.50, "a": {"z": 1, "y": [ 1e2, "é\u00e9" ]} } `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.set("a", json.RawMessage(`"replaced"`))
 	o.set("d", json.RawMessage(`true`))
-	o.remove("c")
 	if got := string(o.marshal("d")); got != `{"d":true,"b":1.50,"a":"replaced"}` {
 		t.Errorf("marshal: %s", got)
 	}
