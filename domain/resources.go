@@ -764,16 +764,18 @@ func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType,
 // the state the conditional delete asked for holds (RFC 9110 13.1.1 lets
 // a server answer 2xx when the requested change has already happened).
 // A resource that is there at another version than If-Match names is
-// refused with CodeVersionMismatch.
+// refused with CodeVersionMismatch. The audit trail records such a delete
+// as one that found nothing (CodeNotFound), not as a delete: an outsider's
+// DELETE of a resource out of their sight deleted nothing.
 func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType, id string, ifMatch int64) error {
 	r, _, err := s.writableResource(ctx, actor, InteractionDelete, resourceType, id, ifMatch, "")
 	if err == nil {
 		err = s.store.DeleteResource(ctx, resourceType, id, r.VersionID)
 	}
-	if IsCode(err, CodeNotFound) {
-		err = nil // not there (any more): nothing to do
-	}
 	s.auditResourceChange(ctx, actor, AuditDelete, resourceType, id, r, err)
+	if IsCode(err, CodeNotFound) {
+		return nil // not there (any more): nothing to do
+	}
 	return err
 }
 

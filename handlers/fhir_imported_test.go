@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -36,8 +37,11 @@ type fxImported struct {
 	resources *mongo.Collection
 }
 
-func fxNewImported(t *testing.T) *fxImported {
-	w := &fxImported{fxWorld: fxNewWorld(t)}
+func fxNewImported(t *testing.T) *fxImported { return fxNewImportedWith(t, behindLoopbackProxy) }
+
+// fxNewImportedWith is fxNewImported on an exchange started with options.
+func fxNewImportedWith(t *testing.T, o handlerstest.Options) *fxImported {
+	w := &fxImported{fxWorld: fxNewWorldWith(t, o)}
 	w.aliceSrc = fxMust(w.env.Service.CreateFHIRSource(w.ctx, fxSys, w.alice.ID, 0, "Hospital EHR"))
 	w.carolSrc = fxMust(w.env.Service.CreateFHIRSource(w.ctx, fxSys, w.carol.ID, 0, "Clinic EHR"))
 	w.resources = repotest.Collection(t, w.env.DB, "resources")
@@ -495,6 +499,44 @@ func TestImportedDeleteAgain(t *testing.T) {
 	}
 	if resp, body := w.do(t, "doc", "GET", "/Condition/"+kept, nil, ""); resp.StatusCode != http.StatusOK {
 		t.Errorf("the Condition no one deleted: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestImportedDeleteOfNothingIsAudited: a DELETE that finds nothing
+// answers 204 (TestImportedDeleteAgain), but the audit trail does not
+// record it as a delete: an outsider who sent DELETE for a resource out of
+// their sight did not delete it, and the trail says the delete found
+// nothing. The one delete that took effect is recorded as done.
+func TestImportedDeleteOfNothingIsAudited(t *testing.T) {
+	o := behindLoopbackProxy
+	o.Audit = true
+	w := fxNewImportedWith(t, o)
+	gone := w.post(t, "doc", w.aliceSrc, fxCondition)["id"].(string)
+	kept := w.post(t, "doc", w.aliceSrc, strings.Replace(fxCondition, "upstream-1", "upstream-2", 1))["id"].(string)
+	for _, c := range []struct{ who, id string }{{"doc", gone}, {"doc", gone}, {"outsider", kept}} {
+		if resp, body := w.do(t, c.who, "DELETE", "/Condition/"+c.id, nil, ""); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("%s's DELETE of %s: %d %s", c.who, c.id, resp.StatusCode, body)
+		}
+	}
+	if err := w.env.Audit.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	events := repotest.Collection(t, w.env.DB, "audit_events")
+	for _, c := range []struct {
+		id             string
+		done, notFound int64
+	}{{gone, 1, 1}, {kept, 0, 1}} {
+		audited := func(outcome any) int64 {
+			n, err := events.CountDocuments(w.ctx, bson.M{"action": "D", "entities": "Condition/" + c.id, "outcome": outcome})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		done, notFound := audited(bson.M{"$exists": false}), audited(string(domain.CodeNotFound))
+		if done != c.done || notFound != c.notFound {
+			t.Errorf("Condition/%s: %d deletes audited as done and %d as finding nothing, want %d and %d", c.id, done, notFound, c.done, c.notFound)
+		}
 	}
 }
 
