@@ -287,16 +287,11 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 	if in.FamilyName != nil || in.GivenNames != nil {
 		// The login carries the record's names (the profile shows them).
 		// It follows the record, so a retry of the same change brings it in
-		// line if this write fails.
-		u, err := s.store.UserByID(ctx, p.UserID)
-		if err != nil {
+		// line if this write fails. Only the names are written: the rest of
+		// the user may be changing meanwhile (an invitation accepted).
+		given, family := loginNames(&p)
+		if err := s.store.SetUserNames(ctx, p.UserID, given, family); err != nil {
 			return nil, err
-		}
-		if given, family := loginNames(&p); u.FirstName != given || u.LastName != family {
-			u.FirstName, u.LastName = given, family
-			if err := s.store.UpdateUser(ctx, u); err != nil {
-				return nil, err
-			}
 		}
 	}
 	return &p, nil

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"exchange/domain"
+	"exchange/repo"
+	"exchange/repo/repotest"
 )
 
 // A patient who owns native observations is kept, as one with FHIR
@@ -92,5 +94,61 @@ func TestConcurrentPatientUpdatesKeepBothChanges(t *testing.T) {
 		if got.BirthDate != birthDate || gotPhone != phone || got.FamilyName != family {
 			t.Errorf("round %d: %s, %v, %s; want %s, %s, %s: an update was lost", round, got.BirthDate, got.Telecom, got.FamilyName, birthDate, phone, family)
 		}
+	}
+}
+
+// userRace is the real store, with another request's change of a user
+// made once, right after a use case reads that user.
+type userRace struct {
+	*repo.DB
+	change func()
+}
+
+func (s *userRace) UserByID(ctx context.Context, id int64) (*domain.User, error) {
+	u, err := s.DB.UserByID(ctx, id)
+	if change := s.change; change != nil {
+		s.change = nil
+		change()
+	}
+	return u, err
+}
+
+// TestPatientNamesLeaveTheLoginsCredentials: a change of a patient's names
+// carries them to the patient's login, and only them. A password the
+// patient chose while the update ran (accepting an invitation, say) stays:
+// the update does not write back a user it read before.
+func TestPatientNamesLeaveTheLoginsCredentials(t *testing.T) {
+	store := &userRace{DB: repotest.NewDB(t)}
+	svc := domain.NewService(domain.Config{Store: store})
+	ctx, sys := context.Background(), domain.SystemActor()
+	org, err := svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "p@example.org", Password: "the first password",
+		FamilyName: "P", GivenNames: []string{"Pat"}, OrganizationIDs: []int64{org.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chosen = "the password chosen meanwhile"
+	store.change = func() {
+		if err := svc.SetPassword(ctx, "p@example.org", chosen); err != nil {
+			t.Error(err)
+		}
+	}
+	family, given := "Renamed", []string{"Jo"}
+	if _, err := svc.UpdatePatient(ctx, sys, p.ID, domain.PatientPatch{FamilyName: &family, GivenNames: &given}); err != nil {
+		t.Fatal(err)
+	}
+	if change := store.change; change != nil { // the update read no user: the change comes after it
+		store.change = nil
+		change()
+	}
+	u, err := svc.Authenticate(ctx, "p@example.org", chosen, "192.0.2.1")
+	if err != nil {
+		t.Fatalf("sign in with the password chosen meanwhile: %v", err)
+	}
+	if u.FirstName != "Jo" || u.LastName != "Renamed" {
+		t.Errorf("the login's names: %q %q, want Jo Renamed", u.FirstName, u.LastName)
 	}
 }

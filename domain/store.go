@@ -59,6 +59,12 @@ type UserStore interface {
 	CreatePractitioner(ctx context.Context, u *User, m *Membership) error
 	// UpdateUser replaces the stored user with the same ID (not its email).
 	UpdateUser(ctx context.Context, u *User) error
+	// SetUserNames changes a user's first and last name, and nothing else:
+	// a write that follows another record's names (a patient's) must not
+	// write back the rest of a user it read, which a password change or a
+	// deactivation may have changed since. CodeNotFound if there is no such
+	// user.
+	SetUserNames(ctx context.Context, id int64, firstName, lastName string) error
 	CountUsers(ctx context.Context) (int64, error)
 }
 

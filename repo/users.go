@@ -179,6 +179,16 @@ func (d *DB) UpdateUser(ctx context.Context, u *domain.User) error {
 	return mustMatch(res.MatchedCount, "user %d does not exist", u.ID)
 }
 
+// SetUserNames implements domain.UserStore.
+func (d *DB) SetUserNames(ctx context.Context, id int64, firstName, lastName string) error {
+	res, err := d.c(colUsers).UpdateOne(ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{
+		"firstName": firstName, "lastName": lastName, "lastUpdated": d.nowMillis()}})
+	if err != nil {
+		return err
+	}
+	return mustMatch(res.MatchedCount, "user %d does not exist", id)
+}
+
 // CountUsers implements domain.UserStore.
 func (d *DB) CountUsers(ctx context.Context) (int64, error) {
 	return d.c(colUsers).CountDocuments(ctx, bson.M{})
