@@ -122,32 +122,28 @@ func (p *Provider) cancelInvitation(ctx context.Context, userID int64, id string
 	return &invitations[i], nil
 }
 
-// errInvitationGone is how every unusable console invitation answers: the
-// holder of a code learns no more than that it does not work.
-var errInvitationGone = domain.ErrInvitationGone
-
 // consoleInvitation authenticates a console invitation code: an unexpired
 // invitation of ConsoleClientID whose HMAC is right, used or not.
 func (p *Provider) consoleInvitation(ctx context.Context, code string) (*domain.OAuthToken, error) {
 	signature := p.strategy.AuthorizeCodeSignature(ctx, code)
 	t, err := p.store.OAuthToken(ctx, domain.TokenAuthorizeCode, signature)
 	if domain.IsCode(err, domain.CodeNotFound) {
-		return nil, errInvitationGone
+		return nil, domain.ErrInvitationGone
 	}
 	if err != nil {
 		return nil, err
 	}
 	if !t.Invitation || t.ClientID != ConsoleClientID || !p.now().Before(t.ExpiresAt) {
-		return nil, errInvitationGone
+		return nil, domain.ErrInvitationGone
 	}
 	req, err := p.storage.GetAuthorizeCodeSession(ctx, signature, emptySession())
 	// A used code's record still comes, with the error that says so.
 	if used := !t.Active && errors.Is(err, fosite.ErrInvalidatedAuthorizeCode); err != nil && !used || req == nil {
-		return nil, errInvitationGone
+		return nil, domain.ErrInvitationGone
 	}
 	// The signature found the record; the whole code must match it too.
 	if err := p.strategy.ValidateAuthorizeCode(ctx, req, code); err != nil && !fosite.ErrTokenExpired.Is(err) {
-		return nil, errInvitationGone
+		return nil, domain.ErrInvitationGone
 	}
 	return t, nil
 }
@@ -161,7 +157,7 @@ func (p *Provider) ConsoleInvitationUser(ctx context.Context, code string) (int6
 		return 0, err
 	}
 	if !t.Active {
-		return 0, errInvitationGone
+		return 0, domain.ErrInvitationGone
 	}
 	return t.UserID, nil
 }
