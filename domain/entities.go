@@ -30,6 +30,15 @@ type User struct {
 	CredentialsChangedAt time.Time
 }
 
+// UserChange names the fields of a user one use case changes; a nil
+// field is left as stored (Store.ChangeUser).
+type UserChange struct {
+	FirstName, LastName            *string
+	PasswordHash                   *string
+	IsActive, IsSuperuser, IsStaff *bool
+	CredentialsChangedAt           *time.Time
+}
+
 // StillSignedIn reports whether a login session or token that comes from a
 // sign-in at authTime still stands: the user is active, and neither has
 // their password changed nor were they deactivated since. Stored times

@@ -290,7 +290,7 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 		// line if this write fails. Only the names are written: the rest of
 		// the user may be changing meanwhile (an invitation accepted).
 		given, family := loginNames(&p)
-		if err := s.store.SetUserNames(ctx, p.UserID, given, family); err != nil {
+		if _, err := s.store.ChangeUser(ctx, p.UserID, UserChange{FirstName: &given, LastName: &family}); err != nil {
 			return nil, err
 		}
 	}

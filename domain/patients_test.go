@@ -106,11 +106,21 @@ type userRace struct {
 
 func (s *userRace) UserByID(ctx context.Context, id int64) (*domain.User, error) {
 	u, err := s.DB.UserByID(ctx, id)
+	s.changeOnce()
+	return u, err
+}
+
+func (s *userRace) UserByEmail(ctx context.Context, email string) (*domain.User, error) {
+	u, err := s.DB.UserByEmail(ctx, email)
+	s.changeOnce()
+	return u, err
+}
+
+func (s *userRace) changeOnce() {
 	if change := s.change; change != nil {
 		s.change = nil
 		change()
 	}
-	return u, err
 }
 
 // TestPatientNamesLeaveTheLoginsCredentials: a change of a patient's names
@@ -140,15 +150,53 @@ func TestPatientNamesLeaveTheLoginsCredentials(t *testing.T) {
 	if _, err := svc.UpdatePatient(ctx, sys, p.ID, domain.PatientPatch{FamilyName: &family, GivenNames: &given}); err != nil {
 		t.Fatal(err)
 	}
-	if change := store.change; change != nil { // the update read no user: the change comes after it
-		store.change = nil
-		change()
-	}
+	store.changeOnce() // the update read no user: the change comes after it
 	u, err := svc.Authenticate(ctx, "p@example.org", chosen, "192.0.2.1")
 	if err != nil {
 		t.Fatalf("sign in with the password chosen meanwhile: %v", err)
 	}
 	if u.FirstName != "Jo" || u.LastName != "Renamed" {
 		t.Errorf("the login's names: %q %q, want Jo Renamed", u.FirstName, u.LastName)
+	}
+}
+
+// TestPasswordResetLeavesADeactivationStanding: a password reset that read
+// the user before a superuser deactivated them writes the password, not
+// the user it read: the deactivation stands, and the new password does
+// not sign in.
+func TestPasswordResetLeavesADeactivationStanding(t *testing.T) {
+	store := &userRace{DB: repotest.NewDB(t)}
+	svc := domain.NewService(domain.Config{Store: store})
+	ctx, sys := context.Background(), domain.SystemActor()
+	org, err := svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "p@example.org", Password: "the first password",
+		FamilyName: "P", GivenNames: []string{"Pat"}, OrganizationIDs: []int64{org.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.change = func() {
+		if _, err := svc.SetUserActive(ctx, sys, p.UserID, false); err != nil {
+			t.Error(err)
+		}
+	}
+	const reset = "the password reset meanwhile"
+	if err := svc.SetPassword(ctx, "p@example.org", reset); err != nil {
+		t.Fatal(err)
+	}
+	if store.change != nil {
+		t.Fatal("the password reset read no user")
+	}
+	u, err := store.DB.UserByID(ctx, p.UserID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.IsActive {
+		t.Error("the password reset made the deactivated user active again")
+	}
+	if _, err := svc.Authenticate(ctx, "p@example.org", reset, "192.0.2.1"); err == nil {
+		t.Error("a deactivated user signs in with the password reset meanwhile")
 	}
 }

@@ -169,7 +169,7 @@ func (s *Service) UpdatePractitioner(ctx context.Context, actor *Actor, id int64
 	if err := LimitName.checkTexts("firstName", u.FirstName, "lastName", u.LastName); err != nil {
 		return nil, err
 	}
-	if err := s.store.UpdateUser(ctx, &u); err != nil {
+	if u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, UserChange{FirstName: &u.FirstName, LastName: &u.LastName}); err != nil {
 		return nil, err
 	}
 	p.User = u

@@ -57,14 +57,13 @@ type UserStore interface {
 	// (its UserID set to the new user), both or neither; CodeDuplicate if
 	// the email is taken.
 	CreatePractitioner(ctx context.Context, u *User, m *Membership) error
-	// UpdateUser replaces the stored user with the same ID (not its email).
-	UpdateUser(ctx context.Context, u *User) error
-	// SetUserNames changes a user's first and last name, and nothing else:
-	// a write that follows another record's names (a patient's) must not
-	// write back the rest of a user it read, which a password change or a
-	// deactivation may have changed since. CodeNotFound if there is no such
-	// user.
-	SetUserNames(ctx context.Context, id int64, firstName, lastName string) error
+	// ChangeUser writes the fields of ch that are set, and nothing else
+	// of the user, and returns the user's new lastUpdated. A use case
+	// never writes back a user it read: a password change, a
+	// deactivation and a rename running at once each keep their change
+	// (a deactivation is not undone by a password reset that read the
+	// user before it). CodeNotFound if there is no such user.
+	ChangeUser(ctx context.Context, id int64, ch UserChange) (time.Time, error)
 	CountUsers(ctx context.Context) (int64, error)
 }
 

@@ -99,11 +99,12 @@ func (s *Service) SetPassword(ctx context.Context, email, password string) error
 	if err != nil {
 		return err
 	}
-	if u.PasswordHash, err = checkedPasswordHash(password); err != nil {
+	hash, err := checkedPasswordHash(password)
+	if err != nil {
 		return err
 	}
-	u.CredentialsChangedAt = s.Now()
-	if err := s.store.UpdateUser(ctx, u); err != nil {
+	changedAt := s.Now()
+	if _, err := s.store.ChangeUser(ctx, u.ID, UserChange{PasswordHash: &hash, CredentialsChangedAt: &changedAt}); err != nil {
 		return err
 	}
 	return s.endCredentials(ctx, u.ID)
@@ -127,10 +128,12 @@ func (s *Service) SetUserActive(ctx context.Context, actor *Actor, id int64, act
 	}
 	if u.IsActive != active {
 		u.IsActive = active
+		ch := UserChange{IsActive: &u.IsActive}
 		if !active {
 			u.CredentialsChangedAt = s.Now()
+			ch.CredentialsChangedAt = &u.CredentialsChangedAt
 		}
-		if err := s.store.UpdateUser(ctx, u); err != nil {
+		if u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, ch); err != nil {
 			return nil, err
 		}
 	}
@@ -163,7 +166,8 @@ func (s *Service) MakeSuperuser(ctx context.Context, email string) (*User, error
 		return nil, FieldErrorf("email", "%s is a patient; only a practitioner can be a superuser", email)
 	}
 	u.IsSuperuser, u.IsStaff = true, true
-	return u, s.store.UpdateUser(ctx, u)
+	u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, UserChange{IsSuperuser: &u.IsSuperuser, IsStaff: &u.IsStaff})
+	return u, err
 }
 
 func checkedPasswordHash(password string) (string, error) {

@@ -35,7 +35,7 @@ func directoryPeople(w *world) (map[string]*person, int64) {
 	practitioner := func(name string, u *domain.User) {
 		p := &person{name: name, id: u.ID, marks: marks(u.Email)}
 		u.FirstName, u.LastName = p.marks["given name"], p.marks["family name"]
-		if err := w.env.DB.UpdateUser(ctx, u); err != nil {
+		if _, err := w.env.DB.ChangeUser(ctx, u.ID, domain.UserChange{FirstName: &u.FirstName, LastName: &u.LastName}); err != nil {
 			w.t.Fatal(err)
 		}
 		people[name] = p

@@ -760,9 +760,8 @@ func TestLoginNextAndSessionUser(t *testing.T) {
 			if _, ok := env.OAuth.SessionUser(req); ok {
 				t.Error("a forged session names a user")
 			}
-			stored, _ := env.DB.UserByID(context.Background(), u.ID)
-			stored.IsActive = false
-			if err := env.DB.UpdateUser(context.Background(), stored); err != nil {
+			inactive := false
+			if _, err := env.DB.ChangeUser(context.Background(), u.ID, domain.UserChange{IsActive: &inactive}); err != nil {
 				t.Fatal(err)
 			}
 			req, _ = http.NewRequest("GET", env.URL+"/console/", nil)

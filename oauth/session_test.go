@@ -188,8 +188,8 @@ func TestSessionUser(t *testing.T) {
 	if id, ok := ask(&http.Cookie{Name: "exchange_session", Value: "forged"}, cookie); !ok || id != doc.ID {
 		t.Errorf("a stale cookie before the live one: %d, %v", id, ok)
 	}
-	doc.IsActive = false
-	if err := env.DB.UpdateUser(ctx, doc); err != nil {
+	inactive := false
+	if _, err := env.DB.ChangeUser(ctx, doc.ID, domain.UserChange{IsActive: &inactive}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := ask(cookie); ok {

@@ -163,30 +163,30 @@ func (d *DB) ListUsers(ctx context.Context, q domain.UserQuery, p domain.Page) (
 	return domain.List[domain.User]{Items: convert(docs, func(x userDoc) domain.User { return *x.user() }), Total: total}, err
 }
 
-// UpdateUser implements domain.UserStore. The email is not changed here:
-// changing a unique key needs an insert to be checked on FerretDB.
-func (d *DB) UpdateUser(ctx context.Context, u *domain.User) error {
-	u.LastUpdated = d.nowMillis()
-	doc := toUserDoc(u)
-	res, err := d.c(colUsers).UpdateOne(ctx, bson.M{"_id": u.ID}, bson.M{"$set": bson.M{
-		"passwordHash": doc.PasswordHash, "firstName": doc.FirstName, "lastName": doc.LastName,
-		"isSuperuser": doc.IsSuperuser, "isStaff": doc.IsStaff, "isActive": doc.IsActive, "lastUpdated": doc.LastUpdated,
-		"credentialsChangedAt": doc.CredentialsChangedAt,
-	}})
-	if err != nil {
-		return err
+// ChangeUser implements domain.UserStore: one $set of the fields the
+// change names (the email is never among them: changing a unique key
+// needs an insert to be checked on FerretDB).
+func (d *DB) ChangeUser(ctx context.Context, id int64, ch domain.UserChange) (time.Time, error) {
+	now := d.nowMillis()
+	set := bson.M{"lastUpdated": now}
+	for key, v := range map[string]*string{"firstName": ch.FirstName, "lastName": ch.LastName, "passwordHash": ch.PasswordHash} {
+		if v != nil {
+			set[key] = *v
+		}
 	}
-	return mustMatch(res.MatchedCount, "user %d does not exist", u.ID)
-}
-
-// SetUserNames implements domain.UserStore.
-func (d *DB) SetUserNames(ctx context.Context, id int64, firstName, lastName string) error {
-	res, err := d.c(colUsers).UpdateOne(ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{
-		"firstName": firstName, "lastName": lastName, "lastUpdated": d.nowMillis()}})
-	if err != nil {
-		return err
+	for key, v := range map[string]*bool{"isActive": ch.IsActive, "isSuperuser": ch.IsSuperuser, "isStaff": ch.IsStaff} {
+		if v != nil {
+			set[key] = *v
+		}
 	}
-	return mustMatch(res.MatchedCount, "user %d does not exist", id)
+	if ch.CredentialsChangedAt != nil {
+		set["credentialsChangedAt"] = ch.CredentialsChangedAt.UTC().Truncate(time.Millisecond)
+	}
+	res, err := d.c(colUsers).UpdateOne(ctx, bson.M{"_id": id}, bson.M{"$set": set})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return now, mustMatch(res.MatchedCount, "user %d does not exist", id)
 }
 
 // CountUsers implements domain.UserStore.
