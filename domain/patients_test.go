@@ -123,11 +123,10 @@ func (s *userRace) changeOnce() {
 	}
 }
 
-// TestPatientNamesLeaveTheLoginsCredentials: a change of a patient's names
-// carries them to the patient's login, and only them. A password the
-// patient chose while the update ran (accepting an invitation, say) stays:
-// the update does not write back a user it read before.
-func TestPatientNamesLeaveTheLoginsCredentials(t *testing.T) {
+// racedPatient is a patient p@example.org (password "the first password")
+// in a service over a userRace store.
+func racedPatient(t *testing.T) (*userRace, *domain.Service, *domain.Patient) {
+	t.Helper()
 	store := &userRace{DB: repotest.NewDB(t)}
 	svc := domain.NewService(domain.Config{Store: store})
 	ctx, sys := context.Background(), domain.SystemActor()
@@ -140,6 +139,16 @@ func TestPatientNamesLeaveTheLoginsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store, svc, p
+}
+
+// TestPatientNamesLeaveTheLoginsCredentials: a change of a patient's names
+// carries them to the patient's login, and only them. A password the
+// patient chose while the update ran (accepting an invitation, say) stays:
+// the update does not write back a user it read before.
+func TestPatientNamesLeaveTheLoginsCredentials(t *testing.T) {
+	store, svc, p := racedPatient(t)
+	ctx, sys := context.Background(), domain.SystemActor()
 	const chosen = "the password chosen meanwhile"
 	store.change = func() {
 		if err := svc.SetPassword(ctx, "p@example.org", chosen); err != nil {
@@ -165,18 +174,8 @@ func TestPatientNamesLeaveTheLoginsCredentials(t *testing.T) {
 // the user it read: the deactivation stands, and the new password does
 // not sign in.
 func TestPasswordResetLeavesADeactivationStanding(t *testing.T) {
-	store := &userRace{DB: repotest.NewDB(t)}
-	svc := domain.NewService(domain.Config{Store: store})
+	store, svc, p := racedPatient(t)
 	ctx, sys := context.Background(), domain.SystemActor()
-	org, err := svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "p@example.org", Password: "the first password",
-		FamilyName: "P", GivenNames: []string{"Pat"}, OrganizationIDs: []int64{org.ID}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	store.change = func() {
 		if _, err := svc.SetUserActive(ctx, sys, p.UserID, false); err != nil {
 			t.Error(err)
