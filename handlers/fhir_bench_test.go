@@ -46,9 +46,9 @@ type benchWorld struct {
 	mongo   *mongo.Database
 }
 
-func newBenchWorld(b *testing.B) *benchWorld {
+func newBenchWorld(b testing.TB, o handlerstest.Options) *benchWorld {
 	b.Helper()
-	env := handlerstest.Start(b)
+	env := handlerstest.StartWith(b, o)
 	ctx, svc, system := context.Background(), env.Service, domain.SystemActor()
 	check := func(err error) {
 		b.Helper()
@@ -86,7 +86,7 @@ func newBenchWorld(b *testing.B) *benchWorld {
 }
 
 // post sends one batch Bundle and checks that every entry was created.
-func (w *benchWorld) post(b *testing.B, body []byte, entries int) {
+func (w *benchWorld) post(b testing.TB, body []byte, entries int) {
 	req, err := http.NewRequest(http.MethodPost, w.env.URL+"/FHIR/R5/", bytes.NewReader(body))
 	if err != nil {
 		b.Fatal(err)
@@ -145,7 +145,7 @@ func BenchmarkBatchIngest(b *testing.B) {
 }
 
 func benchBatchIngest(b *testing.B, benchBatch int) {
-	w := newBenchWorld(b)
+	w := newBenchWorld(b, handlerstest.Options{})
 	bodies := make([][]byte, 0, b.N*benchPerOp/benchBatch)
 	for i := 0; i < b.N*benchPerOp; i += benchBatch {
 		bodies = append(bodies, handlers.BenchBatch("http", i, benchBatch, w.patient.ID, w.device))
@@ -178,7 +178,7 @@ func BenchmarkRawDriverInsert(b *testing.B) {
 }
 
 func benchRawDriverInsert(b *testing.B, benchBatch int) {
-	w := newBenchWorld(b)
+	w := newBenchWorld(b, handlerstest.Options{})
 	ctx := context.Background()
 	w.checkDocuments(b)
 	const firstID = 1_000_000 // above what checkDocuments stored

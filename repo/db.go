@@ -77,6 +77,9 @@ type Options struct {
 	// SearchQueue is how long a search waits for a slot before it is
 	// refused with domain.CodeUnavailable.
 	SearchQueue time.Duration
+	// Monitor also watches every command the driver sends, beside
+	// Metrics: how a test counts the round trips a request makes.
+	Monitor *event.CommandMonitor
 }
 
 // Open connects to the MongoDB server at uri and uses the named database.
@@ -89,7 +92,7 @@ func Open(ctx context.Context, uri, database string) (*DB, error) {
 // OpenWith is Open with options.
 func OpenWith(ctx context.Context, uri, database string, o Options) (*DB, error) {
 	opts := options.Client().ApplyURI(uri).SetAppName("exchange")
-	if m := composeMonitors(o.Metrics.monitor(), faultMonitor); m != nil {
+	if m := composeMonitors(o.Metrics.monitor(), o.Monitor, faultMonitor); m != nil {
 		opts.SetMonitor(m)
 	}
 	client, err := mongo.Connect(opts)

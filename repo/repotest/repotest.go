@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -295,4 +297,54 @@ func Operations(t testing.TB, reg prometheus.Gatherer, collection, operation str
 		}
 	}
 	return 0
+}
+
+// Commands counts the commands the driver sends, by collection and
+// command name ("observations insert"), from a CommandMonitor given to
+// repo.Options.Monitor: what a test compares before and after a request
+// to pin the database round trips it makes. It is safe for concurrent
+// use.
+type Commands struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+// Monitor is the CommandMonitor that counts into c.
+func (c *Commands) Monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		name := e.CommandName
+		if name == "getMore" {
+			name += " " + e.Command.Lookup("collection").StringValue()
+		} else if elems, err := e.Command.Elements(); err == nil && len(elems) > 0 {
+			if col, ok := elems[0].Value().StringValueOK(); ok {
+				name = col + " " + name
+			}
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.seen == nil {
+			c.seen = map[string]int{}
+		}
+		c.seen[name]++
+	}}
+}
+
+// Since returns the commands counted since before (a Snapshot), by
+// "collection command"; leaves out those of leave (such as the lease
+// renewal "service_instances update", which a timer sends).
+func (c *Commands) Since(before map[string]int, leave ...string) map[string]int {
+	out := map[string]int{}
+	for k, n := range c.Snapshot() {
+		if d := n - before[k]; d != 0 && !slices.Contains(leave, k) {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// Snapshot returns the counts so far.
+func (c *Commands) Snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.seen)
 }
