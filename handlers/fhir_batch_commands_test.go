@@ -29,8 +29,9 @@ func TestABatchMakesFewDatabaseRoundTrips(t *testing.T) {
 		// The bearer token and the actor: the token, its client, its
 		// user, the user's memberships and the organizations below them.
 		"oauth_tokens find": 1, "oauth_clients find": 1, "users find": 1, "memberships find": 1, "organizations find": 1,
-		// The rules of a create: the patient, their consents, the device.
-		"patients find": 1, "consents find": 1, "scope_codes find": 1, "data_sources find": 1,
+		// The rules of a create: the patient, their consents, the device
+		// (the consents' scope codes were read by the first batch).
+		"patients find": 1, "consents find": 1, "data_sources find": 1,
 		// The write: its intent, the claims, the observations.
 		"write_intents insert": 1, "observation_identifiers insert": 1, "observations insert": 1, "write_intents delete": 1,
 	}

@@ -56,6 +56,7 @@ type DB struct {
 	searchQueue time.Duration
 	lease       *lease  // this process's, taken by its first write intent
 	held        heldIDs // the ids of the batch writers' blocks not yet handed out
+	scopeCodes  scopeCodeCache
 	// patientWrites serialize, within this process, the compare-and-set
 	// of a patient record (replacePatient), by stripes of patient ids:
 	// FerretDB applies an update's filter and its write as two steps, so
@@ -139,7 +140,10 @@ func (d *DB) Close(ctx context.Context) error {
 func (d *DB) Name() string { return d.db.Name() }
 
 // Drop deletes the whole database; Migrate must run again before use.
-func (d *DB) Drop(ctx context.Context) error { return d.db.Drop(ctx) }
+func (d *DB) Drop(ctx context.Context) error {
+	d.scopeCodes.reset()
+	return d.db.Drop(ctx)
+}
 
 func (d *DB) c(name string) *mongo.Collection { return d.db.Collection(name) }
 

@@ -1,9 +1,12 @@
 package repo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -164,13 +167,73 @@ func (d *DB) ScopeCodeByCoding(ctx context.Context, system, code string) (*domai
 	return &c, nil
 }
 
-// ScopeCodesByIDs implements domain.StudyStore.
+// ScopeCodesByIDs implements domain.StudyStore. The codes read once are
+// answered from scopeCodeCache: every batch of observations asks for the
+// codes its patient consented to, and on FerretDB a read costs as much
+// CPU as several observations.
 func (d *DB) ScopeCodesByIDs(ctx context.Context, ids []int64) ([]domain.ScopeCode, error) {
-	var docs []scopeCodeDoc
-	if err := d.findAll(ctx, colScopeCodes, withIn(nil, "_id", nonNilIDs(ids)), &docs, options.Find().SetSort(byID)); err != nil {
-		return nil, err
+	out, missing := d.scopeCodes.lookup(ids)
+	if len(missing) > 0 {
+		var docs []scopeCodeDoc
+		if err := d.findAll(ctx, colScopeCodes, withIn(nil, "_id", missing), &docs); err != nil {
+			return nil, err
+		}
+		read := convert(docs, scopeCodeDoc.scopeCode)
+		d.scopeCodes.add(read)
+		out = append(out, read...)
 	}
-	return convert(docs, scopeCodeDoc.scopeCode), nil
+	slices.SortFunc(out, func(a, b domain.ScopeCode) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// scopeCodeCache keeps the scope codes read by id. A scope code is never
+// changed or deleted once created (CreateScopeCode is its only write, and
+// ids are never handed out twice), so the cached one is the stored one,
+// in this process and any other on the same database; only codes found
+// are kept, so it holds at most the stored ones. Drop, which lets ids
+// start again, empties it.
+type scopeCodeCache struct {
+	mu   sync.RWMutex
+	byID map[int64]domain.ScopeCode
+}
+
+// lookup returns the cached codes among ids (each once) and the ids not
+// cached.
+func (c *scopeCodeCache) lookup(ids []int64) (found []domain.ScopeCode, missing []int64) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	found = make([]domain.ScopeCode, 0, len(ids)) // empty, not nil, as a read that finds none
+	seen := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if sc, ok := c.byID[id]; ok {
+			found = append(found, sc)
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	return found, missing
+}
+
+func (c *scopeCodeCache) add(codes []domain.ScopeCode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byID == nil {
+		c.byID = map[int64]domain.ScopeCode{}
+	}
+	for _, sc := range codes {
+		c.byID[sc.ID] = sc
+	}
+}
+
+// reset empties the cache.
+func (c *scopeCodeCache) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byID = nil
 }
 
 // ListScopeCodes implements domain.StudyStore.
