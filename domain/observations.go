@@ -355,9 +355,14 @@ func effectiveAgrees(claim *EffectiveClaim, tf *omh.TimeFrame) error {
 	return &Error{Code: CodeUnprocessable, Field: field, Message: field + ": disagrees with the data point's time frame, " + frame + ", from which effective[x] comes; leave it out or make it agree"}
 }
 
-// writerCheck loads what the create rules need of a patient.
+// writerCheck loads what the create rules need of a patient. A patient
+// writing their own data is the actor's record, which the request read
+// already (ActorOf): read once, as a request reads its user once.
 func (s *Service) writerCheck(ctx context.Context, actor *Actor, patientID int64) *writerCheck {
-	p, err := s.store.PatientByID(ctx, patientID)
+	p, err := actor.Patient, error(nil)
+	if p == nil || p.ID != patientID {
+		p, err = s.store.PatientByID(ctx, patientID)
+	}
 	if IsCode(err, CodeNotFound) {
 		return &writerCheck{err: &Error{Code: CodeNotFound, Field: "Observation.subject", Message: fmt.Sprintf("Observation.subject: Patient/%d does not exist", patientID)}}
 	}

@@ -39,3 +39,17 @@ func TestABatchMakesFewDatabaseRoundTrips(t *testing.T) {
 		t.Errorf("one batch of 100 made these commands:\n%v\nwant:\n%v", got, want)
 	}
 }
+
+// TestAPatientsOwnBatchReadsTheirRecordOnce: a patient's app sending the
+// patient's own data reads the patient record once, for the token's
+// actor and the rules of the create alike.
+func TestAPatientsOwnBatchReadsTheirRecordOnce(t *testing.T) {
+	var commands repotest.Commands
+	w := newBenchWorld(t, handlerstest.Options{DB: repo.Options{Monitor: commands.Monitor()}})
+	w.token = w.env.Token(t, w.patient.UserID)
+	before := commands.Snapshot()
+	w.post(t, handlers.BenchBatch("own", 0, 10, w.patient.ID, w.device), 10)
+	if n := commands.Since(before)["patients find"]; n != 1 {
+		t.Errorf("the batch read the patient %d times, want once", n)
+	}
+}
