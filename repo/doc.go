@@ -19,6 +19,9 @@
 //   - On FerretDB every lookup reads the whole collection, found or not:
 //     what a write needs to read about many documents it reads in one
 //     query, not one per document.
+//   - Scope codes, which are never changed once created, are read once
+//     per process (scopeCodeCache); everything else is read from the
+//     database each time, so that what another process wrote is seen.
 //   - The audit trail is written by AuditLog off the request path, in
 //     batches; a lost event is counted and logged, never silent.
 //   - Every driver command is timed (Metrics, a CommandMonitor that
