@@ -2,6 +2,8 @@ package converter_test
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -385,4 +387,70 @@ func TestR4ExampleFidelity(t *testing.T) {
 			t.Errorf("dropped %v: %s", conv.Dropped, conv.Body)
 		}
 	})
+}
+
+// TestR4ExampleOutputs converts every official R4 example (5,306) with
+// the engine and compares each outcome to its pinned digest in
+// testdata/r4examples-outputs.txt: the R5 JSON byte for byte, its type,
+// the dropped paths, the translations and the absent elements, or the
+// error. The digests were made by the engine of main before the
+// converter's speed work (issue 14): a change to the engine that changes
+// any output, or any loss report, fails here. -update rewrites them, for
+// a change of output that is meant.
+func TestR4ExampleOutputs(t *testing.T) {
+	path := filepath.Join("testdata", "r4examples-outputs.txt")
+	files, _ := filepath.Glob(filepath.Join(packageDir("hl7.fhir.r4.examples"), "*.json"))
+	if len(files) < 5306 {
+		t.Fatalf("%d R4 examples, want 5,306 (run scripts/setup first)", len(files))
+	}
+	e := engine(t)
+	got := make([]string, len(files))
+	inParallel(len(files), func(i int) {
+		m := readExample(t, filepath.Base(files[i]))
+		if _, ok := m["resourceType"]; !ok {
+			return // package.json
+		}
+		got[i] = filepath.Base(files[i]) + " " + outcomeDigest(e.Convert(m))
+	})
+	got = slices.DeleteFunc(got, func(s string) bool { return s == "" })
+	if *update {
+		if err := os.WriteFile(path, []byte(strings.Join(got, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("%d examples converted, %d pinned", len(got), len(want))
+	}
+	changed := 0
+	for i := range got {
+		if got[i] != want[i] {
+			if changed++; changed <= 20 {
+				t.Errorf("outcome changed: %s, pinned %s", got[i], want[i])
+			}
+		}
+	}
+	if changed > 0 {
+		t.Errorf("%d of %d outcomes changed", changed, len(got))
+	}
+}
+
+// outcomeDigest is the SHA-256 (its first 16 bytes, in hex) of all that a
+// conversion returns.
+func outcomeDigest(res *converter.Result, err error) string {
+	h := sha256.New()
+	if err != nil {
+		fmt.Fprintf(h, "error\x00%s", err)
+	} else {
+		fmt.Fprintf(h, "%s\x00%s\x00%q\x00%q\x00", res.Type, res.Resource, res.Dropped, res.Absent)
+		for _, tr := range res.Translated {
+			fmt.Fprintf(h, "%q\x00", tr)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
