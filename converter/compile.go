@@ -84,6 +84,7 @@ type crule struct {
 
 type csource struct {
 	source
+	elem  *elemRef // of Element, when it names one
 	where *condition
 }
 
@@ -91,6 +92,7 @@ type csource struct {
 // (nil when codes pass through).
 type ctarget struct {
 	target
+	elem       *elemRef // of Element, when it names one
 	conceptMap *conceptMap
 }
 
@@ -268,7 +270,7 @@ func (e *Engine) compileRules(file string, rules []*rule, conceptMaps map[string
 		e.stats.Rules++
 		cr := &crule{name: r.Name, line: r.Line}
 		for _, s := range r.Sources {
-			cs := csource{source: s}
+			cs := csource{source: s, elem: newElemRef(s.Element)}
 			if s.Where != "" {
 				c, ok := parseCondition(s.Where)
 				if !ok {
@@ -279,7 +281,7 @@ func (e *Engine) compileRules(file string, rules []*rule, conceptMaps map[string
 			cr.sources = append(cr.sources, cs)
 		}
 		for _, t := range r.Targets {
-			ct := ctarget{target: t}
+			ct := ctarget{target: t, elem: newElemRef(t.Element)}
 			switch {
 			case t.Transform == nil:
 			case t.Transform.Kind == "evaluate":
@@ -337,7 +339,8 @@ type condition struct {
 
 // operand is a path from a variable (s.system), or a literal.
 type operand struct {
-	path    []string // variable first
+	path    []string   // variable first
+	elems   []*elemRef // the path's elements: path[1:]
 	literal any
 }
 
@@ -366,7 +369,12 @@ func parseOperand(s string) (operand, bool) {
 	case json.Valid([]byte(s)) && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9')):
 		return operand{literal: json.Number(s)}, true
 	case pathPattern.MatchString(s):
-		return operand{path: strings.Split(s, ".")}, true
+		path := strings.Split(s, ".")
+		o := operand{path: path}
+		for _, name := range path[1:] {
+			o.elems = append(o.elems, newElemRef(name))
+		}
+		return o, true
 	}
 	return operand{}, false
 }

@@ -84,13 +84,14 @@ func (e *Engine) convert(rt string, resource map[string]any) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("R5 type %s: %w", g.targetType, err)
 	}
-	tgt := &tval{typ: g.targetType, def: d}
-	tgt.set("resourceType", &tval{scalar: g.targetType})
-	if err := e.runGroup(g, []any{src, tgt}, &stacks{}, 0); err != nil {
+	st := &stacks{}
+	tgt := st.newTval(tval{typ: g.targetType, def: d})
+	st.set(tgt, "resourceType", st.newTval(tval{scalar: g.targetType}))
+	if err := e.runGroup(g, []any{src, tgt}, st, 0); err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
-	w := &writer{e: e, buf: &buf, carried: map[leaf]bool{}, at: []string{g.targetType}}
+	w := &writer{e: e, buf: &buf, carried: make(map[leaf]bool, st.carried), at: []string{g.targetType}}
 	w.object(tgt)
 	slices.Sort(w.absent)
 	res := &Result{Type: g.targetType, Resource: buf.Bytes(), Absent: slices.Compact(w.absent)}

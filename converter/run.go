@@ -59,19 +59,22 @@ type translation struct {
 }
 
 // member is a member of a target object: its JSON key and its value,
-// a *tval or (an element that repeats) a []*tval.
+// one (an element that does not repeat) or the list of an element that
+// repeats, never empty. Two fields, not an interface, so that adding an
+// item boxes no slice.
 type member struct {
-	key string
-	val any
+	key  string
+	one  *tval
+	list []*tval
 }
 
 func (t *tval) primitive() bool { return t.def != nil && t.def.primitive }
 
-// get returns the value of member key, nil when there is none.
-func (t *tval) get(key string) any {
-	for _, m := range t.members {
-		if m.key == key {
-			return m.val
+// member returns member key, nil when there is none.
+func (t *tval) member(key string) *member {
+	for i := range t.members {
+		if t.members[i].key == key {
+			return &t.members[i]
 		}
 	}
 	return nil
@@ -93,9 +96,59 @@ type scope struct {
 // back when the rule that pushed them is done. An item is never changed
 // once pushed, so a pointer to it stays good when the stack grows into
 // a new array.
+//
+// The target values the conversion builds are allocated from it too, in
+// blocks (tvals, members, lists) rather than one by one: they are small
+// and many (about a hundred for an Observation), all live until the
+// result is written, and one conversion's blocks are never another's.
 type stacks struct {
 	b     []binding
 	nodes []snode
+
+	tvals   []tval
+	members []member
+	lists   []*tval
+	// carried counts the values carried from an R4 scalar: the size of
+	// the writer's record of them.
+	carried int
+}
+
+// newTval returns a new target value v. A full block is left to the
+// values already in it (which change after they are made, so they are
+// never moved) and a new one begun.
+func (st *stacks) newTval(v tval) *tval {
+	if len(st.tvals) == cap(st.tvals) {
+		st.tvals = make([]tval, 0, blockSize)
+	}
+	st.tvals = append(st.tvals, v)
+	return &st.tvals[len(st.tvals)-1]
+}
+
+// blockSize is how many values (members, items) a block holds: a small
+// resource wastes little of its last block, a large one takes a few.
+const blockSize = 32
+
+// firstMembers and firstList are empty slices with room for a few
+// members or items, cut from a block with their capacity capped so that
+// an append beyond it moves them out rather than into their neighbours.
+func (st *stacks) firstMembers() []member {
+	const room = 4
+	if cap(st.members)-len(st.members) < room {
+		st.members = make([]member, 0, room*blockSize/2)
+	}
+	n := len(st.members)
+	st.members = st.members[:n+room]
+	return st.members[n : n : n+room]
+}
+
+func (st *stacks) firstList() []*tval {
+	const room = 2
+	if cap(st.lists)-len(st.lists) < room {
+		st.lists = make([]*tval, 0, room*blockSize/2)
+	}
+	n := len(st.lists)
+	st.lists = st.lists[:n+room]
+	return st.lists[n : n : n+room]
 }
 
 type binding struct {
@@ -183,7 +236,8 @@ func (e *Engine) sourceNode(v any, typ string) (*snode, error) {
 //
 // The items are pushed on the conversion's stack of items (st.nodes): the
 // caller cuts it back when it is done with them.
-func (e *Engine) sourceChildren(n *snode, name string, st *stacks) ([]snode, error) {
+func (e *Engine) sourceChildren(n *snode, ref *elemRef, st *stacks) ([]snode, error) {
+	name := ref.name
 	var obj map[string]any
 	switch {
 	case n.primitive() && name == "value":
@@ -203,7 +257,7 @@ func (e *Engine) sourceChildren(n *snode, name string, st *stacks) ([]snode, err
 			return nil, nil
 		}
 	}
-	info, ok := n.def.elem(name)
+	info, ok := ref.in(n.def)
 	if !ok {
 		return nil, fmt.Errorf("%s has no element %s", n.def.path, name)
 	}
@@ -214,7 +268,7 @@ func (e *Engine) sourceChildren(n *snode, name string, st *stacks) ([]snode, err
 	start, out := len(st.nodes), st.nodes
 	defer func() { st.nodes = out }()
 	addr := mapAddr(obj)
-	add := func(key, typ string) error {
+	add := func(key, sibling, typ string) error {
 		if typ == "Resource" {
 			for _, item := range asList(obj[key]) {
 				m, _ := item.(map[string]any)
@@ -235,7 +289,7 @@ func (e *Engine) sourceChildren(n *snode, name string, st *stacks) ([]snode, err
 			typ = "BackboneElement"
 		}
 		if d.primitive {
-			out = appendPrimitives(out, obj, addr, key, typ, d)
+			out = appendPrimitives(out, obj, addr, key, sibling, typ, d)
 			return nil
 		}
 		switch items := obj[key].(type) {
@@ -253,8 +307,11 @@ func (e *Engine) sourceChildren(n *snode, name string, st *stacks) ([]snode, err
 	if el.Choice() {
 		for key := range obj { // a few keys, where a choice may have fifty types
 			k, sibling := strings.CutPrefix(key, "_")
-			if t, ok := info.keyType[k]; ok && !(sibling && obj[k] != nil) {
-				if err := add(k, t); err != nil {
+			if !strings.HasPrefix(k, info.name) { // every key of the choice starts with its name
+				continue
+			}
+			if c, ok := info.keyType[k]; ok && !(sibling && obj[k] != nil) {
+				if err := add(k, c.sibling, c.typ); err != nil {
 					return nil, err
 				}
 			}
@@ -265,14 +322,14 @@ func (e *Engine) sourceChildren(n *snode, name string, st *stacks) ([]snode, err
 	if el.ContentRef != "" {
 		typ = "BackboneElement"
 	}
-	err := add(name, typ)
+	err := add(name, info.sibling, typ)
 	return out[start:], err
 }
 
 // appendPrimitives appends the items of a primitive element key of obj:
-// each value with the `_key` item of the same index.
-func appendPrimitives(out []snode, obj map[string]any, addr uintptr, key, typ string, d *tdef) []snode {
-	values, exts := obj[key], obj["_"+key]
+// each value with the item of the same index of its `_key` sibling.
+func appendPrimitives(out []snode, obj map[string]any, addr uintptr, key, sibling, typ string, d *tdef) []snode {
+	values, exts := obj[key], obj[sibling]
 	if values == nil && exts == nil {
 		return out
 	}
@@ -309,38 +366,52 @@ func asList(v any) []any {
 	return []any{v}
 }
 
-func (e *Engine) newTarget(parent *tval, info *elemInfo, typ string) (*tval, error) {
+func (e *Engine) newTarget(parent *tval, info *elemInfo, typ string, st *stacks) (*tval, error) {
 	d, err := e.childDef(parent.def, info, typ)
 	if err != nil {
 		return nil, err
 	}
-	t := &tval{typ: typ, def: d, el: info.el}
+	t := st.newTval(tval{typ: typ, def: d, el: info.el})
 	if d.resource {
-		t.set("resourceType", &tval{scalar: typ})
+		st.set(t, "resourceType", st.newTval(tval{scalar: typ}))
 	}
 	return t, nil
 }
 
-// set sets member key, in the place it first had.
-func (t *tval) set(key string, v any) {
-	for i := range t.members {
-		if t.members[i].key == key {
-			t.members[i].val = v
-			return
-		}
+// set sets member key of t to v, in the place it first had.
+func (st *stacks) set(t *tval, key string, v *tval) {
+	if m := t.member(key); m != nil {
+		m.one = v
+		return
 	}
-	t.members = append(t.members, member{key, v})
+	if t.members == nil {
+		t.members = st.firstMembers()
+	}
+	t.members = append(t.members, member{key: key, one: v})
+}
+
+// add appends v to the list of member key of t.
+func (st *stacks) add(t *tval, key string, v *tval) {
+	if m := t.member(key); m != nil {
+		m.list = append(m.list, v)
+		return
+	}
+	if t.members == nil {
+		t.members = st.firstMembers()
+	}
+	t.members = append(t.members, member{key: key, list: append(st.firstList(), v)})
 }
 
 // makeChild creates the value of element name under parent, of type typ
 // (required for a choice; else the element's own type unless it is a
 // Resource). reuse returns the existing value of a single element. A
 // primitive's children are its id and extension; its value is assigned.
-func (e *Engine) makeChild(parent *tval, name, typ string, reuse bool) (*tval, error) {
+func (e *Engine) makeChild(parent *tval, ref *elemRef, typ string, reuse bool, st *stacks) (*tval, error) {
+	name := ref.name
 	if parent.def == nil || (parent.primitive() && name == "value") {
 		return nil, fmt.Errorf("%s is a primitive: no element %s", parent.typ, name)
 	}
-	info, ok := parent.def.elem(name)
+	info, ok := ref.in(parent.def)
 	if !ok {
 		return nil, fmt.Errorf("%s has no element %s", parent.def.path, name)
 	}
@@ -356,11 +427,11 @@ func (e *Engine) makeChild(parent *tval, name, typ string, reuse bool) (*tval, e
 		typ = elemType(el)
 	}
 	if el.Max == 1 && reuse {
-		if existing, ok := parent.get(key).(*tval); ok {
-			return existing, nil
+		if m := parent.member(key); m != nil && m.one != nil {
+			return m.one, nil
 		}
 	}
-	child, err := e.newTarget(parent, info, typ)
+	child, err := e.newTarget(parent, info, typ, st)
 	if err != nil {
 		return nil, err
 	}
@@ -371,10 +442,9 @@ func (e *Engine) makeChild(parent *tval, name, typ string, reuse bool) (*tval, e
 				return other && m.key != key
 			})
 		}
-		parent.set(key, child)
+		st.set(parent, key, child)
 	} else {
-		list, _ := parent.get(key).([]*tval)
-		parent.set(key, append(list, child))
+		st.add(parent, key, child)
 	}
 	return child, nil
 }
@@ -406,14 +476,15 @@ func (e *Engine) dispatch(src *snode, info *elemInfo) (string, *cgroup, error) {
 
 // copyInto converts a source item into a new value of element name
 // under parent, through the group its pair of types dispatches to.
-func (e *Engine) copyInto(src *snode, parent *tval, name string, st *stacks, depth int) (*tval, error) {
+func (e *Engine) copyInto(src *snode, parent *tval, ref *elemRef, st *stacks, depth int) (*tval, error) {
+	name := ref.name
 	if parent.primitive() && name == "value" && src.primitive() {
-		return e.assignFrom(parent, name, src, src.v, st, depth)
+		return e.assignFrom(parent, ref, src, src.v, st, depth)
 	}
 	if parent.def == nil || (parent.primitive() && name == "value") {
 		return nil, fmt.Errorf("%s is a primitive: no element %s", parent.typ, name)
 	}
-	info, ok := parent.def.elem(name)
+	info, ok := ref.in(parent.def)
 	if !ok {
 		return nil, fmt.Errorf("%s has no element %s", parent.def.path, name)
 	}
@@ -421,7 +492,7 @@ func (e *Engine) copyInto(src *snode, parent *tval, name string, st *stacks, dep
 	if err != nil {
 		return nil, err
 	}
-	child, err := e.makeChild(parent, name, typ, false)
+	child, err := e.makeChild(parent, ref, typ, false, st)
 	if err != nil {
 		return nil, err
 	}
@@ -430,7 +501,8 @@ func (e *Engine) copyInto(src *snode, parent *tval, name string, st *stacks, dep
 
 // assign sets element name of parent to a scalar (or a primitive's own
 // value, for `tgt.value = v`).
-func (e *Engine) assign(parent *tval, name string, v any, hint string) (*tval, error) {
+func (e *Engine) assign(parent *tval, ref *elemRef, v any, hint string, st *stacks) (*tval, error) {
+	name := ref.name
 	if parent.primitive() && name == "value" {
 		parent.scalar = scalarFor(parent.typ, v)
 		return parent, nil
@@ -438,7 +510,7 @@ func (e *Engine) assign(parent *tval, name string, v any, hint string) (*tval, e
 	if parent.def == nil || parent.primitive() {
 		return nil, fmt.Errorf("%s is a primitive: no element %s", parent.typ, name)
 	}
-	info, ok := parent.def.elem(name)
+	info, ok := ref.in(parent.def)
 	if !ok {
 		return nil, fmt.Errorf("%s has no element %s", parent.def.path, name)
 	}
@@ -455,7 +527,7 @@ func (e *Engine) assign(parent *tval, name string, v any, hint string) (*tval, e
 			return nil, fmt.Errorf("%s: no type of %v takes the value %v", el.Path, el.Types, v)
 		}
 	}
-	child, err := e.makeChild(parent, name, typ, false)
+	child, err := e.makeChild(parent, ref, typ, false, st)
 	if err != nil {
 		return nil, err
 	}
@@ -470,12 +542,15 @@ func (e *Engine) assign(parent *tval, name string, v any, hint string) (*tval, e
 // translated from) the source primitive src, and carries src's id and
 // extensions (its `_x` sibling) through the maps' Element group, as a
 // group of the primitive's type would.
-func (e *Engine) assignFrom(parent *tval, name string, src *snode, v any, st *stacks, depth int) (*tval, error) {
-	child, err := e.assign(parent, name, v, src.typ)
+func (e *Engine) assignFrom(parent *tval, ref *elemRef, src *snode, v any, st *stacks, depth int) (*tval, error) {
+	child, err := e.assign(parent, ref, v, src.typ, st)
 	if err != nil {
 		return nil, err
 	}
 	child.from = src.at
+	if src.at.obj != 0 {
+		st.carried++
+	}
 	if src.ext != nil && e.element != nil {
 		if err := e.runGroup(e.element, []any{src, child}, st, depth+1); err != nil {
 			return child, err
@@ -570,7 +645,7 @@ func (e *Engine) runSources(g *cgroup, r *crule, i int, sc scope, item *snode, d
 		return e.runItem(g, r, i, sc, node, depth)
 	}
 	defer func(mark int) { sc.st.nodes = sc.st.nodes[:mark] }(len(sc.st.nodes))
-	items, err := e.sourceChildren(node, s.Element, sc.st)
+	items, err := e.sourceChildren(node, s.elem, sc.st)
 	if err != nil {
 		return err
 	}
@@ -608,7 +683,7 @@ func (e *Engine) runBody(g *cgroup, r *crule, sc scope, item *snode, depth int) 
 		if !ok || !isTarget {
 			return fmt.Errorf("%s is not a target", t.Context)
 		}
-		_, err := e.copyInto(item, tv, t.Element, sc.st, depth)
+		_, err := e.copyInto(item, tv, t.elem, sc.st, depth)
 		return err
 	}
 	for _, t := range r.targets {
@@ -662,14 +737,14 @@ func (e *Engine) runTarget(t ctarget, sc scope, item *snode, depth int) error {
 		if item != nil {
 			hint = item.typ
 		}
-		child, err := e.makeChild(ctx, t.Element, hint, true)
+		child, err := e.makeChild(ctx, t.elem, hint, true, sc.st)
 		bind(child)
 		return err
 	}
 	switch t.Transform.Kind {
 	case "create":
 		typ, _ := firstLiteral(t.Transform).(string)
-		child, err := e.makeChild(ctx, t.Element, typ, false)
+		child, err := e.makeChild(ctx, t.elem, typ, false, sc.st)
 		bind(child)
 		return err
 	case "value", "translate", "copy":
@@ -683,20 +758,20 @@ func (e *Engine) runTarget(t ctarget, sc scope, item *snode, depth int) error {
 		case *snode:
 			if v.primitive() {
 				value, tr := t.conceptMap.translate(v.v)
-				child, err := e.assignFrom(ctx, t.Element, v, value, sc.st, depth)
+				child, err := e.assignFrom(ctx, t.elem, v, value, sc.st, depth)
 				if child != nil && tr != nil {
 					child.translated = tr
 				}
 				bind(child)
 				return err
 			}
-			child, err := e.copyInto(v, ctx, t.Element, sc.st, depth)
+			child, err := e.copyInto(v, ctx, t.elem, sc.st, depth)
 			bind(child)
 			return err
 		case *tval:
 			return fmt.Errorf("assigning target %s to %s is not supported", t.Transform.Args[0].Var, t.Element)
 		default:
-			child, err := e.assign(ctx, t.Element, v, "")
+			child, err := e.assign(ctx, t.elem, v, "", sc.st)
 			bind(child)
 			return err
 		}
@@ -736,10 +811,10 @@ func (e *Engine) values(o operand, sc scope) []any {
 	}
 	defer func(mark int) { sc.st.nodes = sc.st.nodes[:mark] }(len(sc.st.nodes))
 	nodes := []*snode{node}
-	for _, name := range o.path[1:] {
+	for _, ref := range o.elems {
 		var next []*snode
 		for _, n := range nodes {
-			children, err := e.sourceChildren(n, name, sc.st)
+			children, err := e.sourceChildren(n, ref, sc.st)
 			if err != nil {
 				return nil
 			}

@@ -31,18 +31,58 @@ type tdef struct {
 // choice the JSON key of each of its types (valueQuantity: Quantity), and
 // where the children of a value of each type it takes are defined.
 type elemInfo struct {
-	el *fhirdefs.Element
-	// sibling is the key of a primitive's `_x` sibling: "_" + the name.
-	sibling string
+	el    *fhirdefs.Element
+	owner *tdef // the definition whose element it is
+	// name is the element's name, a choice's without [x]; sibling is the
+	// key of a primitive's `_x` sibling: "_" + the name.
+	name, sibling string
 	// types are the types a value of the element may have: a choice's,
 	// else its one type (elemType).
 	types   []string
-	keyType map[string]string // choice only
+	keyType map[string]choiceKey // choice only: by JSON key
 	typeKey map[string]string
 	// defs holds one slot per type the element names (and
 	// BackboneElement, how a recursive element is typed), filled on first
 	// use. A Resource element's types are the resources: not tabled.
-	defs map[string]*atomic.Pointer[tdef]
+	// ownType is the element's own type (elemType) and own its slot: the
+	// type nearly every value of a non-choice element has, found without
+	// a lookup by name.
+	defs    map[string]*atomic.Pointer[tdef]
+	ownType string
+	own     *atomic.Pointer[tdef]
+}
+
+// choiceKey is a JSON key of a choice (valueQuantity): its type and its
+// `_x` sibling's key.
+type choiceKey struct {
+	typ, sibling string
+}
+
+// elemRef is an element as a rule names it (src.status, tgt.code), with
+// the element it found last. A rule meets values of one definition
+// nearly always (a group's rules run on values of the group's types), so
+// the element found last turns the lookup by name into a pointer
+// comparison; a rule that meets another definition looks the name up,
+// as every lookup did before. The element remembered is d.elems[name]
+// of its owner d, which never changes: the shortcut finds what the
+// lookup would.
+type elemRef struct {
+	name string
+	last atomic.Pointer[elemInfo]
+}
+
+func newElemRef(name string) *elemRef { return &elemRef{name: name} }
+
+// in finds the element below d: itself or, as a choice, `name[x]`.
+func (r *elemRef) in(d *tdef) (*elemInfo, bool) {
+	if info := r.last.Load(); info != nil && info.owner == d {
+		return info, true
+	}
+	info, ok := d.elems[r.name]
+	if ok {
+		r.last.Store(info)
+	}
+	return info, ok
 }
 
 type defKey struct {
@@ -59,15 +99,16 @@ func (e *Engine) def(pkg *fhirdefs.Package, sd *fhirdefs.StructureDefinition, pa
 	d := &tdef{pkg: pkg, sd: sd, path: path, primitive: sd.Kind == "primitive-type",
 		resource: sd.Kind == "resource" && path == sd.Type, elems: map[string]*elemInfo{}}
 	for _, el := range sd.Children(path) {
-		info := &elemInfo{el: el, types: []string{elemType(el)}, defs: map[string]*atomic.Pointer[tdef]{}}
+		info := &elemInfo{el: el, owner: d, types: []string{elemType(el)}, defs: map[string]*atomic.Pointer[tdef]{}}
 		name := el.Name
 		if el.Choice() {
 			info.types = el.Types
 			name = strings.TrimSuffix(name, "[x]")
-			info.keyType, info.typeKey = map[string]string{}, map[string]string{}
+			info.keyType, info.typeKey = map[string]choiceKey{}, map[string]string{}
 			for _, t := range el.Types {
-				info.keyType[name+upperFirst(t)] = t
-				info.typeKey[t] = name + upperFirst(t)
+				key := name + upperFirst(t)
+				info.keyType[key] = choiceKey{typ: t, sibling: "_" + key}
+				info.typeKey[t] = key
 			}
 		}
 		for _, t := range append(el.Types[:len(el.Types):len(el.Types)], elemType(el), "BackboneElement") {
@@ -75,7 +116,9 @@ func (e *Engine) def(pkg *fhirdefs.Package, sd *fhirdefs.StructureDefinition, pa
 				info.defs[t] = &atomic.Pointer[tdef]{}
 			}
 		}
-		info.sibling = "_" + name
+		info.ownType = elemType(el)
+		info.own = info.defs[info.ownType]
+		info.name, info.sibling = name, "_"+name
 		d.elems[name] = info
 		if el.Min > 0 {
 			d.required = append(d.required, el)
@@ -105,7 +148,10 @@ func (d *tdef) elem(name string) (*elemInfo, bool) {
 // element info of parent, are defined: a backbone element's own path, a
 // recursive element's referenced path, or the type's definition.
 func (e *Engine) childDef(parent *tdef, info *elemInfo, typ string) (*tdef, error) {
-	slot := info.defs[typ]
+	slot := info.own
+	if typ != info.ownType {
+		slot = info.defs[typ]
+	}
 	if slot != nil {
 		if d := slot.Load(); d != nil {
 			return d, nil

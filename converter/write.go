@@ -81,8 +81,9 @@ func (w *writer) object(v *tval) bool {
 	members := 0
 	required := v.def.required
 	var written []string // the members written, when required elements are checked
-	for _, m := range v.members {
-		n := w.member(members, m.key, m.val)
+	for i := range v.members {
+		m := &v.members[i]
+		n := w.member(members, m)
 		if n > 0 && required != nil {
 			written = append(written, m.key)
 		}
@@ -103,19 +104,19 @@ func (w *writer) object(v *tval) bool {
 	return true
 }
 
-// member writes the member key of an object (and its `_key` sibling):
-// how many members it wrote.
-func (w *writer) member(members int, key string, val any) int {
-	w.at = append(w.at, key)
-	n := w.memberAt(members, key, val)
+// member writes a member of an object (and its `_key` sibling): how
+// many members it wrote.
+func (w *writer) member(members int, m *member) int {
+	w.at = append(w.at, m.key)
+	n := w.memberAt(members, m)
 	w.at = w.at[:len(w.at)-1]
 	return n
 }
 
 // memberAt is member with w.at at the member.
-func (w *writer) memberAt(members int, key string, val any) int {
-	switch val := val.(type) {
-	case *tval:
+func (w *writer) memberAt(members int, m *member) int {
+	key := m.key
+	if val := m.one; val != nil {
 		if !val.primitive() {
 			return w.keep(w.key(members, key), w.value(val))
 		}
@@ -124,13 +125,11 @@ func (w *writer) memberAt(members int, key string, val any) int {
 			n += w.keep(w.key(members+n, "_"+key), w.object(val))
 		}
 		return n
-	case []*tval:
-		if len(val) > 0 && val[0].primitive() {
-			return w.primitives(members, key, val)
-		}
-		return w.keep(w.key(members, key), w.array(val))
 	}
-	return 0
+	if m.list[0].primitive() {
+		return w.primitives(members, key, m.list)
+	}
+	return w.keep(w.key(members, key), w.array(m.list))
 }
 
 // sibling reports whether a primitive value can have its `_key` sibling
