@@ -160,7 +160,10 @@ type binding struct {
 func (s scope) enter() scope { return scope{st: s.st, base: s.base, start: len(s.st.b)} }
 
 // leave drops the variables of scope s and of any scope inside it.
-func (s scope) leave() { clear(s.st.b[s.start:]); s.st.b = s.st.b[:s.start] }
+// The variables dropped stay in the stack's array until overwritten: the
+// stack lives as long as its conversion, which holds what they point to
+// anyway.
+func (s scope) leave() { s.st.b = s.st.b[:s.start] }
 
 // get looks a variable up from the innermost scope out, down to the
 // group call's.
@@ -305,6 +308,18 @@ func (e *Engine) sourceChildren(n *snode, ref *elemRef, st *stacks) ([]snode, er
 		return nil
 	}
 	if el.Choice() {
+		if 2*len(info.types) <= len(obj) {
+			// Fewer keys to look up than the object has (effective[x] in
+			// an Observation): each key of the choice, and its sibling.
+			for _, c := range info.choices {
+				if obj[c.key] != nil || obj[c.sibling] != nil {
+					if err := add(c.key, c.sibling, c.typ); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return out[start:], nil
+		}
 		for key := range obj { // a few keys, where a choice may have fifty types
 			k, sibling := strings.CutPrefix(key, "_")
 			if !strings.HasPrefix(k, info.name) { // every key of the choice starts with its name

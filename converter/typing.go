@@ -41,6 +41,7 @@ type elemInfo struct {
 	types   []string
 	keyType map[string]choiceKey // choice only: by JSON key
 	typeKey map[string]string
+	choices []choiceKey // choice only: in the order of its types
 	// defs holds one slot per type the element names (and
 	// BackboneElement, how a recursive element is typed), filled on first
 	// use. A Resource element's types are the resources: not tabled.
@@ -52,10 +53,10 @@ type elemInfo struct {
 	own     *atomic.Pointer[tdef]
 }
 
-// choiceKey is a JSON key of a choice (valueQuantity): its type and its
+// choiceKey is a JSON key of a choice (valueQuantity), its type and its
 // `_x` sibling's key.
 type choiceKey struct {
-	typ, sibling string
+	key, typ, sibling string
 }
 
 // elemRef is an element as a rule names it (src.status, tgt.code), with
@@ -107,7 +108,8 @@ func (e *Engine) def(pkg *fhirdefs.Package, sd *fhirdefs.StructureDefinition, pa
 			info.keyType, info.typeKey = map[string]choiceKey{}, map[string]string{}
 			for _, t := range el.Types {
 				key := name + upperFirst(t)
-				info.keyType[key] = choiceKey{typ: t, sibling: "_" + key}
+				info.keyType[key] = choiceKey{key: key, typ: t, sibling: "_" + key}
+				info.choices = append(info.choices, info.keyType[key])
 				info.typeKey[t] = key
 			}
 		}
