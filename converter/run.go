@@ -476,10 +476,8 @@ func (e *Engine) dispatch(src *snode, info *elemInfo) (string, *cgroup, error) {
 		}
 		return e.typePlus[src.typ].targetType, e.typePlus[src.typ], nil
 	}
-	for _, t := range info.types {
-		if g := e.typePlus[src.typ]; g != nil && g.targetType == t {
-			return t, g, nil
-		}
+	if g := e.typePlus[src.typ]; g != nil && slices.Contains(info.types, g.targetType) {
+		return g.targetType, g, nil
 	}
 	for _, t := range info.types {
 		if g := e.pairs[typePair{src.typ, t}]; g != nil {
