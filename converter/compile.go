@@ -31,10 +31,14 @@ type Engine struct {
 	// element is the maps' Element group: it carries a primitive's id and
 	// extensions (its `_x` sibling) wherever a rule assigns the primitive.
 	element *cgroup
-	r4, r5  *fhirdefs.Package
-	log     *slog.Logger
-	stats   Stats
-	defs    sync.Map // defKey -> *tdef: the typing tables, made on first use
+	// noValueCopies turns the shortcut of value-copying groups off
+	// (cgroup.copiesValue), for the tests that compare it with the groups
+	// run.
+	noValueCopies bool
+	r4, r5        *fhirdefs.Package
+	log           *slog.Logger
+	stats         Stats
+	defs          sync.Map // defKey -> *tdef: the typing tables, made on first use
 	// supported caches Supports for the types that have a map: the
 	// verification of a type's map against the R4 definitions runs once.
 	supported sync.Map // R4 type -> error (nil: converted)
@@ -66,6 +70,9 @@ type cgroup struct {
 	sourceType       string // of the first source parameter, when typed
 	targetType       string // of the first target parameter, when typed
 	defaultKind, loc string
+	// copiesValue: the group only copies a primitive's value, as the
+	// maps' primitive groups do (see valueCopy).
+	copiesValue bool
 }
 
 type crule struct {
@@ -212,6 +219,9 @@ func Compile(o Options) (*Engine, error) {
 		}
 	}
 	e.element = e.groups["Element"]
+	for _, cg := range e.groups {
+		cg.copiesValue = e.element != nil && cg.extends == e.element && readsNoValue(e.element) && copiesOnlyValue(cg)
+	}
 	e.stats.Groups = len(e.groups)
 	e.stats.ConceptMaps = len(used)
 	e.stats.Took = time.Since(start)
@@ -319,6 +329,40 @@ func (e *Engine) compileRules(file string, rules []*rule, conceptMaps map[string
 		out = append(out, cr)
 	}
 	return out, nil
+}
+
+// copiesOnlyValue reports whether g is a primitive group of the maps:
+// `group string(source src, target tgt) extends Element { src.value as v
+// -> tgt.value = v; }`, one rule that copies the source's value into
+// the target's, unchanged.
+func copiesOnlyValue(g *cgroup) bool {
+	if len(g.params) != 2 || g.params[0].Mode != "source" || g.params[1].Mode != "target" || len(g.rules) != 1 {
+		return false
+	}
+	src, tgt, r := g.params[0].Name, g.params[1].Name, g.rules[0]
+	if r.skip != "" || len(r.sources) != 1 || len(r.targets) != 1 || len(r.then) != 0 || len(r.calls) != 0 {
+		return false
+	}
+	s, t := r.sources[0], r.targets[0]
+	return s.Context == src && s.Element == "value" && s.Type == "" && s.where == nil && s.Var != "" && s.Var != src && s.Var != tgt &&
+		t.Context == tgt && t.Element == "value" && t.Var == "" && t.conceptMap == nil && t.Transform != nil &&
+		t.Transform.Kind == "value" && len(t.Transform.Args) == 1 && t.Transform.Args[0].Var == s.Var
+}
+
+// readsNoValue reports whether every rule of g that runs reads an
+// element other than `value` of g's source, and g extends nothing: run
+// on a primitive without its `_x` sibling (no id, no extension), such a
+// group finds nothing and does nothing.
+func readsNoValue(g *cgroup) bool {
+	if g.extends != nil || len(g.params) == 0 || g.params[0].Mode != "source" {
+		return false
+	}
+	for _, r := range g.rules {
+		if r.skip == "" && (len(r.sources) == 0 || r.sources[0].Context != g.params[0].Name || r.sources[0].Element == "" || r.sources[0].Element == "value") {
+			return false
+		}
+	}
+	return true
 }
 
 // translateArgs reads translate(source, 'map URL', 'output').

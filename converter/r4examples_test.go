@@ -454,3 +454,64 @@ func outcomeDigest(res *converter.Result, err error) string {
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
+
+// groupsRun is an engine that runs every group, without valueCopy's
+// shortcut: what the shortcut must equal.
+var groupsRun = sync.OnceValues(func() (*converter.Engine, error) {
+	e, err := compile("")
+	if err == nil {
+		converter.WithoutValueCopies(e)
+	}
+	return e, err
+})
+
+// sameConversion fails unless e and the engine that runs every group
+// convert m alike: output, loss report and error.
+func sameConversion(t *testing.T, name string, data []byte) {
+	slow, err := groupsRun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, err1 := domain.DecodeJSON(data)
+	m2, _ := domain.DecodeJSON(data)
+	if err1 != nil {
+		return
+	}
+	fast, want := outcomeDigest(engine(t).Convert(m1)), outcomeDigest(slow.Convert(m2))
+	if fast != want {
+		res, err := engine(t).Convert(m1)
+		t.Errorf("%s: the value-copy shortcut converts otherwise than the groups run: %v %v", name, res, err)
+	}
+}
+
+// TestValueCopies compares the engine with one that runs every group
+// (valueCopy's shortcut off) over every official R4 example.
+func TestValueCopies(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(packageDir("hl7.fhir.r4.examples"), "*.json"))
+	inParallel(len(files), func(i int) {
+		data, err := os.ReadFile(files[i])
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		sameConversion(t, filepath.Base(files[i]), data)
+	})
+}
+
+// FuzzValueCopies compares the engine with one that runs every group on
+// mutations of R4 resources (go test ./converter -run '^$' -fuzz
+// FuzzValueCopies): primitives with and without ids and extensions,
+// nested, in arrays, of every type.
+func FuzzValueCopies(f *testing.F) {
+	for _, name := range []string{"Observation-example.json", "Patient-example.json", "Encounter-f001.json", "Condition-example.json",
+		"QuestionnaireResponse-3141.json", "MedicationRequest-medrx0302.json", "Claim-100152.json"} {
+		data, err := os.ReadFile(filepath.Join(packageDir("hl7.fhir.r4.examples"), name))
+		if err != nil {
+			f.Fatalf("%v (run scripts/setup first)", err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"resourceType":"Observation","status":"final","_status":{"id":"s"},"code":{"text":"x"},"valueInteger":5,"_valueInteger":{"extension":[{"url":"u","valueString":"v"}]}}`))
+	f.Add([]byte(`{"resourceType":"Patient","name":[{"given":["a",null,"c"],"_given":[null,{"id":"g"},null]}],"birthDate":"2000-01-01"}`))
+	f.Fuzz(func(t *testing.T, data []byte) { sameConversion(t, "fuzzed", data) })
+}
