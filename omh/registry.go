@@ -41,9 +41,15 @@ type Registry struct {
 	// files holds each schema's file, by its identifier.
 	files map[SchemaID]string
 	// schemas holds every schema of both namespaces, by its identifier.
-	schemas map[SchemaID]*jsonschema.Schema
+	schemas map[SchemaID]schema
 	// The data point schemas of each kind of header.
-	omhDataPoint, ieeeDataPoint *jsonschema.Schema
+	omhDataPoint, ieeeDataPoint schema
+}
+
+// schema is a compiled schema with its accept check (accept.go).
+type schema struct {
+	compiled *jsonschema.Schema
+	accept   *acceptNode
 }
 
 // A schema file is <name>-<major>.<minor>.json; <name>-<major>.x.json files
@@ -85,7 +91,7 @@ func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w (run scripts/setup, or set OMH_SCHEMA_DIR)", ErrNotInstalled, err)
 	}
-	r := &Registry{files: map[SchemaID]string{}, schemas: map[SchemaID]*jsonschema.Schema{}}
+	r := &Registry{files: map[SchemaID]string{}, schemas: map[SchemaID]schema{}}
 	var urls []string // every file of both folders, aliases too
 	for _, e := range entries {
 		if aliasFile.MatchString(e.Name()) {
@@ -125,6 +131,7 @@ func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
 	c.UseLoader(loader)
+	accepts := acceptBuilder{}
 	for _, u := range urls {
 		sch, err := c.Compile(u)
 		if err != nil {
@@ -135,7 +142,7 @@ func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
 			if strings.HasPrefix(u, ieeeBase) {
 				ns = NamespaceIEEE
 			}
-			r.schemas[SchemaID{Namespace: ns, Name: m[1], Version: m[2]}] = sch
+			r.schemas[SchemaID{Namespace: ns, Name: m[1], Version: m[2]}] = schema{sch, accepts.node(sch)}
 		}
 	}
 	slices.SortFunc(r.infos, func(a, b SchemaInfo) int {
@@ -216,7 +223,7 @@ func (r *Registry) Validate(dp *DataPoint) error {
 	if dp.ieeeHeader {
 		doc, header = r.ieeeDataPoint, "ieee:data-point:1.0"
 	}
-	if err := validate(doc, header, "", dp.Document); err != nil {
+	if err := doc.validate(header, "", dp.Document); err != nil {
 		return err
 	}
 	body, ok := r.schemas[dp.Schema]
@@ -224,7 +231,7 @@ func (r *Registry) Validate(dp *DataPoint) error {
 		return &ValidationError{Schema: dp.Schema.Code(), Problems: []string{
 			fmt.Sprintf("at /header/schema_id: there is no schema %s among the official %s schemas", dp.Schema.Code(), NamespaceTitle(dp.Schema.Namespace))}}
 	}
-	return validate(body, dp.Schema.Code(), "/body", dp.Body)
+	return body.validate(dp.Schema.Code(), "/body", dp.Body)
 }
 
 // NamespaceTitle is a namespace's name for people: Open mHealth or IEEE
@@ -244,14 +251,19 @@ func (r *Registry) ValidateInstance(id SchemaID, v any) error {
 	if !ok {
 		return ErrNoSchema
 	}
-	return validate(sch, id.Code(), "", v)
+	return sch.validate(id.Code(), "", v)
 }
 
-// validate checks v against sch; problems are located under at.
-func validate(sch *jsonschema.Schema, name, at string, v any) error {
+// validate checks v against the schema; problems are located under at.
+// What the accept check accepts, the library accepts; the library decides
+// everything else, and words every rejection.
+func (s schema) validate(name, at string, v any) error {
+	if s.accept.check(v, maxAcceptDepth) == accepted {
+		return nil
+	}
 	// Parse decoded the data point as the validator's own decoder does
 	// (objects, arrays, json.Number), so it is validated as it is.
-	err := sch.Validate(v)
+	err := s.compiled.Validate(v)
 	var ve *jsonschema.ValidationError
 	if errors.As(err, &ve) {
 		return &ValidationError{Schema: name, Problems: leafErrors(at, ve)}

@@ -1,0 +1,418 @@
+package omh
+
+import (
+	"encoding/json"
+	"math/big"
+	"reflect"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// The accept check is a shortcut in front of the schema library, not a
+// second validator. Validating a data point with the library costs more
+// than every other stage of ingest together: its validator allocates a
+// scope and evaluation record for every schema and value it visits, so
+// that it can report where and why a value fails. A valid data point, which
+// is nearly every one, needs none of that. The accept check answers the
+// one question "does the library accept this value?" from the library's
+// own compiled schemas, without allocating, and only where it can answer
+// exactly; the library still compiles the schemas, resolves every
+// reference, checks the schemas against their meta-schemas, and decides
+// every data point the check does not accept, with its own error message.
+//
+// It is equal to the library where it answers because:
+//   - It reads the library's compiled *jsonschema.Schema, the schema as the
+//     library will apply it (references resolved, draft-04's boolean
+//     exclusiveMinimum folded, a $ref's siblings dropped before 2019), and
+//     evaluates each keyword as the library's validator does (validator.go
+//     of jsonschema v6): the same order of type, enum, format and $ref, the
+//     library's own format functions and compiled patterns, the library's
+//     integer test (any number whose decimal value is whole, 1.0 too) and
+//     enum equality (a string equals only the same string).
+//   - It knows a small set of keywords (those the Open mHealth and IEEE
+//     1752 schemas use) and any schema node with any other keyword set,
+//     found by reflection over every exported field so that a keyword a
+//     later library version adds is unknown too, is unsure; so is a schema
+//     of draft 2019-09 or later, a value of a kind Parse does not produce,
+//     and a chain deeper than maxAcceptDepth (which is also how a reference
+//     cycle, an error to the library, ends).
+//   - Its verdicts are exact both ways, not only its acceptances, because
+//     oneOf counts the branches that pass and needs both: an unsure branch
+//     makes the oneOf unsure unless two others already pass.
+//
+// TestAcceptCheckAgrees compares both over the schemas' test data against
+// every schema, FuzzAcceptCheck over mutated data points.
+type verdict uint8
+
+const (
+	unsure   verdict = iota // the library decides
+	accepted                // the library accepts the value
+	rejected                // the library rejects the value
+)
+
+// maxAcceptDepth bounds the schema nodes one check descends through; the
+// data point schemas need a few dozen.
+const maxAcceptDepth = 256
+
+// jsonKind is a set of JSON value kinds, as the type keyword names them.
+type jsonKind uint8
+
+const (
+	kindNull jsonKind = 1 << iota
+	kindBoolean
+	kindNumber
+	kindInteger // only in a type keyword: a value is a number
+	kindString
+	kindArray
+	kindObject
+)
+
+var kindNames = map[string]jsonKind{"null": kindNull, "boolean": kindBoolean, "number": kindNumber,
+	"integer": kindInteger, "string": kindString, "array": kindArray, "object": kindObject}
+
+// kindOf is the kind of a value as Parse decodes it, or 0 for anything
+// else (a float64, say), which the check leaves to the library.
+func kindOf(v any) jsonKind {
+	switch v.(type) {
+	case nil:
+		return kindNull
+	case bool:
+		return kindBoolean
+	case json.Number:
+		return kindNumber
+	case string:
+		return kindString
+	case []any:
+		return kindArray
+	case map[string]any:
+		return kindObject
+	}
+	return 0
+}
+
+// acceptNode is one compiled schema, prepared for the accept check.
+type acceptNode struct {
+	// checked says the keywords below apply; else constant is the whole
+	// verdict: a boolean schema's, or unsure for a schema the check does
+	// not know.
+	checked  bool
+	constant verdict
+
+	types  jsonKind // 0: any
+	enum   *acceptEnum
+	format func(any) error
+	ref    *acceptNode // before 2019, $ref is the only keyword compiled
+
+	allOf, anyOf, oneOf []*acceptNode
+
+	required     []string
+	properties   map[string]*acceptNode
+	additional   *acceptNode // additionalProperties as a schema
+	noAdditional bool        // additionalProperties: false
+
+	items    *acceptNode
+	minItems int // -1: none
+
+	pattern jsonschema.Regexp
+}
+
+// acceptEnum is an enum keyword: its strings indexed, and the kinds of its
+// values.
+type acceptEnum struct {
+	strings map[string]bool
+	kinds   jsonKind
+}
+
+// schemaFieldsKnown are the exported fields of jsonschema.Schema the accept
+// check evaluates; schemaFieldsInert are those that never change a
+// verdict (identity and annotations). Any other field set makes a node
+// unsure.
+var (
+	schemaFieldsKnown = map[string]bool{"Bool": true, "Ref": true, "Types": true, "Enum": true,
+		"AllOf": true, "AnyOf": true, "OneOf": true, "Format": true, "Required": true, "Properties": true,
+		"AdditionalProperties": true, "Items": true, "MinItems": true, "Pattern": true}
+	schemaFieldsInert = map[string]bool{"DraftVersion": true, "Location": true, "ID": true, "Anchor": true,
+		"Title": true, "Description": true, "Default": true, "Comment": true, "ReadOnly": true,
+		"WriteOnly": true, "Examples": true, "Deprecated": true}
+)
+
+// acceptBuilder prepares the nodes of compiled schemas, each once, so that
+// schemas that share subschemas share their nodes and cycles close.
+type acceptBuilder map[*jsonschema.Schema]*acceptNode
+
+func (b acceptBuilder) node(s *jsonschema.Schema) *acceptNode {
+	if n, ok := b[s]; ok {
+		return n
+	}
+	n := &acceptNode{}
+	b[s] = n
+	if !b.fill(n, s) {
+		// In place: nodes built meanwhile may point to n.
+		*n = acceptNode{constant: unsure}
+	}
+	return n
+}
+
+// fill prepares n from s, reporting false when the check does not know s.
+func (b acceptBuilder) fill(n *acceptNode, s *jsonschema.Schema) bool {
+	if s.DraftVersion >= 2019 || !onlyKnownFields(s) {
+		return false
+	}
+	if s.Bool != nil {
+		n.constant = rejected
+		if *s.Bool {
+			n.constant = accepted
+		}
+		return true
+	}
+	n.checked = true
+	if s.Types != nil {
+		for _, t := range s.Types.ToStrings() {
+			n.types |= kindNames[t]
+		}
+	}
+	if s.Enum != nil {
+		n.enum = &acceptEnum{strings: map[string]bool{}}
+		for _, e := range s.Enum.Values {
+			k := kindOf(e)
+			if k == 0 {
+				return false
+			}
+			n.enum.kinds |= k
+			if str, ok := e.(string); ok {
+				n.enum.strings[str] = true
+			}
+		}
+	}
+	if s.Format != nil {
+		n.format = s.Format.Validate
+	}
+	if s.Ref != nil {
+		n.ref = b.node(s.Ref)
+	}
+	n.allOf, n.anyOf, n.oneOf = b.nodes(s.AllOf), b.nodes(s.AnyOf), b.nodes(s.OneOf)
+	n.required = s.Required
+	if s.Properties != nil {
+		n.properties = make(map[string]*acceptNode, len(s.Properties))
+		for name, p := range s.Properties {
+			n.properties[name] = b.node(p)
+		}
+	}
+	switch a := s.AdditionalProperties.(type) {
+	case nil:
+	case bool:
+		n.noAdditional = !a
+	case *jsonschema.Schema:
+		n.additional = b.node(a)
+	default:
+		return false
+	}
+	switch items := s.Items.(type) {
+	case nil:
+	case *jsonschema.Schema:
+		n.items = b.node(items)
+	default: // a tuple
+		return false
+	}
+	n.minItems = -1
+	if s.MinItems != nil {
+		n.minItems = *s.MinItems
+	}
+	n.pattern = s.Pattern
+	return true
+}
+
+func (b acceptBuilder) nodes(schemas []*jsonschema.Schema) []*acceptNode {
+	var out []*acceptNode
+	for _, s := range schemas {
+		out = append(out, b.node(s))
+	}
+	return out
+}
+
+// onlyKnownFields reports whether every exported field of s that is set
+// is one the check evaluates or one that never changes a verdict.
+func onlyKnownFields(s *jsonschema.Schema) bool {
+	v := reflect.ValueOf(s).Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.IsExported() && !schemaFieldsKnown[f.Name] && !schemaFieldsInert[f.Name] && !v.Field(i).IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// check returns the library's verdict on v, or unsure; depth is how many
+// more nodes it may descend through.
+func (n *acceptNode) check(v any, depth int) verdict {
+	if !n.checked {
+		return n.constant
+	}
+	if depth == 0 {
+		return unsure
+	}
+	depth--
+	k := kindOf(v)
+	if k == 0 {
+		return unsure
+	}
+	if n.types != 0 && n.types&k == 0 && (n.types&kindInteger == 0 || k != kindNumber || !isInteger(v.(json.Number))) {
+		return rejected
+	}
+	if n.enum != nil {
+		if vd := n.enum.check(v, k); vd != accepted {
+			return vd
+		}
+	}
+	if n.format != nil && n.format(v) != nil {
+		return rejected
+	}
+	if n.ref != nil {
+		return n.ref.check(v, depth)
+	}
+	// Every keyword must pass: a rejection decides, an unsure one leaves
+	// the rest to look for a rejection.
+	result := accepted
+	meet := func(vd verdict) bool {
+		if vd != accepted {
+			result = vd
+		}
+		return vd == rejected
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		if meet(n.checkObject(v, depth)) {
+			return rejected
+		}
+	case []any:
+		if n.minItems >= 0 && len(v) < n.minItems {
+			return rejected
+		}
+		if n.items != nil {
+			for _, item := range v {
+				if meet(n.items.check(item, depth)) {
+					return rejected
+				}
+			}
+		}
+	case string:
+		if n.pattern != nil && !n.pattern.MatchString(v) {
+			return rejected
+		}
+	}
+	for _, s := range n.allOf {
+		if meet(s.check(v, depth)) {
+			return rejected
+		}
+	}
+	if len(n.anyOf) > 0 && meet(anyOf(n.anyOf, v, depth)) {
+		return rejected
+	}
+	if len(n.oneOf) > 0 && meet(oneOf(n.oneOf, v, depth)) {
+		return rejected
+	}
+	return result
+}
+
+func (n *acceptNode) checkObject(obj map[string]any, depth int) verdict {
+	for _, name := range n.required {
+		if _, ok := obj[name]; !ok {
+			return rejected
+		}
+	}
+	result := accepted
+	for name, value := range obj {
+		var vd verdict
+		switch p, ok := n.properties[name]; {
+		case ok:
+			vd = p.check(value, depth)
+		case n.noAdditional:
+			return rejected
+		case n.additional != nil:
+			vd = n.additional.check(value, depth)
+		default:
+			continue
+		}
+		if vd == rejected {
+			return rejected
+		}
+		if vd == unsure {
+			result = unsure
+		}
+	}
+	return result
+}
+
+// anyOf: one branch that passes decides; else any unsure one leaves it
+// unsure.
+func anyOf(branches []*acceptNode, v any, depth int) verdict {
+	result := rejected
+	for _, s := range branches {
+		switch s.check(v, depth) {
+		case accepted:
+			return accepted
+		case unsure:
+			result = unsure
+		}
+	}
+	return result
+}
+
+// oneOf: exactly one branch must pass; two that pass decide a rejection
+// whatever the others say.
+func oneOf(branches []*acceptNode, v any, depth int) verdict {
+	passed, sure := 0, true
+	for _, s := range branches {
+		switch s.check(v, depth) {
+		case accepted:
+			if passed++; passed == 2 {
+				return rejected
+			}
+		case unsure:
+			sure = false
+		}
+	}
+	switch {
+	case !sure:
+		return unsure
+	case passed == 1:
+		return accepted
+	}
+	return rejected
+}
+
+// check is the enum keyword: a string is in it or not; a value of a kind
+// none of its values has is not; anything else (a number among numbers,
+// say) is left to the library.
+func (e *acceptEnum) check(v any, k jsonKind) verdict {
+	if s, ok := v.(string); ok {
+		if e.strings[s] {
+			return accepted
+		}
+		return rejected
+	}
+	if e.kinds&k == 0 {
+		return rejected
+	}
+	return unsure
+}
+
+// isInteger is the library's test of the integer type: the number's
+// decimal value is whole. Digits alone, as most numbers are, are whole
+// without parsing.
+func isInteger(n json.Number) bool {
+	s := string(n)
+	if len(s) > 0 && s[0] == '-' {
+		s = s[1:]
+	}
+	digits := len(s) > 0
+	for i := 0; i < len(s) && digits; i++ {
+		digits = s[i] >= '0' && s[i] <= '9'
+	}
+	if digits {
+		return true
+	}
+	r, ok := new(big.Rat).SetString(string(n))
+	return ok && r.IsInt()
+}
