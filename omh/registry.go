@@ -48,6 +48,7 @@ type Registry struct {
 
 // schema is a compiled schema with its accept check (accept.go).
 type schema struct {
+	id       SchemaID
 	compiled *jsonschema.Schema
 	accept   *acceptNode
 }
@@ -142,7 +143,8 @@ func OpenRegistry(omhDir, ieeeDir string) (*Registry, error) {
 			if strings.HasPrefix(u, ieeeBase) {
 				ns = NamespaceIEEE
 			}
-			r.schemas[SchemaID{Namespace: ns, Name: m[1], Version: m[2]}] = schema{sch, accepts.node(sch)}
+			id := SchemaID{Namespace: ns, Name: m[1], Version: m[2]}
+			r.schemas[id] = schema{id, sch, accepts.node(sch)}
 		}
 	}
 	slices.SortFunc(r.infos, func(a, b SchemaInfo) int {
@@ -219,11 +221,11 @@ func (e *ValidationError) Error() string {
 // data point does not conform, or names a schema the registry does not
 // have.
 func (r *Registry) Validate(dp *DataPoint) error {
-	doc, header := r.omhDataPoint, "omh:data-point:1.0"
+	doc := r.omhDataPoint
 	if dp.ieeeHeader {
-		doc, header = r.ieeeDataPoint, "ieee:data-point:1.0"
+		doc = r.ieeeDataPoint
 	}
-	if err := doc.validate(header, "", dp.Document); err != nil {
+	if err := doc.validate("", dp.Document); err != nil {
 		return err
 	}
 	body, ok := r.schemas[dp.Schema]
@@ -231,7 +233,7 @@ func (r *Registry) Validate(dp *DataPoint) error {
 		return &ValidationError{Schema: dp.Schema.Code(), Problems: []string{
 			fmt.Sprintf("at /header/schema_id: there is no schema %s among the official %s schemas", dp.Schema.Code(), NamespaceTitle(dp.Schema.Namespace))}}
 	}
-	return body.validate(dp.Schema.Code(), "/body", dp.Body)
+	return body.validate("/body", dp.Body)
 }
 
 // NamespaceTitle is a namespace's name for people: Open mHealth or IEEE
@@ -251,13 +253,13 @@ func (r *Registry) ValidateInstance(id SchemaID, v any) error {
 	if !ok {
 		return ErrNoSchema
 	}
-	return sch.validate(id.Code(), "", v)
+	return sch.validate("", v)
 }
 
 // validate checks v against the schema; problems are located under at.
 // What the accept check accepts, the library accepts; the library decides
 // everything else, and words every rejection.
-func (s schema) validate(name, at string, v any) error {
+func (s schema) validate(at string, v any) error {
 	if s.accept.check(v, maxAcceptDepth) == accepted {
 		return nil
 	}
@@ -266,7 +268,7 @@ func (s schema) validate(name, at string, v any) error {
 	err := s.compiled.Validate(v)
 	var ve *jsonschema.ValidationError
 	if errors.As(err, &ve) {
-		return &ValidationError{Schema: name, Problems: leafErrors(at, ve)}
+		return &ValidationError{Schema: s.id.Code(), Problems: leafErrors(at, ve)}
 	}
 	return err
 }
