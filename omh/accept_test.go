@@ -149,7 +149,7 @@ func FuzzAcceptCheck(f *testing.F) {
 			t.Fatal(err)
 		}
 		var doc any = dp.Document
-		for i := 0; i+1 < len(ops); i += 2 {
+		for i := 0; i+1 < len(ops) && i < 2*maxMutations; i += 2 {
 			mutate(doc, ops[i], ops[i+1])
 		}
 		for _, ns := range []string{omh.NamespaceOMH, omh.NamespaceIEEE} {
@@ -230,6 +230,11 @@ var (
 		"creation_date_time", "source_creation_date_time", "header", "body", "namespace", "name", "version"}
 )
 
+// A fuzzed data point gets at most maxMutations changes, and values are
+// copied only while it has fewer than maxPlaces places, which keeps each
+// run small.
+const maxMutations, maxPlaces = 32, 400
+
 // mutate changes the document at the place sel picks, as op says.
 func mutate(doc any, sel, op byte) {
 	places := slots(doc)
@@ -265,8 +270,10 @@ func mutate(doc any, sel, op byte) {
 		if target != nil {
 			target[fuzzKeys[pick%len(fuzzKeys)]] = fuzzStrings[pick%len(fuzzStrings)]
 		}
-	case 10: // another place's value, copied
-		s.set(deepCopy(places[(int(sel)+pick+1)%len(places)].get()))
+	case 10: // another place's value, copied (each copy may double the document)
+		if len(places) < maxPlaces {
+			s.set(deepCopy(places[(int(sel)+pick+1)%len(places)].get()))
+		}
 	}
 }
 

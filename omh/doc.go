@@ -17,6 +17,11 @@
 //     and the IEEE schemas' references to each other resolve by file name
 //     among the IEEE files, and any other reference fails the compilation.
 //     A schema is the file it is read from, whatever its $id says.
+//   - The schema library validates; a shortcut only answers sooner. An
+//     accept check, read once from the library's compiled schemas,
+//     accepts the data points it can tell the library accepts, without
+//     the library's cost; every other one, and every rejection and its
+//     message, is the library's (accept.go).
 //   - A header is an Open mHealth header (id, creation_date_time) or an
 //     IEEE 1752 header (uuid, source_creation_date_time), told apart by
 //     those members and checked against its own schema; both carry the
