@@ -2,6 +2,7 @@ package omh_test
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 
@@ -192,12 +193,7 @@ func slots(v any) []slot {
 	walk = func(v any) {
 		switch v := v.(type) {
 		case map[string]any:
-			keys := make([]string, 0, len(v))
-			for k := range v {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
+			for _, k := range slices.Sorted(maps.Keys(v)) {
 				out = append(out, slot{object: v, key: k})
 				walk(v[k])
 			}
