@@ -219,7 +219,8 @@ type PatientPatch struct {
 // record it read, and the store keeps it only if the record is still that
 // one; the update that lost reads the record again and applies its patch
 // there, so that neither drops the other's fields. Returns CodeConflict if
-// other updates keep coming first.
+// other updates keep coming first, or if another request (on another
+// instance) is changing the patient's identifiers.
 func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (_ *Patient, err error) {
 	defer func() { s.auditPatientChange(ctx, actor, AuditUpdate, &Patient{ID: id}, err) }()
 	for attempt := 1; ; attempt++ {

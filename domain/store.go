@@ -118,7 +118,9 @@ type PatientStore interface {
 	// released after, so no identifier is ever unowned or doubly owned;
 	// CodeDuplicate if a new identifier belongs to another patient;
 	// CodeVersionMismatch, and nothing changed, if the stored record is no
-	// longer old (another update came first).
+	// longer old (another update came first); CodeConflict, and nothing
+	// changed, if another request is changing the patient's identifiers
+	// (changes of one patient's identifiers run one at a time).
 	UpdatePatient(ctx context.Context, old, p *Patient) error
 	// DeletePatient removes the patient's answers, enrollments, user,
 	// record and identifiers; a retry finishes an interrupted delete.

@@ -61,8 +61,15 @@ type DB struct {
 	// of a patient record (replacePatient), by stripes of patient ids:
 	// FerretDB applies an update's filter and its write as two steps, so
 	// two replaces in flight at once could both pass the filter. On
-	// MongoDB the filter alone is atomic, across processes too.
+	// MongoDB the filter alone is atomic, across processes too. An update
+	// that changes identifiers holds its stripe from its lock to its end
+	// (UpdatePatient), so that this process's changes of one patient's
+	// identifiers queue instead of refusing each other.
 	patientWrites [32]sync.Mutex
+	// adopting serializes, within this process, the compare-and-set by
+	// which a repair adopts an abandoned intent (moveIntent), for the
+	// same reason.
+	adopting sync.Mutex
 }
 
 var _ domain.Store = (*DB)(nil)

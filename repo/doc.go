@@ -74,7 +74,11 @@
 // embedded database itself, always (no other process can be writing).
 // Only abandoned intents are repaired; the leases are what keeps one
 // process from undoing the write another is still making (MongoDB with
-// several instances, a command beside the server).
+// several instances, a command beside the server). A repair first adopts
+// the intent: one compare-and-set moves it, as read, to the repairer's
+// lease, so that of two processes that found it abandoned one repairs it,
+// and a repair never acts on a state that a write begun after another
+// repair ended the intent has moved on.
 //
 // Claims that point to their owner. A claim is taken over only when its
 // owner is not stored and no intent of a running write holds its key (for
@@ -84,6 +88,16 @@
 // taken. A claim held by a stored owner refuses the new write with a
 // duplicate that names the owner (domain.Error.Stored when the owner is
 // what the request sends: "409 means stored").
+//
+// One writer of a patient's claims at a time. Updates of one patient may
+// run at once, and their claims on one identifier are one document: a
+// release by one update could take the claim another relies on. So an
+// update that changes a patient's identifiers takes the patient's
+// identifier lock, its intent, whose _id derives from the patient id (a
+// second is a duplicate key), and holds it until it has settled its
+// claims against the record as stored; other updates of the patient keep
+// its identifiers by their compare-and-set (UpdatePatient says why this
+// converges).
 //
 // Why this holds: every document is written by a single-document
 // operation, which MongoDB and FerretDB make atomic; the state between two

@@ -4,6 +4,9 @@ import (
 	"context"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+
+	"exchange/domain"
 )
 
 // RawDocument returns a stored document as the Mongo shell would see it.
@@ -41,3 +44,27 @@ func LeaseID(d *DB) string { return d.lease.id }
 
 // EmailKey is the claim key of an email address.
 func EmailKey(email string) string { return emailKey(email) }
+
+// OpenWatched opens db's database again, as another instance of the
+// service would, with a driver that calls started before it sends each
+// command: how a test runs another request at a chosen step of a write.
+// It swaps the package's fault monitor while it opens, so it is not for
+// tests running in parallel.
+func OpenWatched(ctx context.Context, uri string, db *DB, started func(*event.CommandStartedEvent)) (*DB, error) {
+	saved := faultMonitor
+	faultMonitor = composeMonitors(saved, &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) { started(e) }})
+	defer func() { faultMonitor = saved }()
+	return Open(ctx, uri, db.Name())
+}
+
+// InterruptedPatientUpdate runs an update of the patient's identifiers up
+// to its replace and stops there, as a process killed at that point
+// leaves it: its intent and the claims on the identifiers it adds.
+func InterruptedPatientUpdate(ctx context.Context, d *DB, old, p *domain.Patient) error {
+	added := missingFrom(p.Identifiers, old.Identifiers)
+	in := identifierChange(p.ID, added, missingFrom(old.Identifiers, p.Identifiers))
+	if err := d.beginIdentifierChange(ctx, in); err != nil {
+		return err
+	}
+	return d.claimIdentifiers(ctx, in, p.ID, added)
+}

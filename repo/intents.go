@@ -196,12 +196,17 @@ func (d *DB) release(ctx context.Context) {
 }
 
 // begin records an intent before the first write of a multi-document
-// write; the caller fills in the kind's fields.
+// write; the caller fills in the kind's fields, and may set the _id when
+// the intent is also a lock (beginIdentifierChange): then a duplicate key
+// says that another write holds it.
 func (d *DB) begin(ctx context.Context, in *intentDoc) error {
 	if err := d.hold(ctx); err != nil {
 		return err
 	}
-	in.ID, in.Instance, in.StartedAt = bson.NewObjectID(), d.lease.id, d.nowMillis()
+	if in.ID.IsZero() {
+		in.ID = bson.NewObjectID()
+	}
+	in.Instance, in.StartedAt = d.lease.id, d.nowMillis()
 	if in.Keys == nil {
 		in.Keys = []string{}
 	}
@@ -212,9 +217,11 @@ func (d *DB) begin(ctx context.Context, in *intentDoc) error {
 }
 
 // end removes an intent after its write's last step, whatever the
-// request's context became: the write is over.
+// request's context became: the write is over. Only the intent as its
+// writer (or adopter) holds it goes: a lock intent (beginIdentifierChange)
+// taken since by another write under the same _id stays.
 func (d *DB) end(ctx context.Context, in *intentDoc) error {
-	_, err := d.c(colIntents).DeleteOne(context.WithoutCancel(ctx), bson.M{"_id": in.ID})
+	_, err := d.c(colIntents).DeleteOne(context.WithoutCancel(ctx), bson.M{"_id": in.ID, "instance": in.Instance})
 	return err
 }
 
@@ -350,15 +357,78 @@ func (d *DB) settleIntents(ctx context.Context, filter bson.M, own *intentDoc) (
 			live = true
 			continue
 		}
-		if err := d.repair(ctx, in); err != nil {
+		switch err := d.repair(ctx, in); {
+		case errors.Is(err, errRepairedElsewhere):
+			live = true
+		case err != nil:
 			return false, err
 		}
 	}
 	return live, nil
 }
 
-// repair settles one abandoned intent, then removes it.
+// errRepairedElsewhere: another process, or another request of this one,
+// adopted the intent first and repairs it.
+var errRepairedElsewhere = errors.New("the write intent is being repaired elsewhere")
+
+// repair settles one abandoned intent, then removes it. It adopts the
+// intent first: one compare-and-set moves it, as it was read, to this
+// process's lease with a fresh start. Of the processes (or requests) that
+// found it abandoned only one repairs it (the others get
+// errRepairedElsewhere), and every later look sees a running write.
+// Without it two repairs of one intent could run at once, and a repair
+// that read the state before the other ended the intent could act on it
+// after a new write had started: a repair of a patient update would
+// release the claim that a later update of the patient, begun once the
+// intent was gone, relies on. A repair that fails gives the intent back,
+// abandoned as it was, for the next sweep to try again.
 func (d *DB) repair(ctx context.Context, in *intentDoc) error {
+	if err := d.hold(ctx); err != nil {
+		return err
+	}
+	writer, began := in.Instance, in.StartedAt
+	adopted := d.nowMillis()
+	if !adopted.After(began) {
+		adopted = began.Add(time.Millisecond)
+	}
+	if err := d.moveIntent(ctx, in, d.lease.id, adopted); err != nil {
+		return err
+	}
+	err := d.settleAbandoned(ctx, in)
+	if err == nil {
+		err = d.end(ctx, in)
+	}
+	if err != nil {
+		_ = d.moveIntent(context.WithoutCancel(ctx), in, writer, began)
+		return fmt.Errorf("repair the %s write intent %s: %w", in.Kind, in.ID.Hex(), err)
+	}
+	return nil
+}
+
+// moveIntent hands the intent, if it is still as in holds it, to the
+// process of the lease instance, as started then; errRepairedElsewhere
+// when it is not.
+func (d *DB) moveIntent(ctx context.Context, in *intentDoc, instance string, started time.Time) error {
+	// FerretDB reads, then writes an update: within this process, the
+	// mutex makes the compare-and-set one step; on MongoDB the filter
+	// alone is atomic, across processes too.
+	d.adopting.Lock()
+	defer d.adopting.Unlock()
+	res, err := d.c(colIntents).UpdateOne(ctx, bson.M{"_id": in.ID, "instance": in.Instance, "startedAt": in.StartedAt},
+		bson.M{"$set": bson.M{"instance": instance, "startedAt": started}})
+	switch {
+	case err != nil:
+		return err
+	case res.MatchedCount == 0:
+		return errRepairedElsewhere
+	}
+	in.Instance, in.StartedAt = instance, started
+	return nil
+}
+
+// settleAbandoned undoes or finishes, by its kind, the write of an
+// abandoned intent.
+func (d *DB) settleAbandoned(ctx context.Context, in *intentDoc) error {
 	var err error
 	switch in.Kind {
 	case intentObservations:
@@ -384,12 +454,9 @@ func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 			err = nil // nothing (more) to do
 		}
 	default:
-		return fmt.Errorf("write intent %s: unknown kind %q", in.ID.Hex(), in.Kind)
+		err = fmt.Errorf("unknown kind %q", in.Kind)
 	}
-	if err != nil {
-		return fmt.Errorf("repair the %s write intent %s: %w", in.Kind, in.ID.Hex(), err)
-	}
-	return d.end(ctx, in)
+	return err
 }
 
 // RepairOptions says how much Repair may assume and do.
@@ -450,11 +517,14 @@ func (d *DB) Repair(ctx context.Context, o RepairOptions) (rep RepairReport, err
 		case o.DryRun:
 			rep.Repaired[string(in.Kind)]++
 		default:
-			if err := d.repair(ctx, in); err != nil {
+			switch err := d.repair(ctx, in); {
+			case errors.Is(err, errRepairedElsewhere):
+				rep.Running++
+			case err != nil:
 				rep.Failed = append(rep.Failed, err)
-				continue
+			default:
+				rep.Repaired[string(in.Kind)]++
 			}
-			rep.Repaired[string(in.Kind)]++
 		}
 	}
 	if err := d.removeDeadLeases(ctx, started, o, &rep); err != nil {

@@ -351,3 +351,34 @@ func TestAnEmailOfACreateRunningIsAConflict(t *testing.T) {
 		t.Errorf("the email of a create running: %v, want CodeConflict", err)
 	}
 }
+
+// A repair adopts the intent it repairs (it moves it to its own lease, so
+// that two instances never repair one intent at once); one that fails
+// gives it back, abandoned as it was, and the next sweep tries again
+// instead of taking it for a write this instance is still running.
+func TestAFailedRepairGivesTheIntentBack(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	intents := repotest.Collection(t, db, "write_intents")
+	id, began := bson.NewObjectID(), time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	if _, err := intents.InsertOne(ctx, bson.M{"_id": id, "kind": "a.kind.of.a.later.version", "instance": "gone",
+		"startedAt": began, "keys": []string{}}); err != nil {
+		t.Fatal(err)
+	}
+	for sweep := 1; sweep <= 2; sweep++ {
+		rep, err := db.Repair(ctx, repo.RepairOptions{})
+		if err != nil || len(rep.Failed) != 1 || rep.Running != 0 {
+			t.Fatalf("sweep %d: %+v, %v; want the repair failed", sweep, rep, err)
+		}
+		var in struct {
+			Instance  string    `bson:"instance"`
+			StartedAt time.Time `bson:"startedAt"`
+		}
+		if err := intents.FindOne(ctx, bson.M{"_id": id}).Decode(&in); err != nil {
+			t.Fatal(err)
+		}
+		if in.Instance != "gone" || !in.StartedAt.Equal(began) {
+			t.Errorf("sweep %d: the intent is %s's from %v, want given back to gone, from %v", sweep, in.Instance, in.StartedAt, began)
+		}
+	}
+}

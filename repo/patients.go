@@ -3,10 +3,12 @@ package repo
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -143,13 +145,14 @@ func (d *DB) undoPatientCreate(ctx context.Context, in *intentDoc) error {
 }
 
 // claimIdentifiers inserts one patient_identifiers document per identifier,
-// for the write under intent in; on a clash it releases the ones it
-// claimed and returns CodeDuplicate.
+// for the write under intent in, up to the first it cannot claim. It
+// releases nothing: a claim it found may be one the patient's stored
+// record relies on. Its caller's undo (a create's) or settle (an
+// update's) releases, from what is stored, the claims that are not due.
 func (d *DB) claimIdentifiers(ctx context.Context, in *intentDoc, patientID int64, ids []domain.Identifier) error {
-	for i, id := range ids {
-		err := d.claimIdentifier(ctx, in, patientID, id)
-		if err != nil {
-			return d.releaseIdentifiers(ctx, patientID, ids[:i], err)
+	for _, id := range ids {
+		if err := d.claimIdentifier(ctx, in, patientID, id); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -204,18 +207,6 @@ func (d *DB) patientClaim(ctx context.Context, id domain.Identifier) (int64, boo
 		return 0, false, nil
 	}
 	return owner.PatientID, err == nil, err
-}
-
-// releaseIdentifiers removes the patient's claims on ids after cause, and
-// returns cause.
-func (d *DB) releaseIdentifiers(ctx context.Context, patientID int64, ids []domain.Identifier, cause error) error {
-	for _, id := range ids {
-		_, err := d.c(colPatientIdentifiers).DeleteOne(context.WithoutCancel(ctx), bson.M{"system": id.System, "value": id.Value, "patientId": patientID})
-		if err != nil {
-			return fmt.Errorf("%w (and releasing identifier %s|%s of patient %d failed: %v)", cause, id.System, id.Value, patientID, err)
-		}
-	}
-	return cause
 }
 
 // PatientByID implements domain.PatientStore.
@@ -276,42 +267,125 @@ func (d *DB) patientFilter(ctx context.Context, q domain.PatientQuery) (bson.D, 
 	return filter, nil
 }
 
-// UpdatePatient implements domain.PatientStore, under a write intent: new
-// identifiers are claimed, the record replaced, dropped identifiers
-// released. Whatever stops it, the intent's repair (and a failure's undo)
-// releases the claims of the patient that the stored record does not
-// list.
+// UpdatePatient implements domain.PatientStore. An update that keeps the
+// identifiers is one compare-and-set of the record (replacePatient). One
+// that changes them runs under a write intent that is also the patient's
+// identifier lock (beginIdentifierChange): it claims the identifiers it
+// adds, replaces the record if it is still old, then settles the claims
+// it named against the record as stored (settlePatientClaims). A crash at
+// any point leaves the intent, and the lock, until its repair settles the
+// same way.
+//
+// Why the patient's claims end as exactly the identifiers its record
+// lists, under any interleaving and at every crash point:
+//
+//   - The record's identifiers change only by the replace of an update
+//     that changes them, or with the record's delete (which removes every
+//     claim of the patient): an update that keeps them writes the record
+//     only if it is still the one it read, so it writes back the
+//     identifiers stored.
+//   - The updates that change them hold the lock from before their first
+//     claim to after their settle, one at a time per patient, across
+//     processes; a repair adopts the lock before it settles (repair), so
+//     it too runs alone. While one holds it, the stored identifiers move
+//     only by its own replace: its settle, which reads the record after
+//     that replace, reads the final set, and a claim it releases is one
+//     the record does not list and no other write relies on. (A claim of
+//     the patient that an update finds already there is one its stored
+//     record, or an earlier write, settled since, made.)
+//   - Claims are inserted before the replace: the record never lists an
+//     identifier it does not claim, and no other patient can claim it.
+//   - A settle reads the truth and releases only what it lacks: applied
+//     again (a retry, a repair after a crash in the settle), it changes
+//     nothing more.
 func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
 	added, dropped := missingFrom(p.Identifiers, old.Identifiers), missingFrom(old.Identifiers, p.Identifiers)
 	if len(added)+len(dropped) == 0 {
 		return d.replacePatient(ctx, old, p)
 	}
-	in := &intentDoc{Kind: intentPatientUpdate, PatientID: p.ID}
+	stripe := d.patientStripe(p.ID)
+	stripe.Lock()
+	defer stripe.Unlock()
+	in := identifierChange(p.ID, added, dropped)
+	if err := d.beginIdentifierChange(ctx, in); err != nil {
+		return err
+	}
+	err := d.claimIdentifiers(ctx, in, p.ID, added)
+	if err == nil {
+		err = d.storePatient(ctx, old, p)
+	}
+	settle := d.settlePatientClaims(ctx, p.ID, in.Identifiers)
+	return d.finish(ctx, in, undone(err, settle), settle == nil)
+}
+
+// identifierChange is the intent of an update of the patient's
+// identifiers: the ones it adds, whose claims it takes (Keys), and those
+// it drops, whose claims it releases.
+func identifierChange(patientID int64, added, dropped []domain.Identifier) *intentDoc {
+	in := &intentDoc{Kind: intentPatientUpdate, PatientID: patientID, Keys: []string{}}
 	for _, id := range append(slices.Clone(added), dropped...) {
 		in.Identifiers = append(in.Identifiers, codedValueDoc{id.System, id.Value})
 	}
 	for _, id := range added {
 		in.Keys = append(in.Keys, claimKey(id.System, id.Value))
 	}
-	if err := d.begin(ctx, in); err != nil {
-		return err
+	return in
+}
+
+// identifierChangeID is the _id of the intent of any update of the
+// patient's identifiers: the patient id, with no time and no randomness
+// in it, so that a second such intent of the patient is a duplicate key.
+// The insert is the lock: atomic on MongoDB and on FerretDB alike.
+func identifierChangeID(patientID int64) bson.ObjectID {
+	var id bson.ObjectID
+	binary.BigEndian.PutUint64(id[4:], uint64(patientID))
+	return id
+}
+
+// beginIdentifierChange records the intent in of an update of the
+// patient's identifiers, which takes the patient's identifier lock. A
+// lock left by a write that is gone is repaired on the spot and taken;
+// one of a write still running (on another instance: this one's queue on
+// the patient's stripe; or one of this instance whose settle failed,
+// until intentTimeout) refuses the update with CodeConflict.
+func (d *DB) beginIdentifierChange(ctx context.Context, in *intentDoc) error {
+	in.ID = identifierChangeID(in.PatientID)
+	for attempt := 0; attempt < 3; attempt++ {
+		err := d.begin(ctx, in)
+		if !isDuplicate(err) {
+			return err
+		}
+		live, err := d.settleIntents(ctx, bson.M{"_id": in.ID}, nil)
+		if err != nil {
+			return err
+		}
+		if live {
+			break
+		}
 	}
-	err := d.claimIdentifiers(ctx, in, p.ID, added)
-	if err == nil {
-		err = d.replacePatient(ctx, old, p)
-	}
-	settle := d.settlePatientClaims(ctx, p.ID, in.Identifiers)
-	return d.finish(ctx, in, undone(err, settle), settle == nil)
+	return domain.Errorf(domain.CodeConflict, "the identifiers of patient %d are being changed by another request; send the change again", in.PatientID)
+}
+
+// patientStripe is the mutex of the patient's stripe of patientWrites.
+func (d *DB) patientStripe(patientID int64) *sync.Mutex {
+	return &d.patientWrites[uint64(patientID)%uint64(len(d.patientWrites))]
 }
 
 // replacePatient stores p in place of old, if the stored record is still
+// old (storePatient), holding the patient's stripe.
+func (d *DB) replacePatient(ctx context.Context, old, p *domain.Patient) error {
+	stripe := d.patientStripe(p.ID)
+	stripe.Lock()
+	defer stripe.Unlock()
+	return d.storePatient(ctx, old, p)
+}
+
+// storePatient stores p in place of old, if the stored record is still
 // old: lastUpdated is the record's version, which every replace moves on
 // (by a millisecond at least), so that of two updates read from the same
 // record the second is refused instead of dropping the first's fields.
-func (d *DB) replacePatient(ctx context.Context, old, p *domain.Patient) error {
-	stripe := &d.patientWrites[uint64(p.ID)%uint64(len(d.patientWrites))]
-	stripe.Lock()
-	defer stripe.Unlock()
+// The caller holds the patient's stripe.
+func (d *DB) storePatient(ctx context.Context, old, p *domain.Patient) error {
 	p.LastUpdated = d.nowMillis()
 	if !p.LastUpdated.After(old.LastUpdated) {
 		p.LastUpdated = old.LastUpdated.UTC().Add(time.Millisecond)
@@ -334,7 +408,11 @@ func (d *DB) replacePatient(ctx context.Context, old, p *domain.Patient) error {
 }
 
 // settlePatientClaims releases the patient's claims on ids that its
-// stored record does not list (all of them when it is gone).
+// stored record does not list (all of them when it is gone), read now.
+// Its caller holds the patient's identifier lock: an update of the
+// patient's identifiers (after its replace), or the repair that adopted
+// its intent; the record's identifiers cannot change meanwhile, but for
+// a delete, which releases every claim itself.
 func (d *DB) settlePatientClaims(ctx context.Context, patientID int64, ids []codedValueDoc) error {
 	ctx = context.WithoutCancel(ctx)
 	var listed []codedValueDoc

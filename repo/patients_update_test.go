@@ -2,9 +2,15 @@ package repo_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+
 	"exchange/domain"
+	"exchange/repo"
 	"exchange/repo/repotest"
 )
 
@@ -63,5 +69,255 @@ func TestUpdatePatientIsCompareAndSet(t *testing.T) {
 	}
 	if err := db.UpdatePatient(ctx, current, &quick); !domain.IsCode(err, domain.CodeVersionMismatch) {
 		t.Errorf("the same update from a record changed since: %v", err)
+	}
+}
+
+// stepHook runs step, another request, just before the at-th command a
+// watched instance sends about patients (their records, claims and
+// intents): a deterministic interleaving of two writes on the real store.
+type stepHook struct {
+	at, sent int
+	step     func()
+}
+
+func (h *stepHook) started(e *event.CommandStartedEvent) {
+	switch coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll {
+	case "patients", "patient_identifiers", "write_intents":
+	default:
+		return
+	}
+	h.sent++
+	if step := h.step; h.sent == h.at && step != nil {
+		h.step = nil
+		step()
+	}
+}
+
+// arm makes the hook run step at the at-th command from now.
+func (h *stepHook) arm(at int, step func()) { h.at, h.sent, h.step = at, 0, step }
+
+// identifierUpdateRaces are updates of one patient's identifiers that run
+// into each other: A, read from the record as it starts (or as an earlier
+// update left it), and C, which reads the record when it runs, at a step
+// of A. x and z are identifiers no other patient has, y one that another
+// patient has.
+var identifierUpdateRaces = []struct {
+	name    string
+	start   func(x domain.Identifier) []domain.Identifier
+	earlier bool // an update of the name lands between A's read and its write: A loses its replace
+	a       func(x, y domain.Identifier) []domain.Identifier
+	c       func(current []domain.Identifier, x, z domain.Identifier) []domain.Identifier
+}{
+	{name: "both add x",
+		a: func(x, _ domain.Identifier) []domain.Identifier { return []domain.Identifier{x} },
+		c: func(cur []domain.Identifier, x, _ domain.Identifier) []domain.Identifier { return with(cur, x) }},
+	{name: "A loses to an earlier update, both add x", earlier: true,
+		a: func(x, _ domain.Identifier) []domain.Identifier { return []domain.Identifier{x} },
+		c: func(cur []domain.Identifier, x, _ domain.Identifier) []domain.Identifier { return with(cur, x) }},
+	{name: "A adds x and another's y, C adds x",
+		a: func(x, y domain.Identifier) []domain.Identifier { return []domain.Identifier{x, y} },
+		c: func(cur []domain.Identifier, x, _ domain.Identifier) []domain.Identifier { return with(cur, x) }},
+	{name: "A drops x, C adds z",
+		start: func(x domain.Identifier) []domain.Identifier { return []domain.Identifier{x} },
+		a:     func(_, _ domain.Identifier) []domain.Identifier { return nil },
+		c:     func(cur []domain.Identifier, _, z domain.Identifier) []domain.Identifier { return with(cur, z) }},
+	{name: "A loses to an earlier update and drops x, C adds z", earlier: true,
+		start: func(x domain.Identifier) []domain.Identifier { return []domain.Identifier{x} },
+		a:     func(_, _ domain.Identifier) []domain.Identifier { return nil },
+		c:     func(cur []domain.Identifier, _, z domain.Identifier) []domain.Identifier { return with(cur, z) }},
+	{name: "A adds x, C drops it",
+		a: func(x, _ domain.Identifier) []domain.Identifier { return []domain.Identifier{x} },
+		c: func(cur []domain.Identifier, x, _ domain.Identifier) []domain.Identifier {
+			return slices.DeleteFunc(slices.Clone(cur), func(id domain.Identifier) bool { return id == x })
+		}},
+}
+
+func with(ids []domain.Identifier, id domain.Identifier) []domain.Identifier {
+	if slices.Contains(ids, id) {
+		return ids
+	}
+	return append(slices.Clone(ids), id)
+}
+
+// TestInterleavedIdentifierUpdatesKeepTheRecordsClaims: whatever step of
+// an update of a patient's identifiers another update of that patient
+// runs at (here on another instance, which A's running write does not
+// block in-process), each either stores or is refused, and afterwards
+// the patient's claims are exactly the identifiers its stored record
+// lists. A stored identifier without its claim could be given to a second
+// patient; a claim the record does not list refuses the identifier to
+// every other patient forever.
+func TestInterleavedIdentifierUpdatesKeepTheRecordsClaims(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	other := repotest.OtherInstance(t, db)
+	hook := &stepHook{}
+	watched, err := repo.OpenWatched(ctx, repotest.URI(), db, hook.started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watched.Close(ctx) })
+	y := domain.Identifier{System: "urn:example:mrn", Value: "taken"}
+	if u, q := newPatient("q@example.org", "Q", y); db.CreatePatient(ctx, u, q) != nil {
+		t.Fatal("create the patient holding y")
+	}
+	refusal := func(err error) bool {
+		return err == nil || domain.IsCode(err, domain.CodeVersionMismatch) || domain.IsCode(err, domain.CodeConflict) || domain.IsCode(err, domain.CodeDuplicate)
+	}
+	for i, race := range identifierUpdateRaces {
+		for at := 1; ; at++ {
+			if at > 40 {
+				t.Fatalf("%s: A sends more than 40 commands", race.name)
+			}
+			x := domain.Identifier{System: fmt.Sprintf("urn:example:race-%d", i), Value: fmt.Sprintf("x-%d", at)}
+			z := domain.Identifier{System: x.System, Value: fmt.Sprintf("z-%d", at)}
+			var start []domain.Identifier
+			if race.start != nil {
+				start = race.start(x)
+			}
+			u, p := newPatient(fmt.Sprintf("p%d-%d@example.org", i, at), "P", start...)
+			if err := db.CreatePatient(ctx, u, p); err != nil {
+				t.Fatal(err)
+			}
+			old, err := db.PatientByID(ctx, p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if race.earlier {
+				renamed := *old
+				renamed.FamilyName = "B"
+				if err := db.UpdatePatient(ctx, old, &renamed); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var errC error
+			ran := false
+			hook.arm(at, func() {
+				ran = true
+				cur, err := other.PatientByID(ctx, p.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				next := *cur
+				next.FamilyName, next.Identifiers = "C", race.c(cur.Identifiers, x, z)
+				errC = other.UpdatePatient(ctx, cur, &next)
+			})
+			a := *old
+			a.FamilyName, a.Identifiers = "A", race.a(x, y)
+			errA := watched.UpdatePatient(ctx, old, &a)
+			if !ran {
+				break // A sent fewer commands: every step was tried
+			}
+			if !refusal(errA) || !refusal(errC) {
+				t.Errorf("%s, C at A's command %d: A %v, C %v", race.name, at, errA, errC)
+			}
+			checkClaims(t, db, p.ID, fmt.Sprintf("%s, C at A's command %d (A: %v, C: %v)", race.name, at, errA, errC))
+		}
+	}
+}
+
+// checkClaims fails the test unless the patient's identifier claims are
+// the identifiers its stored record lists, each refusing another patient,
+// and no write intent is left.
+func checkClaims(t *testing.T, db *repo.DB, patientID int64, when string) {
+	t.Helper()
+	ctx := context.Background()
+	stored, err := db.PatientByID(ctx, patientID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims []struct {
+		System string `bson:"system"`
+		Value  string `bson:"value"`
+	}
+	cur, err := repotest.Collection(t, db, "patient_identifiers").Find(ctx, bson.M{"patientId": patientID})
+	if err == nil {
+		err = cur.All(ctx, &claims)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed []domain.Identifier
+	for _, c := range claims {
+		claimed = append(claimed, domain.Identifier{System: c.System, Value: c.Value})
+	}
+	for _, id := range stored.Identifiers {
+		if !slices.Contains(claimed, id) {
+			u, other := newPatient(fmt.Sprintf("dup-%d@example.org", patientID), "Dup", id)
+			err := db.CreatePatient(ctx, u, other)
+			t.Errorf("%s: the record lists %s|%s, which it does not claim: another patient given it: %v", when, id.System, id.Value, err)
+		}
+	}
+	for _, id := range claimed {
+		if !slices.Contains(stored.Identifiers, id) {
+			t.Errorf("%s: claim on %s|%s, which the record does not list, is left", when, id.System, id.Value)
+		}
+	}
+	if n, _ := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); n != 0 {
+		t.Errorf("%s: %d write intents left", when, n)
+	}
+}
+
+// TestRepairsOfOneUpdateLeaveALaterUpdatesClaims: an update that adds x
+// dies after claiming it; two instances repair its intent at once (the
+// sweep of each), and a later update adds x again meanwhile. Whatever step
+// of the first repair the second and the later update run at, the
+// patient's claims end as its record lists them: a repair that read the
+// record before the later update stored x does not take the claim that
+// update relies on.
+func TestRepairsOfOneUpdateLeaveALaterUpdatesClaims(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	hook := &stepHook{}
+	watched, err := repo.OpenWatched(ctx, repotest.URI(), db, hook.started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watched.Close(ctx) })
+	for at := 1; ; at++ {
+		if at > 40 {
+			t.Fatal("the repair sends more than 40 commands")
+		}
+		x := domain.Identifier{System: "urn:example:mrn", Value: fmt.Sprintf("x-%d", at)}
+		u, p := newPatient(fmt.Sprintf("p%d@example.org", at), "P")
+		if err := db.CreatePatient(ctx, u, p); err != nil {
+			t.Fatal(err)
+		}
+		old, err := db.PatientByID(ctx, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := repotest.OtherInstance(t, db)
+		cut := *old
+		cut.Identifiers = []domain.Identifier{x}
+		if err := repo.InterruptedPatientUpdate(ctx, dead, old, &cut); err != nil {
+			t.Fatal(err)
+		}
+		_ = dead.Close(ctx) // its lease goes: the intent is abandoned
+		var errLater error
+		ran := false
+		hook.arm(at, func() {
+			ran = true
+			if _, err := db.Repair(ctx, repo.RepairOptions{}); err != nil {
+				t.Errorf("the second repair: %v", err)
+			}
+			cur, err := db.PatientByID(ctx, p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			later := *cur
+			later.Identifiers = []domain.Identifier{x}
+			errLater = db.UpdatePatient(ctx, cur, &later)
+		})
+		if _, err := watched.Repair(ctx, repo.RepairOptions{}); err != nil {
+			t.Errorf("the first repair: %v", err)
+		}
+		if !ran {
+			break
+		}
+		if errLater != nil && !domain.IsCode(errLater, domain.CodeConflict) {
+			t.Errorf("the later update, at the repair's command %d: %v", at, errLater)
+		}
+		checkClaims(t, db, p.ID, fmt.Sprintf("the later update at the first repair's command %d (%v)", at, errLater))
 	}
 }

@@ -28,7 +28,7 @@ var crashPaths = []crashPath{
 	{name: "r4-import", models: true, variants: []crashVariant{{"R4 Bundle of 60, half without ids", r4Import}}},
 	{name: "enrollment-consents", variants: []crashVariant{{"enroll", enroll}, {"answer", answerConsents},
 		{"update", updateConsents}, {"withdraw", withdrawConsents}, {"unenroll", unenroll}}},
-	{name: "patients", variants: []crashVariant{{"create", createPatient}, {"delete", deletePatient}}},
+	{name: "patients", variants: []crashVariant{{"create", createPatient}, {"update identifiers", updatePatientIdentifiers}, {"delete", deletePatient}}},
 	{name: "practitioners-organizations", variants: []crashVariant{{"create practitioner", createPractitioner},
 		{"create organization", createOrganization}, {"delete organization", deleteOrganization}}},
 	{name: "oauth-tokens", variants: []crashVariant{{"code exchange", codeExchange}, {"refresh", refreshTokens}}},
@@ -525,6 +525,29 @@ func createPatient(h *harness, n int) (*crashRequest, crashCheck) {
 		}
 		if c := h.count("patient_identifiers", bson.M{"system": "urn:crash:mrn", "value": fmt.Sprintf("m%d", n)}); c != 1 {
 			h.checkf("%d claims on the new patient's identifier", c)
+		}
+	}
+}
+
+// updatePatientIdentifiers keeps one of the patient's identifiers, drops
+// the other and adds a new one: claims taken, the record replaced, claims
+// released, under the patient's identifier lock.
+func updatePatientIdentifiers(h *harness, n int) (*crashRequest, crashCheck) {
+	id := h.newPatient(n)
+	kept := map[string]any{"system": "urn:crash:mrn", "value": fmt.Sprintf("m%d", n)}
+	added := map[string]any{"system": "urn:crash:new", "value": fmt.Sprintf("u%d", n)}
+	body, _ := json.Marshal(map[string]any{"identifiers": []any{kept, added}})
+	req := &crashRequest{method: "PATCH", path: fmt.Sprintf("/api/v1/patients/%d", id), body: body, header: map[string]string{"Content-Type": "application/json"}}
+	return req, func(h *harness, retry *crashResponse, _ crashOutcome) {
+		h.expectStatus(retry, 200)
+		h.checkPatients()
+		for system, want := range map[string]string{"urn:crash:mrn": fmt.Sprintf("m%d", n), "urn:crash:new": fmt.Sprintf("u%d", n)} {
+			if c := h.count("patient_identifiers", bson.M{"system": system, "value": want, "patientId": id}); c != 1 {
+				h.checkf("patient %d: %d claims on %s|%s, want 1", id, c, system, want)
+			}
+		}
+		if c := h.count("patient_identifiers", bson.M{"patientId": id}); c != 2 {
+			h.checkf("patient %d: %d identifier claims, want 2 (the dropped one released)", id, c)
 		}
 	}
 }
