@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"sync"
 	"time"
@@ -57,15 +58,15 @@ type DB struct {
 	lease       *lease  // this process's, taken by its first write intent
 	held        heldIDs // the ids of the batch writers' blocks not yet handed out
 	scopeCodes  scopeCodeCache
-	// patientWrites serialize, within this process, the compare-and-set
-	// of a patient record (replacePatient), by stripes of patient ids:
-	// FerretDB applies an update's filter and its write as two steps, so
-	// two replaces in flight at once could both pass the filter. On
-	// MongoDB the filter alone is atomic, across processes too. An update
-	// that changes identifiers holds its stripe from its lock to its end
-	// (UpdatePatient), so that this process's changes of one patient's
-	// identifiers queue instead of refusing each other.
-	patientWrites [32]sync.Mutex
+	// patientWrites serialize the compare-and-set of a patient record
+	// (replacePatient), by patient id. An update that changes identifiers
+	// holds its stripe from its lock to its end (UpdatePatient), so that
+	// this process's changes of one patient's identifiers queue instead
+	// of refusing each other.
+	patientWrites stripes
+	// resourceWrites serialize the compare-and-set writes of an imported
+	// resource (ReplaceResource, DeleteResource), by id.
+	resourceWrites stripes
 	// adopting serializes, within this process, the compare-and-set by
 	// which a repair adopts an abandoned intent (moveIntent), for the
 	// same reason.
@@ -73,6 +74,23 @@ type DB struct {
 }
 
 var _ domain.Store = (*DB)(nil)
+
+// stripes serialize, within this process, the compare-and-set writes of
+// one document, by stripes of its id: FerretDB applies an update's (or a
+// delete's) filter and its write as two steps, so two writes in flight at
+// once could both pass the filter. On MongoDB the filter alone is atomic,
+// across processes too.
+type stripes [32]sync.Mutex
+
+// of returns the mutex of the stripe of an integer id.
+func (s *stripes) of(id int64) *sync.Mutex { return &s[uint64(id)%uint64(len(s))] }
+
+// ofString returns the mutex of the stripe of a string id.
+func (s *stripes) ofString(id string) *sync.Mutex {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return &s[h.Sum64()%uint64(len(s))]
+}
 
 // Options tune a DB; the zero value is a plain connection.
 type Options struct {

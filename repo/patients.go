@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -303,7 +302,7 @@ func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
 	if len(added)+len(dropped) == 0 {
 		return d.replacePatient(ctx, old, p)
 	}
-	stripe := d.patientStripe(p.ID)
+	stripe := d.patientWrites.of(p.ID)
 	stripe.Lock()
 	defer stripe.Unlock()
 	in := identifierChange(p.ID, added, dropped)
@@ -366,15 +365,10 @@ func (d *DB) beginIdentifierChange(ctx context.Context, in *intentDoc) error {
 	return domain.Errorf(domain.CodeConflict, "the identifiers of patient %d are being changed by another request; send the change again", in.PatientID)
 }
 
-// patientStripe is the mutex of the patient's stripe of patientWrites.
-func (d *DB) patientStripe(patientID int64) *sync.Mutex {
-	return &d.patientWrites[uint64(patientID)%uint64(len(d.patientWrites))]
-}
-
 // replacePatient stores p in place of old, if the stored record is still
 // old (storePatient), holding the patient's stripe.
 func (d *DB) replacePatient(ctx context.Context, old, p *domain.Patient) error {
-	stripe := d.patientStripe(p.ID)
+	stripe := d.patientWrites.of(p.ID)
 	stripe.Lock()
 	defer stripe.Unlock()
 	return d.storePatient(ctx, old, p)

@@ -205,8 +205,13 @@ func (d *DB) ResourceByID(ctx context.Context, resourceType, id string) (*domain
 
 // ReplaceResource implements domain.ResourceStore: the replacement is
 // conditional on the version it follows, so that of two concurrent
-// updates one fails instead of silently undoing the other.
+// updates one fails instead of silently undoing the other (within this
+// process, under the resource's stripe: FerretDB's filter is no atomic
+// step).
 func (d *DB) ReplaceResource(ctx context.Context, r *domain.Resource) error {
+	stripe := d.resourceWrites.ofString(r.ID)
+	stripe.Lock()
+	defer stripe.Unlock()
 	res, err := d.c(colResources).ReplaceOne(ctx, versionFilter(r.Type, r.ID, r.VersionID-1), newResourceDoc(r))
 	if err != nil {
 		return err
@@ -217,8 +222,12 @@ func (d *DB) ReplaceResource(ctx context.Context, r *domain.Resource) error {
 	return nil
 }
 
-// DeleteResource implements domain.ResourceStore.
+// DeleteResource implements domain.ResourceStore: conditional on the
+// version, as ReplaceResource.
 func (d *DB) DeleteResource(ctx context.Context, resourceType, id string, version int64) error {
+	stripe := d.resourceWrites.ofString(id)
+	stripe.Lock()
+	defer stripe.Unlock()
 	res, err := d.c(colResources).DeleteOne(ctx, versionFilter(resourceType, id, version))
 	if err != nil {
 		return err
