@@ -69,7 +69,7 @@ type DB struct {
 	resourceWrites stripes
 	// adopting serializes, within this process, the compare-and-set by
 	// which a repair adopts an abandoned intent (moveIntent), for the
-	// same reason.
+	// reason stripes give.
 	adopting sync.Mutex
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 
 	"exchange/domain"
 )
@@ -44,18 +43,6 @@ func LeaseID(d *DB) string { return d.lease.id }
 
 // EmailKey is the claim key of an email address.
 func EmailKey(email string) string { return emailKey(email) }
-
-// OpenWatched opens db's database again, as another instance of the
-// service would, with a driver that calls started before it sends each
-// command: how a test runs another request at a chosen step of a write.
-// It swaps the package's fault monitor while it opens, so it is not for
-// tests running in parallel.
-func OpenWatched(ctx context.Context, uri string, db *DB, started func(*event.CommandStartedEvent)) (*DB, error) {
-	saved := faultMonitor
-	faultMonitor = composeMonitors(saved, &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) { started(e) }})
-	defer func() { faultMonitor = saved }()
-	return Open(ctx, uri, db.Name())
-}
 
 // InterruptedPatientUpdate runs an update of the patient's identifiers up
 // to its replace and stops there, as a process killed at that point

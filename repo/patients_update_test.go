@@ -93,6 +93,21 @@ func (h *stepHook) started(e *event.CommandStartedEvent) {
 	}
 }
 
+// instance opens db's database again, as another instance of the service
+// would, with a driver that reports each command to the hook before it
+// sends it; it is closed when the test ends.
+func (h *stepHook) instance(t *testing.T, db *repo.DB) *repo.DB {
+	t.Helper()
+	ctx := context.Background()
+	watched, err := repo.OpenWith(ctx, repotest.URI(), db.Name(), repo.Options{Monitor: &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) { h.started(e) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watched.Close(ctx) })
+	return watched
+}
+
 // arm makes the hook run step at the at-th command from now.
 func (h *stepHook) arm(at int, step func()) { h.at, h.sent, h.step = at, 0, step }
 
@@ -152,11 +167,7 @@ func TestInterleavedIdentifierUpdatesKeepTheRecordsClaims(t *testing.T) {
 	ctx := context.Background()
 	other := repotest.OtherInstance(t, db)
 	hook := &stepHook{}
-	watched, err := repo.OpenWatched(ctx, repotest.URI(), db, hook.started)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = watched.Close(ctx) })
+	watched := hook.instance(t, db)
 	y := domain.Identifier{System: "urn:example:mrn", Value: "taken"}
 	if u, q := newPatient("q@example.org", "Q", y); db.CreatePatient(ctx, u, q) != nil {
 		t.Fatal("create the patient holding y")
@@ -269,11 +280,7 @@ func TestRepairsOfOneUpdateLeaveALaterUpdatesClaims(t *testing.T) {
 	db := repotest.NewDB(t)
 	ctx := context.Background()
 	hook := &stepHook{}
-	watched, err := repo.OpenWatched(ctx, repotest.URI(), db, hook.started)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = watched.Close(ctx) })
+	watched := hook.instance(t, db)
 	for at := 1; ; at++ {
 		if at > 40 {
 			t.Fatal("the repair sends more than 40 commands")
