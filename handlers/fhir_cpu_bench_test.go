@@ -246,7 +246,14 @@ func projected(b *testing.B, doc bson.Raw, pipeline []any) bson.Raw {
 // with the actor set as authenticate would (the bearer token lookup and the
 // actor's loading are database work, left out).
 func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server) {
-	svc := domain.NewService(domain.Config{Store: store, Schemas: omhtest.Registry(b)})
+	return storeApp(b, domain.Config{Store: store}, store.manager.ID)
+}
+
+// storeApp is benchApp over any store and configuration, acting as the
+// user manager.
+func storeApp(b testing.TB, c domain.Config, manager int64) (fasthttp.RequestHandler, *server) {
+	c.Schemas = omhtest.Registry(b)
+	svc := domain.NewService(c)
 	catalog, err := fhirsearch.NewCatalog(nil) // the configured types: the native ones are benchmarked
 	if err != nil {
 		b.Fatal(err)
@@ -254,7 +261,7 @@ func benchApp(b *testing.B, store *benchStore) (fasthttp.RequestHandler, *server
 	s := &server{service: svc, search: fhirsearch.NewTranslator(catalog, []byte("bench cursor key"), "https://exchange.example.org/fhir-source", nil),
 		catalog: catalog, log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: newMetrics(prometheus.NewRegistry(), catalog)}
 	s.native = s.nativeTypes() // as New builds it
-	a, err := svc.Actor(context.Background(), store.manager.ID)
+	a, err := svc.Actor(context.Background(), manager)
 	if err != nil {
 		b.Fatal(err)
 	}
