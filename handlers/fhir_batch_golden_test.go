@@ -133,8 +133,12 @@ func goldenBatch() []byte {
 		func(m map[string]any) {
 			m["identifier"] = []any{map[string]any{"system": "urn:a", "value": "1"}, map[string]any{"system": "https://example.org/ids", "value": "x y"}}
 		},
-		func(m map[string]any) { m["identifier"] = []any{map[string]any{"system": "urn:a", "value": "2"}, map[string]any{"system": "urn:a", "value": "2"}} },
-		func(m map[string]any) { m["identifier"] = []any{map[string]any{"system": "not absolute", "value": "3"}} },
+		func(m map[string]any) {
+			m["identifier"] = []any{map[string]any{"system": "urn:a", "value": "2"}, map[string]any{"system": "urn:a", "value": "2"}}
+		},
+		func(m map[string]any) {
+			m["identifier"] = []any{map[string]any{"system": "not absolute", "value": "3"}}
+		},
 		func(m map[string]any) { m["identifier"] = []any{map[string]any{"system": "urn:a", "value": " 4"}} },
 		func(m map[string]any) { m["status"] = "done" },
 		func(m map[string]any) { m["status"] = "amended" },
@@ -164,7 +168,9 @@ func goldenBatch() []byte {
 			m["code"] = map[string]any{"coding": []any{map[string]any{"system": domain.SystemOpenMHealth, "code": "omh:heart-rate:2.0"},
 				map[string]any{"system": domain.SystemIEEE1752, "code": "omh:heart-rate:2.0"}}}
 		},
-		func(m map[string]any) { m["valueAttachment"].(map[string]any)["contentType"] = "application/json; charset=utf-8" },
+		func(m map[string]any) {
+			m["valueAttachment"].(map[string]any)["contentType"] = "application/json; charset=utf-8"
+		},
 		func(m map[string]any) { m["valueAttachment"].(map[string]any)["contentType"] = "Application/JSON" },
 		func(m map[string]any) { m["valueAttachment"].(map[string]any)["contentType"] = "text/plain" },
 		func(m map[string]any) { m["valueAttachment"].(map[string]any)["data"] = "!!" },
