@@ -447,22 +447,25 @@ func ValidateIdentifiers(field string, ids []Identifier) error {
 	if err := CheckItems(field, len(ids)); err != nil {
 		return err
 	}
-	seen := map[Identifier]bool{}
+	// Every upload checks its identifiers: the path of an item is only
+	// made for an error, and a repeat is found among the items before it
+	// (MaxListItems bounds them) rather than in a map.
 	for i, id := range ids {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if err := LimitIdentifier.checkTexts(f+".system", id.System, f+".value", id.Value); err != nil {
-			return err
+		f := func() string { return fmt.Sprintf("%s[%d]", field, i) }
+		if len(id.System) > LimitIdentifier.Max || len(id.Value) > LimitIdentifier.Max {
+			if err := LimitIdentifier.checkTexts(f()+".system", id.System, f()+".value", id.Value); err != nil {
+				return err
+			}
 		}
 		if !IsAbsoluteURI(id.System) {
-			return FieldErrorf(f+".system", "%q is not an absolute URI", id.System)
+			return FieldErrorf(f()+".system", "%q is not an absolute URI", id.System)
 		}
 		if strings.TrimSpace(id.Value) == "" || id.Value != strings.TrimSpace(id.Value) {
-			return FieldErrorf(f+".value", "must be non-empty without surrounding spaces")
+			return FieldErrorf(f()+".value", "must be non-empty without surrounding spaces")
 		}
-		if seen[id] {
-			return FieldErrorf(f, "%s|%s is repeated", id.System, id.Value)
+		if slices.Contains(ids[:i], id) {
+			return FieldErrorf(f(), "%s|%s is repeated", id.System, id.Value)
 		}
-		seen[id] = true
 	}
 	return nil
 }
