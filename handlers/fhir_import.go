@@ -52,7 +52,7 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		s.metrics.imports.WithLabelValues(s.metrics.typeLabel(types[i]), outcomeLabel(err)).Inc()
 		refused[i] = true
 	}
-	var pending creates
+	pending := creates{entries: len(entries)}
 	for i, e := range entries {
 		types[i] = resourceType
 		body, err := importBody(i, e, resourceType)

@@ -395,7 +395,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 		}
 		out.Entry[i] = errorEntry(err)
 	}
-	var pending creates
+	pending := creates{entries: len(in.Entry)}
 	for i, e := range in.Entry {
 		resourceType, err := s.batchEntry(i, e)
 		if err != nil {
@@ -414,6 +414,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 // creates are the resources a batch creates, by path: imported ones,
 // and native Observations; at holds their entries' indexes.
 type creates struct {
+	entries    int // of the request Bundle
 	imports    []domain.ResourceWrite
 	importedAt []int
 	natives    []domain.NewObservation
@@ -435,6 +436,9 @@ func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, 
 		p.addImported(i, resourceType, body, source)
 		return nil
 	}
+	if p.natives == nil {
+		p.natives = make([]domain.NewObservation, 0, p.entries) // a batch is mostly native uploads: grown once
+	}
 	p.natives = append(p.natives, *n)
 	p.nativeAt = append(p.nativeAt, i)
 	return nil
@@ -449,6 +453,10 @@ func (p *creates) addImported(i int, resourceType string, body []byte, source st
 // createAll creates what p holds, each store's entries together, and
 // writes each one's batch-response entry, or calls failed.
 func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p *creates, entries []bundleEntry, failed func(int, error)) {
+	base := ""
+	if len(p.imports)+len(p.natives) > 0 {
+		base = fhirBase(c) // once: it reads the request's origin
+	}
 	for k, res := range s.service.CreateResources(ctx, a, p.imports) {
 		i, r := p.importedAt[k], res.Resource
 		if res.Err != nil {
@@ -456,13 +464,15 @@ func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p
 			continue
 		}
 		entries[i] = bundleEntry{
-			FullURL:  fhirBase(c) + "/" + r.Type + "/" + r.ID,
+			FullURL:  base + "/" + r.Type + "/" + r.ID,
 			Resource: storedJSON(r.JSON),
-			Response: &bundleResponse{Status: statusLine(fiber.StatusCreated), Location: r.Type + "/" + r.ID + "/_history/1",
+			Response: &bundleResponse{Status: statusCreated, Location: r.Type + "/" + r.ID + "/_history/1",
 				Etag: etag(r.VersionID), LastModified: instant(r.LastUpdated)},
 		}
 	}
-	for k, res := range s.service.CreateObservations(ctx, a, p.natives) {
+	results := s.service.CreateObservations(ctx, a, p.natives)
+	responses := make([]bundleResponse, len(results)) // one allocation for the batch, not one per entry
+	for k, res := range results {
 		i := p.nativeAt[k]
 		s.metrics.observation(res.Err)
 		if res.Err != nil {
@@ -470,29 +480,29 @@ func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p
 			continue
 		}
 		o := res.Observation
-		entries[i] = bundleEntry{
-			FullURL:  fhirBase(c) + "/Observation/" + strconv.FormatInt(o.ID, 10),
-			Resource: observationFHIR(o),
-			Response: &bundleResponse{Status: statusLine(fiber.StatusCreated), Location: "Observation/" + strconv.FormatInt(o.ID, 10) + "/_history/1",
-				Etag: `W/"1"`, LastModified: instant(o.LastUpdated)},
-		}
+		id := strconv.FormatInt(o.ID, 10)
+		responses[k] = bundleResponse{Status: statusCreated, Location: "Observation/" + id + "/_history/1", Etag: `W/"1"`, LastModified: instant(o.LastUpdated)}
+		entries[i] = bundleEntry{FullURL: base + "/Observation/" + id, Resource: observationFHIR(o), Response: &responses[k]}
 	}
 }
+
+// statusCreated is the status of a created batch entry.
+var statusCreated = statusLine(fiber.StatusCreated)
 
 // batchEntry checks one entry of a batch, a POST of a resource, and
 // returns the type it creates.
 func (s *server) batchEntry(i int, e entryRequest) (string, error) {
-	at := fmt.Sprintf("Bundle.entry[%d]", i)
+	at := func() string { return fmt.Sprintf("Bundle.entry[%d]", i) } // only an error names it
 	if !e.create(false) {
-		return "", domain.FieldErrorf(at+".request", "each entry must be {method: POST, url: <type>}")
+		return "", domain.FieldErrorf(at()+".request", "each entry must be {method: POST, url: <type>}")
 	}
 	resourceType := strings.TrimSuffix(e.Request.URL, "/")
 	r, err := s.catalog.Require(resourceType)
 	if err != nil {
-		return "", domain.FieldErrorf(at+".request.url", "%s", domain.ErrorMessage(err))
+		return "", domain.FieldErrorf(at()+".request.url", "%s", domain.ErrorMessage(err))
 	}
 	if !r.Allows("create") {
-		return "", domain.FieldErrorf(at+".request.url", "%s is read-only", resourceType)
+		return "", domain.FieldErrorf(at()+".request.url", "%s is read-only", resourceType)
 	}
 	if _, err := e.resource(i); err != nil {
 		return "", err
