@@ -103,8 +103,16 @@ type intentDoc struct {
 // claimKey is the key of a claim on (system, value): fixed length, and
 // unambiguous whatever the two strings hold.
 func claimKey(system, value string) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s|%s", len(system), system, value))
-	return hex.EncodeToString(sum[:])
+	// The hash of "<len(system)>:<system>|<value>", its input made in a
+	// buffer on the stack when it fits: every observation stored takes a
+	// claim, and formatting the input cost two allocations of the three.
+	var buf [256]byte
+	in := append(strconv.AppendInt(buf[:0], int64(len(system)), 10), ':')
+	in = append(append(append(in, system...), '|'), value...)
+	sum := sha256.Sum256(in)
+	var hexSum [2 * sha256.Size]byte
+	hex.Encode(hexSum[:], sum[:])
+	return string(hexSum[:])
 }
 
 // instanceDoc is a document of service_instances: one process's lease.
