@@ -85,10 +85,22 @@ func (t Token) Key() string {
 // TokenKeys returns every key a stored coding answers to, so that each form
 // of a token search is one equality on a multikey field.
 func TokenKeys(system, code string) []string {
-	if system == "" {
-		return []string{"|" + code, code}
+	tokens, n := TokenKeyTokens(system, code)
+	keys := make([]string, n)
+	for i, t := range tokens[:n] {
+		keys[i] = t.Key()
 	}
-	return []string{system + "|" + code, code, system + "|"}
+	return keys
+}
+
+// TokenKeyTokens returns the first n of tokens, whose Keys are TokenKeys'
+// keys, in order, without making them: a writer of stored documents
+// writes each straight from its parts.
+func TokenKeyTokens(system, code string) (tokens [3]Token, n int) {
+	if system == "" {
+		return [3]Token{{Code: code, HasSystem: true}, {Code: code}}, 2
+	}
+	return [3]Token{{System: system, Code: code, HasSystem: true}, {Code: code}, {System: system, HasSystem: true}}, 3
 }
 
 // prefixes are the FHIR comparators of date (and number) values.

@@ -86,28 +86,6 @@ type storedClaim struct {
 // content.
 const contentClaimSystem = "urn:exchange:observation-content"
 
-// codeTokens lists the token keys of an observation's codings. A native
-// code answers under both native systems: they are interchangeable.
-func codeTokens(codings []domain.Coding) []string {
-	var keys []string
-	add := func(ks ...string) {
-		for _, k := range ks {
-			if !slices.Contains(keys, k) {
-				keys = append(keys, k)
-			}
-		}
-	}
-	for _, c := range codings {
-		if domain.IsNativeSystem(c.System) {
-			add(fhirsearch.TokenKeys(domain.SystemOpenMHealth, c.Code)...)
-			add(fhirsearch.TokenKeys(domain.SystemIEEE1752, c.Code)...)
-		} else {
-			add(fhirsearch.TokenKeys(c.System, c.Code)...)
-		}
-	}
-	return keys
-}
-
 func identifierTokens(ids []domain.Identifier) []string {
 	keys := []string{}
 	for _, id := range ids {

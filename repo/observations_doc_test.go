@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +12,33 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"exchange/domain"
+	"exchange/fhirsearch"
 	"exchange/omh"
 	"exchange/omh/omhtest"
 )
+
+// codeTokens lists the token keys of an observation's codings, as
+// appendCodeTokens writes them: the reference it is compared with. A native
+// code answers under both native systems: they are interchangeable.
+func codeTokens(codings []domain.Coding) []string {
+	var keys []string
+	add := func(ks ...string) {
+		for _, k := range ks {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, c := range codings {
+		if domain.IsNativeSystem(c.System) {
+			add(fhirsearch.TokenKeys(domain.SystemOpenMHealth, c.Code)...)
+			add(fhirsearch.TokenKeys(domain.SystemIEEE1752, c.Code)...)
+		} else {
+			add(fhirsearch.TokenKeys(c.System, c.Code)...)
+		}
+	}
+	return keys
+}
 
 // toObservationDoc is the stored document as the reflective encoder
 // writes it: the reference observationBSON is compared with.
@@ -79,6 +104,12 @@ func TestObservationBSONIsTheReflectiveDocument(t *testing.T) {
 			o.Identifiers = append(o.Identifiers, domain.Identifier{System: "urn:x", Value: fmt.Sprintf("é <&> \"%d\" \u2028 \xff", i)})
 		}
 		o.Status = "\x00nul"
+	})
+	add("codings whose token keys repeat", func(o *domain.Observation) {
+		o.Codings = []domain.Coding{{System: domain.SystemIEEE1752, Code: "omh:heart-rate:2.0"}, {System: domain.SystemOpenMHealth, Code: "omh:heart-rate:2.0"},
+			{System: "a|b", Code: "c"}, {System: "a", Code: "b|c"}, {System: "a", Code: ""}, {System: "", Code: "c"}, {System: "", Code: "|c"},
+			{System: "x", Code: "omh:heart-rate:2.0"}, {System: "http://loinc.org", Code: "8867-4"}, {System: "http://loinc.org", Code: "8867-4"}}
+		o.Identifiers = []domain.Identifier{{System: "a|b", Value: "c"}, {System: "a", Value: "b|c"}, {System: "", Value: "v"}, {System: "urn:x", Value: "a"}}
 	})
 	add("numbers, nesting and keys", func(o *domain.Observation) {
 		o.DataPoint = decode(`{"z":1,"a":-0,"ä":1.0,"A":1e400,"b":-1e-400,"c":12345678901234567890,"d":-9223372036854775808,` +

@@ -2,6 +2,7 @@ package repo
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
@@ -14,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"exchange/domain"
+	"exchange/fhirsearch"
 	"exchange/omh"
 )
 
@@ -324,7 +326,7 @@ func observationBSON(o *domain.Observation) (bson.Raw, error) {
 		}
 		b, _ = bsoncore.AppendArrayEnd(b, arr)
 	}
-	b = appendStrings(b, "codeTokens", codeTokens(o.Codings))
+	b = appendCodeTokens(b, o.Codings)
 	arr, b := bsoncore.AppendArrayElementStart(b, "identifiers")
 	for i, id := range o.Identifiers {
 		var doc int32
@@ -334,7 +336,7 @@ func observationBSON(o *domain.Observation) (bson.Raw, error) {
 		b, _ = bsoncore.AppendDocumentEnd(b, doc)
 	}
 	b, _ = bsoncore.AppendArrayEnd(b, arr)
-	b = appendStrings(b, "identifierTokens", identifierTokens(o.Identifiers))
+	b = appendIdentifierTokens(b, o.Identifiers)
 	b = bsoncore.AppendStringElement(b, "contentType", o.ContentType)
 	if o.Payload == nil {
 		b = bsoncore.AppendNullElement(b, "payload")
@@ -401,6 +403,99 @@ func appendStrings(b []byte, key string, values []string) []byte {
 	}
 	b, _ = bsoncore.AppendArrayEnd(b, arr)
 	return b
+}
+
+// appendCodeTokens appends the element codeTokens: codeTokens(codings)
+// as appendStrings writes it, each key written from its parts
+// (fhirsearch.TokenKeyTokens): a document holds a dozen keys, and making
+// each a string first cost an allocation apiece.
+func appendCodeTokens(b []byte, codings []domain.Coding) []byte {
+	if len(codings) == 0 {
+		return bsoncore.AppendNullElement(b, "codeTokens") // codeTokens' nil
+	}
+	arr, b := bsoncore.AppendArrayElementStart(b, "codeTokens")
+	n := 0
+	add := func(system, code string) {
+		tokens, m := fhirsearch.TokenKeyTokens(system, code)
+		for _, t := range tokens[:m] {
+			if !tokenWritten(b[int(arr)+4:], t) {
+				b = appendTokenKey(b, arrayKey(n), t)
+				n++
+			}
+		}
+	}
+	for _, c := range codings {
+		if domain.IsNativeSystem(c.System) {
+			add(domain.SystemOpenMHealth, c.Code)
+			add(domain.SystemIEEE1752, c.Code)
+		} else {
+			add(c.System, c.Code)
+		}
+	}
+	b, _ = bsoncore.AppendArrayEnd(b, arr)
+	return b
+}
+
+// appendIdentifierTokens appends the element identifierTokens:
+// identifierTokens(ids) as appendStrings writes it (an empty array when
+// there are none), each key written from its parts.
+func appendIdentifierTokens(b []byte, ids []domain.Identifier) []byte {
+	arr, b := bsoncore.AppendArrayElementStart(b, "identifierTokens")
+	n := 0
+	for _, id := range ids {
+		tokens, m := fhirsearch.TokenKeyTokens(id.System, id.Value)
+		for _, t := range tokens[:m] {
+			b = appendTokenKey(b, arrayKey(n), t)
+			n++
+		}
+	}
+	b, _ = bsoncore.AppendArrayEnd(b, arr)
+	return b
+}
+
+// appendTokenKey appends the string element key: t.Key().
+func appendTokenKey(b []byte, key string, t fhirsearch.Token) []byte {
+	size := len(t.System) + len(t.Code) + 1 // and the NUL
+	if t.HasSystem {
+		size++ // the bar
+	}
+	b = bsoncore.AppendHeader(b, bsoncore.TypeString, key)
+	b = binary.LittleEndian.AppendUint32(b, uint32(size))
+	b = append(b, t.System...)
+	if t.HasSystem {
+		b = append(b, '|')
+	}
+	return append(append(b, t.Code...), 0)
+}
+
+// tokenWritten reports whether elements, the string elements of an array
+// written so far, hold t.Key().
+func tokenWritten(elements []byte, t fhirsearch.Token) bool {
+	for len(elements) > 0 {
+		name := bytes.IndexByte(elements[1:], 0) // after the type byte
+		value := elements[1+name+1:]
+		size := int(binary.LittleEndian.Uint32(value))
+		if tokenIs(value[4:4+size-1], t) {
+			return true
+		}
+		elements = value[4+size:]
+	}
+	return false
+}
+
+// tokenIs reports whether s is t.Key().
+func tokenIs(s []byte, t fhirsearch.Token) bool {
+	if len(s) < len(t.System) || string(s[:len(t.System)]) != t.System {
+		return false
+	}
+	rest := s[len(t.System):]
+	if t.HasSystem {
+		if len(rest) == 0 || rest[0] != '|' {
+			return false
+		}
+		rest = rest[1:]
+	}
+	return string(rest) == t.Code
 }
 
 // errNULKey refuses a key BSON cannot hold.
