@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 
 	"exchange/domain"
 	"exchange/fhirsearch"
@@ -183,13 +184,28 @@ func observationClaims(o *domain.Observation) []observationClaimDoc {
 	return out
 }
 
+// claimBSON is bson.Marshal(c), built with bsoncore's appenders
+// (TestClaimBSONIsTheReflectiveDocument compares them): every stored
+// observation inserts a claim, and the driver's reflective encoder cost
+// more than a microsecond each.
+func claimBSON(c observationClaimDoc) bson.Raw {
+	start, b := bsoncore.AppendDocumentStart(make([]byte, 0, 96+len(c.Key)+len(c.System)+len(c.Value)))
+	b = bsoncore.AppendStringElement(b, "_id", c.Key)
+	b = bsoncore.AppendStringElement(b, "system", c.System)
+	b = bsoncore.AppendStringElement(b, "value", c.Value)
+	b = bsoncore.AppendInt64Element(b, "observationId", c.ObservationID)
+	b = appendTime(b, "claimedAt", c.ClaimedAt)
+	b, _ = bsoncore.AppendDocumentEnd(b, start)
+	return bson.Raw(b)
+}
+
 // ObservationDocuments are the documents CreateObservations inserts for
 // an observation whose ID and LastUpdated are set: the observation and its
 // claims. Benchmarks insert them with the raw driver to compare against
 // the service.
 func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, err error) {
 	for _, c := range observationClaims(o) {
-		claims = append(claims, c)
+		claims = append(claims, claimBSON(c))
 	}
 	doc, err = observationBSON(o)
 	return doc, claims, err
@@ -224,9 +240,9 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	now := d.now().UTC().Truncate(time.Microsecond)
 	in := &intentDoc{Kind: intentObservations, FirstID: first, LastID: first + int64(len(obs)) - 1}
 	claims := make([][]observationClaimDoc, len(obs))
-	firstWith := map[string]int{} // key -> the first entry claiming it
-	repeats := map[int]repeat{}   // entry -> the earlier entry of the batch with one of its keys
-	var inserts []any
+	firstWith := make(map[string]int, len(obs)) // key -> the first entry claiming it
+	repeats := map[int]repeat{}                 // entry -> the earlier entry of the batch with one of its keys
+	var inserts []observationClaimDoc
 	var insertOwner []int
 	for i, o := range obs {
 		o.ID, o.LastUpdated = first+int64(i), now
@@ -249,8 +265,12 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	if err := d.begin(ctx, in); err != nil {
 		return failAll(errs, err)
 	}
+	raws := make([]bson.Raw, len(inserts))
+	for k, c := range inserts {
+		raws[k] = claimBSON(c)
+	}
 	var taken []int // indexes into inserts
-	for idx, werr := range insertErrors(d.c(colObservationIdentifier).InsertMany(ctx, inserts, options.InsertMany().SetOrdered(false))) {
+	for idx, werr := range insertErrors(d.c(colObservationIdentifier).InsertMany(ctx, raws, options.InsertMany().SetOrdered(false))) {
 		switch {
 		case idx < 0:
 			// Which claims were written is unknown: store nothing; the
@@ -328,10 +348,10 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 // found or not. A claim whose observation is stored refuses its entry; the
 // rare rest (a claim of the older form, of a write cut short or still
 // running) goes through takeClaim.
-func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, obs []*domain.Observation, inserts []any, insertOwner, taken []int, errs []error) {
+func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, obs []*domain.Observation, inserts []observationClaimDoc, insertOwner, taken []int, errs []error) {
 	keys := make([]string, len(taken))
 	for k, idx := range taken {
-		keys[k] = inserts[idx].(observationClaimDoc).Key
+		keys[k] = inserts[idx].Key
 	}
 	holders, err := d.claimHolders(ctx, keys)
 	var stored map[int64]domain.Observation
@@ -343,7 +363,7 @@ func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, obs []*domain.Obse
 		stored, err = d.observationsByID(ctx, owners)
 	}
 	for _, idx := range taken {
-		i, c := insertOwner[idx], inserts[idx].(observationClaimDoc)
+		i, c := insertOwner[idx], inserts[idx]
 		switch {
 		case errs[i] != nil:
 		case err != nil:
