@@ -25,15 +25,31 @@ func FuzzPathOfRequestLine(f *testing.F) {
 }
 
 // FuzzBase64BinaryLen: the size counted without decoding is the decoded
-// size of every base64Binary that decodes.
+// size of every base64Binary that decodes, and the count of a byte loop
+// for any text; spaced is whether it holds whitespace.
 func FuzzBase64BinaryLen(f *testing.F) {
-	for _, seed := range []string{"", "eyJ9", "eyJhIjoxfQ==", "eyJh\r\nIjoxfQ=", " e y J 9 ", "===="} {
+	for _, seed := range []string{"", "eyJ9", "eyJhIjoxfQ==", "eyJh\r\nIjoxfQ=", " e y J 9 ", "====", "\teyJ9\n"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		data, err := decodeBase64Binary(s)
-		if err == nil && base64BinaryLen(s) != len(data) {
-			t.Fatalf("%q: counted %d, decoded %d", s, base64BinaryLen(s), len(data))
+		size, spaced := base64BinaryLen(s)
+		chars, padding := 0, 0
+		for i := 0; i < len(s); i++ {
+			switch s[i] {
+			case ' ', '\t', '\r', '\n':
+			case '=':
+				chars++
+				padding++
+			default:
+				chars++
+			}
+		}
+		if want := chars/4*3 - padding; size != want || spaced != strings.ContainsAny(s, " \t\r\n") {
+			t.Fatalf("%q: counted %d, %v; a byte loop counts %d", s, size, spaced, want)
+		}
+		data, err := decodeBase64Binary(s, spaced)
+		if err == nil && size != len(data) {
+			t.Fatalf("%q: counted %d, decoded %d", s, size, len(data))
 		}
 	})
 }
