@@ -303,7 +303,7 @@ func eachItem(v bsoncore.Value, f func(bsoncore.Document) error) error {
 // driver. An error means a document BSON cannot hold (a key with NUL,
 // which omh.Parse refuses).
 func observationBSON(o *domain.Observation) (bson.Raw, error) {
-	start, b := bsoncore.AppendDocumentStart(make([]byte, 0, 2*len(o.Payload)+512))
+	start, b := bsoncore.AppendDocumentStart(make([]byte, 0, observationBSONSize(o)))
 	b = bsoncore.AppendInt64Element(b, "_id", o.ID)
 	b = bsoncore.AppendInt64Element(b, "patientId", o.PatientID)
 	b = bsoncore.AppendInt64Element(b, "dataSourceId", o.DataSourceID)
@@ -373,6 +373,22 @@ func observationBSON(o *domain.Observation) (bson.Raw, error) {
 	b = bsoncore.AppendInt64Element(b, "lastUpdatedMicros", o.LastUpdated.UnixMicro())
 	b, err := bsoncore.AppendDocumentEnd(b, start)
 	return bson.Raw(b), err
+}
+
+// observationBSONSize is a bound of the size of o's document, so that it
+// is built in one allocation: the payload, its decoding (about half as
+// large again in BSON), the fixed members, and the codings and identifiers
+// with their token keys (each string of theirs is written up to five
+// times, with element headers). A document larger than that only grows.
+func observationBSONSize(o *domain.Observation) int {
+	text := 0
+	for _, c := range o.Codings {
+		text += len(c.System) + len(c.Code) + len(c.Display) + 16
+	}
+	for _, id := range o.Identifiers {
+		text += len(id.System) + len(id.Value) + 16
+	}
+	return 5*len(o.Payload)/2 + 512 + 8*text
 }
 
 // arrayKeys are the keys of the first items of a BSON array.
