@@ -17,38 +17,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"exchange/domain"
-	"exchange/repo"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/batch_golden.txt")
-
-// goldenStore is the benchmark store with a fixed clock that keeps what
-// it would insert: the stored documents of a batch, as repo builds them.
-type goldenStore struct {
-	*benchStore
-	out *bytes.Buffer
-}
-
-func (s goldenStore) CreateObservations(_ context.Context, obs []*domain.Observation) []error {
-	at := time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.UTC)
-	for _, o := range obs {
-		s.nextID++
-		o.ID, o.LastUpdated = s.nextID, at
-		doc, claims, err := repo.ObservationDocuments(o)
-		if err != nil {
-			panic(err)
-		}
-		fmt.Fprintf(s.out, "doc %s\n", bson.Raw(doc))
-		for _, c := range claims {
-			data, err := bson.Marshal(c)
-			if err != nil {
-				panic(err)
-			}
-			fmt.Fprintf(s.out, "claim %s\n", bson.Raw(data))
-		}
-	}
-	return make([]error, len(obs))
-}
 
 // recordingAuditor writes the audit events of a batch.
 type recordingAuditor struct{ out *bytes.Buffer }
@@ -66,7 +37,14 @@ func (a recordingAuditor) Record(_ context.Context, e domain.AuditEvent) {
 // written by the code before it.
 func TestBatchGolden(t *testing.T) {
 	var out bytes.Buffer
-	store := goldenStore{newBenchStore(), &out}
+	store := newBenchStore()
+	store.at = time.Date(2024, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	store.keep = func(doc bson.Raw, claims []any) {
+		fmt.Fprintf(&out, "doc %s\n", doc)
+		for _, c := range claims {
+			fmt.Fprintf(&out, "claim %s\n", c)
+		}
+	}
 	handle, _ := storeApp(t, domain.Config{Store: store, Auditor: recordingAuditor{&out},
 		Now: func() time.Time { return time.Date(2024, 3, 1, 12, 0, 1, 0, time.UTC) }}, store.manager.ID)
 	body := goldenBatch()

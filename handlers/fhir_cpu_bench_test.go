@@ -141,6 +141,8 @@ type benchStore struct {
 	docs    []bson.Raw // when set, the page as the database returns it, read as repo reads it
 	nextID  int64
 	bytes   int
+	at      time.Time                        // when set, the LastUpdated of creates (else now)
+	keep    func(doc bson.Raw, claims []any) // when set, is shown what each create would insert
 }
 
 func newBenchStore() *benchStore {
@@ -193,7 +195,10 @@ func (s *benchStore) DataSourceByID(_ context.Context, id int64) (*domain.DataSo
 }
 
 func (s *benchStore) CreateObservations(_ context.Context, obs []*domain.Observation) []error {
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := s.at
+	if now.IsZero() {
+		now = time.Now().UTC().Truncate(time.Microsecond)
+	}
 	for _, o := range obs {
 		s.nextID++
 		o.ID, o.LastUpdated = s.nextID, now
@@ -205,6 +210,9 @@ func (s *benchStore) CreateObservations(_ context.Context, obs []*domain.Observa
 			s.bytes += len(c.(bson.Raw))
 		}
 		s.bytes += len(doc) // InsertMany copies a bson.Raw as it is, claims and document alike
+		if s.keep != nil {
+			s.keep(doc, claims)
+		}
 	}
 	return make([]error, len(obs))
 }
