@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -47,14 +46,8 @@ func TestBatchGolden(t *testing.T) {
 	}
 	handle, _ := storeApp(t, domain.Config{Store: store, Auditor: recordingAuditor{&out},
 		Now: func() time.Time { return time.Date(2024, 3, 1, 12, 0, 1, 0, time.UTC) }}, store.manager.ID)
-	body := goldenBatch()
 	var ctx fasthttp.RequestCtx
-	ctx.Request.Header.SetMethod(fiber.MethodPost)
-	ctx.Request.SetRequestURI(fhirCanonical + "/")
-	ctx.Request.Header.SetHost("localhost")
-	ctx.Request.Header.SetContentType(mediaFHIRJSON)
-	ctx.Request.SetBodyRaw(body)
-	handle(&ctx)
+	postBatch(handle, &ctx, goldenBatch())
 	fmt.Fprintf(&out, "status %d\nresponse %s\n", ctx.Response.StatusCode(), ctx.Response.Body())
 	const golden = "testdata/batch_golden.txt"
 	if *updateGolden {
