@@ -69,7 +69,7 @@ func benchImporter(b *testing.B) (*converter.Importer, *fhirdefs.Validator, *fhi
 
 // r4Examples are up to ten official R4 examples of a type (the inputs of
 // converter.BenchmarkConvert).
-func r4Examples(b *testing.B, resourceType string) [][]byte {
+func r4Examples(tb testing.TB, resourceType string) [][]byte {
 	files, _ := filepath.Glob(filepath.Join(fhirdefstest.PackageDir("hl7.fhir.r4.examples"), resourceType+"-*.json"))
 	var out [][]byte
 	for _, f := range files {
@@ -80,9 +80,22 @@ func r4Examples(b *testing.B, resourceType string) [][]byte {
 		}
 	}
 	if len(out) == 0 {
-		b.Fatalf("no R4 examples of %s (run scripts/setup first)", resourceType)
+		tb.Fatalf("no R4 examples of %s (run scripts/setup first)", resourceType)
 	}
 	return out
+}
+
+// r4ExampleBundle is a batch Bundle that creates r4Examples.
+func r4ExampleBundle(tb testing.TB, resourceType string) []byte {
+	var entries []map[string]any
+	for _, e := range r4Examples(tb, resourceType) {
+		entries = append(entries, map[string]any{"resource": json.RawMessage(e), "request": map[string]any{"method": "POST", "url": resourceType}})
+	}
+	body, err := json.Marshal(map[string]any{"resourceType": "Bundle", "type": "batch", "entry": entries})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return body
 }
 
 // BenchmarkImportR4CPU is the service's CPU per resource of POST
@@ -107,12 +120,7 @@ func BenchmarkImportR4CPU(b *testing.B) {
 	}, s.importR4)
 	handler := app.Handler()
 	for _, rt := range []string{"Observation", "Condition", "Encounter"} {
-		examples := r4Examples(b, rt)
-		var entries []map[string]any
-		for _, e := range examples {
-			entries = append(entries, map[string]any{"resource": json.RawMessage(e), "request": map[string]any{"method": "POST", "url": rt}})
-		}
-		body, _ := json.Marshal(map[string]any{"resourceType": "Bundle", "type": "batch", "entry": entries})
+		examples, body := r4Examples(b, rt), r4ExampleBundle(b, rt)
 		runs := 0
 		b.Run(rt, func(b *testing.B) {
 			b.ReportAllocs()

@@ -167,8 +167,9 @@ func plainPair(r *plainjson.Reader, key1 string, dest1 *string, key2 string, des
 // readPlainBundle reads a request Bundle as json.Unmarshal into batchIn
 // would, for a plain body whose members are read with their exact names
 // (others are skipped, as encoding/json skips them, unless they could be
-// a known member in another case); the entries' resources alias body. ok
-// is false for any other body.
+// a known member in another case); the entries' resources alias body, and
+// their strings, only skipped, may hold escapes (an R4 import's narratives
+// do). ok is false for any other body.
 func readPlainBundle(body []byte) (in batchIn, ok bool) {
 	r := plainjson.NewReader(body, string(body))
 	ok = plainObject(r, func(key string) bool {

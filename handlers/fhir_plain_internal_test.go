@@ -41,6 +41,9 @@ func TestPlainReadersAgree(t *testing.T) {
 	if _, ok := readPlainBundle(BenchBatch("plain", 0, 3, 1, 1)); !ok {
 		t.Error("a client's batch Bundle does not take the fast path")
 	}
+	if _, ok := readPlainBundle(r4ExampleBundle(t, "Observation")); !ok {
+		t.Error("an R4 import Bundle of the official examples (narratives hold escapes) does not take the fast path")
+	}
 }
 
 func plainBundleSeeds() []string {
@@ -56,6 +59,11 @@ func plainBundleSeeds() []string {
 		`{"resourceType":"Bundle","entry":[{"resource":{"a":"\u0000"}}]}`, `{"resourceType":"Bundle","x":01}`, `{"resourceType":"Bundle","x":1.}`,
 		`{"resourceType":"Bundle","x":truex}`, `{"resourceType":"Bundle","x":[1 2]}`, `{"resourceType":"Bundle","entry":[1]}`,
 		`{"resourceType":"Bundle"}}`, `{"resourceType":"Bundle","x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,
+		`{"resourceType":"Bundle","entry":[{"resource":{"div":"<div xmlns=\"x\">a\\b\/c\b\f\n\r\t\u00e9\uD834\udd1e</div>"}}]}`,
+		`{"resourceType":"Bundle","entry":[{"resource":{"a":"\x"}}]}`, `{"resourceType":"Bundle","entry":[{"resource":{"a":"\u12g4"}}]}`,
+		`{"resourceType":"Bundle","entry":[{"resource":{"a":"\u123"}}]}`, `{"resourceType":"Bundle","entry":[{"resource":{"a":"\`,
+		`{"resourceType":"Bundle","entry":[{"resource":{"a":"\"}}]}`, `{"resourceType":"Bundle","entry":[{"resource":{"a\"b":1}}]}`,
+		`{"resourceType":"Bundle","x":"\"","entry":[{"resource":{"a":"\u0041\xff"}}]}`,
 	}
 }
 

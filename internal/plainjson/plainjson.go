@@ -1,6 +1,7 @@
 // Package plainjson reads plain JSON in one pass, for the fast paths of
 // the native upload: JSON whose strings hold no escape sequence and are
-// valid UTF-8, which is what clients send. It reads and validates at once,
+// valid UTF-8, which is what clients send (values it skips may hold
+// escapes: Skip). It reads and validates at once,
 // with no reflection and no copy of the text: every string it returns is
 // cut from one string the caller gives (usually string(data), one
 // allocation for the whole text).
@@ -177,7 +178,8 @@ func (r *Reader) container(opening, closing byte, item func() bool) bool {
 	}
 }
 
-// Skip reads any value and drops it.
+// Skip reads any value and drops it; its strings may hold escapes
+// (skipString).
 func (r *Reader) Skip() bool {
 	switch r.peek() {
 	case '{':
@@ -185,11 +187,58 @@ func (r *Reader) Skip() bool {
 	case '[':
 		return r.Array(r.Skip)
 	case '"':
-		_, ok := r.String()
-		return ok
+		return r.skipString()
 	}
 	_, ok := r.literal()
 	return ok
+}
+
+// skipString reads a string and drops it. Unlike String it takes escape
+// sequences, checked against JSON's grammar but not decoded: a skipped
+// value is never returned, so there is nothing to decode, and FHIR
+// resources nearly always hold some (the quotes of a narrative's xmlns
+// attribute), which would otherwise send every one of them to the slow
+// path. It takes exactly the escapes encoding/json's scanner takes.
+func (r *Reader) skipString() bool {
+	if r.peek() != '"' {
+		return false
+	}
+	start := r.pos + 1
+	ascii := true
+	for i := start; i < len(r.data); i++ {
+		switch c := r.data[i]; {
+		case c == '"':
+			if !ascii && !utf8.Valid(r.data[start:i]) {
+				return false
+			}
+			r.pos = i + 1
+			return true
+		case c == '\\':
+			if i++; i == len(r.data) {
+				return false
+			}
+			switch r.data[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(r.data) || !isHex(r.data[i+1]) || !isHex(r.data[i+2]) || !isHex(r.data[i+3]) || !isHex(r.data[i+4]) {
+					return false
+				}
+				i += 4
+			default:
+				return false
+			}
+		case c < 0x20:
+			return false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return false
+}
+
+// isHex reports whether c is a hexadecimal digit.
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // Value reads any value as encoding/json decodes it into an any with
