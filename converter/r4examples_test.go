@@ -1,9 +1,11 @@
 package converter_test
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -204,6 +206,7 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 		// runs the R4 check over every example).
 		res, err := engine(t).Convert(m)
 		if o.refused = err; err == nil {
+			checkCompact(t, file, res.Resource)
 			o.r5Type = res.Type
 			o.issues, err = v.Validate(res.Resource)
 		}
@@ -213,6 +216,7 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 	if o.refused = err; err != nil {
 		return o
 	}
+	checkCompact(t, file, conv.Body)
 	o.r5Type = conv.Type
 	if o.issues, err = v.Validate(conv.Body); err != nil {
 		t.Errorf("%s: %v", file, err)
@@ -221,6 +225,19 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 		t.Errorf("%s: %v", file, err)
 	}
 	return o
+}
+
+// checkCompact holds what the import's create path takes from the
+// converter's JSON without reading it again (domain.R4Conversion.Write):
+// it is compact and names no member twice.
+func checkCompact(t *testing.T, file string, out []byte) {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, out); err != nil || !bytes.Equal(compact.Bytes(), out) {
+		t.Errorf("%s: the converter's JSON is not compact: %v", file, err)
+	}
+	if _, err := domain.DecodeJSON(out); err != nil {
+		t.Errorf("%s: the converter's JSON: %v", file, err)
+	}
 }
 
 // refusedByGoogleParser are the official R4 examples that Google's R4

@@ -35,6 +35,19 @@ type R4Conversion struct {
 	// Native is set for an Observation of an Open mHealth or IEEE coding:
 	// it becomes the source's patient's and takes the native create path.
 	Native bool
+	// object is Body's members, as ConvertR4 built them (Write).
+	object jsonObject
+}
+
+// Write is the create of the converted resource in the imported store
+// under source. It hands the create path the members ConvertR4 wrote Body
+// from, so that Body is not read again: they are what parseJSONObject
+// would read from it, since Body is the converter's JSON, which is compact
+// and names no member twice (TestR4Examples checks both over every
+// official example), with the id compacted and the members ConvertR4 sets
+// written compact by encoding/json (FuzzConversionWrite).
+func (c *R4Conversion) Write(source string) ResourceWrite {
+	return ResourceWrite{Type: c.Type, Body: c.Body, Source: source, parsed: c.object}
 }
 
 // CodeTranslation is an R4 code that an R4 -> R5 ConceptMap translated.
@@ -126,6 +139,7 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 			obj.set("device", mustJSON(map[string]string{"reference": "Device/" + strconv.FormatInt(src.DataSourceID, 10)}))
 		}
 	}
-	conv.Body = obj.marshal("resourceType", "id")
+	conv.object = obj.ordered("resourceType", "id")
+	conv.Body = conv.object.encode()
 	return conv, nil
 }

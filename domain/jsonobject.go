@@ -263,27 +263,37 @@ func (o *jsonObject) set(key string, value json.RawMessage) {
 
 // marshal writes the object with the named members first, in that order,
 // then the others as they stand.
-func (o jsonObject) marshal(first ...string) []byte {
+func (o jsonObject) marshal(first ...string) []byte { return o.ordered(first...).encode() }
+
+// ordered is the object with the named members first, in that order, then
+// the others as they stand: the members in the order marshal writes them.
+func (o jsonObject) ordered(first ...string) jsonObject {
+	out := make(jsonObject, 0, len(o))
+	for _, k := range first {
+		if v, ok := o.get(k); ok {
+			out = append(out, jsonMember{key: k, value: v})
+		}
+	}
+	for _, m := range o {
+		if !slices.Contains(first, m.key) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// encode writes the object's members in their order.
+func (o jsonObject) encode() []byte {
 	var b bytes.Buffer
 	b.WriteByte('{')
-	write := func(m jsonMember) {
-		if b.Len() > 1 {
+	for i, m := range o {
+		if i > 0 {
 			b.WriteByte(',')
 		}
 		key, _ := json.Marshal(m.key)
 		b.Write(key)
 		b.WriteByte(':')
 		b.Write(m.value)
-	}
-	for _, k := range first {
-		if v, ok := o.get(k); ok {
-			write(jsonMember{key: k, value: v})
-		}
-	}
-	for _, m := range o {
-		if !slices.Contains(first, m.key) {
-			write(m)
-		}
 	}
 	b.WriteByte('}')
 	return b.Bytes()

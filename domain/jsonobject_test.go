@@ -193,3 +193,49 @@ func referenceMembers(data []byte) (jsonObject, error) {
 	}
 	return o, nil
 }
+
+// echoConverter is an R4Converter whose output is its input written
+// compact, standing for the converter's JSON (compact, no member named
+// twice: TestR4Examples), so that the fuzzer varies it.
+type echoConverter struct{ out []byte }
+
+func (c echoConverter) ConvertR4(map[string]any) (*R4Conversion, error) {
+	return &R4Conversion{Type: "Observation", Body: c.out}, nil
+}
+
+func (echoConverter) MapSet() string { return "echo" }
+
+// FuzzConversionWrite: the members a conversion hands the create path
+// (R4Conversion.Write) are those parseJSONObject reads from its Body, as
+// the create path read them before.
+func FuzzConversionWrite(f *testing.F) {
+	for _, seed := range []string{
+		`{"resourceType":"Observation","id":"a b","status":"final","code":{"text":"x y"}}`,
+		`{"resourceType":"Observation","id": { "x" : [ 1 , 2 ] },"meta":{"source":"s"}}`,
+		`{"resourceType":"Observation","code":{"coding":[{"system":"https://w3id.org/openmhealth","code":"omh:heart-rate:2.0"}]},"subject":{"reference":"Patient/9"}}`,
+		`{"resourceType":"Observation","note":[{"text":"<div xmlns=\"x\">\u00e9\ud834\udd1e</div>"}],"valueQuantity":{"value":1.50e+2}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, err := DecodeJSON(data); err != nil {
+			return // the converter reads only what DecodeJSON takes
+		}
+		var out bytes.Buffer
+		if json.Compact(&out, data) != nil {
+			t.Fatalf("%s: DecodeJSON takes it, json.Compact does not", data)
+		}
+		s := &Service{converter: echoConverter{out.Bytes()}}
+		conv, err := s.ConvertR4(&FHIRSource{ID: 1, PatientID: 2, DataSourceID: 3}, data, "")
+		if err != nil {
+			return
+		}
+		read, err := parseJSONObject(conv.Body)
+		if err != nil {
+			t.Fatalf("%s: %v", conv.Body, err)
+		}
+		if w := conv.Write("1"); !reflect.DeepEqual(w.parsed, read) || string(w.Body) != string(conv.Body) {
+			t.Fatalf("%s: handed %q, read %q", conv.Body, w.parsed, read)
+		}
+	})
+}

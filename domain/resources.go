@@ -11,6 +11,7 @@ import (
 	"maps"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -145,6 +146,9 @@ type ResourceWrite struct {
 	Source string
 	// IfMatch is the version an update expects; 0: any.
 	IfMatch int64
+	// parsed is Body's members when the service wrote Body itself
+	// (R4Conversion.Write); nil: parseResource reads them.
+	parsed jsonObject
 }
 
 // PatchFormat is the media type of a patch.
@@ -370,9 +374,12 @@ func (s *Service) parseResource(w ResourceWrite) (jsonObject, error) {
 	if !s.indexer.Keeps(w.Type) {
 		return nil, Errorf(CodeNotSupported, "%s is not a resource type the imported store keeps", w.Type)
 	}
-	o, err := parseJSONObject(w.Body)
-	if err != nil {
-		return nil, Errorf(CodeInvalid, "the body is not a FHIR resource: %v", err)
+	o := slices.Clone(w.parsed) // stamp sets members: the conversion's stay as they are
+	if o == nil {
+		var err error
+		if o, err = parseJSONObject(w.Body); err != nil {
+			return nil, Errorf(CodeInvalid, "the body is not a FHIR resource: %v", err)
+		}
 	}
 	var rt string
 	if raw, ok := o.get("resourceType"); !ok || json.Unmarshal(raw, &rt) != nil || rt != w.Type {

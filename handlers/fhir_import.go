@@ -71,7 +71,7 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		}
 		s.metrics.dropped.WithLabelValues(s.metrics.typeLabel(conv.Type)).Add(float64(len(conv.Dropped)))
 		if !conv.Native { // known from the conversion: no second decoding
-			pending.addImported(i, conv.Type, conv.Body, fmt.Sprint(src.ID))
+			pending.addImported(i, conv.Write(fmt.Sprint(src.ID)))
 		} else if err := s.addCreate(&pending, i, conv.Type, conv.Body, fmt.Sprint(src.ID)); err != nil {
 			failed(i, err)
 		}

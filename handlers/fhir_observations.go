@@ -429,7 +429,7 @@ func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, 
 		}
 	}
 	if !native {
-		p.addImported(i, resourceType, body, source)
+		p.addImported(i, domain.ResourceWrite{Type: resourceType, Body: body, Source: source})
 		return nil
 	}
 	if p.natives == nil {
@@ -440,9 +440,9 @@ func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, 
 	return nil
 }
 
-// addImported routes entry i to the imported store under source.
-func (p *creates) addImported(i int, resourceType string, body []byte, source string) {
-	p.imports = append(p.imports, domain.ResourceWrite{Type: resourceType, Body: body, Source: source})
+// addImported routes entry i, w, to the imported store.
+func (p *creates) addImported(i int, w domain.ResourceWrite) {
+	p.imports = append(p.imports, w)
 	p.importedAt = append(p.importedAt, i)
 }
 
