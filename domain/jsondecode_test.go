@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // DecodeJSON keeps numbers as written and refuses what a map would
@@ -46,7 +49,11 @@ func TestDecodeJSON(t *testing.T) {
 // refuses, and what it accepts decodes to what encoding/json makes of it.
 func FuzzDecodeJSON(f *testing.F) {
 	for _, s := range []string{`{"resourceType":"Patient","name":[{"family":"Doe"}]}`, `{"a":[1.50,true,null,{}]}`,
-		`{"a":1,"a":2}`, `null`, `{"a":"\u00e9\ud800"}`, `{"a":1}]`, `[]`} {
+		`{"a":1,"a":2}`, `null`, `{"a":"\u00e9\ud800"}`, `{"a":1}]`, `[]`,
+		`{"div":"<div xmlns=\"x\">\u00e9\ud834\udd1e\/\b\f\n\r\t</div>","k\u0065y":[1.50e+2,-0]}`, `{"a":"\ud834"}`, `{"a":"\udd1e\ud834"}`,
+		`{"a":{"b":1,"b":2}}`, `{"a\u0062":1,"ab":2}`, "{\"a\":\"\xff\"}", "{\"a\":\"\\u00e9\xff\"}",
+		`{"a":` + strings.Repeat("[", 9998) + strings.Repeat("]", 9998) + `}`, `{"a":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}`,
+		`{"a":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -56,6 +63,12 @@ func FuzzDecodeJSON(f *testing.F) {
 			dec := json.NewDecoder(bytes.NewReader(data))
 			dec.UseNumber()
 			wantErr = dec.Decode(&want)
+		}
+		if plain, ok := decodePlain(data); ok {
+			ref, err := decodeJSON(jsontext.NewDecoder(bytes.NewBuffer(data)))
+			if err != nil || !reflect.DeepEqual(plain, ref) {
+				t.Fatalf("%q: decodePlain %#v, jsontext %#v %v", data, plain, ref, err)
+			}
 		}
 		m, err := DecodeJSON(data)
 		if err != nil {

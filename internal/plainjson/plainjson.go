@@ -32,6 +32,13 @@ type Reader struct {
 	// fails the read, as anything outside the plain subset does.
 	KeyOK    func(key string) bool
 	NumberOK func(n json.Number) bool
+	// Unquote, when set, reads a string that holds escape sequences
+	// (quoted: its JSON text, quotes included), which String otherwise
+	// refuses; false refuses it.
+	Unquote func(quoted []byte) (string, bool)
+	// Unique makes Value refuse an object that names a member twice,
+	// where encoding/json keeps the last value.
+	Unique bool
 }
 
 // maxDepth bounds the nesting of objects and arrays, as encoding/json's
@@ -79,7 +86,7 @@ func (r *Reader) Start() int {
 	return r.pos
 }
 
-// String reads a plain string.
+// String reads a plain string; with Unquote set, any string.
 func (r *Reader) String() (string, bool) {
 	if r.peek() != '"' {
 		return "", false
@@ -95,6 +102,13 @@ func (r *Reader) String() (string, bool) {
 			}
 			r.pos = i + 1
 			return r.text[start:i], true
+		case c == '\\' && r.Unquote != nil:
+			from := r.pos
+			if !r.skipString() {
+				r.pos = from
+				return "", false
+			}
+			return r.Unquote(r.data[from:r.pos])
 		case c == '\\' || c < 0x20:
 			return "", false
 		case c >= utf8.RuneSelf:
@@ -250,6 +264,9 @@ func (r *Reader) Value() (any, bool) {
 		m := map[string]any{}
 		ok := r.Object(func(key string) bool {
 			if r.KeyOK != nil && !r.KeyOK(key) {
+				return false
+			}
+			if _, named := m[key]; named && r.Unique {
 				return false
 			}
 			v, ok := r.Value()
