@@ -1,17 +1,19 @@
 // Package plainjson reads plain JSON in one pass, for the fast paths of
-// the native upload: JSON whose strings hold no escape sequence and are
-// valid UTF-8, which is what clients send (values it skips may hold
-// escapes: Skip). It reads and validates at once,
-// with no reflection and no copy of the text: every string it returns is
-// cut from one string the caller gives (usually string(data), one
-// allocation for the whole text).
+// the native upload, the R4 import's Bundle and domain.DecodeJSON: JSON
+// whose strings hold no escape sequence and are valid UTF-8, which is
+// what clients send (values it skips may hold escapes: Skip; a reader
+// with Unquote set takes them everywhere). It reads and validates at
+// once, with no reflection and no copy of the text: every string it
+// returns is cut from one string the caller gives (usually string(data),
+// one allocation for the whole text).
 //
 // It never judges what it does not read: every method reports ok=false for
 // anything outside the plain subset (an escape, invalid UTF-8, malformed
 // JSON), and the caller then reads the whole text again with
-// encoding/json, whose result and errors stay the reference. For a text
-// it accepts, its values are exactly encoding/json's (a test compares
-// them), so the two paths can only differ in speed.
+// encoding/json (or jsontext), whose result and errors stay the
+// reference. For a text it accepts, its values are exactly the
+// reference's (tests compare them), so the two paths can only differ in
+// speed.
 package plainjson
 
 import (
