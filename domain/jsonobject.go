@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -282,21 +283,28 @@ func (o jsonObject) ordered(first ...string) jsonObject {
 	return out
 }
 
-// encode writes the object's members in their order.
+// encode writes the object's members in their order, each key as
+// json.Marshal writes it.
 func (o jsonObject) encode() []byte {
-	var b bytes.Buffer
-	b.WriteByte('{')
+	size := 2
+	for _, m := range o {
+		size += len(m.key) + len(m.value) + 4
+	}
+	b := make([]byte, 0, size)
+	b = append(b, '{')
 	for i, m := range o {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		key, _ := json.Marshal(m.key)
-		b.Write(key)
-		b.WriteByte(':')
-		b.Write(m.value)
+		if strings.ContainsAny(m.key, "<>&") { // json.Marshal escapes them for HTML
+			key, _ := json.Marshal(m.key)
+			b = append(b, key...)
+		} else {
+			b = AppendJSONString(b, m.key) // the rest as json.Marshal escapes it, with no allocation
+		}
+		b = append(append(b, ':'), m.value...)
 	}
-	b.WriteByte('}')
-	return b.Bytes()
+	return append(b, '}')
 }
 
 // mustJSON encodes a value the code builds itself (strings, maps of

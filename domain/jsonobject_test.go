@@ -19,6 +19,14 @@ func TestJSONObjectKeepsMembersAsSent(t *testing.T) {
 	if got := string(o.marshal("d")); got != `{"d":true,"b":1.50,"a":"replaced"}` {
 		t.Errorf("marshal: %s", got)
 	}
+	// Keys are written as json.Marshal writes them, HTML escapes included.
+	keys, err := parseJSONObject([]byte(`{"a<b&c>":1,"\u2028\t\"":2,"é":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(keys.marshal()), `{"a\u003cb\u0026c\u003e":1,"\u2028\t\"":2,"é":3}`; got != want {
+		t.Errorf("marshal: %s, want %s", got, want)
+	}
 	for _, bad := range []string{``, `[]`, `"x"`, `{"a": 1, "a": 2}`, `{"a": }`, `{"a": 1} {}`, `{}A`, `{} ]`, "{}\u00a0", `{"a": 1`, `{1: 2}`} {
 		if _, err := parseJSONObject([]byte(bad)); err == nil {
 			t.Errorf("%q parsed", bad)
@@ -29,7 +37,8 @@ func TestJSONObjectKeepsMembersAsSent(t *testing.T) {
 // FuzzJSONObject: what parses marshals to valid JSON that parses to the
 // same members, and decodes to the same values as the input.
 func FuzzJSONObject(f *testing.F) {
-	for _, seed := range []string{`{"resourceType":"Condition","id":"x","meta":{"source":"s"}}`, `{"a":1.50,"b":[{"c":null}],"d":"\u2028"}`, `{}`} {
+	for _, seed := range []string{`{"resourceType":"Condition","id":"x","meta":{"source":"s"}}`, `{"a":1.50,"b":[{"c":null}],"d":"\u2028"}`, `{}`,
+		`{"a<b&c>":1,"\u2028\t\"\u0000":2,"é\ud800":3}`} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -38,6 +47,12 @@ func FuzzJSONObject(f *testing.F) {
 			return
 		}
 		out := o.marshal("id")
+		for _, m := range o { // keys as json.Marshal writes them
+			key, _ := json.Marshal(m.key)
+			if got, want := string(jsonObject{m}.encode()), "{"+string(key)+":"+string(m.value)+"}"; got != want {
+				t.Fatalf("%q: encoded %s, want %s", m.key, got, want)
+			}
+		}
 		if !json.Valid(out) {
 			t.Fatalf("invalid JSON %s from %s", out, data)
 		}
