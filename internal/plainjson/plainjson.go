@@ -17,6 +17,7 @@
 package plainjson
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"unicode/utf8"
@@ -90,33 +91,18 @@ func (r *Reader) Start() int {
 
 // String reads a plain string; with Unquote set, any string.
 func (r *Reader) String() (string, bool) {
-	if r.peek() != '"' {
+	from := r.Start()
+	if !r.skipString() {
 		return "", false
 	}
-	start := r.pos + 1
-	ascii := true
-	i := start + plainRun(r.data[start:])
-	for ; i < len(r.data); i++ {
-		switch c := r.data[i]; {
-		case c == '"':
-			if !ascii && !utf8.Valid(r.data[start:i]) {
-				return "", false
-			}
-			r.pos = i + 1
-			return r.text[start:i], true
-		case c == '\\' && r.Unquote != nil:
-			from := r.pos
-			if !r.skipString() {
-				r.pos = from
-				return "", false
-			}
-			return r.Unquote(r.data[from:r.pos])
-		case c == '\\' || c < 0x20:
-			return "", false
-		case c >= utf8.RuneSelf:
-			ascii = false
-		}
+	quoted := r.data[from:r.pos]
+	switch {
+	case bytes.IndexByte(quoted, '\\') < 0:
+		return r.text[from+1 : r.pos-1], true
+	case r.Unquote != nil:
+		return r.Unquote(quoted)
 	}
+	r.pos = from
 	return "", false
 }
 
@@ -130,8 +116,8 @@ const (
 )
 
 // plainRun returns the length of the leading run of data, a multiple of
-// eight, whose bytes String passes over as they are: printable ASCII but
-// the quote and the backslash. String reads on from there byte by byte
+// eight, whose bytes skipString passes over as they are: printable ASCII but
+// the quote and the backslash. it reads on from there byte by byte
 // (TestPlainRun, FuzzString compare it with the byte loop alone).
 func plainRun(data []byte) int {
 	i := 0
@@ -209,19 +195,20 @@ func (r *Reader) Skip() bool {
 	return ok
 }
 
-// skipString reads a string and drops it. Unlike String it takes escape
-// sequences, checked against JSON's grammar but not decoded: a skipped
-// value is never returned, so there is nothing to decode, and FHIR
-// resources nearly always hold some (the quotes of a narrative's xmlns
-// attribute), which would otherwise send every one of them to the slow
-// path. It takes exactly the escapes encoding/json's scanner takes.
+// skipString reads a string (valid UTF-8) and drops it (String cuts it
+// out). It takes escape sequences, checked against JSON's grammar but not
+// decoded: a skipped value is never returned, so there is nothing to
+// decode, and FHIR resources nearly always hold some (the quotes of a
+// narrative's xmlns attribute), which would otherwise send every one of
+// them to the slow path. It takes exactly the escapes encoding/json's
+// scanner takes.
 func (r *Reader) skipString() bool {
 	if r.peek() != '"' {
 		return false
 	}
 	start := r.pos + 1
 	ascii := true
-	for i := start; i < len(r.data); i++ {
+	for i := start + plainRun(r.data[start:]); i < len(r.data); i++ {
 		switch c := r.data[i]; {
 		case c == '"':
 			if !ascii && !utf8.Valid(r.data[start:i]) {
