@@ -117,7 +117,7 @@ const (
 
 // plainRun returns the length of the leading run of data, a multiple of
 // eight, whose bytes skipString passes over as they are: printable ASCII but
-// the quote and the backslash. it reads on from there byte by byte
+// the quote and the backslash. It reads on from there byte by byte
 // (TestPlainRun, FuzzString compare it with the byte loop alone).
 func plainRun(data []byte) int {
 	i := 0
