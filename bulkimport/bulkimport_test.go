@@ -506,8 +506,9 @@ func TestRoutesByPatient(t *testing.T) {
 		t.Errorf("report: %+v", report)
 	}
 
-	// A user who may not write to the sources: each batch is refused as a
-	// whole, and each of its resources fails with the service's reason.
+	// A user who may not see the sources' patients: each batch is refused
+	// as a whole, as for sources that do not exist, and each of its
+	// resources fails with the service's reason.
 	outsider := f.env.Practitioner(t, "outsider@example.org", false)
 	o.Token = f.env.Token(t, outsider.ID)
 	sum, err = bulkimport.Run(context.Background(), o)
@@ -516,12 +517,12 @@ func TestRoutesByPatient(t *testing.T) {
 	}
 	refused := 0
 	for _, l := range readReport(t, o.Report) {
-		if strings.Contains(l.Issue[0].Diagnostics, "403 Forbidden") {
+		if d := l.Issue[0].Diagnostics; strings.Contains(d, "400 Bad Request") && strings.Contains(d, "does not exist") {
 			refused++
 		}
 	}
 	if refused != 3 {
-		t.Errorf("%d resources refused with 403, want the 3 routed ones", refused)
+		t.Errorf("%d resources refused with 400 (an unknown source), want the 3 routed ones", refused)
 	}
 }
 

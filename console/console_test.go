@@ -151,33 +151,37 @@ func newFixture(t *testing.T) *fixture {
 // everyone are the signed-in callers.
 var everyone = []string{"superuser", "manager", "member", "viewer", "outsider", "patient", "other patient"}
 
-// pageCase is a page and who may read it.
+// pageCase is a page and who may read it; the page of a patient is not
+// there (404, as for a patient that does not exist) for those who may not
+// see the patient (unseen).
 type pageCase struct {
 	path    string
 	allowed []string
+	unseen  []string
 }
 
 // pageCases are the pages TestPagePermissions checks: each GET route of
 // the console (TestPermissionTestsCoverEveryRoute).
 func pageCases(f *fixture) []pageCase {
 	readers := []string{"superuser", "manager", "member", "viewer", "patient"}
+	others := []string{"outsider", "other patient"}
 	return []pageCase{
-		{"/console/", everyone},
-		{"/console/organizations/", everyone},
-		{fmt.Sprintf("/console/organizations/%d/", f.org.ID), readers},
-		{"/console/studies/", everyone},
-		{fmt.Sprintf("/console/studies/%d/", f.study.ID), readers},
-		{"/console/patients/", everyone},
-		{fmt.Sprintf("/console/patients/%d/", f.patient.ID), readers},
-		{fmt.Sprintf("/console/patients/%d/data", f.patient.ID), readers},
-		{fmt.Sprintf("/console/patients/%d/data.csv", f.patient.ID), readers},
-		{fmt.Sprintf("/console/patients/%d/data.ndjson", f.patient.ID), readers},
-		{fmt.Sprintf("/console/studies/%d/patients/%d/data", f.study.ID, f.patient.ID), readers},
-		{fmt.Sprintf("/console/studies/%d/patients/%d/data.csv", f.study.ID, f.patient.ID), readers},
-		{fmt.Sprintf("/console/studies/%d/patients/%d/data.ndjson", f.study.ID, f.patient.ID), readers},
-		{"/console/sources/", everyone},
-		{fmt.Sprintf("/console/fhir-sources/%d/", f.source.ID), readers},
-		{"/console/clients/", []string{"superuser"}},
+		{"/console/", everyone, nil},
+		{"/console/organizations/", everyone, nil},
+		{fmt.Sprintf("/console/organizations/%d/", f.org.ID), readers, nil},
+		{"/console/studies/", everyone, nil},
+		{fmt.Sprintf("/console/studies/%d/", f.study.ID), readers, nil},
+		{"/console/patients/", everyone, nil},
+		{fmt.Sprintf("/console/patients/%d/", f.patient.ID), readers, others},
+		{fmt.Sprintf("/console/patients/%d/data", f.patient.ID), readers, others},
+		{fmt.Sprintf("/console/patients/%d/data.csv", f.patient.ID), readers, others},
+		{fmt.Sprintf("/console/patients/%d/data.ndjson", f.patient.ID), readers, others},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data", f.study.ID, f.patient.ID), readers, nil},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data.csv", f.study.ID, f.patient.ID), readers, nil},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data.ndjson", f.study.ID, f.patient.ID), readers, nil},
+		{"/console/sources/", everyone, nil},
+		{fmt.Sprintf("/console/fhir-sources/%d/", f.source.ID), readers, others},
+		{"/console/clients/", []string{"superuser"}, nil},
 	}
 }
 
@@ -195,6 +199,8 @@ func TestPagePermissions(t *testing.T) {
 				want = http.StatusSeeOther
 			case contains(tc.allowed, name):
 				want = http.StatusOK
+			case contains(tc.unseen, name):
+				want = http.StatusNotFound
 			}
 			if resp.StatusCode != want {
 				t.Errorf("GET %s as %s: %d, want %d\n%.300s", tc.path, name, resp.StatusCode, want, body)
@@ -219,13 +225,16 @@ func TestPagePermissions(t *testing.T) {
 }
 
 // formCase is a form, who may not post it, and who may, with the status
-// of their post.
+// of their post. A form on a patient the caller may not see answers as
+// for a patient that does not exist (unseen: the status by caller; 403
+// for the others denied).
 type formCase struct {
 	path   func() string
 	form   url.Values
 	denied []string
 	by     string
 	want   int
+	unseen map[string]int
 }
 
 // formCases are the forms TestFormPermissions checks, in order: each POST
@@ -243,32 +252,32 @@ func formCases(f *fixture) []formCase {
 	}
 	type form = url.Values
 	return []formCase{
-		{fixed(org + "/members"), form{"email": {"newcomer@example.org"}, "role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
-		{fixed(fmt.Sprintf("%s/members/%d", org, f.removable.ID)), form{"role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
-		{fixed(fmt.Sprintf("%s/members/%d/remove", org, f.removable.ID)), nil, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
-		{fixed("/console/studies/"), form{"organization": {fmt.Sprint(f.org.ID)}, "name": {"New study"}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther},
-		{fixed(study + "/"), form{"name": {"Renamed"}, "description": {"d"}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther},
-		{fixed(study + "/scopes"), form{"scope": {fmt.Sprint(f.steps.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
-		{fixed(fmt.Sprintf("%s/scopes/%d/remove", study, f.steps.ID)), nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
-		{fixed(study + "/data-sources"), form{"source": {fmt.Sprint(f.spare.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
-		{fixed(fmt.Sprintf("%s/data-sources/%d/remove", study, f.spare.ID)), nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
-		{fixed(study + "/enroll"), form{"patient": {fmt.Sprint(f.unenrolled.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
-		{fixed(study + "/unenroll"), form{"patient": {fmt.Sprint(f.unenrolled.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+		{fixed(org + "/members"), form{"email": {"newcomer@example.org"}, "role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
+		{fixed(fmt.Sprintf("%s/members/%d", org, f.removable.ID)), form{"role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
+		{fixed(fmt.Sprintf("%s/members/%d/remove", org, f.removable.ID)), nil, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
+		{fixed("/console/studies/"), form{"organization": {fmt.Sprint(f.org.ID)}, "name": {"New study"}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther, nil},
+		{fixed(study + "/"), form{"name": {"Renamed"}, "description": {"d"}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther, nil},
+		{fixed(study + "/scopes"), form{"scope": {fmt.Sprint(f.steps.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
+		{fixed(fmt.Sprintf("%s/scopes/%d/remove", study, f.steps.ID)), nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
+		{fixed(study + "/data-sources"), form{"source": {fmt.Sprint(f.spare.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
+		{fixed(fmt.Sprintf("%s/data-sources/%d/remove", study, f.spare.ID)), nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
+		{fixed(study + "/enroll"), form{"patient": {fmt.Sprint(f.unenrolled.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
+		{fixed(study + "/unenroll"), form{"patient": {fmt.Sprint(f.unenrolled.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
 		{fixed("/console/patients/"), form{"organization": {fmt.Sprint(f.org.ID)}, "email": {"new@example.org"}, "family": {"New"}, "given": {"Nia"}},
-			[]string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther},
-		{fixed(patient + "/identifiers"), form{"system": {"urn:mrn"}, "value": {"1"}}, []string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther},
-		{fixed(patient + "/identifiers/remove"), form{"system": {"urn:mrn"}, "value": {"1"}}, []string{"viewer", "outsider", "other patient"}, "member", http.StatusSeeOther},
-		{fixed(patient + "/invitations"), nil, []string{"viewer", "outsider", "patient", "other patient"}, "manager", http.StatusCreated},
-		{func() string { return patient + "/invitations/" + invitation() + "/reissue" }, nil, []string{"viewer", "outsider", "patient"}, "member", http.StatusCreated},
-		{func() string { return patient + "/invitations/" + invitation() + "/cancel" }, nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther},
+			[]string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther, nil},
+		{fixed(patient + "/identifiers"), form{"system": {"urn:mrn"}, "value": {"1"}}, []string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
+		{fixed(patient + "/identifiers/remove"), form{"system": {"urn:mrn"}, "value": {"1"}}, []string{"viewer", "outsider", "other patient"}, "member", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
+		{fixed(patient + "/invitations"), nil, []string{"viewer", "outsider", "patient", "other patient"}, "manager", http.StatusCreated, map[string]int{"outsider": 404, "other patient": 404}},
+		{func() string { return patient + "/invitations/" + invitation() + "/reissue" }, nil, []string{"viewer", "outsider", "patient"}, "member", http.StatusCreated, map[string]int{"outsider": 404}},
+		{func() string { return patient + "/invitations/" + invitation() + "/cancel" }, nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, map[string]int{"outsider": 404}},
 		{fixed("/console/consents"), form{"patient": {fmt.Sprint(f.patient.ID)}, "study": {fmt.Sprint(f.study.ID)}, "system": {f.hr.System}, "code": {f.hr.Code}, "answer": {"share"}},
-			[]string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther},
-		{fixed("/console/data-sources"), form{"name": {"Ring"}, "type": {"personal_device"}, "scopes": {fmt.Sprint(f.hr.ID)}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther},
-		{fixed("/console/scope-codes"), form{"schema": {"omh:body-height:2.0"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther},
-		{fixed("/console/fhir-sources"), form{"patient": {fmt.Sprint(f.patient.ID)}, "label": {"Clinic app"}}, []string{"viewer", "outsider", "other patient"}, "member", http.StatusSeeOther},
+			[]string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
+		{fixed("/console/data-sources"), form{"name": {"Ring"}, "type": {"personal_device"}, "scopes": {fmt.Sprint(f.hr.ID)}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		{fixed("/console/scope-codes"), form{"schema": {"omh:body-height:2.0"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		{fixed("/console/fhir-sources"), form{"patient": {fmt.Sprint(f.patient.ID)}, "label": {"Clinic app"}}, []string{"viewer", "outsider", "other patient"}, "member", http.StatusSeeOther, map[string]int{"outsider": 400, "other patient": 400}},
 		{fixed("/console/clients/"), form{"name": {"App"}, "type": {"public"}, "grant": {"authorization_code"}, "redirectUris": {"https://app.example.test/cb"}, "algorithm": {"RS256"}},
-			[]string{"manager", "patient"}, "superuser", http.StatusCreated},
-		{fixed("/console/clients/" + f.client.ID + "/rotate"), nil, []string{"manager", "patient"}, "superuser", http.StatusOK},
+			[]string{"manager", "patient"}, "superuser", http.StatusCreated, nil},
+		{fixed("/console/clients/" + f.client.ID + "/rotate"), nil, []string{"manager", "patient"}, "superuser", http.StatusOK, nil},
 	}
 }
 
@@ -281,8 +290,12 @@ func TestFormPermissions(t *testing.T) {
 	for _, tc := range formCases(f) {
 		for _, name := range tc.denied {
 			path := tc.path()
-			if resp, body := f.callers[name].post(f.env, path, tc.form); resp.StatusCode != http.StatusForbidden {
-				t.Errorf("POST %s as %s: %d, want 403\n%.400s", path, name, resp.StatusCode, body)
+			want, ok := tc.unseen[name]
+			if !ok {
+				want = http.StatusForbidden
+			}
+			if resp, body := f.callers[name].post(f.env, path, tc.form); resp.StatusCode != want {
+				t.Errorf("POST %s as %s: %d, want %d\n%.400s", path, name, resp.StatusCode, want, body)
 			}
 		}
 		path := tc.path()
@@ -342,7 +355,7 @@ func TestWriteControlsFollowPermissions(t *testing.T) {
 			t.Errorf("the manager's study page lacks the form %s: %v", want, got)
 		}
 	}
-	if resp, _ := f.callers["patient"].b.Do("GET", fmt.Sprintf("%s/console/patients/%d/", f.env.URL, f.outsiderPatient.ID), nil); resp.StatusCode != http.StatusForbidden {
+	if resp, _ := f.callers["patient"].b.Do("GET", fmt.Sprintf("%s/console/patients/%d/", f.env.URL, f.outsiderPatient.ID), nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("a patient opening another patient's page: %d", resp.StatusCode)
 	}
 }
@@ -544,6 +557,52 @@ func TestPermissionTestsCoverEveryRoute(t *testing.T) {
 	for _, pattern := range console.SignedInPatterns() {
 		if !tested[pattern] {
 			t.Errorf("%s is in no permission test", pattern)
+		}
+	}
+}
+
+// TestHiddenPatientsLookAbsent: the pages and forms of a patient the
+// caller may not see answer exactly as those of a patient that does not
+// exist (status and page, but for the id), so the console tells no one
+// which patient ids exist.
+func TestHiddenPatientsLookAbsent(t *testing.T) {
+	f := newFixture(t)
+	const absent = "987654321"
+	hidden := fmt.Sprint(f.patient.ID)
+	pages := []string{"/console/patients/{v}/", "/console/patients/{v}/data", "/console/patients/{v}/data.csv", "/console/patients/{v}/data.ndjson"}
+	forms := []struct {
+		path string
+		form url.Values
+	}{
+		{"/console/patients/{v}/identifiers", url.Values{"system": {"urn:mrn"}, "value": {"1"}}},
+		{"/console/patients/{v}/identifiers/remove", url.Values{"system": {"urn:mrn"}, "value": {"1"}}},
+		{"/console/patients/{v}/invitations", nil},
+		{"/console/consents", url.Values{"patient": {"{v}"}, "study": {fmt.Sprint(f.study.ID)}, "system": {f.hr.System}, "code": {f.hr.Code}, "answer": {"share"}}},
+		{"/console/fhir-sources", url.Values{"patient": {"{v}"}, "label": {"Probe"}}},
+	}
+	with := func(s, v string) string { return strings.ReplaceAll(s, "{v}", v) }
+	for _, name := range []string{"outsider", "other patient"} {
+		c := f.callers[name]
+		compare := func(what string, send func(v string) (*http.Response, string)) {
+			a, aBody := send(hidden)
+			b, bBody := send(absent)
+			if a.StatusCode != b.StatusCode {
+				t.Errorf("%s as %s: %d for a hidden patient, %d for an absent one", what, name, a.StatusCode, b.StatusCode)
+			} else if diff := handlerstest.Unlike(aBody, bBody, hidden, absent); diff != "" {
+				t.Errorf("%s as %s: a hidden patient and an absent one are told apart by %s", what, name, diff)
+			}
+		}
+		for _, p := range pages {
+			compare("GET "+p, func(v string) (*http.Response, string) { return c.b.Do("GET", f.env.URL+with(p, v), nil) })
+		}
+		for _, fm := range forms {
+			compare("POST "+fm.path, func(v string) (*http.Response, string) {
+				form := url.Values{}
+				for k, vs := range fm.form {
+					form[k] = []string{with(vs[0], v)}
+				}
+				return c.post(f.env, with(fm.path, v), form)
+			})
 		}
 	}
 }

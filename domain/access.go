@@ -352,6 +352,29 @@ func (acc *Access) covering(i Interactions, resourceType string) ([]ResourceScop
 	return out, nil
 }
 
+// reachesPatient reports whether the token lets a search of the type name
+// the patient (a join): it does unless its scopes that allow the
+// interaction are all patient/ scopes, which reach the token's patient
+// context only. A token that does not allow the interaction at all is
+// refused before (AllowFHIR).
+func (a *Actor) reachesPatient(i Interactions, resourceType string, patientID int64) bool {
+	terms, narrowed, err := a.reach(i, resourceType)
+	if err != nil || !narrowed {
+		return true
+	}
+	return slices.ContainsFunc(terms, func(rs ResourceScope) bool { return !rs.Patient || patientID == a.access.patient })
+}
+
+// outsideContext reports whether the token reaches nothing of the
+// patient, whatever the type: its resource scopes are all patient/ scopes
+// and the patient is not its patient context.
+func (a *Actor) outsideContext(patientID int64) bool {
+	if a.access == nil || len(a.access.resources) == 0 || patientID == a.access.patient {
+		return false
+	}
+	return !slices.ContainsFunc(a.access.resources, func(rs ResourceScope) bool { return !rs.Patient })
+}
+
 // reach returns the scopes that bound an interaction on a type, and
 // whether they narrow it at all: they do not when the access is full or
 // one of them is a user/ scope without constraints (it reaches everything

@@ -198,7 +198,7 @@ func OriginOf(ctx context.Context) Origin {
 // from where, when, and how it ended.
 func (s *Service) auditOf(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, err error) AuditEvent {
 	o := OriginOf(ctx)
-	e := AuditEvent{Recorded: s.Now(), Action: action, Kind: kind, Outcome: ErrorCode(err),
+	e := AuditEvent{Recorded: s.Now(), Action: action, Kind: kind, Outcome: auditOutcome(err),
 		RequestID: o.RequestID, Address: o.Address}
 	if actor != nil {
 		e.UserID, e.Agent, e.ClientID = actor.User.ID, actor.reference(), actor.ClientID
@@ -268,12 +268,18 @@ func changeKind(action AuditAction) AuditKind {
 }
 
 // auditSearch records a search of a type and the patients whose data its
-// page held.
-func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err error, patients []int64) {
+// page held. A search that named patients the actor may not read (hidden)
+// answered as if they did not exist; it is recorded as refused, naming
+// them, as a read of one is (concealed).
+func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err error, patients, hidden []int64) {
 	// A search that answers a read (a token's reach of one id) is part of
 	// the read, which records itself (ReadFHIR, ResourceByID).
 	if (actor != nil && actor.User.ID == 0) || q.Interaction() == InteractionRead {
 		return
+	}
+	if err == nil && len(hidden) > 0 {
+		err = concealed(Errorf(CodeNotFound, "the search named patients the actor may not read"))
+		patients = append(patients, hidden...)
 	}
 	e := s.auditOf(ctx, actor, AuditExecute, AuditKindSearch, err)
 	e.EntityTypes = []string{q.ResourceType()}
@@ -411,7 +417,7 @@ func (s *Service) SearchAuditEvents(ctx context.Context, actor *Actor, q Search)
 		return SearchResult[AuditEvent]{}, err
 	}
 	for _, j := range q.Joins() {
-		t, err := s.resolveJoin(ctx, actor, j)
+		t, err := s.resolveJoin(ctx, actor, q, j)
 		if err != nil {
 			return SearchResult[AuditEvent]{}, err
 		}

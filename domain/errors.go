@@ -103,6 +103,28 @@ func StoredAs(err error) string {
 	return ""
 }
 
+// concealedError is a refusal answered as absence: whoever is answered
+// sees its CodeNotFound error alone (an id the actor may not see must look
+// exactly like one that does not exist), while the audit trail records it
+// as what it is, CodeForbidden (auditOutcome).
+type concealedError struct{ absent *Error }
+
+func (e *concealedError) Error() string { return e.absent.Message }
+func (e *concealedError) Unwrap() error { return e.absent }
+
+// concealed answers a refusal with absent, a CodeNotFound error worded as
+// the answer about something that does not exist.
+func concealed(absent *Error) error { return &concealedError{absent: absent} }
+
+// auditOutcome is the outcome the audit trail records of err: its code,
+// CodeForbidden for a refusal concealed as absence.
+func auditOutcome(err error) Code {
+	if errors.As(err, new(*concealedError)) {
+		return CodeForbidden
+	}
+	return ErrorCode(err)
+}
+
 // IsCode reports whether err carries the code.
 func IsCode(err error, code Code) bool { return err != nil && ErrorCode(err) == code }
 

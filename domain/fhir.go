@@ -9,17 +9,26 @@ import (
 
 // The FHIR searches of the native store. A search's joins name patients,
 // organizations or studies; each value is checked against what the actor
-// may read (CodeForbidden otherwise) and resolved into the ids the searched
-// type relates to, so that the planner gets plain id lists.
+// may read and resolved into the ids the searched type relates to, so that
+// the planner gets plain id lists. A patient the actor may not read
+// resolves to nothing, as one that does not exist (an empty Bundle, never a
+// 403 that would tell which patient ids exist); an organization or study
+// the actor may not read is CodeForbidden (they are not health
+// information: the admin API answers the same).
 
-// joinTarget is what one join names, once checked.
+// joinTarget is what one join names, once checked. hidden are the
+// patients it named that the actor may not read: they resolve to nothing,
+// and the search's audit event records the attempt (auditSearch).
 type joinTarget struct {
 	patients, organizations, studies []int64
+	hidden                           []int64
 }
 
-// resolveJoin checks the values of a join against the actor's reach.
-// Values that name nothing resolve to nothing.
-func (s *Service) resolveJoin(ctx context.Context, actor *Actor, j Join) (joinTarget, error) {
+// resolveJoin checks the values of a join of q against the actor's reach.
+// Values that name nothing resolve to nothing, and so do patients the
+// actor may not read (readablePatient) and, for a token held to its
+// patient context, other patients (Actor.reachesPatient).
+func (s *Service) resolveJoin(ctx context.Context, actor *Actor, q Search, j Join) (joinTarget, error) {
 	var t joinTarget
 	switch j.Kind {
 	case JoinPatient, JoinPatientIdentifier:
@@ -33,15 +42,18 @@ func (s *Service) resolveJoin(ctx context.Context, actor *Actor, j Join) (joinTa
 		}
 		t.patients = []int64{}
 		for _, id := range ids {
-			p, err := s.store.PatientByID(ctx, id)
+			_, err := s.readablePatient(ctx, actor, id)
+			if err == nil && !actor.reachesPatient(q.Interaction(), q.ResourceType(), id) {
+				err = concealed(patientNotFound(id))
+			}
+			if errors.As(err, new(*concealedError)) {
+				t.hidden = append(t.hidden, id)
+			}
 			if IsCode(err, CodeNotFound) {
 				continue
 			}
 			if err != nil {
 				return t, err
-			}
-			if !actor.CanReadPatient(p) {
-				return t, Errorf(CodeForbidden, "%s: you may not read patient %d", j.Kind, id)
 			}
 			t.patients = append(t.patients, id)
 		}
@@ -134,36 +146,37 @@ func (s *Service) readablePatientIDs(ctx context.Context, actor *Actor) ([]int64
 
 // patientScope resolves joins into the patients a search of observations
 // or patients may return, and for study joins, the native codes each
-// patient consented to share with those studies.
-func (s *Service) patientScope(ctx context.Context, actor *Actor, joins []Join) (Scope, error) {
+// patient consented to share with those studies. hidden are the patients
+// the joins named that the actor may not read (joinTarget).
+func (s *Service) patientScope(ctx context.Context, actor *Actor, q Search) (scope Scope, hidden []int64, err error) {
 	ids, err := s.readablePatientIDs(ctx, actor)
 	if err != nil {
-		return Scope{}, err
+		return Scope{}, nil, err
 	}
-	scope := Scope{}
-	for _, j := range joins {
-		t, err := s.resolveJoin(ctx, actor, j)
+	for _, j := range q.Joins() {
+		t, err := s.resolveJoin(ctx, actor, q, j)
 		if err != nil {
-			return Scope{}, err
+			return Scope{}, nil, err
 		}
+		hidden = append(hidden, t.hidden...)
 		var these []int64
 		switch {
 		case t.patients != nil:
 			these = t.patients
 		case t.organizations != nil:
 			if these, err = s.store.PatientIDs(ctx, PatientQuery{OrganizationIDs: t.organizations}); err != nil {
-				return Scope{}, err
+				return Scope{}, nil, err
 			}
 		case t.studies != nil:
 			if these, err = s.enrolled(ctx, t.studies); err != nil {
-				return Scope{}, err
+				return Scope{}, nil, err
 			}
 			if scope.Codes == nil {
 				scope.Codes = map[int64][]string{}
 			}
 			consented, err := s.consentedCodesOf(ctx, these, t.studies)
 			if err != nil {
-				return Scope{}, err
+				return Scope{}, nil, err
 			}
 			for _, p := range these {
 				codes := consented[p]
@@ -176,28 +189,38 @@ func (s *Service) patientScope(ctx context.Context, actor *Actor, joins []Join) 
 		ids = intersect(ids, these)
 	}
 	scope.PatientIDs = ids
-	return scope, nil
+	return scope, hidden, nil
 }
 
 // ReadFHIR reads a native record or projection for the FHIR API. The
 // token must allow reads of the type (CodeForbidden before anything is
-// read); read applies the permission model; and when the token's scopes
-// narrow reads (a patient context, search constraints) the record must be
-// one they reach. That is decided by the search for its id, so that reads
-// and searches always agree; a record out of reach is CodeForbidden, as
-// the permission model answers native reads.
+// read, whether the record exists or not); read applies the permission
+// model; and when the token's scopes narrow reads (a patient context,
+// search constraints) the record must be one they reach. That is decided
+// by the search for its id, so that reads and searches always agree. A
+// record out of the token's reach, and one read does not find (which
+// includes patient data the actor may not read), are answered alike,
+// "<type>/<id> does not exist", as the imported store answers
+// (ResourceByID): a token must not learn which ids exist beyond its reach.
 func ReadFHIR[T any](ctx context.Context, s *Service, actor *Actor, resourceType string, id int64, read func(context.Context, *Actor, int64) (*T, error)) (*T, error) {
 	if err := actor.AllowFHIR(InteractionRead, resourceType); err != nil {
 		return nil, err
 	}
+	ref := resourceType + "/" + strconv.FormatInt(id, 10)
+	missing := Errorf(CodeNotFound, "%s does not exist", ref)
 	r, err := read(ctx, actor, id)
+	if IsCode(err, CodeNotFound) {
+		return nil, missing
+	}
 	if err != nil {
 		return nil, err
 	}
-	ref := resourceType + "/" + strconv.FormatInt(id, 10)
 	if err := s.withinReach(ctx, actor, resourceType, strconv.FormatInt(id, 10)); err != nil {
 		// read recorded the record's read; the answer is this refusal.
 		s.audit(ctx, actor, AuditRead, AuditKindRead, err, resourceType, []string{ref}, nil)
+		if IsCode(err, CodeForbidden) {
+			return nil, missing
+		}
 		return nil, err
 	}
 	return r, nil
@@ -308,14 +331,15 @@ func intersectStrings(a, b []string) []string {
 // for a practitioner; a study join limits each patient to the scopes they
 // consented to share with the study.
 func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search) (res SearchResult[Observation], err error) {
+	var hidden []int64
 	defer func() {
-		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(o Observation) int64 { return o.PatientID }))
+		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(o Observation) int64 { return o.PatientID }), hidden)
 	}()
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
 		return SearchResult[Observation]{}, err
 	}
-	scope, err := s.patientScope(ctx, actor, q.Joins())
+	scope, hidden, err := s.patientScope(ctx, actor, q)
 	if err != nil {
 		return SearchResult[Observation]{}, err
 	}
@@ -328,12 +352,15 @@ func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search
 
 // SearchPatients runs a search of the Patient projection.
 func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (res SearchResult[Patient], err error) {
-	defer func() { s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(p Patient) int64 { return p.ID })) }()
+	var hidden []int64
+	defer func() {
+		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(p Patient) int64 { return p.ID }), hidden)
+	}()
 	reach, err := s.reachOf(actor, q, func(p int64) (Reach, error) { return Reach{IDs: []int64{p}}, nil })
 	if err != nil {
 		return SearchResult[Patient]{}, err
 	}
-	scope, err := s.patientScope(ctx, actor, q.Joins())
+	scope, hidden, err := s.patientScope(ctx, actor, q)
 	if err != nil {
 		return SearchResult[Patient]{}, err
 	}
@@ -359,7 +386,7 @@ func (s *Service) relatedScope(ctx context.Context, actor *Actor, q Search, read
 	}
 	ids := readable
 	for _, j := range q.Joins() {
-		t, err := s.resolveJoin(ctx, actor, j)
+		t, err := s.resolveJoin(ctx, actor, q, j)
 		if err != nil {
 			return Scope{}, err
 		}

@@ -372,7 +372,7 @@ func effectiveAgrees(claim *EffectiveClaim, tf *omh.TimeFrame) error {
 func (s *Service) writerCheck(ctx context.Context, actor *Actor, patientID int64) *writerCheck {
 	p, err := actor.Patient, error(nil)
 	if p == nil || p.ID != patientID {
-		p, err = s.store.PatientByID(ctx, patientID)
+		p, err = s.readablePatient(ctx, actor, patientID) // one the actor may not read is one that does not exist
 	}
 	if IsCode(err, CodeNotFound) {
 		return &writerCheck{err: &Error{Code: CodeNotFound, Field: "Observation.subject", Message: fmt.Sprintf("Observation.subject: Patient/%d does not exist", patientID)}}
@@ -491,17 +491,18 @@ func nativeCode(codings []Coding) (string, error) {
 	return id.Code(), nil
 }
 
-// ObservationByID returns a native observation the actor may read. The
-// read is audited, a refused one too.
+// ObservationByID returns a native observation the actor may read. Returns
+// CodeNotFound, for one of a patient the actor may not read too. The read
+// is audited, a refused one too.
 func (s *Service) ObservationByID(ctx context.Context, actor *Actor, id int64) (*Observation, error) {
 	o, err := s.store.ObservationByID(ctx, id)
 	if err != nil {
 		s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Observation", []string{ref("Observation", id)}, nil)
 		return nil, err
 	}
-	p, err := s.store.PatientByID(ctx, o.PatientID)
-	if err == nil && !actor.CanReadPatient(p) {
-		err = Errorf(CodeForbidden, "you may not read Observation/%d", id)
+	if _, err = s.readablePatient(ctx, actor, o.PatientID); IsCode(err, CodeNotFound) {
+		// The data of a patient the actor may not read is not there for them.
+		err = concealed(Errorf(CodeNotFound, "Observation/%d does not exist", id))
 	}
 	s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Observation", []string{ref("Observation", id)}, []int64{o.PatientID})
 	if err != nil {
@@ -528,13 +529,14 @@ type CodeObservations struct {
 // search limits them (none when the patient is not enrolled). Its other
 // parameters (dates, sort, page size) apply to each code. Returns
 // CodeInvalid unless the search names exactly one patient, and
-// CodeForbidden when the actor may not read the patient or the study.
+// CodeForbidden when the actor may not read the study; a patient the actor
+// may not read has no data for them, as one that does not exist.
 func (s *Service) ObservationsByCode(ctx context.Context, actor *Actor, q Search) ([]CodeObservations, error) {
 	joins := q.Joins()
 	if !slices.ContainsFunc(joins, func(j Join) bool { return j.Kind == JoinPatient && len(j.IDs) == 1 && len(j.Identifiers) == 0 }) {
 		return nil, FieldErrorf("patient", "name exactly one patient")
 	}
-	scope, err := s.patientScope(ctx, actor, joins)
+	scope, _, err := s.patientScope(ctx, actor, q)
 	if err != nil {
 		return nil, err
 	}

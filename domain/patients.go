@@ -62,8 +62,9 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 	return p, nil
 }
 
-// PatientByID returns a patient the actor may read. Returns CodeNotFound
-// or CodeForbidden. The read is audited, a refused one too.
+// PatientByID returns a patient the actor may read. Returns CodeNotFound,
+// for a patient the actor may not read too (readablePatient). The read is
+// audited, a refused one too.
 func (s *Service) PatientByID(ctx context.Context, actor *Actor, id int64) (*Patient, error) {
 	p, err := s.readablePatient(ctx, actor, id)
 	s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Patient", []string{ref("Patient", id)}, []int64{id})
@@ -71,16 +72,30 @@ func (s *Service) PatientByID(ctx context.Context, actor *Actor, id int64) (*Pat
 }
 
 // readablePatient is PatientByID without the audit, for the use cases
-// that read the patient on the way to what they record.
+// that read the patient on the way to what they record. A patient the
+// actor may not read is answered exactly as one that does not exist
+// (patientNotFound): that someone is a patient of a clinic is health
+// information, so no answer, status or message may tell an id that exists
+// from one that does not (the audit trail does: concealed). A use case that then needs more than reading
+// (a write) refuses with CodeForbidden only a patient the actor can see.
 func (s *Service) readablePatient(ctx context.Context, actor *Actor, id int64) (*Patient, error) {
 	p, err := s.store.PatientByID(ctx, id)
+	if IsCode(err, CodeNotFound) {
+		return nil, patientNotFound(id)
+	}
+	if err == nil && !actor.CanReadPatient(p) {
+		return nil, concealed(patientNotFound(id))
+	}
 	if err != nil {
 		return nil, err
 	}
-	if !actor.CanReadPatient(p) {
-		return nil, Errorf(CodeForbidden, "you may not read patient %d", id)
-	}
 	return p, nil
+}
+
+// patientNotFound is the answer about a patient id that does not exist or
+// that the actor may not read: one answer for both.
+func patientNotFound(id int64) *Error {
+	return Errorf(CodeNotFound, "patient %d does not exist", id)
 }
 
 // PatientByUserID returns the patient record of a patient user.

@@ -432,9 +432,14 @@ func (s *Service) sourceInMeta(o jsonObject) (int64, bool) {
 }
 
 // writableSource returns a FHIR source the actor may write to. A source
-// that does not exist is bad input, not a missing page.
+// that does not exist, or whose patient the actor may not read or the
+// token does not reach (Actor.outsideContext), is bad input, not a missing
+// page; alike.
 func (s *Service) writableSource(ctx context.Context, actor *Actor, id int64) (*FHIRSource, error) {
-	src, err := s.store.FHIRSourceByID(ctx, id)
+	src, err := s.FHIRSourceByID(ctx, actor, id)
+	if err == nil && actor.outsideContext(src.PatientID) {
+		err = concealed(Errorf(CodeNotFound, "FHIR source %d does not exist", id))
+	}
 	if IsCode(err, CodeNotFound) {
 		return nil, Errorf(CodeInvalid, "FHIR source %d does not exist", id)
 	}
@@ -797,8 +802,9 @@ func (s *Service) auditResourceChange(ctx context.Context, actor *Actor, action 
 // (CodeForbidden when the actor may not read it). patient= selects the
 // resources of the patient's sources and those referring to the patient.
 func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (res SearchResult[Resource], err error) {
+	var hidden []int64
 	defer func() {
-		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(r Resource) int64 { return r.SourcePatientID }))
+		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(r Resource) int64 { return r.SourcePatientID }), hidden)
 	}()
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
@@ -829,10 +835,11 @@ func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (
 		}
 	}
 	for _, j := range q.Joins() {
-		t, err := s.resolveJoin(ctx, actor, j)
+		t, err := s.resolveJoin(ctx, actor, q, j)
 		if err != nil {
 			return SearchResult[Resource]{}, err
 		}
+		hidden = append(hidden, t.hidden...)
 		scope.PatientIDs = intersect(scope.PatientIDs, t.patients)
 	}
 	plan, err := q.Plan(scope.within(reach))

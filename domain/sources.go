@@ -266,7 +266,7 @@ func (s *Service) CreateFHIRSource(ctx context.Context, actor *Actor, patientID,
 		}
 		patientID = actor.Patient.ID
 	}
-	p, err := s.store.PatientByID(ctx, patientID)
+	p, err := s.readablePatient(ctx, actor, patientID)
 	if err != nil {
 		return nil, AsFieldError(err, "patient")
 	}
@@ -297,17 +297,17 @@ func (s *Service) FHIRSourceByLabel(ctx context.Context, patientID int64, label 
 }
 
 // FHIRSourceByID returns a FHIR source whose patient the actor may read.
+// Returns CodeNotFound, for a source of a patient the actor may not read
+// too: it tells who is a patient.
 func (s *Service) FHIRSourceByID(ctx context.Context, actor *Actor, id int64) (*FHIRSource, error) {
 	src, err := s.store.FHIRSourceByID(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.store.PatientByID(ctx, src.PatientID)
-	if err != nil {
+	if _, err := s.readablePatient(ctx, actor, src.PatientID); IsCode(err, CodeNotFound) {
+		return nil, concealed(Errorf(CodeNotFound, "FHIR source %d does not exist", id))
+	} else if err != nil {
 		return nil, err
-	}
-	if !actor.CanReadPatient(p) {
-		return nil, Errorf(CodeForbidden, "you may not read FHIR source %d", id)
 	}
 	return src, nil
 }
@@ -326,7 +326,7 @@ func (s *Service) ListFHIRSources(ctx context.Context, actor *Actor, p Page) (Li
 }
 
 // FHIRSourcesOfPatient lists the FHIR sources of a patient the actor may
-// read (CodeForbidden otherwise).
+// read (CodeNotFound otherwise, as for a patient that does not exist).
 func (s *Service) FHIRSourcesOfPatient(ctx context.Context, actor *Actor, patientID int64, p Page) (List[FHIRSource], error) {
 	if _, err := s.PatientByID(ctx, actor, patientID); err != nil {
 		return List[FHIRSource]{}, err

@@ -305,7 +305,7 @@ func (s *Service) EnrollPatients(ctx context.Context, actor *Actor, studyID int6
 		return err
 	}
 	for _, id := range patientIDs {
-		p, err := s.store.PatientByID(ctx, id)
+		p, err := s.readablePatient(ctx, actor, id) // one the actor may not read does not exist for them
 		if err != nil {
 			return AsFieldError(err, "patientIds")
 		}

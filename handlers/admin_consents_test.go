@@ -342,10 +342,10 @@ func TestConsentsByThePatient(t *testing.T) {
 	f.call(t, "DELETE", f.path, token, admConsentBody(f.study.ID, f.hr, nil), http.StatusNoContent)
 	f.check(t, "withdrawn by the patient", token, []*domain.ScopeCode{f.hr}, []admExpectedAnswer{{f.steps, true}}, t0)
 
-	// Another patient may neither read nor answer.
+	// Another patient may neither read nor answer: the patient is not there for them.
 	other := f.patient2(t)
-	f.call(t, "GET", f.path, other, nil, http.StatusForbidden)
-	f.call(t, "POST", f.path, other, admConsentBody(f.study.ID, f.hr, true), http.StatusForbidden)
+	f.call(t, "GET", f.path, other, nil, http.StatusNotFound)
+	f.call(t, "POST", f.path, other, admConsentBody(f.study.ID, f.hr, true), http.StatusNotFound)
 	f.check(t, "after another patient tried", token, []*domain.ScopeCode{f.hr}, []admExpectedAnswer{{f.steps, true}}, t0)
 }
 

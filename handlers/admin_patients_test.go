@@ -256,9 +256,9 @@ func TestPatientsUpdate(t *testing.T) {
 	if got := admIDs(t, w.call(t, "GET", fmt.Sprintf("/api/v1/patients?organizationId=%d", other.ID), w.admin, nil, http.StatusOK)); !slices.Equal(got, []int64{admID(t, a)}) {
 		t.Errorf("patients of the other organization: %v", got)
 	}
-	// Out of the member's organization: they can no longer read it.
+	// Out of the member's organization: they can no longer see it.
 	w.call(t, "PATCH", aPath, w.admin, map[string]any{"organizationIds": []int64{other.ID}}, http.StatusOK)
-	w.call(t, "GET", aPath, w.member, nil, http.StatusForbidden)
+	w.call(t, "GET", aPath, w.member, nil, http.StatusNotFound)
 	w.call(t, "PATCH", "/api/v1/patients/9999", w.admin, map[string]any{"nameFamily": "N"}, http.StatusNotFound)
 }
 

@@ -162,7 +162,7 @@ func TestFHIRSources(t *testing.T) {
 
 	before := admSnapshot(t, w.env)
 	w.call(t, "POST", "/api/v1/fhir_sources", w.viewer, map[string]any{"patient": other.ID, "label": "No"}, http.StatusForbidden)
-	w.call(t, "POST", "/api/v1/fhir_sources", patient, map[string]any{"patient": other.ID, "label": "No"}, http.StatusForbidden)
+	w.call(t, "POST", "/api/v1/fhir_sources", patient, map[string]any{"patient": other.ID, "label": "No"}, http.StatusBadRequest, "patient") // as a patient that does not exist
 	w.call(t, "POST", "/api/v1/fhir_sources", w.member, map[string]any{"label": "Whose?"}, http.StatusBadRequest, "patient")
 	w.call(t, "POST", "/api/v1/fhir_sources", w.member, map[string]any{"patient": 9999, "label": "Nobody"}, http.StatusBadRequest, "patient")
 	w.call(t, "POST", "/api/v1/fhir_sources", patient, map[string]any{"label": " "}, http.StatusBadRequest, "label")
@@ -187,12 +187,12 @@ func TestFHIRSources(t *testing.T) {
 	if one["lastUpdated"] != snake["lastUpdated"] {
 		t.Errorf("GET lastUpdated %v, created %v", one["lastUpdated"], snake["lastUpdated"])
 	}
-	w.call(t, "GET", fmt.Sprintf("/api/v1/fhir_sources/%d", admID(t, byMember)), patient, nil, http.StatusForbidden)
+	w.call(t, "GET", fmt.Sprintf("/api/v1/fhir_sources/%d", admID(t, byMember)), patient, nil, http.StatusNotFound) // another patient's: not there for them
 	w.call(t, "GET", "/api/v1/fhir_sources/9999", w.admin, nil, http.StatusNotFound)
 
 	// Delete.
 	w.call(t, "DELETE", fmt.Sprintf("/api/v1/fhir_sources/%d", admID(t, snake)), w.viewer, nil, http.StatusForbidden)
-	w.call(t, "DELETE", fmt.Sprintf("/api/v1/fhir_sources/%d", admID(t, byMember)), patient, nil, http.StatusForbidden)
+	w.call(t, "DELETE", fmt.Sprintf("/api/v1/fhir_sources/%d", admID(t, byMember)), patient, nil, http.StatusNotFound)
 	w.call(t, "DELETE", fmt.Sprintf("/api/v1/fhir_sources/%d", admID(t, snake)), patient, nil, http.StatusNoContent)
 	w.call(t, "DELETE", fmt.Sprintf("/api/v1/fhir_sources/%d", admID(t, byMember)), w.member, nil, http.StatusNoContent)
 	w.call(t, "GET", fmt.Sprintf("/api/v1/fhir_sources/%d", admID(t, snake)), patient, nil, http.StatusNotFound)

@@ -220,7 +220,7 @@ func TestFHIRBatchStatuses(t *testing.T) {
 		}), false, "400 Bad Request", "invalid", "coding"},
 		{"an identifier without a system", edit(hr("e-14"), func(r map[string]any) { r["identifier"] = []any{map[string]any{"value": "v"}} }), false, "400 Bad Request", "invalid", "identifier"},
 		{"a patient of another organization", fxObs{patient: w.carol.ID, device: w.watch, code: fxHR, identifiers: []string{"e-15"},
-			payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00Z")))}.resource(), false, "403 Forbidden", "forbidden", ""},
+			payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00Z")))}.resource(), false, "404 Not Found", "not-found", "Observation.subject"},
 		{"a scope the patient consented to in no study", fxObs{patient: w.bob.ID, device: w.watch, code: fxSteps, identifiers: []string{"e-16"},
 			payload: fxDataPoint(fxSteps, fxStepCount(fxInterval("date", "2024-03-05", "part_of_day", "morning")))}.resource(), false, "403 Forbidden", "forbidden", ""},
 		{"a scope pending in one study and not requested by the other", fxObs{patient: w.dave.ID, device: w.cuff, code: fxBP, identifiers: []string{"e-17"},
@@ -324,11 +324,11 @@ func TestFHIRBatchStatuses(t *testing.T) {
 		want  string
 	}{
 		{"viewer", own, "403 Forbidden"},
-		{"nurse", own, "201 Created"}, // a member of A1, one of alice's organizations
-		{"nurse", other, "403 Forbidden"},
-		{"outsider", own, "403 Forbidden"},
+		{"nurse", own, "201 Created"},     // a member of A1, one of alice's organizations
+		{"nurse", other, "404 Not Found"}, // a patient out of sight: as one that does not exist
+		{"outsider", own, "404 Not Found"},
 		{"alice", own, "201 Created"},
-		{"alice", other, "403 Forbidden"},
+		{"alice", other, "404 Not Found"},
 		{"super", other, "201 Created"},
 	} {
 		// Each its own data point: the same one twice is one observation.

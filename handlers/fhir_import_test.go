@@ -67,7 +67,7 @@ func TestImportR4RequestChecks(t *testing.T) {
 		{"no source header", "doc", "", 400, "invalid"},
 		{"a source that is not a number", "doc", "abc", 400, "invalid"},
 		{"an unknown source", "doc", "99999", 400, "invalid"},
-		{"a source the caller may not write", "outsider", src, 403, "forbidden"},
+		{"a source of a patient the caller may not see: as an unknown one", "outsider", src, 400, "invalid"},
 		{"a viewer may not write", "viewer", src, 403, "forbidden"},
 	} {
 		status, out := w.importR4(t, c.who, c.source, "/Patient", patient)

@@ -218,25 +218,27 @@ func TestFHIRProjectionSearches(t *testing.T) {
 		}
 	}
 
-	// Values the caller may not read are 403, on every type.
+	// Organizations and studies the caller may not read are 403, on every
+	// type; patients name nothing, as ids that do not exist.
 	for _, rt := range []string{"Patient", "Practitioner", "Organization", "Group", "Device"} {
-		for _, q := range []string{"patient={carol}", "patient.organization={B}", "_has:Group:member:_id={S3}",
-			"patient._has:Group:member:_id={S3}", "patient.identifier={MRN}|C-3"} {
+		for _, q := range []string{"patient.organization={B}", "_has:Group:member:_id={S3}", "patient._has:Group:member:_id={S3}"} {
 			status, body := w.search(t, w.tok["doc"], "/"+rt+"?"+w.fxSubstitute(q))
 			if status != http.StatusForbidden || fxIssueCode(body) != "forbidden" {
 				t.Errorf("doc: %s?%s: %d %v, want 403", rt, q, status, body)
 			}
 		}
-		status, body := w.search(t, w.tok["alice"], "/"+rt+"?"+w.fxSubstitute("patient={bob}"))
-		if status != http.StatusForbidden {
-			t.Errorf("alice: %s?patient=bob: %d %v, want 403", rt, status, body)
+		for _, c := range []struct{ actor, query string }{{"doc", "patient={carol}"}, {"doc", "patient.identifier={MRN}|C-3"}, {"alice", "patient={bob}"}} {
+			if ids := w.ids(t, w.tok[c.actor], "/"+rt+"?"+w.fxSubstitute(c.query)); len(ids) != 0 {
+				t.Errorf("%s: %s?%s: %v, want none", c.actor, rt, c.query, ids)
+			}
 		}
 	}
 }
 
 // TestFHIRReads reads a record of every native type by id: the resource
 // with its projection's elements, the same as a search finds it; 404 for
-// an unknown id, 403 for one the caller may not read; writes are 405.
+// an unknown id and for a patient (or their observation) the caller may
+// not read, 403 for another record the caller may not read; writes are 405.
 func TestFHIRReads(t *testing.T) {
 	w := fxNewWorld(t)
 	obs := w.create(t, w.tok["doc"], fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, identifiers: []string{"r-1"},
@@ -333,10 +335,11 @@ func TestFHIRReads(t *testing.T) {
 		actor, ref string
 		status     int
 	}{
-		{"doc", "Observation/" + carols, http.StatusForbidden},
-		{"bob", "Observation/" + obs, http.StatusForbidden},
-		{"doc", "Patient/" + refs["carol"], http.StatusForbidden},
-		{"alice", "Patient/" + refs["bob"], http.StatusForbidden},
+		// Patients out of reach, and their data, are not there for the caller.
+		{"doc", "Observation/" + carols, http.StatusNotFound},
+		{"bob", "Observation/" + obs, http.StatusNotFound},
+		{"doc", "Patient/" + refs["carol"], http.StatusNotFound},
+		{"alice", "Patient/" + refs["bob"], http.StatusNotFound},
 		{"doc", "Organization/" + refs["B"], http.StatusForbidden},
 		{"doc", "Group/" + refs["S3"], http.StatusForbidden},
 		{"alice", "Group/" + refs["S2"], http.StatusForbidden},

@@ -248,20 +248,29 @@ func fxSearchParameters(t *testing.T, d *fxData) {
 		}
 	}
 
-	// A scoping value the caller may not read is 403.
+	// A patient the caller may not read names nothing, as an id that does
+	// not exist: no 403 tells which patients exist.
+	for _, c := range []struct{ actor, query, same string }{
+		{"doc", "patient={carol}", "patient=999999"},
+		{"doc", "patient={alice},{carol}", "patient={alice},999999"},
+		{"doc", "patient.identifier={MRN}|C-3", "patient.identifier={MRN}|none"},
+		{"nurse", "patient={bob}", "patient=999999"},
+		{"alice", "patient={bob}", "patient=999999"},
+		{"outsider", "patient.identifier={MRN}|A-1", "patient.identifier={MRN}|none"},
+	} {
+		got := d.names(t, c.actor, fxPath("/Observation")+"?"+d.substitute(c.query))
+		if want := d.names(t, c.actor, fxPath("/Observation")+"?"+d.substitute(c.same)); !slices.Equal(got, want) {
+			t.Errorf("%s: Observation?%s found %v; as %s: %v", c.actor, c.query, got, c.same, want)
+		}
+	}
+	// An organization or study the caller may not read is 403.
 	for _, c := range []struct{ actor, query string }{
-		{"doc", "patient={carol}"},
-		{"doc", "patient={alice},{carol}"},
 		{"doc", "patient.organization={B}"},
 		{"doc", "patient.organization={A1},{B}"},
-		{"doc", "patient.identifier={MRN}|C-3"},
 		{"doc", "patient._has:Group:member:_id={S3}"},
-		{"nurse", "patient={bob}"},
 		{"nurse", "patient._has:Group:member:_id={S1}"},
-		{"alice", "patient={bob}"},
 		{"alice", "patient.organization={B}"},
 		{"alice", "patient._has:Group:member:_id={S2}"},
-		{"outsider", "patient.identifier={MRN}|A-1"},
 	} {
 		status, body := d.search(t, d.tok[c.actor], "/Observation?"+d.substitute(c.query))
 		if status != http.StatusForbidden || body["resourceType"] != "OperationOutcome" || fxIssueCode(body) != "forbidden" {

@@ -198,6 +198,21 @@ const (
 
 func swap(want, from, to string) string { return strings.ReplaceAll(want, from, to) }
 
+// unseen is want with status for the actors, for whom the patient a row
+// names is out of sight: answered as one that does not exist (404; 400
+// where the id is a field of the body).
+func unseen(want, status string, actors ...string) string {
+	f := strings.Fields(want)
+	for _, a := range actors {
+		f[slices.Index(matrixActors, a)] = status
+	}
+	return strings.Join(f, " ")
+}
+
+// notTheirs are the actors who may not see the patient of org A that a
+// row names (the patient actor's own record, or another patient of A).
+var notTheirs = []string{"outsider", "otherPatient"}
+
 func matrixRows(w *world) map[string]matrixRow {
 	A, P, S := w.orgA.ID, w.patient.ID, w.study.ID
 	yes, no := true, false
@@ -246,33 +261,33 @@ func matrixRows(w *world) map[string]matrixRow {
 		"POST patient": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/patients", map[string]any{"email": w.name("new") + "@example.org", "nameFamily": "New", "nameGiven": []string{"Ny"}, "organizationIds": []int64{A}}
 		}, dataWriters},
-		"GET patient": {"GET", at("/api/v1/patients/%d", P), patientRead},
+		"GET patient": {"GET", at("/api/v1/patients/%d", P), unseen(patientRead, "404", notTheirs...)},
 		"PATCH patient": {"PATCH", func(*world, string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d", P), map[string]any{"phone": "+1-555-0100"}
-		}, "200 200 200 403 403 200 403 401 401"},
+		}, unseen("200 200 200 403 403 200 403 401 401", "404", notTheirs...)},
 		"DELETE patient": {"DELETE", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d", w.newPatient().ID), nil
-		}, swap(dataWriters, "201", "204")},
+		}, unseen(swap(dataWriters, "201", "204"), "404", "outsider", "patient", "otherPatient")},
 		"POST invitation": {"POST", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/invitation", P), map[string]any{"clientId": w.clientID}
-		}, dataWriters},
-		"GET invitations": {"GET", at("/api/v1/patients/%d/invitations", P), swap(patientRead, "201", "200")},
+		}, unseen(dataWriters, "404", notTheirs...)},
+		"GET invitations": {"GET", at("/api/v1/patients/%d/invitations", P), unseen(patientRead, "404", notTheirs...)},
 		"DELETE invitation": {"DELETE", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/invitations/%s", P, w.newInvitation()), nil
-		}, swap(dataWriters, "201", "204")},
+		}, unseen(swap(dataWriters, "201", "204"), "404", notTheirs...)},
 		"POST invitation reissue": {"POST", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/invitations/%s/reissue", P, w.newInvitation()), nil
-		}, dataWriters},
-		"GET consents": {"GET", at("/api/v1/patients/%d/consents", P), patientRead},
+		}, unseen(dataWriters, "404", notTheirs...)},
+		"GET consents": {"GET", at("/api/v1/patients/%d/consents", P), unseen(patientRead, "404", notTheirs...)},
 		"POST consents": {"POST", func(w *world, a string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/consents", w.consentTarget(a, false)), consentBody(w, &yes)
-		}, "201 201 201 403 403 201 403 401 401"},
+		}, unseen("201 201 201 403 403 201 403 401 401", "404", notTheirs...)},
 		"PATCH consents": {"PATCH", func(w *world, a string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/consents", w.consentTarget(a, true)), consentBody(w, &no)
-		}, "200 200 200 403 403 200 403 401 401"},
+		}, unseen("200 200 200 403 403 200 403 401 401", "404", notTheirs...)},
 		"DELETE consents": {"DELETE", func(w *world, a string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/consents", w.consentTarget(a, true)), consentBody(w, nil)
-		}, "204 204 204 403 403 204 403 401 401"},
+		}, unseen("204 204 204 403 403 204 403 401 401", "404", notTheirs...)},
 		"GET studies": {"GET", at("/api/v1/studies"), allRead},
 		"POST study": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/studies", map[string]any{"organizationId": A, "name": w.name("Study ")}
@@ -325,11 +340,11 @@ func matrixRows(w *world) map[string]matrixRow {
 		"GET FHIR sources": {"GET", at("/api/v1/fhir_sources"), allRead},
 		"POST FHIR source": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/fhir_sources", map[string]any{"patient": P, "label": w.name("Upstream ")}
-		}, "201 201 201 403 403 201 403 401 401"},
-		"GET FHIR source": {"GET", at("/api/v1/fhir_sources/%d", w.fhirSource), patientRead},
+		}, unseen("201 201 201 403 403 201 403 401 401", "400", notTheirs...)},
+		"GET FHIR source": {"GET", at("/api/v1/fhir_sources/%d", w.fhirSource), unseen(patientRead, "404", notTheirs...)},
 		"DELETE FHIR source": {"DELETE", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/fhir_sources/%d", w.newFHIRSource()), nil
-		}, "204 204 204 403 403 204 403 401 401"},
+		}, unseen("204 204 204 403 403 204 403 401 401", "404", notTheirs...)},
 		"GET OAuth clients": {"GET", at("/api/v1/oauth_clients"), swap(onlySuper, "201", "200")},
 		"POST OAuth client": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/oauth_clients", map[string]any{"name": w.name("App "), "clientType": "public", "redirectUris": []string{"https://app.example.org/cb"}}

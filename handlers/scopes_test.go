@@ -198,6 +198,14 @@ func (w *scopeWorld) source(patient string) map[string]string {
 	return map[string]string{domain.SourceHeader: fmt.Sprint(w.src[patient])}
 }
 
+// outOfContext is want with status for the token held to the world
+// patient's context that may write (ctx.cruds), for a request that names
+// another patient's record.
+func outOfContext(want map[string]string, status string) map[string]string {
+	want["ctx.cruds"] = status
+	return want
+}
+
 func scopeRows() map[string]scopeRow {
 	below := "_source:below=" + handlerstest.SourceBase + "/"
 	denied := "403"
@@ -213,7 +221,7 @@ func scopeRows() map[string]scopeRow {
 			"pt.obs": "[hrP bpP]", "ctx.rs": "[hrP bpP]", "user.rs": "[hrP bpP hrO]", "hr.only": "[hrP hrO]",
 			"cruds": "[hrP bpP hrO]", "ctx.cruds": "[hrP bpP]", "super.ctx": "[hrP bpP]"}, denied},
 		"search another patient's Observations": {"GET", get("/Observation?patient=Patient/{O}"), map[string]string{
-			"ctx.rs": "[]", "user.rs": "[hrO]", "hr.only": "[hrO]", "cruds": "[hrO]", "ctx.cruds": "[]", "super.ctx": "[]"}, denied},
+			"pt.obs": "[]", "ctx.rs": "[]", "user.rs": "[hrO]", "hr.only": "[hrO]", "cruds": "[hrO]", "ctx.cruds": "[]", "super.ctx": "[]"}, denied},
 		"search Observations by another code": {"GET", get("/Observation?code=omh:blood-pressure:4.0"), map[string]string{
 			"pt.obs": "[bpP]", "ctx.rs": "[bpP]", "user.rs": "[bpP]", "hr.only": "[]", "cruds": "[bpP]", "ctx.cruds": "[bpP]", "super.ctx": "[bpP]"}, denied},
 		"search Observations by id": {"GET", get("/Observation?_id={bpP},{hrO}&_include=Observation:patient&_revinclude=Provenance:target"), map[string]string{
@@ -225,18 +233,18 @@ func scopeRows() map[string]scopeRow {
 		"read an Observation": {"GET", get("/Observation/{hrP}"), map[string]string{
 			"pt.obs": "200", "ctx.rs": "200", "user.rs": "200", "hr.only": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
 		"read an Observation the constraint excludes": {"GET", get("/Observation/{bpP}"), map[string]string{
-			"pt.obs": "200", "ctx.rs": "200", "user.rs": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
+			"hr.only": "404", "pt.obs": "200", "ctx.rs": "200", "user.rs": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
 		"read another patient's Observation": {"GET", get("/Observation/{hrO}"), map[string]string{
-			"user.rs": "200", "hr.only": "200", "cruds": "200"}, denied},
+			"user.rs": "200", "hr.only": "200", "cruds": "200", "pt.obs": "404", "ctx.rs": "404", "ctx.cruds": "404", "super.ctx": "404"}, denied},
 		"vread another patient's Observation": {"GET", get("/Observation/{hrO}/_history/1"), map[string]string{
-			"user.rs": "200", "hr.only": "200", "cruds": "200"}, denied},
+			"user.rs": "200", "hr.only": "200", "cruds": "200", "pt.obs": "404", "ctx.rs": "404", "ctx.cruds": "404", "super.ctx": "404"}, denied},
 		"search Observation for some elements": {"GET", get("/Observation?_elements=status"), map[string]string{
 			"pt.obs": "[hrP bpP]", "ctx.rs": "[hrP bpP]", "user.rs": "[hrP bpP hrO]", "hr.only": "[hrP hrO]",
 			"cruds": "[hrP bpP hrO]", "ctx.cruds": "[hrP bpP]", "super.ctx": "[hrP bpP]"}, denied},
 		"search AuditEvent":                        {"GET", get("/AuditEvent"), map[string]string{"super.ctx": "about P"}, denied},
 		"search AuditEvent about another patient":  {"GET", get("/AuditEvent?patient={O}"), map[string]string{"super.ctx": "[]"}, denied},
 		"read an AuditEvent about the patient":     {"GET", get("/AuditEvent/{auditP}"), map[string]string{"super.ctx": "200"}, denied},
-		"read an AuditEvent about another patient": {"GET", get("/AuditEvent/{auditO}"), map[string]string{}, denied},
+		"read an AuditEvent about another patient": {"GET", get("/AuditEvent/{auditO}"), map[string]string{"super.ctx": "404"}, denied},
 		"read an AuditEvent about both patients":   {"GET", get("/AuditEvent/{auditPO}"), map[string]string{"super.ctx": "own P"}, denied},
 		"search AuditEvents of searches":           {"GET", get("/AuditEvent?action=E"), map[string]string{"super.ctx": "own P"}, denied},
 		"search Patient": {"GET", get("/Patient"), map[string]string{
@@ -244,17 +252,18 @@ func scopeRows() map[string]scopeRow {
 		"read the patient": {"GET", get("/Patient/{P}"), map[string]string{
 			"ctx.rs": "200", "user.Patient.r": "200", "user.rs": "200", "cruds": "200", "ctx.cruds": "200", "super.ctx": "200"}, denied},
 		"read another patient": {"GET", get("/Patient/{O}"), map[string]string{
-			"user.Patient.r": "200", "user.rs": "200", "cruds": "200"}, denied},
+			"user.Patient.r": "200", "user.rs": "200", "cruds": "200", "ctx.rs": "404", "ctx.cruds": "404", "super.ctx": "404"}, denied},
 		"count Practitioner": {"GET", get("/Practitioner?_summary=count"), map[string]string{ // A's three, not the outsider or the superuser
 			"ctx.rs": "total 3", "user.rs": "total 3", "cruds": "total 3", "ctx.cruds": "total 3", "super.ctx": "total 3"}, denied},
 		"search Organization": {"GET", get("/Organization"), map[string]string{
 			"ctx.rs": "[A]", "user.rs": "[A]", "cruds": "[A]", "ctx.cruds": "[A]", "super.ctx": "[A]"}, denied},
-		"read an organization out of context": {"GET", get("/Organization/{B}"), map[string]string{}, denied},
+		"read an organization out of context": {"GET", get("/Organization/{B}"), map[string]string{"super.ctx": "404"}, denied},
 		"search Group": {"GET", get("/Group"), map[string]string{
 			"ctx.rs": "[study]", "user.rs": "[study]", "cruds": "[study]", "ctx.cruds": "[study]", "super.ctx": "[study]"}, denied},
 		"search Device": {"GET", get("/Device"), map[string]string{
 			"ctx.rs": "[cuff]", "user.rs": "[cuff spare]", "cruds": "[cuff spare]", "ctx.cruds": "[cuff]", "super.ctx": "[cuff]"}, denied},
-		"read a device out of context": {"GET", get("/Device/{spare}"), map[string]string{"user.rs": "200", "cruds": "200"}, denied},
+		"read a device out of context": {"GET", get("/Device/{spare}"), map[string]string{"user.rs": "200", "cruds": "200",
+			"ctx.rs": "404", "ctx.cruds": "404", "super.ctx": "404"}, denied},
 		"search imported Conditions": {"GET", get("/Condition?" + below), map[string]string{
 			"ctx.rs": "[probP encP]", "user.rs": "[probP encP probO]", "problems": "[probP probO]", "cruds": "[probP encP probO]",
 			"ctx.cruds": "[probP encP]", "super.ctx": "[probP encP]"}, denied},
@@ -278,7 +287,7 @@ func scopeRows() map[string]scopeRow {
 		}, writers("201"), denied},
 		"create another patient's imported Condition": {"POST", func(w *scopeWorld) (string, any, map[string]string) {
 			return "/Condition", conditionBody(w.name("new-"), "problem-list-item"), w.source("O")
-		}, writers("201", "ctx.cruds"), denied},
+		}, outOfContext(writers("201"), "400"), denied}, // a source out of the context: as an unknown one
 		"update an imported Condition": {"PUT", func(w *scopeWorld) (string, any, map[string]string) {
 			return "/Condition/" + w.ids["probP"], strings.Replace(conditionBody("x", "problem-list-item"), `"id": "x"`, `"id": "`+w.ids["probP"]+`"`, 1), nil
 		}, writers("200"), denied},

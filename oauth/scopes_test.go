@@ -262,7 +262,7 @@ func TestLaunchPatientPickedByAPractitioner(t *testing.T) {
 	if status, _ := fhirStatus(t, env, tok.AccessToken, "Patient/"+bob); status != http.StatusOK {
 		t.Errorf("reading the chosen patient: %d", status)
 	}
-	if status, _ := fhirStatus(t, env, tok.AccessToken, "Patient/"+strconv.FormatInt(clinic.ID, 10)); status != http.StatusForbidden {
+	if status, _ := fhirStatus(t, env, tok.AccessToken, "Patient/"+strconv.FormatInt(clinic.ID, 10)); status != http.StatusNotFound {
 		t.Errorf("reading another patient of the practitioner: %d", status)
 	}
 	if _, bundle := fhirStatus(t, env, tok.AccessToken, "Patient"); bundle["total"] != nil || len(bundle["entry"].([]any)) != 1 {
@@ -272,7 +272,7 @@ func TestLaunchPatientPickedByAPractitioner(t *testing.T) {
 	if err != nil || rotated.Extra("patient") != bob {
 		t.Fatalf("the launch context survives a refresh: %v %v", err, rotated.Extra("patient"))
 	}
-	if status, _ := fhirStatus(t, env, rotated.AccessToken, "Patient/"+strconv.FormatInt(clinic.ID, 10)); status != http.StatusForbidden {
+	if status, _ := fhirStatus(t, env, rotated.AccessToken, "Patient/"+strconv.FormatInt(clinic.ID, 10)); status != http.StatusNotFound {
 		t.Errorf("after refresh, reading another patient: %d", status)
 	}
 
