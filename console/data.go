@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"exchange/domain"
-	"exchange/omh"
 )
 
 // perCode is how many observations of each code a data page shows: the
@@ -108,10 +107,12 @@ type codeView struct {
 // unitValueKey is a body member the console charts: snake_case names only.
 var unitValueKey = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
-// decode reads the observations of one code with package omh: a member
-// {value: number, unit: string} of every body is a numeric series
-// (heart_rate; systolic_ and diastolic_blood_pressure); other data is
-// shown as a table of the body's values.
+// decode reads the bodies of the observations of one code as the store
+// holds them (domain.Observation.Body: never refused again, so that data
+// stored under older rules keeps its page): a member {value: number, unit:
+// string} of every body is a numeric series (heart_rate; systolic_ and
+// diastolic_blood_pressure); other data is shown as a table of the body's
+// values.
 func decode(index int, g domain.CodeObservations, titles map[string]string) (codeView, error) {
 	v := codeView{Code: g.Code, Title: titles[g.Code], More: g.More}
 	if v.Title == "" {
@@ -127,11 +128,8 @@ func decode(index int, g domain.CodeObservations, titles map[string]string) (cod
 	var all []decoded
 	keys := map[string]int{}
 	for _, o := range obs {
-		dp, err := omh.Parse(o.Payload)
-		if err != nil {
-			return v, err
-		}
-		d := decoded{o: o, body: dp.Body, units: unitValues(dp.Body)}
+		body := o.Body()
+		d := decoded{o: o, body: body, units: unitValues(body)}
 		for k := range d.units {
 			keys[k]++
 		}
@@ -383,15 +381,11 @@ func writeCSV(w http.ResponseWriter, name string, groups []domain.CodeObservatio
 	_ = out.Write([]string{"observation", "code", "effective_start", "effective_end", "field", "value"})
 	for _, g := range groups {
 		for _, o := range g.Observations {
-			dp, err := omh.Parse(o.Payload)
-			if err != nil {
-				return err
-			}
 			start, end := "", ""
 			if o.Effective != nil {
 				start, end = o.Effective.Start.UTC().Format(time.RFC3339), o.Effective.End.UTC().Format(time.RFC3339)
 			}
-			for _, leaf := range leaves("", dp.Body) {
+			for _, leaf := range leaves("", o.Body()) {
 				_ = out.Write([]string{strconv.FormatInt(o.ID, 10), g.Code, start, end, leaf[0], csvSafe(leaf[1])})
 			}
 		}

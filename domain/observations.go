@@ -44,6 +44,19 @@ type Observation struct {
 	LastUpdated time.Time
 }
 
+// Body returns the body of the observation's data point as stored: the
+// payload read by omh.Decode, not checked again against the rules of an
+// upload (a data point stored before a rule changed still reads); nil
+// when the payload holds no body object.
+func (o *Observation) Body() map[string]any {
+	doc, err := omh.Decode(o.Payload)
+	if err != nil {
+		return nil
+	}
+	body, _ := doc["body"].(map[string]any)
+	return body
+}
+
 // NewObservation is one Observation to create, as the FHIR layer read it.
 type NewObservation struct {
 	Subject     string // Patient/<id>

@@ -111,6 +111,17 @@ func Parse(data []byte) (*DataPoint, error) {
 	return &DataPoint{Schema: id, Body: body, Document: doc, ieeeHeader: ieee}, nil
 }
 
+// Decode reads a stored data point as it is: its JSON object, numbers as
+// json.Number, without the header, schema and key rules of Parse, which a
+// data point passes once, when it is uploaded. A data point stored under
+// older rules reads as it was stored.
+func Decode(data []byte) (map[string]any, error) {
+	if doc, plain := parsePlain(data); plain {
+		return doc, nil
+	}
+	return parseReference(data)
+}
+
 // parseReference decodes a data point with encoding/json, as the
 // validator's own decoder does (objects, arrays, json.Number), saying what
 // is wrong with one that does not decode as an object.
