@@ -329,16 +329,22 @@ func (w *walk) object(sd *StructureDefinition, defPath string, obj map[string]an
 		for i < j {
 			kd := &e.keys[found[i].key]
 			var value, ext any
-			hasExt := false
+			hasValue, hasExt := false, false
 			for k := i; k < j && found[k].key == found[i].key; k++ {
 				if found[k].ext {
 					ext, hasExt = found[k].value, true
 				} else {
-					value = found[k].value
+					value, hasValue = found[k].value, true
 				}
 				i = k + 1
 			}
 			n := w.member(kd.name)
+			if (hasValue && value == nil) || (hasExt && ext == nil) {
+				// FHIR JSON has no null members: an element without a
+				// value is left out. Null stands only in an array, for a
+				// value or extension that its aligned partner lacks.
+				w.add("null is not a value: leave the element out")
+			}
 			if hasExt && !kd.sibling {
 				w.add("%q is not allowed: %s has no primitive extension sibling in R5 JSON", kd.ext, kd.name)
 				ext = nil
@@ -594,7 +600,11 @@ func (w *walk) primitive(sd *StructureDefinition, value any) {
 			w.add("%s is not a valid %s", text, t)
 			return
 		}
-		if t != "decimal" {
+		if t == "decimal" {
+			if _, err := strconv.ParseFloat(text, 64); err != nil {
+				w.add("%s is beyond the range of a decimal", truncate(text))
+			}
+		} else {
 			i, err := strconv.ParseInt(text, 10, 64)
 			switch {
 			case err != nil || i > math.MaxInt32 || i < math.MinInt32:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -338,5 +339,31 @@ func TestImportR4EntryIsTheStoredJSON(t *testing.T) {
 	read, stored := fxDo(t, w.env, "GET", "/FHIR/R5/Condition/"+fmt.Sprint(e[0].resource["id"]), map[string]string{"Authorization": "Bearer " + w.tok["doc"]}, "")
 	if read.StatusCode != http.StatusOK || !bytes.Contains(out, append(append([]byte(`"resource":`), stored...), ',')) {
 		t.Errorf("the entry's resource is not the stored JSON %s:\n%s", stored, out)
+	}
+}
+
+// TestImportR4RefusesNullsAndOverflows: FHIR JSON has no null members and
+// a decimal must be a number: the R4 check refuses both, each entry a 400
+// whose OperationOutcome names the element, and stores nothing.
+func TestImportR4RefusesNullsAndOverflows(t *testing.T) {
+	w := fxNewImported(t)
+	src := fmt.Sprint(w.aliceSrc.ID)
+	for _, c := range []struct{ name, path, body, at string }{
+		{"a null name", "/Patient", `{"resourceType": "Patient", "name": null}`, "Patient.name"},
+		{"a null extension sibling", "/Patient", `{"resourceType": "Patient", "birthDate": "1990-01-01", "_birthDate": null}`, "Patient.birthDate"},
+		{"a decimal beyond range", "/Observation", `{"resourceType": "Observation", "status": "final", "code": {"text": "x"}, "valueQuantity": {"value": 1e999999}}`, "Observation.valueQuantity.value"},
+	} {
+		status, out := w.importR4(t, "doc", src, c.path, c.body)
+		if status != http.StatusOK {
+			t.Fatalf("%s: %d %v", c.name, status, out)
+		}
+		e := fxImportEntries(t, out)
+		if len(e) != 1 || e[0].status != "400 Bad Request" || e[0].resource != nil ||
+			!slices.ContainsFunc(e[0].issues, func(i map[string]any) bool { return fmt.Sprint(i["expression"]) == "["+c.at+"]" }) {
+			t.Errorf("%s: %+v, want 400 naming %s", c.name, e, c.at)
+		}
+	}
+	if n := w.count(t); n != 0 {
+		t.Errorf("%d resources stored, want none", n)
 	}
 }

@@ -309,6 +309,8 @@ func TestProgram(t *testing.T) {
 	if err := os.WriteFile(input, []byte(`{"resourceType":"Patient","id":"u1","gender":"male"}
 {"resourceType":"Encounter","id":"u2","status":"in-progress","class":{"code":"AMB"},"diagnosis":[{"condition":{"reference":"Condition/c1"},"rank":1}]}
 {"resourceType":"Media","id":"u3","status":"completed","content":{"contentType":"image/png"}}
+{"resourceType":"Patient","id":"u4","name":null}
+{"resourceType":"Observation","id":"u5","status":"final","code":{"text":"x"},"valueQuantity":{"value":1e999999}}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -316,11 +318,12 @@ func TestProgram(t *testing.T) {
 	importEnv := env(map[string]string{"DATA_DIR": dataDir, "EXCHANGE_URL": base, "EXCHANGE_TOKEN": adminToken})
 	out.Reset()
 	err = run(ctx, []string{"import", "r4", input, "--source", "1", "--report", report}, importEnv, nil, &out, io.Discard)
-	if !errors.Is(err, errSomeFailed) || !strings.Contains(out.String(), "3 resources read: 1 converted, 1 converted with loss, 1 failed, 0 already stored") {
+	if !errors.Is(err, errSomeFailed) || !strings.Contains(out.String(), "5 resources read: 1 converted, 1 converted with loss, 3 failed, 0 already stored") {
 		t.Errorf("import r4: %v\n%s", err, out.String())
 	}
-	if data, err := os.ReadFile(report); err != nil || strings.Count(string(data), "\n") != 2 {
-		t.Errorf("report: %q %v", data, err)
+	if data, err := os.ReadFile(report); err != nil || strings.Count(string(data), "\n") != 4 ||
+		!strings.Contains(string(data), "Patient.name") || !strings.Contains(string(data), "Observation.valueQuantity.value") {
+		t.Errorf("report: %q %v", data, err) // the null and the overflow refused, each at its path
 	}
 	for _, args := range [][]string{{"import"}, {"import", "r4"}, {"import", "r4", input, "--workers"}, {"import", "r4", input, "--workers", "0"}, {"import", "r4", input, "--retries", "-1"}} {
 		if err := run(ctx, args, importEnv, nil, io.Discard, io.Discard); !errors.As(err, new(usageError)) {
