@@ -165,8 +165,7 @@ func (r *docReader) observation() (domain.Observation, error) {
 		case "codings":
 			// A member named twice: the last one counts.
 			start := len(r.page.codings)
-			defer func() { o.Codings = cut(r.page.codings, start) }()
-			return eachItem(v, func(item bsoncore.Document) error {
+			err := eachItem(v, func(item bsoncore.Document) error {
 				var c domain.Coding
 				err := eachMember(item, func(key []byte, v bsoncore.Value) error {
 					switch string(key) {
@@ -182,10 +181,11 @@ func (r *docReader) observation() (domain.Observation, error) {
 				r.page.codings = append(r.page.codings, c)
 				return err
 			})
+			o.Codings = cut(r.page.codings, start)
+			return err
 		case "identifiers":
 			start := len(r.page.identifiers)
-			defer func() { o.Identifiers = cut(r.page.identifiers, start) }()
-			return eachItem(v, func(item bsoncore.Document) error {
+			err := eachItem(v, func(item bsoncore.Document) error {
 				var id domain.Identifier
 				err := eachMember(item, func(key []byte, v bsoncore.Value) error {
 					switch string(key) {
@@ -199,6 +199,8 @@ func (r *docReader) observation() (domain.Observation, error) {
 				r.page.identifiers = append(r.page.identifiers, id)
 				return err
 			})
+			o.Identifiers = cut(r.page.identifiers, start)
+			return err
 		case "effective":
 			effective = nil
 			if v.Type == bsoncore.TypeNull { // an observation without a time frame
