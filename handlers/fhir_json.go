@@ -57,6 +57,24 @@ func (o *jsonObject) marshalled(name string, v any) {
 
 func (o *jsonObject) close() []byte { return append(o.b, '}') }
 
+// appendOptional writes the member key: v of an object unless v is ""
+// (omitempty), after a comma if more says members came before it, and
+// reports whether the object now has members. key is the quoted name and
+// its colon ("system":). The writers of the small objects a search page
+// repeats (codings, identifiers, periods, attachments, entries) use it
+// rather than a jsonObject: their slice stays in registers, where a
+// jsonObject's is stored through a pointer at each member, and such stores
+// take the garbage collector's write barrier while it marks.
+func appendOptional(b []byte, more bool, key, v string) ([]byte, bool) {
+	if v == "" {
+		return b, more
+	}
+	if more {
+		b = append(b, ',')
+	}
+	return domain.AppendJSONString(append(b, key...), v), true
+}
+
 // appendMarshalled appends v as marshalJSON writes it: by its own writer
 // when it has one.
 func appendMarshalled(b []byte, v any) []byte {
@@ -104,11 +122,10 @@ func (m *fhirMeta) appendJSON(b []byte) []byte {
 }
 
 func (c fhirCoding) appendJSON(b []byte) []byte {
-	o := openObject(b)
-	o.str("system", c.System, true)
-	o.str("code", c.Code, true)
-	o.str("display", c.Display, true)
-	return o.close()
+	b, more := appendOptional(append(b, '{'), false, `"system":`, c.System)
+	b, more = appendOptional(b, more, `"code":`, c.Code)
+	b, _ = appendOptional(b, more, `"display":`, c.Display)
+	return append(b, '}')
 }
 
 func (c fhirCodeableConcept) appendJSON(b []byte) []byte {
@@ -122,10 +139,9 @@ func (c fhirCodeableConcept) appendJSON(b []byte) []byte {
 }
 
 func (id fhirIdentifier) appendJSON(b []byte) []byte {
-	o := openObject(b)
-	o.str("system", id.System, true)
-	o.str("value", id.Value, true)
-	return o.close()
+	b, more := appendOptional(append(b, '{'), false, `"system":`, id.System)
+	b, _ = appendOptional(b, more, `"value":`, id.Value)
+	return append(b, '}')
 }
 
 func (r fhirReference) appendJSON(b []byte) []byte {
@@ -136,24 +152,23 @@ func (r fhirReference) appendJSON(b []byte) []byte {
 }
 
 func (p fhirPeriod) appendJSON(b []byte) []byte {
-	o := openObject(b)
-	o.str("start", p.Start, true)
-	o.str("end", p.End, true)
-	return o.close()
+	b, more := appendOptional(append(b, '{'), false, `"start":`, p.Start)
+	b, _ = appendOptional(b, more, `"end":`, p.End)
+	return append(b, '}')
 }
 
 // appendJSON writes the data as encoding/json writes a []byte: standard
 // Base64 with padding.
 func (a fhirAttachment) appendJSON(b []byte) []byte {
-	o := openObject(b)
-	o.str("contentType", a.ContentType, true)
+	b, more := appendOptional(append(b, '{'), false, `"contentType":`, a.ContentType)
 	if len(a.Data) > 0 {
-		o.key("data")
-		o.b = append(o.b, '"')
-		o.b = base64.StdEncoding.AppendEncode(o.b, a.Data)
-		o.b = append(o.b, '"')
+		if more {
+			b = append(b, ',')
+		}
+		b = base64.StdEncoding.AppendEncode(append(b, `"data":"`...), a.Data)
+		b = append(b, '"')
 	}
-	return o.close()
+	return append(b, '}')
 }
 
 func (l bundleLink) appendJSON(b []byte) []byte {
@@ -176,22 +191,26 @@ func (r *bundleResponse) appendJSON(b []byte) []byte {
 }
 
 func (e bundleEntry) appendJSON(b []byte) []byte {
-	o := openObject(b)
-	o.str("fullUrl", e.FullURL, true)
+	b, more := appendOptional(append(b, '{'), false, `"fullUrl":`, e.FullURL)
 	if e.Resource != nil {
-		o.marshalled("resource", e.Resource)
+		if more {
+			b = append(b, ',')
+		}
+		b, more = appendMarshalled(append(b, `"resource":`...), e.Resource), true
 	}
 	if e.Search != nil {
-		o.key("search")
-		search := openObject(o.b)
-		search.str("mode", e.Search.Mode, false)
-		o.b = search.close()
+		if more {
+			b = append(b, ',')
+		}
+		b, more = append(domain.AppendJSONString(append(b, `"search":{"mode":`...), e.Search.Mode), '}'), true
 	}
 	if e.Response != nil {
-		o.key("response")
-		o.b = e.Response.appendJSON(o.b)
+		if more {
+			b = append(b, ',')
+		}
+		b = e.Response.appendJSON(append(b, `"response":`...))
 	}
-	return o.close()
+	return append(b, '}')
 }
 
 func (bd bundle) appendJSON(b []byte) []byte {

@@ -153,6 +153,39 @@ func TestBundleJSON(t *testing.T) {
 	}
 }
 
+// FuzzObservationJSON: a native observation written by hand is what
+// encoding/json writes from its FHIR shape, whichever of its strings are
+// empty (members left out) or escaped, with any payload, time frame,
+// identifiers and codings.
+func FuzzObservationJSON(f *testing.F) {
+	for i, s := range jsonStrings()[:14] {
+		f.Add(s, "", "urn:x", s, int64(i), uint8(i), []byte(s))
+		f.Add("", s, s, "", -int64(i), uint8(255-i), []byte(nil))
+	}
+	f.Fuzz(func(t *testing.T, a, b, c, d string, id int64, shape uint8, payload []byte) {
+		at := time.Unix(id%(1<<35), id%1e9).UTC()
+		o := domain.Observation{ID: id, PatientID: id / 3, DataSourceID: int64(shape & 1), Status: a, Code: b, ContentType: c, LastUpdated: at}
+		if shape&2 != 0 {
+			o.Payload = payload
+		}
+		if shape&4 != 0 {
+			o.Codings = []domain.Coding{{System: a, Code: b, Display: c}, {Code: d}, {}}
+		}
+		if shape&8 != 0 {
+			o.Identifiers = []domain.Identifier{{System: d, Value: a}, {Value: b}, {}}
+		}
+		switch shape >> 4 & 3 {
+		case 1:
+			o.Effective = &omh.TimeFrame{Start: at, End: at, DateTime: d}
+		case 2:
+			o.Effective = &omh.TimeFrame{Start: at, End: at.Add(time.Second), PeriodStart: c, PeriodEnd: d}
+		}
+		if got, want := observationFHIR(&o).appendJSON(nil), reflectJSON(t, observationShape(&o)); !bytes.Equal(got, want) {
+			t.Errorf("wrote\n%s\nencoding/json\n%s", got, want)
+		}
+	})
+}
+
 // observationResource is the FHIR shape of a native observation, as the
 // handlers rendered it with encoding/json before nativeObservation wrote
 // it directly: the reference its bytes are compared with.

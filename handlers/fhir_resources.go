@@ -138,49 +138,37 @@ type nativeObservation struct{ o *domain.Observation }
 
 func (r nativeObservation) appendJSON(b []byte) []byte {
 	o := r.o
-	j := openObject(b)
-	j.str("resourceType", "Observation", false)
-	j.key("id")
-	j.b = appendQuotedInt(j.b, "", o.ID)
-	j.key("meta") // as fhirMeta{VersionID: "1", LastUpdated: instant(o.LastUpdated)}
-	j.b = append(j.b, `{"versionId":"1","lastUpdated":"`...)
-	j.b = append(appendInstant(j.b, o.LastUpdated), `"}`...)
+	b = appendQuotedInt(append(b, `{"resourceType":"Observation","id":`...), "", o.ID)
+	b = append(b, `,"meta":{"versionId":"1","lastUpdated":"`...) // as fhirMeta{VersionID: "1", LastUpdated: instant(o.LastUpdated)}
+	b = append(appendInstant(b, o.LastUpdated), `"}`...)
 	if len(o.Identifiers) > 0 {
-		j.key("identifier")
-		j.b = appendArray(j.b, len(o.Identifiers), func(b []byte, i int) []byte {
+		b = appendArray(append(b, `,"identifier":`...), len(o.Identifiers), func(b []byte, i int) []byte {
 			return fhirIdentifier{System: o.Identifiers[i].System, Value: o.Identifiers[i].Value}.appendJSON(b)
 		})
 	}
-	j.str("status", o.Status, false)
-	j.key("code")
-	code := openObject(j.b)
+	b = domain.AppendJSONString(append(b, `,"status":`...), o.Status)
+	b = append(b, `,"code":{`...)
 	if len(o.Codings) > 0 {
-		code.key("coding")
-		code.b = appendArray(code.b, len(o.Codings), func(b []byte, i int) []byte {
+		b = appendArray(append(b, `"coding":`...), len(o.Codings), func(b []byte, i int) []byte {
 			c := o.Codings[i]
 			return fhirCoding{System: c.System, Code: c.Code, Display: c.Display}.appendJSON(b)
 		})
 	}
-	j.b = code.close()
-	j.key("subject")
-	j.b = appendReference(j.b, "Patient/", o.PatientID)
+	b = appendReference(append(b, `},"subject":`...), "Patient/", o.PatientID)
 	if tf := o.Effective; tf != nil {
-		if tf.IsInstant() {
-			j.str("effectiveDateTime", tf.DateTime, true)
-		} else {
-			j.key("effectivePeriod")
-			j.b = fhirPeriod{Start: tf.PeriodStart, End: tf.PeriodEnd}.appendJSON(j.b)
+		if !tf.IsInstant() {
+			b = fhirPeriod{Start: tf.PeriodStart, End: tf.PeriodEnd}.appendJSON(append(b, `,"effectivePeriod":`...))
+		} else if tf.DateTime != "" { // omitempty
+			b = domain.AppendJSONString(append(b, `,"effectiveDateTime":`...), tf.DateTime)
 		}
 	}
 	if o.DataSourceID != 0 {
-		j.key("device")
-		j.b = appendReference(j.b, "Device/", o.DataSourceID)
+		b = appendReference(append(b, `,"device":`...), "Device/", o.DataSourceID)
 	}
 	if o.Payload != nil {
-		j.key("valueAttachment")
-		j.b = fhirAttachment{ContentType: o.ContentType, Data: o.Payload}.appendJSON(j.b)
+		b = fhirAttachment{ContentType: o.ContentType, Data: o.Payload}.appendJSON(append(b, `,"valueAttachment":`...))
 	}
-	return j.close()
+	return append(b, '}')
 }
 
 // MarshalJSON writes the same bytes for encoding/json (the console's
