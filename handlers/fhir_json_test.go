@@ -39,7 +39,17 @@ func jsonStrings() []string {
 }
 
 func TestAppendJSONString(t *testing.T) {
-	for _, s := range jsonStrings() {
+	strs := jsonStrings()
+	// Every byte value at every place of the words AppendJSONString tests
+	// eight bytes at a time, in plain text and after another escape.
+	for c := range 256 {
+		for at := range 17 {
+			s := []byte("abcdefghijklmnopqrstuvwxyz")
+			s[at] = byte(c)
+			strs = append(strs, string(s), "\t"+string(s))
+		}
+	}
+	for _, s := range strs {
 		if got, want := domain.AppendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
 			t.Errorf("%q: wrote %s, encoding/json %s", s, got, want)
 		}
