@@ -172,6 +172,9 @@ func FuzzObservationJSON(f *testing.F) {
 		f.Add(s, "", "urn:x", s, int64(i), uint8(i), []byte(s))
 		f.Add("", s, s, "", -int64(i), uint8(255-i), []byte(nil))
 	}
+	for n := range 100 { // payloads around the lengths a vector encoder takes in blocks
+		f.Add("final", "c", "application/json", "", int64(n), uint8(2), []byte(BenchObservation("fuzz", n, 1, 1)[:n*7%330]))
+	}
 	f.Fuzz(func(t *testing.T, a, b, c, d string, id int64, shape uint8, payload []byte) {
 		at := time.Unix(id%(1<<35), id%1e9).UTC()
 		o := domain.Observation{ID: id, PatientID: id / 3, DataSourceID: int64(shape & 1), Status: a, Code: b, ContentType: c, LastUpdated: at}
