@@ -203,9 +203,9 @@ describe('web console', () => {
     assert.match(await mine.innerText(), /Step count: refused you do not share it/);
     await audit(page, 'patient-home');
 
-    // Another patient's page is refused, as the API refuses it.
+    // Another patient's page is answered as a patient that does not exist, as the API answers it.
     const other = await page.goto(`${base}/console/patients/1/`);
-    assert.equal(other.status(), 403);
+    assert.equal(other.status(), 404);
     await page.context().close();
   });
 
