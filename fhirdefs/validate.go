@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -161,7 +162,7 @@ func (w *walk) resource(obj map[string]any, depth int) error {
 	if err != nil {
 		return err
 	}
-	return w.object(sd, rt, obj, depth+1, true)
+	return w.object(nil, sd, rt, obj, depth+1, true)
 }
 
 // objectDef is how the objects at one path of a definition are read:
@@ -191,6 +192,14 @@ type keyDef struct {
 	// type the package does not define).
 	def    *StructureDefinition
 	defErr error
+	// objects is the table of the objects this key's values are read
+	// by (walk.value: a complex type's, a backbone element's or a
+	// contentReference's), once objectDef has kept it: the walk then
+	// skips the lookup in Validator.tables, a hash of the definition
+	// path per object, a tenth of a validation. Set at most once, to what
+	// objectDef returns for the key every time, so the walk sees the same
+	// table either way.
+	objects *atomic.Pointer[objectDef]
 }
 
 // keyRef places a JSON key: its element and key in objectDef.elems, and
@@ -207,10 +216,12 @@ type defKey struct {
 }
 
 // objectDef returns the table of a definition path (nil when the
-// definition has no elements there), built on first use.
-func (v *Validator) objectDef(sd *StructureDefinition, path string) *objectDef {
+// definition has no elements there), built on first use, and whether it
+// is kept for good (false: a definition could not be read, and it is
+// built again next time).
+func (v *Validator) objectDef(sd *StructureDefinition, path string) (*objectDef, bool) {
 	if od, ok := v.tables.Load(defKey{sd, path}); ok {
-		return od.(*objectDef)
+		return od.(*objectDef), true
 	}
 	children := sd.Children(path)
 	var od *objectDef
@@ -249,14 +260,14 @@ func (v *Validator) objectDef(sd *StructureDefinition, path string) *objectDef {
 		}
 	}
 	if !kept {
-		return od
+		return od, false
 	}
 	actual, _ := v.tables.LoadOrStore(defKey{sd, path}, od)
-	return actual.(*objectDef)
+	return actual.(*objectDef), true
 }
 
 func (v *Validator) keyDef(el *Element, name, typ string) keyDef {
-	kd := keyDef{name: name, ext: "_" + name, typ: typ, sibling: v.extensionSibling(el, typ)}
+	kd := keyDef{name: name, ext: "_" + name, typ: typ, sibling: v.extensionSibling(el, typ), objects: new(atomic.Pointer[objectDef])}
 	kd.def, kd.defErr = v.defs.Type(typ)
 	return kd
 }
@@ -275,12 +286,24 @@ type present struct {
 // object validates the elements of an object against the children of a
 // definition path: in the definition's order, then the keys no element
 // covers (by name), then the required elements missing.
-func (w *walk) object(sd *StructureDefinition, defPath string, obj map[string]any, depth int, isResource bool) error {
+// kd is the key whose value obj is (nil for a resource): its table is
+// kept in it once found.
+func (w *walk) object(kd *keyDef, sd *StructureDefinition, defPath string, obj map[string]any, depth int, isResource bool) error {
 	if depth > maxDepth {
 		w.add("nested too deeply")
 		return nil
 	}
-	od := w.v.objectDef(sd, defPath)
+	var od *objectDef
+	if kd != nil {
+		od = kd.objects.Load()
+	}
+	if od == nil {
+		var kept bool
+		od, kept = w.v.objectDef(sd, defPath)
+		if kd != nil && kept && od != nil {
+			kd.objects.Store(od)
+		}
+	}
 	if od == nil {
 		w.add("the definition of %s has no elements", defPath)
 		return nil
@@ -476,7 +499,7 @@ func (w *walk) value(sd *StructureDefinition, el *Element, kd *keyDef, value any
 			w.add("is an object")
 			return nil
 		}
-		return w.object(sd, el.ContentRef, obj, depth+1, false)
+		return w.object(kd, sd, el.ContentRef, obj, depth+1, false)
 	case typ == "" && len(el.Types) > 1:
 		w.add("the type of this element cannot be told")
 		return nil
@@ -488,7 +511,7 @@ func (w *walk) value(sd *StructureDefinition, el *Element, kd *keyDef, value any
 			w.add("is an object")
 			return nil
 		}
-		return w.object(sd, el.Path, obj, depth+1, false)
+		return w.object(kd, sd, el.Path, obj, depth+1, false)
 	case typ == "Resource":
 		obj, ok := value.(map[string]any)
 		if !ok {
@@ -513,7 +536,7 @@ func (w *walk) value(sd *StructureDefinition, el *Element, kd *keyDef, value any
 			w.add("is a %s (an object)", typ)
 			return nil
 		}
-		if err := w.object(tsd, tsd.Type, obj, depth+1, false); err != nil {
+		if err := w.object(kd, tsd, tsd.Type, obj, depth+1, false); err != nil {
 			return err
 		}
 		if w.v.r4 && typ == "Reference" && len(el.Targets) > 0 {
