@@ -51,7 +51,9 @@ func decodePlain(data []byte) (map[string]any, bool) {
 	r := plainjson.NewReader(data, string(data))
 	r.Unique = true
 	r.Unquote = func(quoted []byte) (string, bool) {
-		s, err := jsontext.AppendUnquote(nil, quoted)
+		// Sized for the common case (escapes only shorten the text), so
+		// that the unquoting does not grow its buffer.
+		s, err := jsontext.AppendUnquote(make([]byte, 0, len(quoted)), quoted)
 		return string(s), err == nil
 	}
 	v, ok := r.Value()

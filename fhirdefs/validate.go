@@ -600,8 +600,15 @@ func (w *walk) systemValue(typ string, value any) error {
 	return nil
 }
 
-// jsonNumberTypes are the primitives written as JSON numbers.
-var jsonNumberTypes = map[string]bool{"integer": true, "positiveInt": true, "unsignedInt": true, "decimal": true}
+// jsonNumberType reports whether a primitive is written as a JSON
+// number (a switch, not a map: it is asked of every primitive value).
+func jsonNumberType(t string) bool {
+	switch t {
+	case "integer", "positiveInt", "unsignedInt", "decimal":
+		return true
+	}
+	return false
+}
 
 // primitive checks a primitive value's JSON kind and format.
 func (w *walk) primitive(sd *StructureDefinition, value any) {
@@ -612,7 +619,7 @@ func (w *walk) primitive(sd *StructureDefinition, value any) {
 			w.add("is true or false, not %s", describe(value))
 		}
 		return
-	case jsonNumberTypes[t]:
+	case jsonNumberType(t):
 		n, ok := value.(json.Number)
 		if !ok {
 			w.add("is a number (%s), not %s", t, describe(value))
