@@ -125,7 +125,16 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	obj := validJSONObject(conv.Body) // the converter's own JSON
 	if hasID {
 		// The id as it was sent, compacted, as the create path reads it.
-		id, _ := validJSONObject(body).get("id") // DecodeJSON found body valid
+		// DecodeJSON found body valid, with no member named twice: the
+		// one member id is what validJSONObject(body).get("id") gives,
+		// without a string per member name.
+		var id []byte
+		_ = EachValidJSONMember(body, func(key, value []byte) error {
+			if string(key) == "id" {
+				id = value
+			}
+			return nil
+		})
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, id); err != nil {
 			return nil, err
