@@ -162,12 +162,19 @@ func (s *Service) administered(ctx context.Context, actor *Actor, id int64) (*Or
 
 // UpdateOrganization changes an organization's name, type or place in the
 // tree. Moving it needs the right to place it under the new parent, and may
-// not put it under itself or one of its descendants.
+// not put it under itself or one of its descendants. Updates of one
+// organization sent at once each keep their change (applyAgain).
 func (s *Service) UpdateOrganization(ctx context.Context, actor *Actor, id int64, in OrganizationPatch) (*Organization, error) {
+	return applyAgain(func() (*Organization, error) { return s.updateOrganization(ctx, actor, id, in) }, "organization %d", id)
+}
+
+// updateOrganization applies the patch to the stored record once.
+func (s *Service) updateOrganization(ctx context.Context, actor *Actor, id int64, in OrganizationPatch) (*Organization, error) {
 	o, err := s.administered(ctx, actor, id)
 	if err != nil {
 		return nil, err
 	}
+	old := *o
 	if in.Name != nil {
 		o.Name = strings.TrimSpace(*in.Name)
 	}
@@ -193,7 +200,7 @@ func (s *Service) UpdateOrganization(ctx context.Context, actor *Actor, id int64
 	if err := s.checkSiblingName(ctx, o); err != nil {
 		return nil, err
 	}
-	return o, s.store.UpdateOrganization(ctx, o)
+	return o, s.store.UpdateOrganization(ctx, &old, o)
 }
 
 // descendants returns the ids of every organization below root.

@@ -238,20 +238,32 @@ type PatientPatch struct {
 // instance) is changing the patient's identifiers.
 func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (_ *Patient, err error) {
 	defer func() { s.auditPatientChange(ctx, actor, AuditUpdate, &Patient{ID: id}, err) }()
+	return applyAgain(func() (*Patient, error) { return s.updatePatient(ctx, actor, id, in) }, "patient %d", id)
+}
+
+// updateAttempts bounds how often an update is applied again to a record
+// another update changed meanwhile.
+const updateAttempts = 5
+
+// applyAgain runs apply, which reads a record, applies a patch to it and
+// stores it by compare-and-set on the version it read, again each time
+// another update came first (CodeVersionMismatch): updates of different
+// fields of one record sent at once each keep their change, instead of
+// the last replacing the others' fields with what it read. CodeConflict,
+// naming the record by what and args, if other updates keep coming
+// first.
+func applyAgain[T any](apply func() (T, error), what string, args ...any) (T, error) {
 	for attempt := 1; ; attempt++ {
-		p, err := s.updatePatient(ctx, actor, id, in)
+		v, err := apply()
 		if !IsCode(err, CodeVersionMismatch) {
-			return p, err
+			return v, err
 		}
-		if attempt == patientUpdateAttempts {
-			return nil, Errorf(CodeConflict, "patient %d is being changed by other requests; send the change again", id)
+		if attempt == updateAttempts {
+			var none T
+			return none, Errorf(CodeConflict, what+" is being changed by other requests; send the change again", args...)
 		}
 	}
 }
-
-// patientUpdateAttempts bounds how often an update of a patient is
-// applied again to a record another update changed meanwhile.
-const patientUpdateAttempts = 5
 
 // updatePatient applies the patch to the stored record once.
 func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (*Patient, error) {

@@ -145,15 +145,26 @@ func (s *Service) ListDataSources(ctx context.Context, p Page) (List[DataSourceV
 	return List[DataSourceView]{Total: l.Total, Items: items}, nil
 }
 
-// UpdateDataSource changes a data source; superusers only.
+// UpdateDataSource changes a data source; superusers only. Updates of
+// one data source sent at once each keep their change (applyAgain).
 func (s *Service) UpdateDataSource(ctx context.Context, actor *Actor, id int64, in DataSourcePatch) (*DataSourceView, error) {
 	if err := requireSuperuser(actor, "change data sources"); err != nil {
 		return nil, err
 	}
+	d, err := applyAgain(func() (*DataSource, error) { return s.updateDataSource(ctx, id, in) }, "data source %d", id)
+	if err != nil {
+		return nil, err
+	}
+	return s.dataSourceView(ctx, d)
+}
+
+// updateDataSource applies the patch to the stored record once.
+func (s *Service) updateDataSource(ctx context.Context, id int64, in DataSourcePatch) (*DataSource, error) {
 	d, err := s.store.DataSourceByID(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	old := *d
 	if in.Name != nil {
 		d.Name = strings.TrimSpace(*in.Name)
 	}
@@ -166,10 +177,7 @@ func (s *Service) UpdateDataSource(ctx context.Context, actor *Actor, id int64, 
 	if err := s.validateDataSource(ctx, d); err != nil {
 		return nil, err
 	}
-	if err := s.store.UpdateDataSource(ctx, d); err != nil {
-		return nil, err
-	}
-	return s.dataSourceView(ctx, d)
+	return d, s.store.UpdateDataSource(ctx, &old, d)
 }
 
 // DeleteDataSource removes a data source no study, no FHIR source and no

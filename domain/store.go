@@ -83,7 +83,10 @@ type OrganizationStore interface {
 	// OrganizationsPartOf returns the organizations directly under any of
 	// ids (their partOf is one of them), in id order; none for no ids.
 	OrganizationsPartOf(ctx context.Context, ids []int64) ([]Organization, error)
-	UpdateOrganization(ctx context.Context, o *Organization) error
+	// UpdateOrganization replaces the stored organization old with o (same
+	// ID); CodeVersionMismatch, and nothing changed, if the stored record
+	// is no longer old (another update came first).
+	UpdateOrganization(ctx context.Context, old, o *Organization) error
 	// DeleteOrganization removes the organization and its memberships.
 	DeleteOrganization(ctx context.Context, id int64) error
 
@@ -135,7 +138,9 @@ type StudyStore interface {
 	// StudyByName returns the study of that name in the organization.
 	StudyByName(ctx context.Context, organizationID int64, name string) (*Study, error)
 	ListStudies(ctx context.Context, q StudyQuery, p Page) (List[Study], error)
-	UpdateStudy(ctx context.Context, s *Study) error
+	// UpdateStudy replaces the stored study old with s, as
+	// UpdateOrganization does.
+	UpdateStudy(ctx context.Context, old, s *Study) error
 	DeleteStudy(ctx context.Context, id int64) error
 
 	CreateScopeCode(ctx context.Context, c *ScopeCode) error
@@ -186,7 +191,9 @@ type DataSourceStore interface {
 	// DataSourcesByIDs returns the data sources that exist among ids.
 	DataSourcesByIDs(ctx context.Context, ids []int64) ([]DataSource, error)
 	ListDataSources(ctx context.Context, p Page) (List[DataSource], error)
-	UpdateDataSource(ctx context.Context, d *DataSource) error
+	// UpdateDataSource replaces the stored data source old with d, as
+	// UpdateOrganization does.
+	UpdateDataSource(ctx context.Context, old, d *DataSource) error
 	DeleteDataSource(ctx context.Context, id int64) error
 }
 

@@ -200,12 +200,27 @@ func (s *Service) ListStudies(ctx context.Context, actor *Actor, organizationID 
 	return List[StudyView]{Items: views, Total: studies.Total}, err
 }
 
-// UpdateStudy changes a study's name, description or icon.
+// UpdateStudy changes a study's name, description or icon. Updates of
+// one study sent at once each keep their change (applyAgain).
 func (s *Service) UpdateStudy(ctx context.Context, actor *Actor, id int64, in StudyPatch) (*StudyView, error) {
+	st, err := applyAgain(func() (*Study, error) { return s.updateStudy(ctx, actor, id, in) }, "study %d", id)
+	if err != nil {
+		return nil, err
+	}
+	views, err := s.studyViews(ctx, []Study{*st})
+	if err != nil {
+		return nil, err
+	}
+	return &views[0], nil
+}
+
+// updateStudy applies the patch to the stored record once.
+func (s *Service) updateStudy(ctx context.Context, actor *Actor, id int64, in StudyPatch) (*Study, error) {
 	st, err := s.managedStudy(ctx, actor, id)
 	if err != nil {
 		return nil, err
 	}
+	old := *st
 	if in.Name != nil {
 		st.Name = strings.TrimSpace(*in.Name)
 	}
@@ -218,14 +233,7 @@ func (s *Service) UpdateStudy(ctx context.Context, actor *Actor, id int64, in St
 	if err := validateStudy(st); err != nil {
 		return nil, err
 	}
-	if err := s.store.UpdateStudy(ctx, st); err != nil {
-		return nil, err
-	}
-	views, err := s.studyViews(ctx, []Study{*st})
-	if err != nil {
-		return nil, err
-	}
-	return &views[0], nil
+	return st, s.store.UpdateStudy(ctx, &old, st)
 }
 
 // DeleteStudy removes a study without enrolled patients (CodeConflict

@@ -67,6 +67,10 @@ type DB struct {
 	// resourceWrites serialize the compare-and-set writes of an imported
 	// resource (ReplaceResource, DeleteResource), by id.
 	resourceWrites stripes
+	// recordWrites serialize the compare-and-set of an organization, a
+	// study or a data source (replaceRecord), by id: records of different
+	// collections with one id share a stripe, which only queues them.
+	recordWrites stripes
 	// adopting serializes, within this process, the compare-and-set by
 	// which a repair adopts an abandoned intent (moveIntent), for the
 	// reason stripes give.

@@ -138,14 +138,11 @@ func (d *DB) OrganizationsPartOf(ctx context.Context, ids []int64) ([]domain.Org
 	return convert(docs, organizationDoc.organization), nil
 }
 
-// UpdateOrganization implements domain.OrganizationStore.
-func (d *DB) UpdateOrganization(ctx context.Context, o *domain.Organization) error {
-	o.LastUpdated = d.nowMillis()
-	res, err := d.c(colOrganizations).ReplaceOne(ctx, bson.M{"_id": o.ID}, toOrganizationDoc(o))
-	if err != nil {
-		return err
-	}
-	return mustMatch(res.MatchedCount, "organization %d does not exist", o.ID)
+// UpdateOrganization implements domain.OrganizationStore: a
+// compare-and-set on the version old was read at (replaceVersion).
+func (d *DB) UpdateOrganization(ctx context.Context, old, o *domain.Organization) error {
+	o.LastUpdated = d.nextVersion(old.LastUpdated)
+	return d.replaceRecord(ctx, colOrganizations, o.ID, old.LastUpdated, toOrganizationDoc(o), "organization")
 }
 
 // DeleteOrganization implements domain.OrganizationStore: its memberships,

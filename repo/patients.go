@@ -380,25 +380,8 @@ func (d *DB) replacePatient(ctx context.Context, old, p *domain.Patient) error {
 // record the second is refused instead of dropping the first's fields.
 // The caller holds the patient's stripe.
 func (d *DB) storePatient(ctx context.Context, old, p *domain.Patient) error {
-	p.LastUpdated = d.nowMillis()
-	if !p.LastUpdated.After(old.LastUpdated) {
-		p.LastUpdated = old.LastUpdated.UTC().Add(time.Millisecond)
-	}
-	res, err := d.c(colPatients).ReplaceOne(ctx, bson.M{"_id": p.ID, "lastUpdated": old.LastUpdated.UTC()}, toPatientDoc(p))
-	if err != nil {
-		return err
-	}
-	if res.MatchedCount > 0 {
-		return nil
-	}
-	stored, err := d.exists(ctx, colPatients, p.ID)
-	switch {
-	case err != nil:
-		return err
-	case !stored:
-		return domain.Errorf(domain.CodeNotFound, "patient %d does not exist", p.ID)
-	}
-	return domain.Errorf(domain.CodeVersionMismatch, "patient %d changed meanwhile", p.ID)
+	p.LastUpdated = d.nextVersion(old.LastUpdated)
+	return d.replaceVersion(ctx, colPatients, p.ID, old.LastUpdated, toPatientDoc(p), "patient %d", p.ID)
 }
 
 // settlePatientClaims releases the patient's claims on ids that its

@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -73,4 +74,49 @@ func nonNilIDs(ids []int64) []int64 {
 // idDoc is a document projected to its integer id.
 type idDoc struct {
 	ID int64 `bson:"_id"`
+}
+
+// nextVersion is the lastUpdated of a record replacing one last updated
+// at old: now, or a millisecond after old if now is not later, so that
+// every replace moves the version on.
+func (d *DB) nextVersion(old time.Time) time.Time {
+	next := d.nowMillis()
+	if !next.After(old) {
+		next = old.UTC().Add(time.Millisecond)
+	}
+	return next
+}
+
+// replaceVersion replaces the document id of col with doc if its
+// lastUpdated is still old, the version the change was read from (doc
+// carries the next one, nextVersion); CodeVersionMismatch, and nothing
+// changed, if another change came first; CodeNotFound if it is gone. what
+// and args name the record in those errors. On FerretDB the caller holds
+// the record's stripe (see stripes).
+func (d *DB) replaceVersion(ctx context.Context, col string, id any, old time.Time, doc any, what string, args ...any) error {
+	res, err := d.c(col).ReplaceOne(ctx, bson.M{"_id": id, "lastUpdated": old.UTC()}, doc)
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount > 0 {
+		return nil
+	}
+	stored, err := d.exists(ctx, col, id)
+	switch {
+	case err != nil:
+		return err
+	case !stored:
+		return domain.Errorf(domain.CodeNotFound, what+" does not exist", args...)
+	}
+	return domain.Errorf(domain.CodeVersionMismatch, what+" changed meanwhile", args...)
+}
+
+// replaceRecord is replaceVersion for the admin-edited records
+// (organizations, studies, data sources), holding the id's stripe of
+// recordWrites.
+func (d *DB) replaceRecord(ctx context.Context, col string, id int64, old time.Time, doc any, what string) error {
+	stripe := d.recordWrites.of(id)
+	stripe.Lock()
+	defer stripe.Unlock()
+	return d.replaceVersion(ctx, col, id, old, doc, what+" %d", id)
 }

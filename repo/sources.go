@@ -95,14 +95,11 @@ func (d *DB) ListDataSources(ctx context.Context, p domain.Page) (domain.List[do
 	return domain.List[domain.DataSource]{Items: convert(docs, dataSourceDoc.dataSource), Total: total}, err
 }
 
-// UpdateDataSource implements domain.DataSourceStore.
-func (d *DB) UpdateDataSource(ctx context.Context, s *domain.DataSource) error {
-	s.LastUpdated = d.nowMillis()
-	res, err := d.c(colDataSources).ReplaceOne(ctx, bson.M{"_id": s.ID}, toDataSourceDoc(s))
-	if err != nil {
-		return err
-	}
-	return mustMatch(res.MatchedCount, "data source %d does not exist", s.ID)
+// UpdateDataSource implements domain.DataSourceStore: a compare-and-set
+// on the version old was read at (replaceVersion).
+func (d *DB) UpdateDataSource(ctx context.Context, old, s *domain.DataSource) error {
+	s.LastUpdated = d.nextVersion(old.LastUpdated)
+	return d.replaceRecord(ctx, colDataSources, s.ID, old.LastUpdated, toDataSourceDoc(s), "data source")
 }
 
 // DeleteDataSource implements domain.DataSourceStore.

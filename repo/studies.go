@@ -122,14 +122,11 @@ func (d *DB) ListStudies(ctx context.Context, q domain.StudyQuery, p domain.Page
 	return domain.List[domain.Study]{Items: convert(docs, studyDoc.study), Total: total}, err
 }
 
-// UpdateStudy implements domain.StudyStore.
-func (d *DB) UpdateStudy(ctx context.Context, s *domain.Study) error {
-	s.LastUpdated = d.nowMillis()
-	res, err := d.c(colStudies).ReplaceOne(ctx, bson.M{"_id": s.ID}, toStudyDoc(s))
-	if err != nil {
-		return err
-	}
-	return mustMatch(res.MatchedCount, "study %d does not exist", s.ID)
+// UpdateStudy implements domain.StudyStore: a compare-and-set on the
+// version old was read at (replaceVersion).
+func (d *DB) UpdateStudy(ctx context.Context, old, s *domain.Study) error {
+	s.LastUpdated = d.nextVersion(old.LastUpdated)
+	return d.replaceRecord(ctx, colStudies, s.ID, old.LastUpdated, toStudyDoc(s), "study")
 }
 
 // DeleteStudy implements domain.StudyStore.

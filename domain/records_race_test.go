@@ -1,0 +1,133 @@
+package domain_test
+
+import (
+	"context"
+	"testing"
+
+	"exchange/domain"
+	"exchange/repo"
+	"exchange/repo/repotest"
+)
+
+// recordRace is the real store, with another request's change of an
+// organization, a study or a data source made once, right after a use
+// case reads one: the second of two edits read from the same record.
+type recordRace struct {
+	*repo.DB
+	change func()
+}
+
+func (s *recordRace) OrganizationByID(ctx context.Context, id int64) (*domain.Organization, error) {
+	o, err := s.DB.OrganizationByID(ctx, id)
+	s.changeOnce()
+	return o, err
+}
+
+func (s *recordRace) StudyByID(ctx context.Context, id int64) (*domain.Study, error) {
+	st, err := s.DB.StudyByID(ctx, id)
+	s.changeOnce()
+	return st, err
+}
+
+func (s *recordRace) DataSourceByID(ctx context.Context, id int64) (*domain.DataSource, error) {
+	d, err := s.DB.DataSourceByID(ctx, id)
+	s.changeOnce()
+	return d, err
+}
+
+func (s *recordRace) changeOnce() {
+	if change := s.change; change != nil {
+		s.change = nil
+		change()
+	}
+}
+
+// TestAdminEditsFromTheSameReadKeepBothFields: two edits of an
+// organization, a study or a data source read the same record and change
+// different fields; the one that stores second finds the record changed
+// under it and applies its patch again, so both fields hold (before, it
+// replaced the record with what it read, dropping the first's field).
+func TestAdminEditsFromTheSameReadKeepBothFields(t *testing.T) {
+	store := &recordRace{DB: repotest.NewDB(t)}
+	svc := domain.NewService(domain.Config{Store: store})
+	ctx, sys := context.Background(), domain.SystemActor()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	org, err := svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	must(err)
+	study, err := svc.CreateStudy(ctx, sys, domain.NewStudy{OrganizationID: org.ID, Name: "Study"})
+	must(err)
+	source, err := svc.CreateDataSource(ctx, sys, domain.NewDataSource{Name: "Tracker", Type: domain.DataSourcePersonalDevice})
+	must(err)
+	// raced makes second, with first made right after second reads.
+	raced := func(t *testing.T, first, second func() error) {
+		t.Helper()
+		store.change = func() {
+			if err := first(); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := second(); err != nil {
+			t.Fatal(err)
+		}
+		if store.change != nil {
+			t.Fatal("the edit read no record")
+		}
+	}
+
+	t.Run("organization", func(t *testing.T) {
+		name, kind := "Renamed clinic", domain.OrganizationType("dept")
+		raced(t, func() error {
+			_, err := svc.UpdateOrganization(ctx, sys, org.ID, domain.OrganizationPatch{Name: &name})
+			return err
+		}, func() error {
+			_, err := svc.UpdateOrganization(ctx, sys, org.ID, domain.OrganizationPatch{Type: &kind})
+			return err
+		})
+		got, err := store.DB.OrganizationByID(ctx, org.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Name != name || got.Type != kind {
+			t.Errorf("organization: %q, %q; want %q, %q: an edit was lost", got.Name, got.Type, name, kind)
+		}
+	})
+	t.Run("study", func(t *testing.T) {
+		name, description := "Renamed study", "What the study is about"
+		raced(t, func() error {
+			_, err := svc.UpdateStudy(ctx, sys, study.ID, domain.StudyPatch{Name: &name})
+			return err
+		}, func() error {
+			_, err := svc.UpdateStudy(ctx, sys, study.ID, domain.StudyPatch{Description: &description})
+			return err
+		})
+		got, err := store.DB.StudyByID(ctx, study.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Name != name || got.Description != description {
+			t.Errorf("study: %q, %q; want %q, %q: an edit was lost", got.Name, got.Description, name, description)
+		}
+	})
+	t.Run("data source", func(t *testing.T) {
+		name, kind := "Renamed tracker", domain.DataSourceMedicalDevice
+		raced(t, func() error {
+			_, err := svc.UpdateDataSource(ctx, sys, source.ID, domain.DataSourcePatch{Name: &name})
+			return err
+		}, func() error {
+			_, err := svc.UpdateDataSource(ctx, sys, source.ID, domain.DataSourcePatch{Type: &kind})
+			return err
+		})
+		got, err := store.DB.DataSourceByID(ctx, source.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Name != name || got.Type != kind {
+			t.Errorf("data source: %q, %q; want %q, %q: an edit was lost", got.Name, got.Type, name, kind)
+		}
+	})
+}
