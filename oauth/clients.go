@@ -136,7 +136,7 @@ func (p *Provider) SaveClient(ctx context.Context, in ClientRegistration) (*doma
 		return nil, err
 	}
 	c.CreatedAt = old.CreatedAt
-	return c, p.store.UpdateOAuthClient(ctx, c)
+	return c, clientChanged(p.store.UpdateOAuthClient(ctx, old, c), in.ID)
 }
 
 // RotateClientSecret replaces the secret of a confidential client with a
@@ -149,9 +149,24 @@ func (p *Provider) RotateClientSecret(ctx context.Context, id string) (string, e
 	if c.Type != domain.ClientConfidential {
 		return "", domain.Errorf(domain.CodeInvalid, "client %q is public and has no secret", id)
 	}
+	old := *c
 	secret := randomToken(32)
 	c.SecretHash = hashSecret(secret)
-	return secret, p.store.UpdateOAuthClient(ctx, c)
+	if err := clientChanged(p.store.UpdateOAuthClient(ctx, &old, c), id); err != nil {
+		return "", err
+	}
+	return secret, nil
+}
+
+// clientChanged is the error of a client's update: CodeConflict when the
+// client changed after it was read (another rotation, a seed saving its
+// registration), so that neither change is lost unseen: the caller sends
+// the change again against the client as it is now.
+func clientChanged(err error, id string) error {
+	if domain.IsCode(err, domain.CodeVersionMismatch) {
+		return domain.Errorf(domain.CodeConflict, "client %q changed meanwhile; send the change again", id)
+	}
+	return err
 }
 
 // Clients returns every registered client.

@@ -24,7 +24,10 @@ import (
 type Store interface {
 	CreateOAuthClient(ctx context.Context, c *domain.OAuthClient) error
 	OAuthClient(ctx context.Context, id string) (*domain.OAuthClient, error)
-	UpdateOAuthClient(ctx context.Context, c *domain.OAuthClient) error
+	// UpdateOAuthClient replaces the stored client old with c (same id);
+	// domain.CodeVersionMismatch, and nothing changed, if the stored
+	// client is no longer old (another change came first).
+	UpdateOAuthClient(ctx context.Context, old, c *domain.OAuthClient) error
 	OAuthClients(ctx context.Context) ([]domain.OAuthClient, error)
 
 	CreateOAuthToken(ctx context.Context, t *domain.OAuthToken) error

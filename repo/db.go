@@ -68,8 +68,9 @@ type DB struct {
 	// resource (ReplaceResource, DeleteResource), by id.
 	resourceWrites stripes
 	// recordWrites serialize the compare-and-set of an organization, a
-	// study or a data source (replaceRecord), by id: records of different
-	// collections with one id share a stripe, which only queues them.
+	// study, a data source (replaceRecord) or an OAuth client
+	// (UpdateOAuthClient), by id: records of different collections with
+	// one id share a stripe, which only queues them.
 	recordWrites stripes
 	// adopting serializes, within this process, the compare-and-set by
 	// which a repair adopts an abandoned intent (moveIntent), for the

@@ -72,17 +72,15 @@ func (d *DB) OAuthClient(ctx context.Context, id string) (*domain.OAuthClient, e
 	return x.client(), nil
 }
 
-// UpdateOAuthClient replaces the stored client with the same id.
-func (d *DB) UpdateOAuthClient(ctx context.Context, c *domain.OAuthClient) error {
-	c.LastUpdated = d.nowMillis()
-	res, err := d.c(colOAuthClients).ReplaceOne(ctx, bson.M{"_id": c.ID}, toClientDoc(c))
-	if err != nil {
-		return err
-	}
-	if res.MatchedCount == 0 {
-		return domain.Errorf(domain.CodeNotFound, "client %q does not exist", c.ID)
-	}
-	return nil
+// UpdateOAuthClient replaces the stored client old with c (same id), a
+// compare-and-set on the version old was read at (replaceVersion), under
+// the client's stripe of recordWrites.
+func (d *DB) UpdateOAuthClient(ctx context.Context, old, c *domain.OAuthClient) error {
+	c.LastUpdated = d.nextVersion(old.LastUpdated)
+	stripe := d.recordWrites.ofString(c.ID)
+	stripe.Lock()
+	defer stripe.Unlock()
+	return d.replaceVersion(ctx, colOAuthClients, c.ID, old.LastUpdated, toClientDoc(c), "client %q", c.ID)
 }
 
 // OAuthClients returns every client, oldest first.

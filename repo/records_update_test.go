@@ -10,7 +10,7 @@ import (
 )
 
 // TestAdminRecordUpdatesAreCompareAndSet: edits of an organization, a
-// study or a data source read from the same record and sent at once,
+// study, a data source or an OAuth client read from the same record and sent at once,
 // each changing its own field: one stores, every other is refused
 // (CodeVersionMismatch, which the use case turns into applying the patch
 // again, or a 409) and changes nothing, so the stored record is the one
@@ -90,6 +90,31 @@ func TestAdminRecordUpdatesAreCompareAndSet(t *testing.T) {
 			t.Fatal(err)
 		}
 		if want := changes[won]; got.Name != want.Name || got.Type != want.Type || !got.LastUpdated.After(old.LastUpdated) {
+			t.Errorf("stored %+v, want the edit that stored, %+v, at a later version than %v", got, want, old.LastUpdated)
+		}
+	})
+	t.Run("OAuth client", func(t *testing.T) {
+		c := &domain.OAuthClient{ID: "app", Name: "App", Type: domain.ClientConfidential, SecretHash: "hash0",
+			RedirectURIs: []string{"https://app.example.org/cb"}}
+		if err := db.CreateOAuthClient(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		old, err := db.OAuthClient(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes := make([]domain.OAuthClient, edits)
+		for i := range changes {
+			changes[i] = *old
+			changes[i].SecretHash = old.SecretHash + string(rune('A'+i)) // a rotation
+		}
+		changes[0].SecretHash, changes[0].Name = old.SecretHash, "Renamed app" // a seed's registration
+		won := race(t, changes, func(c *domain.OAuthClient) error { return db.UpdateOAuthClient(ctx, old, c) })
+		got, err := db.OAuthClient(ctx, c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := changes[won]; got.Name != want.Name || got.SecretHash != want.SecretHash || !got.LastUpdated.After(old.LastUpdated) {
 			t.Errorf("stored %+v, want the edit that stored, %+v, at a later version than %v", got, want, old.LastUpdated)
 		}
 	})
