@@ -133,6 +133,11 @@ func (s *Service) StudyByID(ctx context.Context, actor *Actor, id int64) (*Study
 	if err != nil {
 		return nil, err
 	}
+	return s.studyView(ctx, st)
+}
+
+// studyView adds the study's organization.
+func (s *Service) studyView(ctx context.Context, st *Study) (*StudyView, error) {
 	views, err := s.studyViews(ctx, []Study{*st})
 	if err != nil {
 		return nil, err
@@ -207,11 +212,7 @@ func (s *Service) UpdateStudy(ctx context.Context, actor *Actor, id int64, in St
 	if err != nil {
 		return nil, err
 	}
-	views, err := s.studyViews(ctx, []Study{*st})
-	if err != nil {
-		return nil, err
-	}
-	return &views[0], nil
+	return s.studyView(ctx, st)
 }
 
 // updateStudy applies the patch to the stored record once.
