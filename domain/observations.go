@@ -497,11 +497,10 @@ func nativeCode(codings []Coding) (string, error) {
 	if natives != 1 {
 		return "", FieldErrorf("Observation.code.coding", "exactly one coding must be on %s or %s, not %d", SystemOpenMHealth, SystemIEEE1752, natives)
 	}
-	id, err := omh.ParseCode(native.Code)
-	if err != nil {
+	if _, err := omh.ParseCode(native.Code); err != nil {
 		return "", FieldErrorf("Observation.code.coding", "%v", err)
 	}
-	return id.Code(), nil
+	return native.Code, nil // = the parsed id's Code(), without building it
 }
 
 // ObservationByID returns a native observation the actor may read. Returns

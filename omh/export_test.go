@@ -26,3 +26,7 @@ func HeaderSchema(dp *DataPoint) SchemaID {
 	}
 	return SchemaID{NamespaceOMH, "data-point", "1.0"}
 }
+
+// CodePattern is the pattern of a native code, whose groups ParseCode
+// returns.
+var CodePattern = codePattern

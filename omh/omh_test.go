@@ -104,6 +104,25 @@ func TestParseCode(t *testing.T) {
 	}
 }
 
+// FuzzParseCode checks that ParseCode, which only matches the code pattern
+// and cuts at the colons, returns its groups, and that Code() gives back
+// the code.
+func FuzzParseCode(f *testing.F) {
+	for _, s := range []string{"omh:heart-rate:2.0", "ieee:sleep-stage-summary:1.0", "omh:a:1.0:x", "omh::1.0", "omh:a-:1.0", "ieee:a:1.0\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, code string) {
+		got, err := omh.ParseCode(code)
+		m := omh.CodePattern.FindStringSubmatch(code)
+		if (m == nil) != (err != nil) {
+			t.Fatalf("%q: err %v, pattern %q", code, err, m)
+		}
+		if m != nil && (got != omh.SchemaID{Namespace: m[1], Name: m[2], Version: m[3]} || got.Code() != code) {
+			t.Fatalf("%q: %+v, groups %q", code, got, m)
+		}
+	})
+}
+
 func TestEffectiveTimeFrame(t *testing.T) {
 	utc := func(s string) time.Time { v, _ := time.Parse(time.RFC3339Nano, s); return v.UTC() }
 	for _, tc := range []struct {
