@@ -552,24 +552,37 @@ var errNULKey = errors.New("a key with NUL cannot be stored in BSON")
 // appendJSONDocument appends m as the value of a document element whose
 // header b ends with, as bsonDocument(m) marshals: keys sorted, integers
 // that fit as int64, other numbers as doubles.
+//
+// The members are taken with their values in one iteration of m and sorted
+// by key (keys are unique), not looked up again by key; a key's NUL is
+// looked for byte by byte: a data point's keys are a few bytes, and the
+// lookups and the calls of strings.IndexByte were half of this function.
 func appendJSONDocument(b []byte, m map[string]any) ([]byte, error) {
-	var small [16]string // a data point's objects fit: no allocation
-	keys := small[:0]
-	for k := range m {
-		if strings.IndexByte(k, 0) >= 0 {
-			return nil, errNULKey
+	var small [16]jsonMember // a data point's objects fit: no allocation
+	members := small[:0]
+	for k, v := range m {
+		for i := 0; i < len(k); i++ {
+			if k[i] == 0 {
+				return nil, errNULKey
+			}
 		}
-		keys = append(keys, k)
+		members = append(members, jsonMember{k, v})
 	}
-	slices.Sort(keys)
+	slices.SortFunc(members, func(x, y jsonMember) int { return strings.Compare(x.key, y.key) })
 	start, b := bsoncore.AppendDocumentStart(b)
 	var err error
-	for _, k := range keys {
-		if b, err = appendJSONValue(b, k, m[k]); err != nil {
+	for _, m := range members {
+		if b, err = appendJSONValue(b, m.key, m.value); err != nil {
 			return nil, err
 		}
 	}
 	return bsoncore.AppendDocumentEnd(b, start)
+}
+
+// jsonMember is a member of a decoded JSON object.
+type jsonMember struct {
+	key   string
+	value any
 }
 
 // appendJSONValue appends the element key: v, as bsonValue(v) marshals.
