@@ -25,37 +25,46 @@ import (
 // meta.versionId, meta.lastUpdated). Any other element would be lost, so
 // it is refused.
 type observationIn struct {
-	ResourceType string `json:"resourceType"`
-	ID           string `json:"id"`
-	Meta         *struct {
+	ResourceType      string                  `json:"resourceType"`
+	ID                string                  `json:"id"`
+	Meta              *observationMeta        `json:"meta"`
+	Identifier        []observationIdentifier `json:"identifier"`
+	Status            string                  `json:"status"`
+	Subject           *observationReference   `json:"subject"`
+	Device            *observationReference   `json:"device"`
+	Code              *observationCode        `json:"code"`
+	EffectiveDateTime *string                 `json:"effectiveDateTime"`
+	EffectiveInstant  *string                 `json:"effectiveInstant"`
+	EffectivePeriod   *observationPeriod      `json:"effectivePeriod"`
+	ValueAttachment   *observationAttachment  `json:"valueAttachment"`
+}
+
+// The elements of an observationIn, named so that readPlainObservation
+// can keep them in one allocation (observationParts).
+type (
+	observationMeta struct {
 		VersionID   string `json:"versionId"`
 		LastUpdated string `json:"lastUpdated"`
-	} `json:"meta"`
-	Identifier []struct {
+	}
+	observationIdentifier struct {
 		System string `json:"system"`
 		Value  string `json:"value"`
-	} `json:"identifier"`
-	Status  string `json:"status"`
-	Subject *struct {
+	}
+	observationReference struct {
 		Reference string `json:"reference"`
-	} `json:"subject"`
-	Device *struct {
-		Reference string `json:"reference"`
-	} `json:"device"`
-	Code *struct {
+	}
+	observationCode struct {
 		Coding []observationCoding `json:"coding"`
-	} `json:"code"`
-	EffectiveDateTime *string `json:"effectiveDateTime"`
-	EffectiveInstant  *string `json:"effectiveInstant"`
-	EffectivePeriod   *struct {
+	}
+	observationPeriod struct {
 		Start string `json:"start"`
 		End   string `json:"end"`
-	} `json:"effectivePeriod"`
-	ValueAttachment *struct {
+	}
+	observationAttachment struct {
 		ContentType string `json:"contentType"`
 		Data        string `json:"data"`
-	} `json:"valueAttachment"`
-}
+	}
+)
 
 type observationCoding struct {
 	System  string `json:"system"`

@@ -23,9 +23,12 @@ import (
 // readPlainObservation reads an Observation as json.Unmarshal into
 // observationIn would, for a body whose every member is one of
 // nativeElements, named once, in its exact case, with a value of its
-// type (no null); ok is false for any other body.
+// type (no null); ok is false for any other body. What its pointers and
+// slices point to is one observationParts: an allocation apiece was a
+// tenth of an upload's.
 func readPlainObservation(raw []byte) (in observationIn, ok bool) {
 	r := plainjson.NewReader(raw, string(raw))
+	p := new(observationParts)
 	ok = plainObject(r, func(key string) bool {
 		switch key {
 		case "resourceType":
@@ -35,43 +38,28 @@ func readPlainObservation(raw []byte) (in observationIn, ok bool) {
 		case "status":
 			return plainString(r, &in.Status)
 		case "meta":
-			in.Meta = &struct {
-				VersionID   string `json:"versionId"`
-				LastUpdated string `json:"lastUpdated"`
-			}{}
+			in.Meta = &p.meta
 			return plainPair(r, "versionId", &in.Meta.VersionID, "lastUpdated", &in.Meta.LastUpdated)
 		case "identifier":
-			in.Identifier = []struct {
-				System string `json:"system"`
-				Value  string `json:"value"`
-			}{} // an empty array decodes as an empty slice, not nil
+			in.Identifier = p.identifiers[:0] // an empty array decodes as an empty slice, not nil
 			return r.Array(func() bool {
-				in.Identifier = append(in.Identifier, struct {
-					System string `json:"system"`
-					Value  string `json:"value"`
-				}{})
+				in.Identifier = append(in.Identifier, observationIdentifier{})
 				id := &in.Identifier[len(in.Identifier)-1]
 				return plainPair(r, "system", &id.System, "value", &id.Value)
 			})
 		case "subject":
-			in.Subject = &struct {
-				Reference string `json:"reference"`
-			}{}
+			in.Subject = &p.subject
 			return plainPair(r, "reference", &in.Subject.Reference, "", nil)
 		case "device":
-			in.Device = &struct {
-				Reference string `json:"reference"`
-			}{}
+			in.Device = &p.device
 			return plainPair(r, "reference", &in.Device.Reference, "", nil)
 		case "code":
-			in.Code = &struct {
-				Coding []observationCoding `json:"coding"`
-			}{}
+			in.Code = &p.code
 			return plainObject(r, func(key string) bool {
 				if key != "coding" {
 					return false
 				}
-				in.Code.Coding = []observationCoding{}
+				in.Code.Coding = p.codings[:0]
 				return r.Array(func() bool {
 					in.Code.Coding = append(in.Code.Coding, observationCoding{})
 					c := &in.Code.Coding[len(in.Code.Coding)-1]
@@ -89,27 +77,35 @@ func readPlainObservation(raw []byte) (in observationIn, ok bool) {
 				})
 			})
 		case "effectiveDateTime":
-			in.EffectiveDateTime = new(string)
+			in.EffectiveDateTime = &p.dateTime
 			return plainString(r, in.EffectiveDateTime)
 		case "effectiveInstant":
-			in.EffectiveInstant = new(string)
+			in.EffectiveInstant = &p.instant
 			return plainString(r, in.EffectiveInstant)
 		case "effectivePeriod":
-			in.EffectivePeriod = &struct {
-				Start string `json:"start"`
-				End   string `json:"end"`
-			}{}
+			in.EffectivePeriod = &p.period
 			return plainPair(r, "start", &in.EffectivePeriod.Start, "end", &in.EffectivePeriod.End)
 		case "valueAttachment":
-			in.ValueAttachment = &struct {
-				ContentType string `json:"contentType"`
-				Data        string `json:"data"`
-			}{}
+			in.ValueAttachment = &p.attachment
 			return plainPair(r, "contentType", &in.ValueAttachment.ContentType, "data", &in.ValueAttachment.Data)
 		}
 		return false
 	})
 	return in, ok && r.End()
+}
+
+// observationParts holds the elements of an Observation readPlainObservation
+// reads, each member at most once (plainObject), and room for the
+// identifiers and codings an upload usually has (more grow on the heap).
+type observationParts struct {
+	meta              observationMeta
+	subject, device   observationReference
+	code              observationCode
+	dateTime, instant string
+	period            observationPeriod
+	attachment        observationAttachment
+	identifiers       [1]observationIdentifier
+	codings           [2]observationCoding
 }
 
 // plainObject reads an object, each member with member, and refuses one
