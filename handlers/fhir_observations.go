@@ -171,8 +171,11 @@ func (s *server) nativeObservation(raw []byte) (n *domain.NewObservation, native
 	in, plain := readPlainObservation(raw)
 	var decodeErr error
 	if !plain {
-		in = observationIn{}
-		decodeErr = json.Unmarshal(raw, &in)
+		// Decoded apart, so that in, which every upload has, stays off
+		// the heap (the decoder's pointer would move it there).
+		var decoded observationIn
+		decodeErr = json.Unmarshal(raw, &decoded)
+		in = decoded
 	}
 	if decodeErr == nil {
 		native = in.Code != nil && slices.ContainsFunc(in.Code.Coding, func(c observationCoding) bool { return domain.IsNativeSystem(c.System) })
