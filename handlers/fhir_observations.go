@@ -25,18 +25,18 @@ import (
 // meta.versionId, meta.lastUpdated). Any other element would be lost, so
 // it is refused.
 type observationIn struct {
-	ResourceType      string                  `json:"resourceType"`
-	ID                string                  `json:"id"`
-	Meta              *observationMeta        `json:"meta"`
-	Identifier        []observationIdentifier `json:"identifier"`
-	Status            string                  `json:"status"`
-	Subject           *observationReference   `json:"subject"`
-	Device            *observationReference   `json:"device"`
-	Code              *observationCode        `json:"code"`
-	EffectiveDateTime *string                 `json:"effectiveDateTime"`
-	EffectiveInstant  *string                 `json:"effectiveInstant"`
-	EffectivePeriod   *observationPeriod      `json:"effectivePeriod"`
-	ValueAttachment   *observationAttachment  `json:"valueAttachment"`
+	ResourceType      string                 `json:"resourceType"`
+	ID                string                 `json:"id"`
+	Meta              *observationMeta       `json:"meta"`
+	Identifier        []fhirIdentifier       `json:"identifier"`
+	Status            string                 `json:"status"`
+	Subject           *observationReference  `json:"subject"`
+	Device            *observationReference  `json:"device"`
+	Code              *observationCode       `json:"code"`
+	EffectiveDateTime *string                `json:"effectiveDateTime"`
+	EffectiveInstant  *string                `json:"effectiveInstant"`
+	EffectivePeriod   *fhirPeriod            `json:"effectivePeriod"`
+	ValueAttachment   *observationAttachment `json:"valueAttachment"`
 }
 
 // The elements of an observationIn, named so that readPlainObservation
@@ -46,19 +46,11 @@ type (
 		VersionID   string `json:"versionId"`
 		LastUpdated string `json:"lastUpdated"`
 	}
-	observationIdentifier struct {
-		System string `json:"system"`
-		Value  string `json:"value"`
-	}
 	observationReference struct {
 		Reference string `json:"reference"`
 	}
 	observationCode struct {
 		Coding []observationCoding `json:"coding"`
-	}
-	observationPeriod struct {
-		Start string `json:"start"`
-		End   string `json:"end"`
 	}
 	observationAttachment struct {
 		ContentType string `json:"contentType"`

@@ -43,7 +43,7 @@ func readPlainObservation(raw []byte) (in observationIn, ok bool) {
 		case "identifier":
 			in.Identifier = p.identifiers[:0] // an empty array decodes as an empty slice, not nil
 			return r.Array(func() bool {
-				in.Identifier = append(in.Identifier, observationIdentifier{})
+				in.Identifier = append(in.Identifier, fhirIdentifier{})
 				id := &in.Identifier[len(in.Identifier)-1]
 				return plainPair(r, "system", &id.System, "value", &id.Value)
 			})
@@ -102,9 +102,9 @@ type observationParts struct {
 	subject, device   observationReference
 	code              observationCode
 	dateTime, instant string
-	period            observationPeriod
+	period            fhirPeriod
 	attachment        observationAttachment
-	identifiers       [1]observationIdentifier
+	identifiers       [1]fhirIdentifier
 	codings           [2]observationCoding
 }
 
