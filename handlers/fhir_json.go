@@ -145,13 +145,6 @@ func (id fhirIdentifier) appendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-func (r fhirReference) appendJSON(b []byte) []byte {
-	o := openObject(b)
-	o.str("reference", r.Reference, true)
-	o.str("display", r.Display, true)
-	return o.close()
-}
-
 func (p fhirPeriod) appendJSON(b []byte) []byte {
 	b, more := appendOptional(append(b, '{'), false, `"start":`, p.Start)
 	b, _ = appendOptional(b, more, `"end":`, p.End)
