@@ -440,23 +440,10 @@ func appendTime(b []byte, key string, t time.Time) []byte {
 	return bsoncore.AppendDateTimeElement(b, key, int64(bson.NewDateTimeFromTime(t)))
 }
 
-// appendStrings appends a []string as the driver encodes it: nil is null.
-func appendStrings(b []byte, key string, values []string) []byte {
-	if values == nil {
-		return bsoncore.AppendNullElement(b, key)
-	}
-	arr, b := bsoncore.AppendArrayElementStart(b, key)
-	for i, v := range values {
-		b = bsoncore.AppendStringElement(b, arrayKey(i), v)
-	}
-	b, _ = bsoncore.AppendArrayEnd(b, arr)
-	return b
-}
-
 // appendCodeTokens appends the element codeTokens: codeTokens(codings)
-// as appendStrings writes it, each key written from its parts
-// (fhirsearch.TokenKeyTokens): a document holds a dozen keys, and making
-// each a string first cost an allocation apiece.
+// as the driver encodes a []string (nil is null), each key written from
+// its parts (fhirsearch.TokenKeyTokens): a document holds a dozen keys,
+// and making each a string first cost an allocation apiece.
 func appendCodeTokens(b []byte, codings []domain.Coding) []byte {
 	if len(codings) == 0 {
 		return bsoncore.AppendNullElement(b, "codeTokens") // codeTokens' nil
@@ -485,8 +472,8 @@ func appendCodeTokens(b []byte, codings []domain.Coding) []byte {
 }
 
 // appendIdentifierTokens appends the element identifierTokens:
-// identifierTokens(ids) as appendStrings writes it (an empty array when
-// there are none), each key written from its parts.
+// identifierTokens(ids) as the driver encodes a []string (an empty array
+// when there are none), each key written from its parts.
 func appendIdentifierTokens(b []byte, ids []domain.Identifier) []byte {
 	arr, b := bsoncore.AppendArrayElementStart(b, "identifierTokens")
 	n := 0
