@@ -17,7 +17,6 @@
 package plainjson
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"unicode/utf8"
@@ -92,15 +91,14 @@ func (r *Reader) Start() int {
 // String reads a plain string; with Unquote set, any string.
 func (r *Reader) String() (string, bool) {
 	from := r.Start()
-	if !r.skipString() {
-		return "", false
-	}
-	quoted := r.data[from:r.pos]
+	escaped, ok := r.scanString()
 	switch {
-	case bytes.IndexByte(quoted, '\\') < 0:
+	case !ok:
+		return "", false
+	case !escaped:
 		return r.text[from+1 : r.pos-1], true
 	case r.Unquote != nil:
-		return r.Unquote(quoted)
+		return r.Unquote(r.data[from:r.pos])
 	}
 	r.pos = from
 	return "", false
@@ -116,8 +114,8 @@ const (
 )
 
 // plainRun returns the length of the leading run of data, a multiple of
-// eight, whose bytes skipString passes over as they are: printable ASCII but
-// the quote and the backslash. It reads on from there byte by byte
+// eight, whose bytes scanString passes over as they are: ASCII from the
+// space up, but the quote and the backslash. It reads on from there byte by byte
 // (TestPlainRun, FuzzString compare it with the byte loop alone).
 func plainRun(data []byte) int {
 	i := 0
@@ -181,7 +179,7 @@ func (r *Reader) container(opening, closing byte, item func() bool) bool {
 }
 
 // Skip reads any value and drops it; its strings may hold escapes
-// (skipString).
+// (scanString).
 func (r *Reader) Skip() bool {
 	switch r.peek() {
 	case '{':
@@ -189,22 +187,24 @@ func (r *Reader) Skip() bool {
 	case '[':
 		return r.Array(r.Skip)
 	case '"':
-		return r.skipString()
+		_, ok := r.scanString()
+		return ok
 	}
 	_, ok := r.literal()
 	return ok
 }
 
-// skipString reads a string (valid UTF-8) and drops it (String cuts it
-// out). It takes escape sequences, checked against JSON's grammar but not
-// decoded: a skipped value is never returned, so there is nothing to
-// decode, and FHIR resources nearly always hold some (the quotes of a
-// narrative's xmlns attribute), which would otherwise send every one of
-// them to the slow path. It takes exactly the escapes encoding/json's
-// scanner takes.
-func (r *Reader) skipString() bool {
+// scanString reads past a string (valid UTF-8), reporting whether it
+// holds an escape sequence; String cuts out the string, Skip drops it. It
+// takes escape sequences, checked against JSON's grammar but not decoded
+// (String leaves that to Unquote): a skipped value is never returned, so
+// there is nothing to decode, and FHIR resources nearly always hold some
+// (the quotes of a narrative's xmlns attribute), which would otherwise
+// send every one of them to the slow path. It takes exactly the escapes
+// encoding/json's scanner takes.
+func (r *Reader) scanString() (escaped, ok bool) {
 	if r.peek() != '"' {
-		return false
+		return false, false
 	}
 	start := r.pos + 1
 	ascii := true
@@ -212,31 +212,32 @@ func (r *Reader) skipString() bool {
 		switch c := r.data[i]; {
 		case c == '"':
 			if !ascii && !utf8.Valid(r.data[start:i]) {
-				return false
+				return false, false
 			}
 			r.pos = i + 1
-			return true
+			return escaped, true
 		case c == '\\':
+			escaped = true
 			if i++; i == len(r.data) {
-				return false
+				return false, false
 			}
 			switch r.data[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
 				if i+4 >= len(r.data) || !isHex(r.data[i+1]) || !isHex(r.data[i+2]) || !isHex(r.data[i+3]) || !isHex(r.data[i+4]) {
-					return false
+					return false, false
 				}
 				i += 4
 			default:
-				return false
+				return false, false
 			}
 		case c < 0x20:
-			return false
+			return false, false
 		case c >= utf8.RuneSelf:
 			ascii = false
 		}
 	}
-	return false
+	return false, false
 }
 
 // isHex reports whether c is a hexadecimal digit.

@@ -1,6 +1,8 @@
 package plainjson
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
 	"unicode/utf8"
 )
@@ -58,5 +60,62 @@ func FuzzString(f *testing.F) {
 	f.Add([]byte("\"0123456\u00e9789\x1fabc\""))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkString(t, append([]byte{'"'}, data...))
+	})
+}
+
+// checkEscapedString: with Unquote set, String reads data as
+// encoding/json does (through Unquote only when the string holds an
+// escape), Skip passes over what String reads, and without Unquote String
+// refuses what Unquote reads.
+func checkEscapedString(t *testing.T, data []byte) {
+	t.Helper()
+	unquoted := false
+	r := NewReader(data, string(data))
+	r.Unquote = func(quoted []byte) (string, bool) {
+		unquoted = true
+		var s string
+		return s, json.Unmarshal(quoted, &s) == nil
+	}
+	got, ok := r.String()
+	end := r.Pos()
+	skipper := NewReader(data, string(data))
+	if skipped := skipper.Skip(); skipped != ok || ok && skipper.Pos() != end {
+		t.Fatalf("%q: String %v to %d, Skip %v to %d", data, ok, end, skipped, skipper.Pos())
+	}
+	if !ok {
+		return
+	}
+	var want string
+	if err := json.Unmarshal(data[:end], &want); err != nil || got != want {
+		t.Fatalf("%q: String = %q, encoding/json %q, %v", data, got, want, err)
+	}
+	if escaped := bytes.IndexByte(data[:end], '\\') >= 0; unquoted != escaped {
+		t.Fatalf("%q: unquoted %v, but escaped %v", data, unquoted, escaped)
+	}
+	plain := NewReader(data, string(data))
+	if _, plainOK := plain.String(); plainOK == unquoted {
+		t.Fatalf("%q: without Unquote String says %v", data, plainOK)
+	}
+}
+
+// TestStringEscapes: every escape JSON has, and some it has not, at
+// every offset of a string of two eight-byte words and a tail (within
+// plainRun's words and after them).
+func TestStringEscapes(t *testing.T) {
+	for _, esc := range []string{`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00e9`, `\uD834\udd1e`, `\x`, `\u12g4`, `\u123`, `\`} {
+		for at := range 20 {
+			data := []byte(`"abcdefghijklmnopqrstuvw"`)
+			data = append(data[:1+at:1+at], append([]byte(esc), data[1+at:]...)...)
+			checkEscapedString(t, data)
+		}
+	}
+}
+
+// FuzzStringUnquote runs checkEscapedString over any text.
+func FuzzStringUnquote(f *testing.F) {
+	f.Add([]byte(`"<div xmlns=\"http://www.w3.org/1999/xhtml\">a\u00e9b</div>"`))
+	f.Add([]byte(`"0123456789\n"`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkEscapedString(t, append([]byte{'"'}, data...))
 	})
 }
