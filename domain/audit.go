@@ -269,8 +269,12 @@ func changeKind(action AuditAction) AuditKind {
 
 // auditSearch records a search of a type and the patients whose data its
 // page held. A search that named patients the actor may not read (hidden)
-// answered as if they did not exist; it is recorded as refused, naming
-// them, as a read of one is (concealed).
+// answered as if they did not exist; the attempt on them is an event of
+// its own, refused (concealed), naming them alone, as a read of one is:
+// the actor's own trail (ownView) must show the same events whether those
+// patients exist or not, so what the search returned is still recorded as
+// a success of its page's patients (when there were any: a success that
+// names no one is for superusers only, who read the refused event whole).
 func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err error, patients, hidden []int64) {
 	// A search that answers a read (a token's reach of one id) is part of
 	// the read, which records itself (ReadFHIR, ResourceByID).
@@ -278,12 +282,11 @@ func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err e
 		return
 	}
 	if err == nil && len(hidden) > 0 {
-		err = concealed(Errorf(CodeNotFound, "the search named patients the actor may not read"))
-		patients = append(patients, hidden...)
+		s.recordSearch(ctx, actor, q, concealed(Errorf(CodeNotFound, "the search named patients the actor may not read")), hidden)
+		if len(patients) == 0 {
+			return
+		}
 	}
-	e := s.auditOf(ctx, actor, AuditExecute, AuditKindSearch, err)
-	e.EntityTypes = []string{q.ResourceType()}
-	e.Query = q.String()
 	if err != nil {
 		// Refused: the patients it named, so each can see the attempt.
 		for _, j := range q.Joins() {
@@ -292,6 +295,15 @@ func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err e
 			}
 		}
 	}
+	s.recordSearch(ctx, actor, q, err, patients)
+}
+
+// recordSearch records one event of a search (auditSearch), naming the
+// patients.
+func (s *Service) recordSearch(ctx context.Context, actor *Actor, q Search, err error, patients []int64) {
+	e := s.auditOf(ctx, actor, AuditExecute, AuditKindSearch, err)
+	e.EntityTypes = []string{q.ResourceType()}
+	e.Query = q.String()
 	e.PatientIDs = boundedIDs(patients)
 	s.auditor.Record(ctx, e)
 }

@@ -1,9 +1,11 @@
 package handlers_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -236,4 +238,47 @@ func (a probeAnswer) differs(b probeAnswer, aValue, bValue string) string {
 		return "the body: " + diff
 	}
 	return ""
+}
+
+// TestHiddenPatientsLookAbsentInTheTrail: a patient who searches their
+// own data together with another patient reads, in their own audit
+// trail, the same events whether that patient exists out of their sight
+// or not at all (else the outcome, refused or not, would tell which ids
+// exist); the hidden patient still finds the attempt in theirs, refused.
+func TestHiddenPatientsLookAbsentInTheTrail(t *testing.T) {
+	w := fxNewWorldWith(t, handlerstest.Options{Audit: true})
+	alice, carol := w.tok["alice"], w.tok["carol"]
+	w.create(t, w.tok["doc"], fxObs{patient: w.alice.ID, device: w.watch, code: fxHR, payload: fxDataPoint(fxHR, fxHeartRate(fxAt("2024-03-05T10:00:00Z")))})
+	// With her data on the page (code=fxHR), and without (another code).
+	for _, code := range []string{fxHR, "urn:test:none|none"} {
+		for _, other := range []int64{w.carol.ID, 987654321} {
+			if status, _ := w.search(t, alice, fmt.Sprintf("/Observation?patient=%d,%d&code=%s", w.alice.ID, other, code)); status != http.StatusOK {
+				t.Fatalf("alice's search with %d: %d", other, status)
+			}
+		}
+	}
+	if err := w.env.Audit.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	status, bundle := w.search(t, alice, fmt.Sprintf("/AuditEvent?action=E&agent=Patient/%d&_sort=date", w.alice.ID))
+	if status != http.StatusOK {
+		t.Fatalf("alice's trail: %d %v", status, bundle)
+	}
+	var seen []string
+	for _, e := range fxMatches(t, bundle) {
+		seen = append(seen, fmt.Sprint(auditQuery(e), " ", fxObj(fxObj(e["outcome"])["code"])["code"]))
+	}
+	hr := url.Values{"code": {fxHR}, "patient": {fmt.Sprint(w.alice.ID) + ",(redacted)"}}.Encode()
+	if want := []string{hr + " success", hr + " success"}; !slices.Equal(seen, want) {
+		t.Errorf("alice's own searches in her trail: %q, want %q", seen, want)
+	}
+	status, bundle = w.search(t, carol, fmt.Sprintf("/AuditEvent?action=E&agent=Patient/%d", w.alice.ID))
+	if matches := fxMatches(t, bundle); status != http.StatusOK || len(matches) != 2 {
+		t.Fatalf("carol's trail of alice's searches naming her: %d %v", status, bundle)
+	}
+	for _, e := range fxMatches(t, bundle) {
+		if code := fxObj(fxObj(e["outcome"])["code"])["code"]; code == "success" || !auditNames(e, w.carol.ID) || auditNames(e, w.alice.ID) {
+			t.Errorf("carol reads alice's search of her as %v", e)
+		}
+	}
 }
