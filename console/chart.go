@@ -6,6 +6,7 @@ import (
 	"html"
 	"html/template"
 	"image/color"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -40,6 +41,9 @@ var chartFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
 // point is then a circle with a <title> (its time and value, shown on
 // hover), and the style attributes gonum writes become presentation
 // attributes, which a strict CSP allows. id names the chart's <title>.
+// Values too large to draw (their padded range is empty, as 1e17±1 is
+// 1e17, or overflows) give no chart: "" without an error, so that the
+// page shows the rows alone, since gonum panics on such a range.
 func chartSVG(id, title string, series []series) (template.HTML, error) {
 	p := plot.New()
 	p.TextHandler = plot.DefaultTextHandler
@@ -74,6 +78,9 @@ func chartSVG(id, title string, series []series) (template.HTML, error) {
 	padY := max((p.Y.Max-p.Y.Min)*0.1, 1)
 	p.X.Min, p.X.Max = p.X.Min-padX, p.X.Max+padX
 	p.Y.Min, p.Y.Max = p.Y.Min-padY, p.Y.Max+padY
+	if !(p.Y.Min < p.Y.Max) || math.IsInf(p.Y.Max-p.Y.Min, 0) {
+		return "", nil
+	}
 	const width, height = 7 * vg.Inch, 2.6 * vg.Inch
 	canvas := vgsvg.New(width, height)
 	full := draw.New(canvas)

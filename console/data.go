@@ -97,7 +97,7 @@ type row struct {
 type codeView struct {
 	Code    string
 	Title   string
-	Chart   template.HTML // empty for non-numeric data
+	Chart   template.HTML // empty for non-numeric data, and values too large to draw
 	Series  []series
 	Columns []string
 	Rows    []row

@@ -80,3 +80,34 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestHugeValuesKeepTheDataPage: an upload accepts any number as a heart
+// rate (unit-value's value has no bound), and the data page charts what
+// it finds. A value so large that the chart's padding vanishes in it
+// (1e17 ± 1 is 1e17) must not break the page (gonum's "illegal range"
+// panic, a 500): its rows still show, without a chart.
+func TestHugeValuesKeepTheDataPage(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	patient, err := f.env.Service.Actor(ctx, must(f.env.Service.UserByEmail(ctx, "pat@example.org")).ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	if err := f.env.Service.AnswerConsents(ctx, domain.SystemActor(), f.patient.ID, []domain.StudyScopeConsents{{StudyID: f.study.ID,
+		Scopes: []domain.ScopeConsent{{System: f.hr.System, Code: f.hr.Code, Consented: &yes}}}}); err != nil {
+		t.Fatal(err)
+	}
+	dp := `{"header":{"id":"huge","creation_date_time":"2025-06-01T08:00:00Z","schema_id":{"namespace":"omh","name":"heart-rate","version":"2.0"}},` +
+		`"body":{"heart_rate":{"value":1e17,"unit":"beats/min"},"effective_time_frame":{"date_time":"2025-06-01T08:00:00Z"}}}`
+	res := f.env.Service.CreateObservations(ctx, patient, []domain.NewObservation{{
+		Subject: fmt.Sprintf("Patient/%d", f.patient.ID), Device: fmt.Sprintf("Device/%d", f.device.ID), Status: "final",
+		Codings: []domain.Coding{{System: domain.SystemOpenMHealth, Code: f.hr.Code}}, ContentType: "application/json", Data: []byte(dp)}})
+	if res[0].Err != nil {
+		t.Fatalf("the patient's upload: %v", res[0].Err)
+	}
+	path := fmt.Sprintf("%s/console/patients/%d/data?from=2025-05-01&to=2025-07-01", f.env.URL, f.patient.ID)
+	if resp, body := f.callers["manager"].b.Do("GET", path, nil); resp.StatusCode != http.StatusOK || !strings.Contains(body, "100000000000000000") {
+		t.Errorf("GET %s: %d, want 200 showing the value\n%.600s", path, resp.StatusCode, body)
+	}
+}
