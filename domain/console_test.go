@@ -100,6 +100,13 @@ func answer(t *testing.T, w *world, actor *domain.Actor, p *domain.Patient, code
 // case (the patient must have consented to share the code).
 func upload(t *testing.T, w *world, p *domain.Patient, code, body string, n int) {
 	t.Helper()
+	if err := tryUpload(w, p, code, body, n); err != nil {
+		t.Fatalf("upload %s: %v", code, err)
+	}
+}
+
+// tryUpload is upload that returns the observation's error.
+func tryUpload(w *world, p *domain.Patient, code, body string, n int) error {
 	name := map[string]string{"omh:heart-rate:2.0": "heart-rate", "omh:step-count:3.0": "step-count"}[code]
 	version := code[len(code)-3:]
 	dp := fmt.Sprintf(`{"header": {"id": "%s-%d", "creation_date_time": "2025-03-01T00:00:00Z", "schema_id": {"namespace": "omh", "name": "%s", "version": "%s"}}, "body": %s}`,
@@ -109,9 +116,7 @@ func upload(t *testing.T, w *world, p *domain.Patient, code, body string, n int)
 		Codings:     []domain.Coding{{System: domain.SystemOpenMHealth, Code: code}},
 		Identifiers: []domain.Identifier{{System: "urn:test", Value: fmt.Sprintf("%s-%d-%d", code, p.ID, n)}},
 		ContentType: "application/json", Data: []byte(dp)}})
-	if res[0].Err != nil {
-		t.Fatalf("upload %s: %v", code, res[0].Err)
-	}
+	return res[0].Err
 }
 
 // TestObservationsByCode: a patient's data grouped by code, in the patient
