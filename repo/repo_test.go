@@ -2,8 +2,10 @@ package repo_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -373,5 +375,54 @@ func TestBatchReadsOfMembershipsAndOrganizations(t *testing.T) {
 	found, err := db.OrganizationsByIDs(ctx, []int64{orgs[1], 999, orgs[0]})
 	if err != nil || len(found) != 2 || found[0].ID != orgs[0] || found[1].Name != "B" {
 		t.Errorf("OrganizationsByIDs = %+v, %v", found, err)
+	}
+}
+
+// TestConcurrentCreatesOfOneIdentifier: creates of patients with the same
+// identifier sent at once, through two instances: exactly one is stored;
+// each other one is refused (CodeDuplicate, or CodeConflict while the
+// winner's create runs) and leaves nothing: no login, no claim, no intent.
+func TestConcurrentCreatesOfOneIdentifier(t *testing.T) {
+	db := repotest.NewDB(t)
+	dbs := []*repo.DB{db, repotest.OtherInstance(t, db)}
+	ctx := context.Background()
+	mrn := domain.Identifier{System: "urn:example:mrn", Value: "race"}
+	const n = 6
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u, p := newPatient(fmt.Sprintf("p%d@example.org", i), "P", mrn)
+			errs[i] = dbs[i%2].CreatePatient(ctx, u, p)
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !domain.IsCode(err, domain.CodeDuplicate) && !domain.IsCode(err, domain.CodeConflict):
+			t.Errorf("create %d: %v, want CodeDuplicate or CodeConflict", i, err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d creates stored, want exactly 1: %v", won, errs)
+	}
+	for col, want := range map[string]int64{"users": 1, "patients": 1, "patient_identifiers": 1, "write_intents": 0} {
+		if got, err := repotest.Collection(t, db, col).CountDocuments(ctx, bson.M{}); err != nil || got != want {
+			t.Errorf("%s: %d documents (%v), want %d", col, got, err, want)
+		}
+	}
+	var claim struct {
+		PatientID int64 `bson:"patientId"`
+	}
+	if err := repotest.Collection(t, db, "patient_identifiers").FindOne(ctx, bson.M{}).Decode(&claim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.PatientByID(ctx, claim.PatientID); err != nil {
+		t.Errorf("the claim's owner %d is not the stored patient: %v", claim.PatientID, err)
 	}
 }
