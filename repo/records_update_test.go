@@ -2,7 +2,6 @@ package repo_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"exchange/domain"
@@ -32,24 +31,22 @@ func TestAdminRecordUpdatesAreCompareAndSet(t *testing.T) {
 	if err := db.CreateDataSource(ctx, source); err != nil {
 		t.Fatal(err)
 	}
-	const edits = 4
 	t.Run("organization", func(t *testing.T) {
 		old, err := db.OrganizationByID(ctx, org.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		changes := make([]domain.Organization, edits)
-		for i := range changes {
-			changes[i] = *old
-			changes[i].Name = old.Name + string(rune('A'+i))
-		}
-		changes[0].Name, changes[0].Type = old.Name, "dept" // another field
-		won := race(t, changes, func(o *domain.Organization) error { return db.UpdateOrganization(ctx, old, o) })
+		want := raceEdits(t, old, func(c *domain.Organization, i int) {
+			c.Name = old.Name + string(rune('A'+i))
+			if i == 0 {
+				c.Name, c.Type = old.Name, "dept" // another field
+			}
+		}, func(o *domain.Organization) error { return db.UpdateOrganization(ctx, old, o) })
 		got, err := db.OrganizationByID(ctx, org.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := changes[won]; got.Name != want.Name || got.Type != want.Type || !got.LastUpdated.After(old.LastUpdated) {
+		if got.Name != want.Name || got.Type != want.Type || !got.LastUpdated.After(old.LastUpdated) {
 			t.Errorf("stored %+v, want the edit that stored, %+v, at a later version than %v", got, want, old.LastUpdated)
 		}
 	})
@@ -58,18 +55,17 @@ func TestAdminRecordUpdatesAreCompareAndSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		changes := make([]domain.Study, edits)
-		for i := range changes {
-			changes[i] = *old
-			changes[i].Name = old.Name + string(rune('A'+i))
-		}
-		changes[0].Name, changes[0].Description = old.Name, "About" // another field
-		won := race(t, changes, func(s *domain.Study) error { return db.UpdateStudy(ctx, old, s) })
+		want := raceEdits(t, old, func(c *domain.Study, i int) {
+			c.Name = old.Name + string(rune('A'+i))
+			if i == 0 {
+				c.Name, c.Description = old.Name, "About" // another field
+			}
+		}, func(s *domain.Study) error { return db.UpdateStudy(ctx, old, s) })
 		got, err := db.StudyByID(ctx, study.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := changes[won]; got.Name != want.Name || got.Description != want.Description || !got.LastUpdated.After(old.LastUpdated) {
+		if got.Name != want.Name || got.Description != want.Description || !got.LastUpdated.After(old.LastUpdated) {
 			t.Errorf("stored %+v, want the edit that stored, %+v, at a later version than %v", got, want, old.LastUpdated)
 		}
 	})
@@ -78,18 +74,17 @@ func TestAdminRecordUpdatesAreCompareAndSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		changes := make([]domain.DataSource, edits)
-		for i := range changes {
-			changes[i] = *old
-			changes[i].Name = old.Name + string(rune('A'+i))
-		}
-		changes[0].Name, changes[0].Type = old.Name, domain.DataSourceMedicalDevice // another field
-		won := race(t, changes, func(s *domain.DataSource) error { return db.UpdateDataSource(ctx, old, s) })
+		want := raceEdits(t, old, func(c *domain.DataSource, i int) {
+			c.Name = old.Name + string(rune('A'+i))
+			if i == 0 {
+				c.Name, c.Type = old.Name, domain.DataSourceMedicalDevice // another field
+			}
+		}, func(s *domain.DataSource) error { return db.UpdateDataSource(ctx, old, s) })
 		got, err := db.DataSourceByID(ctx, source.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := changes[won]; got.Name != want.Name || got.Type != want.Type || !got.LastUpdated.After(old.LastUpdated) {
+		if got.Name != want.Name || got.Type != want.Type || !got.LastUpdated.After(old.LastUpdated) {
 			t.Errorf("stored %+v, want the edit that stored, %+v, at a later version than %v", got, want, old.LastUpdated)
 		}
 	})
@@ -103,18 +98,17 @@ func TestAdminRecordUpdatesAreCompareAndSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		changes := make([]domain.OAuthClient, edits)
-		for i := range changes {
-			changes[i] = *old
-			changes[i].SecretHash = old.SecretHash + string(rune('A'+i)) // a rotation
-		}
-		changes[0].SecretHash, changes[0].Name = old.SecretHash, "Renamed app" // a seed's registration
-		won := race(t, changes, func(c *domain.OAuthClient) error { return db.UpdateOAuthClient(ctx, old, c) })
+		want := raceEdits(t, old, func(c *domain.OAuthClient, i int) {
+			c.SecretHash = old.SecretHash + string(rune('A'+i)) // a rotation
+			if i == 0 {
+				c.SecretHash, c.Name = old.SecretHash, "Renamed app" // a seed's registration
+			}
+		}, func(c *domain.OAuthClient) error { return db.UpdateOAuthClient(ctx, old, c) })
 		got, err := db.OAuthClient(ctx, c.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := changes[won]; got.Name != want.Name || got.SecretHash != want.SecretHash || !got.LastUpdated.After(old.LastUpdated) {
+		if got.Name != want.Name || got.SecretHash != want.SecretHash || !got.LastUpdated.After(old.LastUpdated) {
 			t.Errorf("stored %+v, want the edit that stored, %+v, at a later version than %v", got, want, old.LastUpdated)
 		}
 	})
@@ -127,35 +121,15 @@ func TestAdminRecordUpdatesAreCompareAndSet(t *testing.T) {
 	})
 }
 
-// race stores every change at once by update and returns the index of
-// the one that stored; it fails the test unless exactly one stored and
-// every other was refused as a version mismatch.
-func race[T any](t *testing.T, changes []T, update func(*T) error) int {
+// raceEdits stores four edits of old at once by update, each old changed
+// by edit(i), and returns the one that stored; it fails the test unless
+// exactly one stored and every other was refused as a version mismatch.
+func raceEdits[T any](t *testing.T, old *T, edit func(c *T, i int), update func(*T) error) T {
 	t.Helper()
-	errs := make([]error, len(changes))
-	start := make(chan struct{})
-	var wg sync.WaitGroup
+	changes := make([]T, 4)
 	for i := range changes {
-		wg.Go(func() {
-			<-start
-			errs[i] = update(&changes[i])
-		})
+		changes[i] = *old
+		edit(&changes[i], i)
 	}
-	close(start)
-	wg.Wait()
-	won := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && won < 0:
-			won = i
-		case err == nil:
-			t.Errorf("edits %d and %d from the same read both stored", won, i)
-		case !domain.IsCode(err, domain.CodeVersionMismatch):
-			t.Errorf("edit %d: %v, want version-mismatch", i, err)
-		}
-	}
-	if won < 0 {
-		t.Fatal("no edit stored")
-	}
-	return won
+	return changes[repotest.OneWins(t, len(changes), func(i int) error { return update(&changes[i]) }, domain.CodeVersionMismatch)]
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -387,30 +386,10 @@ func TestConcurrentCreatesOfOneIdentifier(t *testing.T) {
 	dbs := []*repo.DB{db, repotest.OtherInstance(t, db)}
 	ctx := context.Background()
 	mrn := domain.Identifier{System: "urn:example:mrn", Value: "race"}
-	const n = 6
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			u, p := newPatient(fmt.Sprintf("p%d@example.org", i), "P", mrn)
-			errs[i] = dbs[i%2].CreatePatient(ctx, u, p)
-		}()
-	}
-	wg.Wait()
-	won := 0
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			won++
-		case !domain.IsCode(err, domain.CodeDuplicate) && !domain.IsCode(err, domain.CodeConflict):
-			t.Errorf("create %d: %v, want CodeDuplicate or CodeConflict", i, err)
-		}
-	}
-	if won != 1 {
-		t.Fatalf("%d creates stored, want exactly 1: %v", won, errs)
-	}
+	repotest.OneWins(t, 6, func(i int) error {
+		u, p := newPatient(fmt.Sprintf("p%d@example.org", i), "P", mrn)
+		return dbs[i%2].CreatePatient(ctx, u, p)
+	}, domain.CodeDuplicate, domain.CodeConflict)
 	for col, want := range map[string]int64{"users": 1, "patients": 1, "patient_identifiers": 1, "write_intents": 0} {
 		if got, err := repotest.Collection(t, db, col).CountDocuments(ctx, bson.M{}); err != nil || got != want {
 			t.Errorf("%s: %d documents (%v), want %d", col, got, err, want)

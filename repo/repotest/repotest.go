@@ -29,6 +29,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"exchange/domain"
 	"exchange/repo"
 )
 
@@ -347,4 +348,39 @@ func (c *Commands) Snapshot() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return maps.Clone(c.seen)
+}
+
+// OneWins runs attempt(0) ... attempt(n-1) at once and returns the index
+// of the one that succeeded; it fails the test unless exactly one did and
+// every other failed with one of the codes of losers (a race of writes
+// that one may win: compare-and-set edits, redemptions of one code,
+// creates of one identifier).
+func OneWins(t testing.TB, n int, attempt func(i int) error, losers ...domain.Code) int {
+	t.Helper()
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = attempt(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && won < 0:
+			won = i
+		case err == nil:
+			t.Errorf("attempts %d and %d both succeeded", won, i)
+		case !slices.ContainsFunc(losers, func(c domain.Code) bool { return domain.IsCode(err, c) }):
+			t.Errorf("attempt %d: %v, want one of %v", i, err, losers)
+		}
+	}
+	if won < 0 {
+		t.Fatalf("no attempt succeeded: %v", errs)
+	}
+	return won
 }
