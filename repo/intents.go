@@ -275,9 +275,10 @@ func (in *intentDoc) current(patientID, studyID int64) bool {
 
 // finish ends the intent of a write that returned cause: on success, or
 // when the write undid itself, the intent goes; when it failed half way,
-// it stays for the repair.
+// it stays for the repair, given up (giveUp).
 func (d *DB) finish(ctx context.Context, in *intentDoc, cause error, settled bool) error {
 	if cause != nil && !settled {
+		d.giveUp(ctx, in)
 		return cause
 	}
 	if err := d.end(ctx, in); err != nil && cause == nil {
@@ -285,6 +286,21 @@ func (d *DB) finish(ctx context.Context, in *intentDoc, cause error, settled boo
 	}
 	return cause
 }
+
+// giveUp hands the intent of a write that returned half way to no
+// instance: the write is over, so the next write that finds the intent in
+// its way repairs it at once, instead of taking it for a write still
+// running (this process's lease is alive) until intentTimeout, and being
+// refused meanwhile: an update of the patient's identifiers, whose intent
+// is the patient's identifier lock, for 15 minutes after one failed
+// settle. If the move fails too, the intent keeps waiting for the timeout.
+func (d *DB) giveUp(ctx context.Context, in *intentDoc) {
+	_ = d.moveIntent(context.WithoutCancel(ctx), in, noInstance, in.StartedAt)
+}
+
+// noInstance is the instance of a given-up intent: no lease has its id,
+// so its write counts as abandoned (abandoned).
+const noInstance = ""
 
 // undone is the error of a write that failed with cause and then undid
 // (or settled) what it wrote, which failed with undo.
@@ -300,7 +316,7 @@ func undone(cause, undo error) error {
 
 // abandoned says whether an intent's write can no longer be running.
 func (d *DB) abandoned(ctx context.Context, in *intentDoc, now time.Time, exclusive bool) (bool, error) {
-	if exclusive || now.Sub(in.StartedAt) > intentTimeout {
+	if exclusive || in.Instance == noInstance || now.Sub(in.StartedAt) > intentTimeout {
 		return true, nil
 	}
 	if in.Instance == d.lease.id {

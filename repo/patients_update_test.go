@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -326,5 +327,75 @@ func TestRepairsOfOneUpdateLeaveALaterUpdatesClaims(t *testing.T) {
 			t.Errorf("the later update, at the repair's command %d: %v", at, errLater)
 		}
 		checkClaims(t, db, p.ID, fmt.Sprintf("the later update at the first repair's command %d (%v)", at, errLater))
+	}
+}
+
+// TestAFailedSettleLeavesNoLock: an update of a patient's identifiers
+// whose settle fails (its read of the record does) returns the error and
+// leaves its intent for the repair, as a write that is over: the next
+// change of the patient's identifiers, on another instance too, repairs
+// it and stores, instead of being refused as running into a write in
+// flight until intentTimeout (15 minutes) has passed.
+func TestAFailedSettleLeavesNoLock(t *testing.T) {
+	var step atomic.Pointer[func()]
+	db := repotest.NewDBWith(t, repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == "patients" && e.CommandName == "find" {
+			if s := step.Swap(nil); s != nil {
+				(*s)()
+			}
+		}
+	}}})
+	ctx := context.Background()
+	patients := repotest.Collection(t, db, "patients")
+	u, p := newPatient("p@example.org", "P")
+	if err := db.CreatePatient(ctx, u, p); err != nil {
+		t.Fatal(err)
+	}
+	old, err := db.PatientByID(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+	withX := *old
+	withX.Identifiers = []domain.Identifier{x}
+	var stored bson.M
+	corrupt := func() { // the record as replaced, made unreadable for the settle's read
+		if err := patients.FindOne(ctx, bson.M{"_id": p.ID}).Decode(&stored); err != nil {
+			t.Error(err)
+		}
+		if _, err := patients.UpdateOne(ctx, bson.M{"_id": p.ID}, bson.M{"$set": bson.M{"identifiers": "unreadable"}}); err != nil {
+			t.Error(err)
+		}
+	}
+	step.Store(&corrupt)
+	if err := db.UpdatePatient(ctx, old, &withX); err == nil {
+		t.Fatal("the update whose settle failed succeeded")
+	}
+	if _, err := patients.ReplaceOne(ctx, bson.M{"_id": p.ID}, stored); err != nil {
+		t.Fatal(err)
+	}
+
+	z := domain.Identifier{System: "urn:example:mrn", Value: "z"}
+	now, err := db.PatientByID(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withZ := *now
+	withZ.Identifiers = []domain.Identifier{z}
+	if err := repotest.OtherInstance(t, db).UpdatePatient(ctx, now, &withZ); err != nil {
+		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
+	}
+	var claims []struct {
+		Value string `bson:"value"`
+	}
+	cur, err := repotest.Collection(t, db, "patient_identifiers").Find(ctx, bson.M{"patientId": p.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cur.All(ctx, &claims); err != nil || len(claims) != 1 || claims[0].Value != z.Value {
+		t.Errorf("the patient's claims: %+v, %v; want z alone", claims, err)
+	}
+	if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+		t.Errorf("%d intents left (%v)", n, err)
 	}
 }
