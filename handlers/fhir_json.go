@@ -103,40 +103,11 @@ func appendArray(b []byte, n int, item func(b []byte, i int) []byte) []byte {
 	return append(b, ']')
 }
 
-func (m *fhirMeta) appendJSON(b []byte) []byte {
-	if m == nil {
-		return append(b, "null"...)
-	}
-	o := openObject(b)
-	o.str("versionId", m.VersionID, true)
-	o.str("lastUpdated", m.LastUpdated, true)
-	o.str("source", m.Source, true)
-	if len(m.Security) > 0 {
-		o.key("security")
-		o.b = appendArray(o.b, len(m.Security), func(b []byte, i int) []byte { return m.Security[i].appendJSON(b) })
-	}
-	if len(m.Tag) > 0 {
-		o.key("tag")
-		o.b = appendArray(o.b, len(m.Tag), func(b []byte, i int) []byte { return m.Tag[i].appendJSON(b) })
-	}
-	return o.close()
-}
-
 func (c fhirCoding) appendJSON(b []byte) []byte {
 	b, more := appendOptional(append(b, '{'), false, `"system":`, c.System)
 	b, more = appendOptional(b, more, `"code":`, c.Code)
 	b, _ = appendOptional(b, more, `"display":`, c.Display)
 	return append(b, '}')
-}
-
-func (c fhirCodeableConcept) appendJSON(b []byte) []byte {
-	o := openObject(b)
-	if len(c.Coding) > 0 {
-		o.key("coding")
-		o.b = appendArray(o.b, len(c.Coding), func(b []byte, i int) []byte { return c.Coding[i].appendJSON(b) })
-	}
-	o.str("text", c.Text, true)
-	return o.close()
 }
 
 func (id fhirIdentifier) appendJSON(b []byte) []byte {

@@ -151,16 +151,6 @@ func TestBundleJSON(t *testing.T) {
 			t.Errorf("Observation/%d: encoding/json wrote\n%s\nnot\n%s", o.ID, got, want)
 		}
 	}
-	var meta *fhirMeta // a nil meta
-	if got, want := meta.appendJSON(nil), reflectJSON(t, meta); !bytes.Equal(got, want) || string(got) != "null" {
-		t.Errorf("wrote %s, encoding/json %s", got, want)
-	}
-	// A patient's own view of an AuditEvent is labelled in meta.security.
-	labelled := &fhirMeta{VersionID: "1", LastUpdated: instant(time.Unix(0, 0)), Security: []fhirCoding{{System: securityLabelSystem, Code: "REDACTED", Display: "redacted"}},
-		Tag: []fhirCoding{{System: "urn:t", Code: "t"}}}
-	if got, want := labelled.appendJSON(nil), reflectJSON(t, labelled); !bytes.Equal(got, want) {
-		t.Errorf("wrote %s, encoding/json %s", got, want)
-	}
 }
 
 // FuzzObservationJSON: a native observation written by hand is what
