@@ -22,6 +22,17 @@ var plainObservationSeeds = []string{
 	`{"code":{"coding":[{"system":"a","system":"b"}]}}`, `{"code":{"coding":null}}`, `{"code":{"Coding":[]}}`,
 	`{"identifier":[{"system":"a"},null]}`, `{"identifier":{}}`, `{"meta":{"versionId":"1","versionId":"2"}}`,
 	`{"status":"final"} x`, `{"status":"final"`, `{"status":"final",}`, `[]`, `null`, ``, `{}`, `{"status":"tab	in"}`,
+	`{"status":"\u0000"}`, "{\"status\":\"nul\x00in\"}", `{"status":"\ud800"}`, `{"status":"\udc00\ud800"}`, `{"status":"\ud834\udd1e"}`,
+	"{\"status\":\"\u2028\u2029 <&>\"}", `{"status":1e400}`, `{"status":-0}`, `{"status":1E2}`, `{"id":"a","ID":"b"}`,
+}
+
+// plainObservationsLarge are bodies too large to seed the fuzzer with:
+// deep nesting, and a string of a mebibyte, which takes the fast path.
+func plainObservationsLarge() (deep []string, huge string) {
+	return []string{
+		`{"meta":` + strings.Repeat(`{"versionId":`, 10000) + `"1"` + strings.Repeat("}", 10000) + `}`,
+		`{"status":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`,
+	}, `{"identifier":[{"system":"urn:x","value":"` + strings.Repeat("é\u2028<", 1<<17) + `"}]}`
 }
 
 // TestPlainReadersAgree: whatever the fast readers accept, they read
@@ -34,6 +45,13 @@ func TestPlainReadersAgree(t *testing.T) {
 	}
 	if _, ok := readPlainObservation(BenchObservation("plain", 1, 1, 1)); !ok {
 		t.Error("a client's Observation does not take the fast path")
+	}
+	deep, huge := plainObservationsLarge()
+	for _, body := range append(deep, huge) {
+		checkPlainObservation(t, []byte(body))
+	}
+	if _, ok := readPlainObservation([]byte(huge)); !ok {
+		t.Error("an Observation with a string of a mebibyte does not take the fast path")
 	}
 	for _, seed := range plainBundleSeeds() {
 		checkPlainBundle(t, []byte(seed))
