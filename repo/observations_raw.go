@@ -206,7 +206,7 @@ func (r *docReader) observation() (domain.Observation, error) {
 					case "display":
 						return r.str(v, memberCodingDisplay, &c.Display)
 					}
-					return nil
+					return unusualKey(key, "system", "code", "display")
 				})
 				r.page.codings = append(r.page.codings, c)
 				return err
@@ -224,7 +224,7 @@ func (r *docReader) observation() (domain.Observation, error) {
 					case "value":
 						return r.str(v, memberIdentifierValue, &id.Value)
 					}
-					return nil
+					return unusualKey(key, "system", "value")
 				})
 				r.page.identifiers = append(r.page.identifiers, id)
 				return err
@@ -252,7 +252,7 @@ func (r *docReader) observation() (domain.Observation, error) {
 				case "end":
 					return r.str(v, memberEnd, &tf.PeriodEnd)
 				}
-				return nil
+				return unusualKey(key, "start", "end")
 			})
 		case "effectiveStart", "effectiveEnd":
 			t, has := &start, &hasStart
@@ -265,8 +265,8 @@ func (r *docReader) observation() (domain.Observation, error) {
 				ms, ok = v.DateTimeOK()
 				*t = time.UnixMilli(ms).UTC()
 			}
-		default:
-			return nil // members the domain value does not hold
+		default: // members the domain value does not hold
+			return unusualKey(key, "_id", "status", "code", "codings", "payload", "effective")
 		}
 		if !ok {
 			return errUnusual
@@ -281,6 +281,22 @@ func (r *docReader) observation() (domain.Observation, error) {
 		o.Effective = effective
 	}
 	return o, nil
+}
+
+// unusualKey is errUnusual for a key that the reflective decoder may read
+// as one of names, the lower-case names of its fields that the reader
+// reads by their exact names: a key it does not find, it looks up again
+// in lower case (a document holding both "codings" and "Codings" has the
+// codings of whichever comes last). A key that folds to one of them
+// (strings.EqualFold: any a lower-casing matches, and a few more) is left
+// to it. A document the service writes has none.
+func unusualKey(key []byte, names ...string) error {
+	for _, name := range names {
+		if strings.EqualFold(string(key), name) {
+			return errUnusual
+		}
+	}
+	return nil
 }
 
 // eachMember calls f with each member of a BSON document; errUnusual for a

@@ -61,6 +61,26 @@ func storedVariety(t testing.TB) map[string]bson.Raw {
 	out["empty lists"] = marshal(bson.D{{Key: "codings", Value: bson.A{}}, {Key: "identifiers", Value: bson.A{}}, {Key: "payload", Value: []byte{}}})
 	out["null lists"] = marshal(bson.D{{Key: "codings", Value: nil}, {Key: "identifiers", Value: nil}, {Key: "payload", Value: nil}})
 	out["old binary"] = marshal(bson.D{{Key: "payload", Value: bson.Binary{Subtype: bson.TypeBinaryBinaryOld, Data: []byte("{}")}}})
+	// The reflective decoder reads a key it does not know by its lower
+	// case: each of these has another value than the reader would give.
+	at := bson.NewDateTimeFromTime(updated)
+	coding := func(key string) bson.D {
+		return bson.D{{Key: "codings", Value: bson.A{bson.D{{Key: "system", Value: "a"}, {Key: key, Value: "b"}}}}}
+	}
+	for name, doc := range map[string]bson.D{
+		"top level":  {{Key: "_id", Value: int64(5)}, {Key: "_ID", Value: int64(6)}, {Key: "Status", Value: "x"}, {Key: "CODE", Value: "c"}},
+		"codings":    {{Key: "codings", Value: bson.A{}}, {Key: "Codings", Value: bson.A{bson.D{{Key: "code", Value: "c"}}}}},
+		"system":     coding("System"),
+		"code":       coding("Code"),
+		"display":    coding("DISPLAY"),
+		"identifier": {{Key: "identifiers", Value: bson.A{bson.D{{Key: "system", Value: "a"}, {Key: "Value", Value: "v"}}}}},
+		"payload":    {{Key: "Payload", Value: []byte("{}")}},
+		"effective": {{Key: "effective", Value: bson.D{{Key: "start", Value: "a"}, {Key: "END", Value: "b"}}},
+			{Key: "effectiveStart", Value: at}, {Key: "effectiveEnd", Value: at}},
+		"Effective": {{Key: "Effective", Value: bson.D{{Key: "dateTime", Value: "a"}}}, {Key: "effectiveStart", Value: at}, {Key: "effectiveEnd", Value: at}},
+	} {
+		out["a key in another case: "+name] = marshal(doc)
+	}
 	out["a time frame without its dates"] = marshal(bson.D{{Key: "effective", Value: bson.D{{Key: "dateTime", Value: "2024-01-01"}}}})
 	return out
 }
