@@ -379,6 +379,22 @@ func TestR4ExampleFidelity(t *testing.T) {
 			t.Errorf("dropped %v: %s", conv.Dropped, conv.Body)
 		}
 	})
+	// A repeating primitive's null holds the place of a value that only
+	// its extension has: valid R4, so the R4 check takes it; R5 JSON as
+	// the official schema reads it has no null among values, so the
+	// value-less item is left out and its extension reported dropped
+	// (TestPrimitiveArrayItemWithoutValue), never lost unsaid.
+	t.Run("Patient given null with an extension", func(t *testing.T) {
+		m, err := domain.DecodeJSON([]byte(`{"resourceType": "Patient", "name": [{"given": [null, "Ann"],
+			"_given": [{"extension": [{"url": "http://x", "valueString": "y"}]}, null]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conv := imported(t, m)
+		if want := `{"resourceType":"Patient","name":[{"given":["Ann"]}]}`; string(conv.Body) != want || !slices.Equal(conv.Dropped, []string{"Patient.name._given"}) {
+			t.Errorf("dropped %v: %s, want %s with Patient.name._given dropped", conv.Dropped, conv.Body, want)
+		}
+	})
 	// A contained resource is converted as one imported alone (its Coverage
 	// lacks R5's required kind), and what is reported of it is at its
 	// place in the resource imported: Claim.contained.kind, not a

@@ -427,13 +427,22 @@ func (w *walk) element(sd *StructureDefinition, el *Element, kd *keyDef, value, 
 			return err
 		}
 	case isArray:
+		exts, _ := ext.([]any)
 		for i, item := range items {
 			n := w.item(i)
 			var err error
-			if item == nil {
-				w.add("null is not a value")
-			} else {
+			switch {
+			case item != nil:
 				err = w.value(sd, el, kd, item, depth)
+			case !w.v.r4 || i >= len(exts) || exts[i] == nil:
+				// R4 JSON lets a null hold the place of a value where
+				// the aligned item of the extension sibling has
+				// something (json.html, repeating primitives): the
+				// import takes it, and the converter reports that
+				// extension dropped (converter/write.go, primitives).
+				// R5 keeps refusing it, as the official R5 JSON Schema
+				// does.
+				w.add("null is not a value")
 			}
 			w.path = w.path[:n]
 			if err != nil {

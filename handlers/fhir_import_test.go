@@ -225,6 +225,26 @@ func TestImportR4Fidelity(t *testing.T) {
 	}
 }
 
+// A null value aligned with an extension is valid R4 JSON: the import
+// takes the resource, and since R5 JSON (as the official schema reads
+// it) has no null among values, the entry's OperationOutcome reports the
+// extension dropped; the other values are stored.
+func TestImportR4NullValueWithAnExtension(t *testing.T) {
+	w := fxNewImported(t)
+	status, out := w.importR4(t, "doc", fmt.Sprint(w.aliceSrc.ID), "/Patient", `{"resourceType": "Patient",
+		"name": [{"given": [null, "Ann"], "_given": [{"extension": [{"url": "http://x", "valueString": "y"}]}, null]}]}`)
+	if status != http.StatusOK {
+		t.Fatalf("%d %v", status, out)
+	}
+	e := fxImportEntries(t, out)
+	if len(e) != 1 || e[0].status != "201 Created" || fmt.Sprint(e[0].resource["name"]) != "[map[given:[Ann]]]" ||
+		!slices.ContainsFunc(e[0].issues, func(i map[string]any) bool {
+			return i["severity"] == "warning" && fmt.Sprint(i["expression"]) == "[Patient.name._given]"
+		}) {
+		t.Errorf("%+v, want 201 with Patient.name._given reported dropped", e)
+	}
+}
+
 func TestImportR4Bundle(t *testing.T) {
 	w := fxNewImported(t)
 	src := fmt.Sprint(w.aliceSrc.ID)
@@ -352,6 +372,11 @@ func TestImportR4RefusesNullsAndOverflows(t *testing.T) {
 		{"a null name", "/Patient", `{"resourceType": "Patient", "name": null}`, "Patient.name"},
 		{"a null extension sibling", "/Patient", `{"resourceType": "Patient", "birthDate": "1990-01-01", "_birthDate": null}`, "Patient.birthDate"},
 		{"a decimal beyond range", "/Observation", `{"resourceType": "Observation", "status": "final", "code": {"text": "x"}, "valueQuantity": {"value": 1e999999}}`, "Observation.valueQuantity.value"},
+		{"a null item of a datatype", "/Patient", `{"resourceType": "Patient", "name": [null]}`, "Patient.name[0]"},
+		{"a null value without an extension", "/Patient", `{"resourceType": "Patient", "name": [{"given": [null]}]}`, "Patient.name[0].given[0]"},
+		{"a null value aligned with a null", "/Patient", `{"resourceType": "Patient", "name": [{"given": [null, "Ann"], "_given": [null, {"id": "g"}]}]}`, "Patient.name[0].given[0]"},
+		{"extensions longer than the values", "/Patient", `{"resourceType": "Patient", "name": [{"given": [null], "_given": [{"id": "g"}, {"id": "h"}]}]}`, "Patient.name[0].given"},
+		{"extensions shorter than the values", "/Patient", `{"resourceType": "Patient", "name": [{"given": [null, "Ann"], "_given": [{"id": "g"}]}]}`, "Patient.name[0].given"},
 	} {
 		status, out := w.importR4(t, "doc", src, c.path, c.body)
 		if status != http.StatusOK {
