@@ -451,7 +451,7 @@ func (w *walk) element(sd *StructureDefinition, el *Element, kd *keyDef, value, 
 		}
 	}
 	if ext != nil {
-		w.primitiveExtensions(ext, value != nil, isArray, len(items))
+		return w.primitiveExtensions(el, ext, value != nil, len(items), depth)
 	}
 	return nil
 }
@@ -463,39 +463,60 @@ func maxString(n int) string {
 	return strconv.Itoa(n)
 }
 
-// primitiveExtensions checks the _element sibling of a primitive: an
-// object (or an array of objects or nulls, parallel to the values) with
-// only id and extension.
-func (w *walk) primitiveExtensions(ext any, hasValue, isArray bool, n int) {
-	check := func(v any) {
+// primitiveExtensions checks the _element sibling of a primitive: for
+// an element that repeats, an array of objects or nulls (parallel to the
+// values when there are any), else one object; each object an Element
+// (id and extension, validated as any other Element's).
+func (w *walk) primitiveExtensions(el *Element, ext any, hasValue bool, n, depth int) error {
+	check := func(v any) error {
 		if v == nil {
-			return
+			return nil
 		}
 		m, ok := v.(map[string]any)
 		if !ok {
 			w.add("a primitive's extension sibling is an object")
-			return
+			return nil
 		}
 		for k := range m {
 			if k != "id" && k != "extension" {
 				w.add("%q is not allowed beside a primitive value (id, extension)", k)
+				return nil
 			}
 		}
+		sd, err := w.v.defs.Type("Element")
+		if err != nil {
+			return err
+		}
+		return w.object(nil, sd, "Element", m, depth+1, false)
 	}
-	if arr, ok := ext.([]any); ok {
+	arr, isArray := ext.([]any)
+	switch {
+	case isArray != (el.Max != 1):
+		if isArray {
+			w.add("the extension sibling of a single value is an object, not an array")
+		} else {
+			w.add("the extension sibling of a repeating element is an array")
+		}
+		return nil
+	case !isArray:
+		return check(ext)
+	case len(arr) == 0:
+		w.add("an empty array is not allowed")
+		return nil
+	case hasValue && len(arr) != n:
 		// Extensions may stand without values; beside values they line up.
-		if hasValue && (!isArray || len(arr) != n) {
-			w.add("the extension sibling does not line up with the values")
-			return
-		}
-		for i, v := range arr {
-			at := w.item(i)
-			check(v)
-			w.path = w.path[:at]
-		}
-		return
+		w.add("the extension sibling does not line up with the values")
+		return nil
 	}
-	check(ext)
+	for i, v := range arr {
+		at := w.item(i)
+		err := check(v)
+		w.path = w.path[:at]
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // value validates one value of an element by its type.
