@@ -2,11 +2,18 @@ package repo_test
 
 import (
 	"context"
+	"io"
 	"maps"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"exchange/domain"
@@ -96,6 +103,128 @@ func TestObservationIntentsHoldTheClaimsOfTheirIDs(t *testing.T) {
 	if n, _ := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.D{}); n != 0 {
 		t.Errorf("%d intents left", n)
 	}
+}
+
+// An observation batch that returns unsettled (here the release of the
+// claims of its refused entry fails: the connection is lost as the
+// delete is sent) gives its intent up, as a write that is over: the
+// identifiers it left claimed are taken by the next observation that has
+// them, on another instance and on the batch's own, which repairs the
+// intent on the spot, instead of being refused as being stored by a
+// request in flight (409) until intentTimeout (15 minutes) has passed.
+func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	held := domain.Identifier{System: "urn:example:obs", Value: "held"}
+	x := domain.Identifier{System: "urn:example:obs", Value: "x"}
+	y := domain.Identifier{System: "urn:example:obs", Value: "y"}
+	if errs := db.CreateObservations(ctx, []*domain.Observation{testObservation(1, held)}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	uri, link := relay(t)
+	var step atomic.Pointer[func()]
+	batch, err := repo.OpenWith(ctx, uri, db.Name(), repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == "observation_identifiers" && e.CommandName == "delete" {
+			if s := step.Swap(nil); s != nil {
+				(*s)()
+			}
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = batch.Close(ctx) })
+	cut := link.cut
+	step.Store(&cut)
+	// Another patient's observation with held: refused as a duplicate,
+	// after it claimed x and y.
+	if errs := batch.CreateObservations(ctx, []*domain.Observation{testObservation(2, x, y, held)}); !domain.IsCode(errs[0], domain.CodeDuplicate) {
+		t.Fatalf("the entry with another's identifier: %v, want CodeDuplicate", errs[0])
+	}
+	claims := repotest.Collection(t, db, "observation_identifiers")
+	if n, err := claims.CountDocuments(ctx, bson.M{"_id": bson.M{"$in": []string{repo.ClaimKey(x.System, x.Value), repo.ClaimKey(y.System, y.Value)}}}); err != nil || n != 2 {
+		t.Fatalf("%d claims of the refused entry left (%v), want 2: the release did not fail", n, err)
+	}
+
+	if errs := db.CreateObservations(ctx, []*domain.Observation{testObservation(1, y)}); errs[0] != nil {
+		t.Errorf("the next observation with y, on another instance: %v, want it stored", errs[0])
+	}
+	if errs := batch.CreateObservations(ctx, []*domain.Observation{testObservation(1, x)}); errs[0] != nil {
+		t.Errorf("the next observation with x, on the batch's instance: %v, want it stored", errs[0])
+	}
+	if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+		t.Errorf("%d intents left (%v)", n, err)
+	}
+}
+
+// link is a TCP relay to the test database: cut closes the connections
+// open through it, so that the command the driver is about to send on one
+// fails as on a lost connection; the driver's next command connects anew.
+type link struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// relay starts a link and returns the URI of the test database through
+// it; it stops when the test ends.
+func relay(t *testing.T) (string, *link) {
+	t.Helper()
+	u, err := url.Parse(repotest.URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Scheme != "mongodb" || strings.Contains(u.Host, ",") {
+		t.Skipf("the test database %s is not one host to relay", u.Redacted())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &link{}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		l.cut()
+	})
+	target := u.Host
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = down.Close()
+				continue
+			}
+			l.mu.Lock()
+			l.conns = append(l.conns, down, up)
+			l.mu.Unlock()
+			go pipe(up, down)
+			go pipe(down, up)
+		}
+	}()
+	u.Host = ln.Addr().String()
+	q := u.Query()
+	q.Set("directConnection", "true")
+	u.RawQuery = q.Encode()
+	return u.String(), l
+}
+
+// pipe copies src to dst until either closes, then closes both.
+func pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+}
+
+func (l *link) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
 }
 
 // Abandoned intents of every kind that rolls back: a patient create cut

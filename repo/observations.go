@@ -229,7 +229,9 @@ func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, er
 //
 // A crash leaves the intent: its repair releases the claims whose
 // observation is not stored, and the retry finds the stored ones as
-// duplicates of themselves. Ids of entries not stored stay unused (ids
+// duplicates of themselves. A batch that returns with claims it could not
+// settle leaves its intent too, given up, for the next write that meets
+// one of them to repair. Ids of entries not stored stay unused (ids
 // are never given back: ids.go).
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
 	errs := make([]error, len(obs))
@@ -335,9 +337,14 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		}
 	}
 	if settled {
-		// On failure the intent stays: its repair will find nothing to
-		// release.
+		// If the end fails, the intent stays: its repair will find
+		// nothing to release.
 		_ = d.end(ctx, in)
+	} else {
+		// The claims the batch could not settle stay for the repair; the
+		// batch is over, so the next write that meets one repairs it at
+		// once (giveUp) instead of taking it for a batch in flight.
+		d.giveUp(ctx, in)
 	}
 	return errs
 }
