@@ -70,9 +70,10 @@
 // Leases. Every process that writes intents holds a service_instances
 // document it renews every leaseRenew; an intent is abandoned when its
 // process's lease is older than leaseTimeout or gone, when it is older
-// than intentTimeout, when its write failed half way and returned (it
-// gave the intent up: giveUp), or, at the start of a process that started
-// the embedded database itself, always (no other process can be writing).
+// than intentTimeout, when its write returned without settling or without
+// removing it (it gave the intent up: giveUp), or, at the start of a
+// process that started the embedded database itself, always (no other
+// process can be writing).
 // Only abandoned intents are repaired; the leases are what keeps one
 // process from undoing the write another is still making (MongoDB with
 // several instances, a command beside the server). A repair first adopts

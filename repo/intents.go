@@ -273,27 +273,43 @@ func (in *intentDoc) current(patientID, studyID int64) bool {
 	return !slices.Contains(in.Superseded, pairKey(patientID, studyID))
 }
 
-// finish ends the intent of a write that returned cause: on success, or
-// when the write undid itself, the intent goes; when it failed half way,
-// it stays for the repair, given up (giveUp).
+// finish ends the intent of a write that returned cause (conclude), and
+// returns cause, or, when the write succeeded, the failure to remove its
+// intent.
 func (d *DB) finish(ctx context.Context, in *intentDoc, cause error, settled bool) error {
-	if cause != nil && !settled {
-		d.giveUp(ctx, in)
-		return cause
-	}
-	if err := d.end(ctx, in); err != nil && cause == nil {
+	if err := d.conclude(ctx, in, cause == nil || settled); cause == nil {
 		return err
 	}
 	return cause
 }
 
-// giveUp hands the intent of a write that returned half way to no
-// instance: the write is over, so the next write that finds the intent in
-// its way repairs it at once, instead of taking it for a write still
-// running (this process's lease is alive) until intentTimeout, and being
-// refused meanwhile: an update of the patient's identifiers, whose intent
-// is the patient's identifier lock, for 15 minutes after one failed
-// settle. If the move fails too, the intent keeps waiting for the timeout.
+// conclude ends the intent of a write that returned: when the write settled
+// (it succeeded, or undid itself), the intent goes; when it failed half
+// way, or the intent could not be removed, it stays for the repair, given
+// up (giveUp). It returns the failure to remove it.
+func (d *DB) conclude(ctx context.Context, in *intentDoc, settled bool) error {
+	if !settled {
+		d.giveUp(ctx, in)
+		return nil
+	}
+	err := d.end(ctx, in)
+	if err != nil {
+		d.giveUp(ctx, in)
+	}
+	return err
+}
+
+// giveUp hands the intent of a write that returned, half way or with
+// its intent unremoved, to no instance: the write is over, so the next
+// write that finds the intent in its way repairs it at once, instead of
+// taking it for a write still running (this process's lease is alive)
+// until intentTimeout, and being refused meanwhile: an update of the
+// patient's identifiers, whose intent is the patient's identifier lock,
+// for 15 minutes after one failed settle. If the move fails too, the
+// intent keeps waiting for the timeout. An end whose delete was applied
+// but whose reply was lost leaves nothing to move, and a lock intent
+// taken since by another write has another instance and start: the move,
+// a compare-and-set, leaves both alone.
 func (d *DB) giveUp(ctx context.Context, in *intentDoc) {
 	_ = d.moveIntent(context.WithoutCancel(ctx), in, noInstance, in.StartedAt)
 }

@@ -121,21 +121,8 @@ func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 	if errs := db.CreateObservations(ctx, []*domain.Observation{testObservation(1, held)}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	uri, link := relay(t)
-	var step atomic.Pointer[func()]
-	batch, err := repo.OpenWith(ctx, uri, db.Name(), repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == "observation_identifiers" && e.CommandName == "delete" {
-			if s := step.Swap(nil); s != nil {
-				(*s)()
-			}
-		}
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = batch.Close(ctx) })
-	cut := link.cut
-	step.Store(&cut)
+	batch, arm := cuttable(t, db, "delete", "observation_identifiers")
+	arm()
 	// Another patient's observation with held: refused as a duplicate,
 	// after it claimed x and y.
 	if errs := batch.CreateObservations(ctx, []*domain.Observation{testObservation(2, x, y, held)}); !domain.IsCode(errs[0], domain.CodeDuplicate) {
@@ -155,6 +142,28 @@ func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 	if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
 		t.Errorf("%d intents left (%v)", n, err)
 	}
+}
+
+// cuttable opens db's database again, as another instance of the
+// service would, through a TCP relay (relay); arm makes the next command
+// named command on the collection fail as on a lost connection: the
+// connections open through the relay are closed as it is sent. The
+// instance is closed when the test ends.
+func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *repo.DB, arm func()) {
+	t.Helper()
+	ctx := context.Background()
+	uri, l := relay(t)
+	var armed atomic.Bool
+	instance, err := repo.OpenWith(ctx, uri, db.Name(), repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); e.CommandName == command && coll == collection && armed.Swap(false) {
+			l.cut()
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = instance.Close(ctx) })
+	return instance, func() { armed.Store(true) }
 }
 
 // link is a TCP relay to the test database: cut closes the connections

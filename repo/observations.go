@@ -336,16 +336,10 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 			errs[i] = fmt.Errorf("%w (and releasing its claims failed: %v)", errs[i], err)
 		}
 	}
-	if settled {
-		// If the end fails, the intent stays: its repair will find
-		// nothing to release.
-		_ = d.end(ctx, in)
-	} else {
-		// The claims the batch could not settle stay for the repair; the
-		// batch is over, so the next write that meets one repairs it at
-		// once (giveUp) instead of taking it for a batch in flight.
-		d.giveUp(ctx, in)
-	}
+	// Claims the batch could not settle stay for the repair of its intent,
+	// given up: the next write that meets one repairs it at once. The
+	// entries' outcomes stand whether the intent goes or not.
+	_ = d.conclude(ctx, in, settled)
 	return errs
 }
 

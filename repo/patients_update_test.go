@@ -399,3 +399,42 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 		t.Errorf("%d intents left (%v)", n, err)
 	}
 }
+
+// TestAnUnendedUpdateLeavesNoLock: an update of a patient's identifiers
+// that stored, but whose intent could not be removed (the connection is
+// lost as the delete is sent), gives the intent up: the next change of the
+// patient's identifiers, on another instance too, repairs it (there is
+// nothing left to settle) and stores, instead of being refused as running
+// into a write in flight until intentTimeout (15 minutes).
+func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	u, p := newPatient("p@example.org", "P")
+	if err := db.CreatePatient(ctx, u, p); err != nil {
+		t.Fatal(err)
+	}
+	watched, arm := cuttable(t, db, "delete", "write_intents")
+	old, err := watched.PatientByID(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withX := *old
+	withX.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "x"}}
+	arm()
+	if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
+		t.Fatal("the update whose intent could not be removed succeeded")
+	}
+	now, err := db.PatientByID(ctx, p.ID)
+	if err != nil || !slices.Equal(now.Identifiers, withX.Identifiers) {
+		t.Fatalf("the record after the update: %+v, %v; want it stored", now, err)
+	}
+
+	withZ := *now
+	withZ.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "z"}}
+	if err := db.UpdatePatient(ctx, now, &withZ); err != nil {
+		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
+	}
+	if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+		t.Errorf("%d intents left (%v)", n, err)
+	}
+}
