@@ -34,7 +34,7 @@ func (s *server) importR4(c *fiber.Ctx) error {
 	resourceType := c.Params("type")
 	entries := []entryRequest{{Resource: c.Body()}}
 	if resourceType == "" {
-		in, err := decodeBundle(c, ": POST one resource to /fhir-import/R4/<type>")
+		in, err := decodeBundle(c, ": POST one resource to /fhir-import/R4/<type>", false)
 		if err != nil {
 			return err
 		}
@@ -72,7 +72,7 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		s.metrics.dropped.WithLabelValues(s.metrics.typeLabel(conv.Type)).Add(float64(len(conv.Dropped)))
 		if !conv.Native { // known from the conversion: no second decoding
 			pending.addImported(i, conv.Write(fmt.Sprint(src.ID)))
-		} else if err := s.addCreate(&pending, i, conv.Type, conv.Body, fmt.Sprint(src.ID)); err != nil {
+		} else if err := s.addCreate(&pending, i, conv.Type, conv.Body, nil, fmt.Sprint(src.ID)); err != nil {
 			failed(i, err)
 		}
 	}

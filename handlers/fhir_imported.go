@@ -73,7 +73,7 @@ func (s *server) fhirCreate(c *fiber.Ctx) error {
 		return readOnlyType(c, t)
 	}
 	if resourceType == "Observation" {
-		n, native, err := s.nativeObservation(c.Body())
+		n, native, err := s.nativeObservation(c.Body(), nil)
 		if err != nil {
 			s.metrics.observation(err)
 			return err

@@ -159,15 +159,17 @@ func (w *unknownWalk) object(raw []byte, known elements) error {
 // A plain body of native elements only, as clients send, is read in one
 // pass (readPlainObservation); any other body is decoded and walked as
 // the reference path does, which then says what is wrong with it.
-func (s *server) nativeObservation(raw []byte) (n *domain.NewObservation, native bool, err error) {
-	in, plain := readPlainObservation(raw)
+//
+// in is raw already read so (a batch's entry.observation), or nil.
+func (s *server) nativeObservation(raw []byte, in *observationIn) (n *domain.NewObservation, native bool, err error) {
+	plain := in != nil
+	if !plain {
+		in, plain = readPlainObservation(raw)
+	}
 	var decodeErr error
 	if !plain {
-		// Decoded apart, so that in, which every upload has, stays off
-		// the heap (the decoder's pointer would move it there).
-		var decoded observationIn
-		decodeErr = json.Unmarshal(raw, &decoded)
-		in = decoded
+		in = new(observationIn)
+		decodeErr = json.Unmarshal(raw, in)
 	}
 	if decodeErr == nil {
 		native = in.Code != nil && slices.ContainsFunc(in.Code.Coding, func(c observationCoding) bool { return domain.IsNativeSystem(c.System) })
@@ -182,7 +184,7 @@ func (s *server) nativeObservation(raw []byte) (n *domain.NewObservation, native
 			return nil, true, err
 		}
 	}
-	n, err = s.newObservation(&in)
+	n, err = s.newObservation(in)
 	return n, true, err
 }
 
@@ -329,9 +331,10 @@ type batchIn struct {
 const maxBundleEntries = 10_000
 
 // decodeBundle reads a request Bundle (batch, or R4 import); hint says
-// where a body that is not a Bundle belongs.
-func decodeBundle(c *fiber.Ctx, hint string) (*batchIn, error) {
-	in, plain := readPlainBundle(c.Body()) // resources alias the body, as c.Body() itself is passed on
+// where a body that is not a Bundle belongs; observations, whether its
+// plain Observations are read in the same pass (readPlainBundle).
+func decodeBundle(c *fiber.Ctx, hint string, observations bool) (*batchIn, error) {
+	in, plain := readPlainBundle(c.Body(), observations) // resources alias the body, as c.Body() itself is passed on
 	if !plain {
 		in = batchIn{}
 		if err := json.Unmarshal(c.Body(), &in); err != nil {
@@ -354,6 +357,10 @@ type entryRequest struct {
 		Method string `json:"method"`
 		URL    string `json:"url"`
 	} `json:"request"`
+	// observation is Resource read as a plain Observation by the Bundle's
+	// own pass (readPlainEntry), exactly as readPlainObservation(Resource)
+	// reads it; nil when it was not read so.
+	observation *observationIn
 }
 
 // create reports whether the entry is a create (POST); an entry without
@@ -380,7 +387,7 @@ func (e entryRequest) resource(i int) (json.RawMessage, error) {
 // other resources go to the imported store under the FHIR source the
 // request's header or each resource's meta.source names.
 func (s *server) fhirBatch(c *fiber.Ctx) error {
-	in, err := decodeBundle(c, "")
+	in, err := decodeBundle(c, "", true)
 	if err != nil {
 		return err
 	}
@@ -402,7 +409,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 			failed(i, err)
 			continue
 		}
-		if err := s.addCreate(&pending, i, resourceType, e.Resource, c.Get(domain.SourceHeader)); err != nil {
+		if err := s.addCreate(&pending, i, resourceType, e.Resource, e.observation, c.Get(domain.SourceHeader)); err != nil {
 			s.metrics.observation(err) // only a native Observation fails to be added
 			failed(i, err)
 		}
@@ -422,13 +429,14 @@ type creates struct {
 }
 
 // addCreate routes entry i to p: a native-coded Observation to the native
-// store, anything else to the imported store under source.
-func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, source string) error {
+// store, anything else to the imported store under source; read is body
+// read as a plain Observation, or nil (nativeObservation).
+func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, read *observationIn, source string) error {
 	var n *domain.NewObservation
 	native := false
 	if resourceType == "Observation" {
 		var err error
-		if n, native, err = s.nativeObservation(body); err != nil {
+		if n, native, err = s.nativeObservation(body, read); err != nil {
 			return err
 		}
 	}

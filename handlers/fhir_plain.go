@@ -23,13 +23,26 @@ import (
 // readPlainObservation reads an Observation as json.Unmarshal into
 // observationIn would, for a body whose every member is one of
 // nativeElements, named once, in its exact case, with a value of its
-// type (no null); ok is false for any other body. What its pointers and
-// slices point to is one observationParts: an allocation apiece was a
-// tenth of an upload's.
-func readPlainObservation(raw []byte) (in observationIn, ok bool) {
+// type (no null); ok is false for any other body. It and what its
+// pointers and slices point to are one plainObservation: an allocation
+// apiece was a tenth of an upload's.
+func readPlainObservation(raw []byte) (in *observationIn, ok bool) {
 	r := plainjson.NewReader(raw, string(raw))
-	p := new(observationParts)
-	ok = plainObject(r, func(key string) bool {
+	in, ok = readObservation(r)
+	return in, ok && r.End()
+}
+
+// readObservation reads the Observation object at r as
+// readPlainObservation reads a whole body: the same members, each with
+// the same reader. A batch reads its Observations with it in the Bundle's
+// own pass (readPlainEntry), which then neither scans nor copies them a
+// second time; what it reads of an object equals what
+// readPlainObservation reads of that object's bytes alone
+// (TestPlainReadersAgree, FuzzPlainBundle).
+func readObservation(r *plainjson.Reader) (*observationIn, bool) {
+	o := new(plainObservation)
+	in, p := &o.in, &o.parts
+	ok := plainObject(r, func(key string) bool {
 		switch key {
 		case "resourceType":
 			return plainString(r, &in.ResourceType)
@@ -91,7 +104,14 @@ func readPlainObservation(raw []byte) (in observationIn, ok bool) {
 		}
 		return false
 	})
-	return in, ok && r.End()
+	return in, ok
+}
+
+// plainObservation is an Observation readObservation read and the parts
+// its pointers point to, in one allocation.
+type plainObservation struct {
+	in    observationIn
+	parts observationParts
 }
 
 // observationParts holds the elements of an Observation readPlainObservation
@@ -165,8 +185,10 @@ func plainPair(r *plainjson.Reader, key1 string, dest1 *string, key2 string, des
 // (others are skipped, as encoding/json skips them, unless they could be
 // a known member in another case); the entries' resources alias body, and
 // their strings, only skipped, may hold escapes (an R4 import's narratives
-// do). ok is false for any other body.
-func readPlainBundle(body []byte) (in batchIn, ok bool) {
+// do). With observations set (a batch), each resource that reads as a
+// plain Observation (readObservation) is read so in the same pass, into
+// its entry's observation. ok is false for any other body.
+func readPlainBundle(body []byte, observations bool) (in batchIn, ok bool) {
 	r := plainjson.NewReader(body, string(body))
 	ok = plainObject(r, func(key string) bool {
 		switch key {
@@ -178,7 +200,7 @@ func readPlainBundle(body []byte) (in batchIn, ok bool) {
 			in.Entry = []entryRequest{}
 			return r.Array(func() bool {
 				in.Entry = append(in.Entry, entryRequest{})
-				return readPlainEntry(r, body, &in.Entry[len(in.Entry)-1])
+				return readPlainEntry(r, body, observations, &in.Entry[len(in.Entry)-1])
 			})
 		}
 		return skipUnknown(r, key, "resourceType", "type", "entry")
@@ -186,14 +208,26 @@ func readPlainBundle(body []byte) (in batchIn, ok bool) {
 	return in, ok && r.End()
 }
 
-// readPlainEntry reads one entry of a request Bundle into e.
-func readPlainEntry(r *plainjson.Reader, body []byte, e *entryRequest) bool {
+// readPlainEntry reads one entry of a request Bundle into e, and its
+// resource as a plain Observation too when observations is set and it is
+// one; a resource that is not is read again from its start, skipped.
+func readPlainEntry(r *plainjson.Reader, body []byte, observations bool, e *entryRequest) bool {
 	return plainObject(r, func(key string) bool {
 		switch key {
 		case "resource":
 			start := r.Start()
-			if start == len(body) || body[start] != '{' || !r.Skip() {
+			if start == len(body) || body[start] != '{' {
 				return false // null, or not an object: encoding/json's to judge
+			}
+			read := false
+			if observations {
+				if e.observation, read = readObservation(r); !read {
+					e.observation = nil
+					r.Rewind(start)
+				}
+			}
+			if !read && !r.Skip() {
+				return false
 			}
 			e.Resource = json.RawMessage(body[start:r.Pos():r.Pos()])
 			return true

@@ -56,10 +56,10 @@ func TestPlainReadersAgree(t *testing.T) {
 	for _, seed := range plainBundleSeeds() {
 		checkPlainBundle(t, []byte(seed))
 	}
-	if _, ok := readPlainBundle(BenchBatch("plain", 0, 3, 1, 1)); !ok {
-		t.Error("a client's batch Bundle does not take the fast path")
+	if in, ok := readPlainBundle(BenchBatch("plain", 0, 3, 1, 1), true); !ok || in.Entry[2].observation == nil {
+		t.Error("a client's batch Bundle, or its Observations, do not take the fast path")
 	}
-	if _, ok := readPlainBundle(r4ExampleBundle(t, "Observation")); !ok {
+	if _, ok := readPlainBundle(r4ExampleBundle(t, "Observation"), false); !ok {
 		t.Error("an R4 import Bundle of the official examples (narratives hold escapes) does not take the fast path")
 	}
 }
@@ -82,6 +82,10 @@ func plainBundleSeeds() []string {
 		`{"resourceType":"Bundle","entry":[{"resource":{"a":"\u123"}}]}`, `{"resourceType":"Bundle","entry":[{"resource":{"a":"\`,
 		`{"resourceType":"Bundle","entry":[{"resource":{"a":"\"}}]}`, `{"resourceType":"Bundle","entry":[{"resource":{"a\"b":1}}]}`,
 		`{"resourceType":"Bundle","x":"\"","entry":[{"resource":{"a":"\u0041\xff"}}]}`,
+		`{"resourceType":"Bundle","type":"batch","entry":[{"resource":{"resourceType":"Observation","status":"fin\u0061l"},"request":{"method":"POST","url":"Observation"}},{"resource":` + obs + `}]}`,
+		`{"resourceType":"Bundle","entry":[{"resource":{"resourceType":"Patient","text":{"div":"<div xmlns=\"x\"/>"}}},{"request":{"url":"x"},"resource":{"status":"final"}}]}`,
+		`{"resourceType":"Bundle","entry":[{"resource":{"status":"final","status":"final"}},{"resource":{"code":{"coding":[{"code":"a"}]},"x":[{"y":"\n"}]}}]}`,
+		`{"resourceType":"Bundle","entry":[{"resource":{"status":"final"} , "resource":{}}]}`, `{"resourceType":"Bundle","entry":[{"resource":{"status":"final"}`,
 	}
 }
 
@@ -90,16 +94,43 @@ func plainBundleSeeds() []string {
 // the native store would not keep (checkObservationJSON).
 func checkPlainObservation(t *testing.T, raw []byte) {
 	t.Helper()
-	checkPlain(t, raw, readPlainObservation, func(raw []byte) (in observationIn, err error) {
+	checkPlain(t, raw, func(raw []byte) (observationIn, bool) {
+		in, ok := readPlainObservation(raw)
+		return *in, ok
+	}, func(raw []byte) (in observationIn, err error) {
 		return in, checkObservationJSON(raw, json.Unmarshal(raw, &in))
 	})
 }
 
 // checkPlainBundle compares the fast Bundle reader with encoding/json on
-// raw.
+// raw, and the Observations it reads in its own pass with
+// readPlainObservation of each entry's resource alone: a batch takes
+// either for the other (entryRequest.observation).
 func checkPlainBundle(t *testing.T, raw []byte) {
 	t.Helper()
-	checkPlain(t, raw, readPlainBundle, func(raw []byte) (in batchIn, err error) {
+	checkPlain(t, raw, func(raw []byte) (batchIn, bool) {
+		in, ok := readPlainBundle(raw, true)
+		without, okWithout := readPlainBundle(raw, false)
+		if ok != okWithout {
+			t.Fatalf("%q: read fast %v reading its Observations, %v not", raw, ok, okWithout)
+		}
+		if !ok {
+			return in, false
+		}
+		for i := range in.Entry {
+			e := &in.Entry[i]
+			alone, plain := readPlainObservation(e.Resource)
+			if plain != (e.observation != nil) || plain && !reflect.DeepEqual(*e.observation, *alone) {
+				t.Fatalf("%q: entry %d's resource reads in the Bundle's pass as %+v (%v), alone as %+v (%v)",
+					raw, i, e.observation, e.observation != nil, alone, plain)
+			}
+			e.observation = nil // encoding/json knows nothing of it
+		}
+		if !reflect.DeepEqual(in, without) {
+			t.Fatalf("%q: read fast as %+v reading its Observations, %+v not", raw, in, without)
+		}
+		return in, true
+	}, func(raw []byte) (in batchIn, err error) {
 		return in, json.Unmarshal(raw, &in)
 	})
 }

@@ -71,7 +71,7 @@ func FuzzDecodeObservation(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		if _, native, _ := s.nativeObservation(raw); native != domain.IsNativeObservation(raw) {
+		if _, native, _ := s.nativeObservation(raw, nil); native != domain.IsNativeObservation(raw) {
 			t.Fatalf("%q: routed native=%v, domain.IsNativeObservation says %v", raw, native, !native)
 		}
 		var in observationIn

@@ -88,6 +88,13 @@ func (r *Reader) Start() int {
 	return r.pos
 }
 
+// Rewind moves the reader back to pos, an offset Start returned before a
+// value, so that a value one reading gave up on is read again another way
+// (a batch reads each resource as a plain Observation first, and skips it
+// when it is not one). The nesting depth needs no rewinding: every
+// container restores it on its way out, failed or not.
+func (r *Reader) Rewind(pos int) { r.pos = pos }
+
 // String reads a plain string; with Unquote set, any string.
 func (r *Reader) String() (string, bool) {
 	from := r.Start()
