@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -161,7 +162,7 @@ func (w *unknownWalk) object(raw []byte, known elements) error {
 // the reference path does, which then says what is wrong with it.
 //
 // in is raw already read so (a batch's entry.observation), or nil.
-func (s *server) nativeObservation(raw []byte, in *observationIn) (n *domain.NewObservation, native bool, err error) {
+func (s *server) nativeObservation(raw []byte, in *observationIn) (n domain.NewObservation, native bool, err error) {
 	plain := in != nil
 	if !plain {
 		in, plain = readPlainObservation(raw)
@@ -177,11 +178,11 @@ func (s *server) nativeObservation(raw []byte, in *observationIn) (n *domain.New
 		native = domain.IsNativeObservation(raw)
 	}
 	if !native {
-		return nil, false, nil
+		return domain.NewObservation{}, false, nil
 	}
 	if !plain {
 		if err := checkObservationJSON(raw, decodeErr); err != nil {
-			return nil, true, err
+			return domain.NewObservation{}, true, err
 		}
 	}
 	n, err = s.newObservation(in)
@@ -210,11 +211,11 @@ func checkObservationJSON(raw []byte, decodeErr error) error {
 // newObservation turns a decoded Observation into the input of the native
 // create. A data point over the service's bound is refused before its
 // Base64 is decoded.
-func (s *server) newObservation(in *observationIn) (*domain.NewObservation, error) {
+func (s *server) newObservation(in *observationIn) (domain.NewObservation, error) {
 	if in.ResourceType != "Observation" {
-		return nil, domain.FieldErrorf("resourceType", "must be Observation, not %q", in.ResourceType)
+		return domain.NewObservation{}, domain.FieldErrorf("resourceType", "must be Observation, not %q", in.ResourceType)
 	}
-	n := &domain.NewObservation{Status: in.Status}
+	n := domain.NewObservation{Status: in.Status} // a value: a pointer cost every upload an allocation
 	if in.Subject != nil {
 		n.Subject = in.Subject.Reference
 	}
@@ -243,17 +244,17 @@ func (s *server) newObservation(in *observationIn) (*domain.NewObservation, erro
 		n.Effective = &domain.EffectiveClaim{Element: "effectivePeriod", Start: p.Start, End: p.End}
 	}
 	if len(given) > 1 {
-		return nil, domain.FieldErrorf("Observation.effective[x]", "has one form, not %s", strings.Join(given, " and "))
+		return domain.NewObservation{}, domain.FieldErrorf("Observation.effective[x]", "has one form, not %s", strings.Join(given, " and "))
 	}
 	if v := in.ValueAttachment; v != nil {
 		n.ContentType = v.ContentType
 		size, spaced := base64BinaryLen(v.Data)
 		if err := s.service.CheckDataPointSize(size); err != nil {
-			return nil, err
+			return domain.NewObservation{}, err
 		}
 		data, err := decodeBase64Binary(v.Data, spaced)
 		if err != nil {
-			return nil, domain.FieldErrorf("Observation.valueAttachment.data", "is not Base64")
+			return domain.NewObservation{}, domain.FieldErrorf("Observation.valueAttachment.data", "is not Base64")
 		}
 		n.Data = data
 	}
@@ -305,8 +306,8 @@ func statusLine(code int) string { return strconv.Itoa(code) + " " + http.Status
 
 // createNativeObservation creates an Observation coded to Open mHealth or
 // IEEE 1752 in the native store, as a batch entry would.
-func (s *server) createNativeObservation(c *fiber.Ctx, n *domain.NewObservation) error {
-	res := s.service.CreateObservations(c.UserContext(), actor(c), []domain.NewObservation{*n})[0]
+func (s *server) createNativeObservation(c *fiber.Ctx, n domain.NewObservation) error {
+	res := s.service.CreateObservations(c.UserContext(), actor(c), []domain.NewObservation{n})[0]
 	s.metrics.observation(res.Err)
 	if res.Err != nil {
 		return res.Err
@@ -432,7 +433,7 @@ type creates struct {
 // store, anything else to the imported store under source; read is body
 // read as a plain Observation, or nil (nativeObservation).
 func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, read *observationIn, source string) error {
-	var n *domain.NewObservation
+	var n domain.NewObservation
 	native := false
 	if resourceType == "Observation" {
 		var err error
@@ -447,7 +448,7 @@ func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, 
 	if p.natives == nil {
 		p.natives = make([]domain.NewObservation, 0, p.entries) // a batch is mostly native uploads: grown once
 	}
-	p.natives = append(p.natives, *n)
+	p.natives = append(p.natives, n)
 	p.nativeAt = append(p.nativeAt, i)
 	return nil
 }
@@ -480,6 +481,8 @@ func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p
 	}
 	results := s.service.CreateObservations(ctx, a, p.natives)
 	responses := make([]bundleResponse, len(results)) // one allocation for the batch, not one per entry
+	var updated time.Time                             // the store gives a batch one time: written once
+	var lastModified string
 	for k, res := range results {
 		i := p.nativeAt[k]
 		s.metrics.observation(res.Err)
@@ -489,7 +492,10 @@ func (s *server) createAll(ctx context.Context, c *fiber.Ctx, a *domain.Actor, p
 		}
 		o := res.Observation
 		id := strconv.FormatInt(o.ID, 10)
-		responses[k] = bundleResponse{Status: statusCreated, Location: "Observation/" + id + "/_history/1", Etag: `W/"1"`, LastModified: instant(o.LastUpdated)}
+		if lastModified == "" || !o.LastUpdated.Equal(updated) {
+			updated, lastModified = o.LastUpdated, instant(o.LastUpdated)
+		}
+		responses[k] = bundleResponse{Status: statusCreated, Location: "Observation/" + id + "/_history/1", Etag: `W/"1"`, LastModified: lastModified}
 		entries[i] = bundleEntry{FullURL: base + "/Observation/" + id, Resource: observationFHIR(o), Response: &responses[k]}
 	}
 }
