@@ -1,5 +1,7 @@
 package omh
 
+import "regexp"
+
 // Unexported parts the external tests compare.
 var (
 	ParsePlain     = parsePlain
@@ -28,5 +30,5 @@ func HeaderSchema(dp *DataPoint) SchemaID {
 }
 
 // CodePattern is the pattern of a native code, whose groups ParseCode
-// returns.
-var CodePattern = codePattern
+// returns: the reference its hand check is compared with.
+var CodePattern = regexp.MustCompile(`^(omh|ieee):([a-z0-9]+(?:-[a-z0-9]+)*):([0-9]+\.[0-9]+)$`)

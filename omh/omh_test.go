@@ -108,7 +108,7 @@ func TestParseCode(t *testing.T) {
 // and cuts at the colons, returns its groups, and that Code() gives back
 // the code.
 func FuzzParseCode(f *testing.F) {
-	for _, s := range []string{"omh:heart-rate:2.0", "ieee:sleep-stage-summary:1.0", "omh:a:1.0:x", "omh::1.0", "omh:a-:1.0", "ieee:a:1.0\n"} {
+	for _, s := range []string{"omh:heart-rate:2.0", "ieee:sleep-stage-summary:1.0", "omh:a:1.0:x", "omh::1.0", "omh:a-:1.0", "ieee:a:1.0\n", "omh:-a:1.0", "omh:a--b:1.0", "omh:a:1.", "omh:a:.1", "omh:a:1.0.1", "omh:a:1..0", "omh:a:\u0661.0", "OMH:a:1.0", "omh:a_b:1.0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, code string) {
