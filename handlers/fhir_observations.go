@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -321,15 +322,47 @@ func (s *server) createNativeObservation(c *fiber.Ctx, n domain.NewObservation) 
 
 // batchIn is a request Bundle.
 type batchIn struct {
-	ResourceType string         `json:"resourceType"`
-	Type         string         `json:"type"`
-	Entry        []entryRequest `json:"entry"`
+	ResourceType string    `json:"resourceType"`
+	Type         string    `json:"type"`
+	Entry        entryList `json:"entry"`
 }
 
 // maxBundleEntries bounds the entries of one request Bundle: every entry
 // costs its answer, and a 64 MiB body of empty entries would otherwise
 // hold gigabytes. Larger uploads go in several requests.
 const maxBundleEntries = 10_000
+
+// entryList is a request Bundle's entries. Read, it keeps no more than
+// maxBundleEntries+1 of them, enough for decodeBundle to refuse the
+// Bundle: those past that are only checked to be JSON, so a body of a
+// million empty entries costs what one at the bound costs, not the 56
+// times its size that keeping them all took (a gigabyte or more live at
+// the body limit). readPlainBundle keeps the same ones.
+type entryList []entryRequest
+
+// UnmarshalJSON reads the entries as json.Unmarshal reads a
+// []entryRequest, up to the bound. The body is valid JSON by the time it
+// is called (json.Unmarshal checks all of it first).
+func (l *entryList) UnmarshalJSON(data []byte) error {
+	if data[0] != '[' {
+		// null, or not an array: as the slice takes it (nil, or the
+		// error that names the member).
+		return json.Unmarshal(data, (*[]entryRequest)(l))
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil {
+		return err
+	}
+	*l = entryList{}
+	for len(*l) <= maxBundleEntries && dec.More() {
+		var e entryRequest
+		if err := dec.Decode(&e); err != nil {
+			return err
+		}
+		*l = append(*l, e)
+	}
+	return nil
+}
 
 // decodeBundle reads a request Bundle (batch, or R4 import); hint says
 // where a body that is not a Bundle belongs; observations, whether its
@@ -346,7 +379,7 @@ func decodeBundle(c *fiber.Ctx, hint string, observations bool) (*batchIn, error
 		return nil, domain.FieldErrorf("Bundle.resourceType", "must be Bundle, not %q%s", in.ResourceType, hint)
 	}
 	if len(in.Entry) > maxBundleEntries {
-		return nil, domain.FieldErrorf("Bundle.entry", "has %d entries; at most %d are taken in one request", len(in.Entry), maxBundleEntries)
+		return nil, domain.FieldErrorf("Bundle.entry", "has more than %d entries; at most %d are taken in one request", maxBundleEntries, maxBundleEntries)
 	}
 	return &in, nil
 }

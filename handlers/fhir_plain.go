@@ -197,8 +197,11 @@ func readPlainBundle(body []byte, observations bool) (in batchIn, ok bool) {
 		case "type":
 			return plainString(r, &in.Type)
 		case "entry":
-			in.Entry = []entryRequest{}
+			in.Entry = entryList{}
 			return r.Array(func() bool {
+				if len(in.Entry) > maxBundleEntries {
+					return r.Skip() // checked, not kept, as entryList
+				}
 				in.Entry = append(in.Entry, entryRequest{})
 				return readPlainEntry(r, body, observations, &in.Entry[len(in.Entry)-1])
 			})

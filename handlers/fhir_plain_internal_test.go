@@ -169,3 +169,62 @@ func FuzzPlainBundle(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) { checkPlainBundle(t, raw) })
 }
+
+// TestBundleEntriesBounded: a Bundle of a million empty entries keeps no
+// more than maxBundleEntries+1 of them, read fast or by encoding/json
+// (a key with an escape sends it there), and is refused as too long.
+func TestBundleEntriesBounded(t *testing.T) {
+	entries := strings.Repeat(`{},`, 1_000_000) + `{"request":{"method":"POST"}}]}`
+	for name, body := range map[string]string{
+		"plain":   `{"resourceType":"Bundle","type":"batch","entry":[` + entries,
+		"escaped": `{"resourceType":"Bundle","type":"batch","entr\u0079":[` + entries,
+	} {
+		raw := []byte(body)
+		in, plain := readPlainBundle(raw, true)
+		if plain != (name == "plain") {
+			t.Fatalf("%s: read fast %v", name, plain)
+		}
+		if !plain {
+			if err := json.Unmarshal(raw, &in); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(in.Entry) != maxBundleEntries+1 {
+			t.Errorf("%s: %d entries kept, want %d", name, len(in.Entry), maxBundleEntries+1)
+		}
+	}
+}
+
+// TestEntryListReadsAsASlice: below the bound, entryList reads what a
+// []entryRequest reads, and refuses what it refuses in the same words.
+func TestEntryListReadsAsASlice(t *testing.T) {
+	for _, entry := range []string{
+		`[]`, `null`, `5`, `"x"`, `{}`, `[1]`, `[null]`, `[{}, {}]`,
+		`[{"request": 5}]`, `[{"request": {"method": 5}}]`, `[{}, {"resource": [1]}]`,
+		`[{"resource": {"resourceType": "Patient"}, "request": {"method": "POST", "url": "Patient"}}]`,
+		`[{"Resource": {"a": "\u00e9"}, "REQUEST": {"Method": "post"}}]`,
+		`[{"request": null, "resource": null}]`,
+	} {
+		body := []byte(`{"resourceType": "Bundle", "entry": ` + entry + `}`)
+		var got batchIn
+		gotErr := json.Unmarshal(body, &got)
+		var want struct {
+			ResourceType string         `json:"resourceType"`
+			Entry        []entryRequest `json:"entry"`
+		}
+		wantErr := json.Unmarshal(body, &want)
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Errorf("%s: error %v, as a slice %v", entry, gotErr, wantErr)
+			continue
+		}
+		if gotErr != nil {
+			if g, w := fhirJSONError("Bundle", gotErr).Error(), fhirJSONError("Bundle", wantErr).Error(); g != w {
+				t.Errorf("%s: refused as %q, as a slice %q", entry, g, w)
+			}
+			continue
+		}
+		if !reflect.DeepEqual([]entryRequest(got.Entry), want.Entry) {
+			t.Errorf("%s: read as %+v, as a slice %+v", entry, got.Entry, want.Entry)
+		}
+	}
+}
