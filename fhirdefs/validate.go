@@ -308,6 +308,16 @@ func (w *walk) object(kd *keyDef, sd *StructureDefinition, defPath string, obj m
 		w.add("the definition of %s has no elements", defPath)
 		return nil
 	}
+	if kd != nil && !w.v.r4 && len(obj) == 0 {
+		// The value of a complex element (kd is set): FHIR's invariant
+		// ele-1 ("All FHIR elements must have a @value or children")
+		// refuses it; stored, "name": [{}] would be a name that says
+		// nothing. (ele-1 does not count an id as a child, but an
+		// official R5 example, Medication-med0301, has an identifier of
+		// only an id: an id alone stands.)
+		w.add("an empty object is not allowed (ele-1: an element has a value or children)")
+		return nil
+	}
 	var buf [32]present
 	found := buf[:0]
 	var unknown []string
