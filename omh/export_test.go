@@ -32,3 +32,7 @@ func HeaderSchema(dp *DataPoint) SchemaID {
 // CodePattern is the pattern of a native code, whose groups ParseCode
 // returns: the reference its hand check is compared with.
 var CodePattern = regexp.MustCompile(`^(omh|ieee):([a-z0-9]+(?:-[a-z0-9]+)*):([0-9]+\.[0-9]+)$`)
+
+// PlainDateTime is the date-time shortcut of the accept check, which
+// TestPlainDateTime compares with the library's format check.
+var PlainDateTime = plainDateTime
