@@ -589,12 +589,14 @@ type jsonMember struct {
 }
 
 // appendJSONValue appends the element key: v, as bsonValue(v) marshals.
+// key holds no NUL: appendJSONDocument checked it, or it is an array
+// index; so each element's header is written by appendKnownHeader.
 func appendJSONValue(b []byte, key string, v any) ([]byte, error) {
 	switch v := v.(type) {
 	case map[string]any:
-		return appendJSONDocument(bsoncore.AppendHeader(b, bsoncore.TypeEmbeddedDocument, key), v)
+		return appendJSONDocument(appendKnownHeader(b, bsoncore.TypeEmbeddedDocument, key), v)
 	case []any:
-		arr, b := bsoncore.AppendArrayElementStart(b, key)
+		arr, b := bsoncore.AppendArrayStart(appendKnownHeader(b, bsoncore.TypeArray, key))
 		var err error
 		for i, x := range v {
 			if b, err = appendJSONValue(b, arrayKey(i), x); err != nil {
@@ -603,24 +605,32 @@ func appendJSONValue(b []byte, key string, v any) ([]byte, error) {
 		}
 		return bsoncore.AppendArrayEnd(b, arr)
 	case string:
-		return bsoncore.AppendStringElement(b, key, v), nil
+		return bsoncore.AppendString(appendKnownHeader(b, bsoncore.TypeString, key), v), nil
 	case bool:
-		return bsoncore.AppendBooleanElement(b, key, v), nil
+		return bsoncore.AppendBoolean(appendKnownHeader(b, bsoncore.TypeBoolean, key), v), nil
 	case nil:
-		return bsoncore.AppendNullElement(b, key), nil
+		return appendKnownHeader(b, bsoncore.TypeNull, key), nil
 	case json.Number:
 		if n, err := v.Int64(); err == nil {
-			return bsoncore.AppendInt64Element(b, key, n), nil
+			return bsoncore.AppendInt64(appendKnownHeader(b, bsoncore.TypeInt64, key), n), nil
 		}
 		f, _ := v.Float64()
 		if math.IsInf(f, 0) {
-			return bsoncore.AppendNullElement(b, key), nil
+			return appendKnownHeader(b, bsoncore.TypeNull, key), nil
 		}
-		return bsoncore.AppendDoubleElement(b, key, f), nil
+		return bsoncore.AppendDouble(appendKnownHeader(b, bsoncore.TypeDouble, key), f), nil
 	}
 	t, data, err := bson.MarshalValue(bsonValue(v))
 	if err != nil {
 		return nil, err
 	}
 	return bsoncore.AppendValueElement(b, key, bsoncore.Value{Type: bsoncore.Type(t), Data: data}), nil
+}
+
+// appendKnownHeader is bsoncore.AppendHeader (the type, the key and a NUL)
+// for a key known to hold no NUL, without looking for one again: a data
+// point's two dozen elements each looked for it, a fortieth of a batch
+// upload's CPU.
+func appendKnownHeader(b []byte, t bsoncore.Type, key string) []byte {
+	return append(append(append(b, byte(t)), key...), 0)
 }
