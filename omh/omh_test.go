@@ -123,6 +123,20 @@ func FuzzParseCode(f *testing.F) {
 	})
 }
 
+// TestEffectiveTimeFrameAllocations: reading an instant allocates its
+// TimeFrame and its FHIR rendering only, not the error target that only a
+// failure uses (allocations are counted, not timed).
+func TestEffectiveTimeFrameAllocations(t *testing.T) {
+	body := map[string]any{"effective_time_frame": map[string]any{"date_time": "2024-05-01T09:30:00+02:00"}}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := omh.EffectiveTimeFrame(body); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 2 {
+		t.Errorf("EffectiveTimeFrame allocates %v times, want 2", n)
+	}
+}
+
 func TestEffectiveTimeFrame(t *testing.T) {
 	utc := func(s string) time.Time { v, _ := time.Parse(time.RFC3339Nano, s); return v.UTC() }
 	for _, tc := range []struct {
