@@ -110,11 +110,14 @@ type acceptNode struct {
 
 	allOf, anyOf, oneOf []*acceptNode
 
-	required     []string
-	properties   map[string]*acceptNode
-	propertyList []acceptProperty // properties, as a list to look up
-	additional   *acceptNode      // additionalProperties as a schema
-	noAdditional bool             // additionalProperties: false
+	required []string
+	// requiredOther are the required names that are not properties:
+	// checkProperties finds a required property missing as it looks it up.
+	requiredOther []string
+	properties    map[string]*acceptNode
+	propertyList  []acceptProperty // properties, as a list to look up
+	additional    *acceptNode      // additionalProperties as a schema
+	noAdditional  bool             // additionalProperties: false
 
 	items    *acceptNode
 	minItems int // -1: none
@@ -125,8 +128,9 @@ type acceptNode struct {
 // acceptProperty is a member of the properties keyword: its name and its
 // schema.
 type acceptProperty struct {
-	name   string
-	schema *acceptNode
+	name     string
+	schema   *acceptNode
+	required bool
 }
 
 // acceptEnum is an enum keyword: its strings indexed, and the kinds of its
@@ -208,11 +212,16 @@ func (b acceptBuilder) fill(n *acceptNode, s *jsonschema.Schema) bool {
 	}
 	n.allOf, n.anyOf, n.oneOf = b.nodes(s.AllOf), b.nodes(s.AnyOf), b.nodes(s.OneOf)
 	n.required = s.Required
+	for _, name := range s.Required {
+		if _, ok := s.Properties[name]; !ok {
+			n.requiredOther = append(n.requiredOther, name)
+		}
+	}
 	if s.Properties != nil {
 		n.properties = make(map[string]*acceptNode, len(s.Properties))
 		for name, p := range s.Properties {
 			n.properties[name] = b.node(p)
-			n.propertyList = append(n.propertyList, acceptProperty{name, n.properties[name]})
+			n.propertyList = append(n.propertyList, acceptProperty{name, n.properties[name], slices.Contains(s.Required, name)})
 		}
 		// In a fixed order, so that runs check alike.
 		slices.SortFunc(n.propertyList, func(a, b acceptProperty) int { return strings.Compare(a.name, b.name) })
@@ -335,13 +344,13 @@ func (n *acceptNode) check(v any, depth int) verdict {
 }
 
 func (n *acceptNode) checkObject(obj map[string]any, depth int) verdict {
+	if len(n.propertyList) <= len(obj)+lookupMargin {
+		return n.checkProperties(obj, depth)
+	}
 	for _, name := range n.required {
 		if _, ok := obj[name]; !ok {
 			return rejected
 		}
-	}
-	if len(n.propertyList) <= len(obj)+lookupMargin {
-		return n.checkProperties(obj, depth)
 	}
 	result := accepted
 	for name, value := range obj {
@@ -378,12 +387,21 @@ const lookupMargin = 3
 // and the members that are not properties, counted, are only visited when
 // a schema applies to them. The verdict is the same: a member that is
 // rejected rejects the object, else one unsure makes it unsure, whatever
-// the order they come in.
+// the order they come in; a required member missing rejects it too,
+// whether found before or while the properties are looked up.
 func (n *acceptNode) checkProperties(obj map[string]any, depth int) verdict {
+	for _, name := range n.requiredOther {
+		if _, ok := obj[name]; !ok {
+			return rejected
+		}
+	}
 	result, matched := accepted, 0
 	for _, p := range n.propertyList {
 		value, ok := obj[p.name]
 		if !ok {
+			if p.required {
+				return rejected
+			}
 			continue
 		}
 		matched++
