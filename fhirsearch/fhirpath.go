@@ -184,24 +184,27 @@ type node struct {
 	typ   string
 }
 
-// eval returns every value the expression selects in a resource.
-func (fp fhirPath) eval(resourceType string, resource map[string]any) []node {
-	var out []node
+// evalInto appends to out every value the expression selects in a
+// resource. steps are the two buffers the steps pass the values between:
+// Index evaluates tens of expressions per resource, and reusing them
+// (and out) spares a slice per step of each.
+func (fp fhirPath) evalInto(out []node, resourceType string, resource map[string]any, steps *[2][]node) []node {
 	for _, p := range fp {
 		if p.root != resourceType {
 			continue
 		}
-		nodes := []node{{value: resource, typ: resourceType}}
+		nodes, next := append(steps[0][:0], node{value: resource, typ: resourceType}), steps[1]
 		for _, st := range p.steps {
-			nodes = st.apply(nodes)
+			nodes, next = st.apply(next[:0], nodes), nodes
 		}
 		out = append(out, nodes...)
+		steps[0], steps[1] = nodes, next
 	}
 	return out
 }
 
-func (st step) apply(in []node) []node {
-	var out []node
+// apply appends to out the values the step selects from in.
+func (st step) apply(out, in []node) []node {
 	for _, n := range in {
 		m, isObject := n.value.(map[string]any)
 		switch st.kind {
@@ -268,13 +271,23 @@ func referenceType(ref map[string]any) string {
 // typeAndID splits a literal reference into its type and id.
 func typeAndID(ref string) (string, string, bool) {
 	ref, _, _ = strings.Cut(ref, "/_history/")
-	parts := strings.Split(ref, "/")
-	if len(parts) < 2 {
+	// The last two segments, cut without splitting the whole reference.
+	rest, id, ok := cutLast(ref, "/")
+	if !ok {
 		return "", "", false
 	}
-	typ, id := parts[len(parts)-2], parts[len(parts)-1]
+	_, typ, _ := cutLast(rest, "/")
 	if !isIdentifier(typ) || !unicode.IsUpper(rune(typ[0])) || id == "" {
 		return "", "", false
 	}
 	return typ, id, true
+}
+
+// cutLast is strings.Cut at the last sep: s before it, after it, whether
+// s holds it (when not: "", s, false).
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return "", s, false
 }

@@ -38,7 +38,7 @@ func TestFHIRPathSubset(t *testing.T) {
 			continue
 		}
 		var values []any
-		for _, n := range fp.eval("Observation", resource) {
+		for _, n := range fp.evalInto(nil, "Observation", resource, new([2][]node)) {
 			values = append(values, n.value)
 		}
 		if got, _ := json.Marshal(values); string(got) != want {

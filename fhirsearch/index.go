@@ -2,8 +2,8 @@ package fhirsearch
 
 import (
 	"encoding/json"
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,39 +38,24 @@ type indexedParam struct {
 // Index extracts the search index of a resource of a type the store
 // keeps (Keeps); of any other type it is empty.
 func (c *Catalog) Index(resourceType string, resource map[string]any) domain.ResourceIndex {
-	idx := domain.ResourceIndex{Keys: []string{}, Dates: map[string]domain.Span{}, Numbers: map[string]domain.NumberSpan{}}
 	r, ok := c.byType[resourceType]
 	if !ok {
-		return idx
+		return domain.ResourceIndex{Keys: []string{}, Dates: map[string]domain.Span{}, Numbers: map[string]domain.NumberSpan{}}
 	}
-	// seen dedupes the keys: a set, not a search of idx.Keys, since a
-	// resource may carry tens of thousands of codings or identifiers and
-	// a linear search per key made its write quadratic (20,000 codings
-	// took seconds of CPU).
-	seen := map[string]bool{}
-	add := func(param string, keys ...string) {
-		for _, k := range keys {
-			if k = param + "|" + k; !seen[k] {
-				seen[k] = true
-				idx.Keys = append(idx.Keys, k)
-			}
-		}
-	}
+	x := indexer{idx: domain.ResourceIndex{Keys: make([]string, 0, linearKeys), Dates: map[string]domain.Span{}, Numbers: map[string]domain.NumberSpan{}}}
+	idx := &x.idx
 	for _, p := range r.indexed {
-		for _, n := range p.path.eval(resourceType, resource) {
+		x.nodes = p.path.evalInto(x.nodes[:0], resourceType, resource, &x.steps)
+		for _, n := range x.nodes {
 			switch p.typ {
 			case TypeToken:
-				add(p.name, tokenValues(n.value)...)
+				x.addTokens(p.name, n.value)
 			case TypeString:
-				for _, s := range stringValues(n.value) {
-					if key := domain.SearchKey(s); key != "" {
-						add(p.name, key)
-					}
-				}
+				x.addStrings(p.name, n.value)
 			case TypeReference:
-				add(p.name, referenceValues(n.value)...)
+				x.addReferences(p.name, n.value)
 			case TypeURI:
-				add(p.name, uriValues(n.value)...)
+				x.addURIs(p.name, n.value)
 			case TypeDate:
 				if span, ok := dateSpan(n.value); ok {
 					if prev, seen := idx.Dates[p.name]; seen {
@@ -88,7 +73,9 @@ func (c *Catalog) Index(resourceType string, resource map[string]any) domain.Res
 					idx.Numbers[p.name] = span
 				}
 				if p.typ == TypeQuantity && len(values) > 0 {
-					add(p.name, units...)
+					for _, u := range units {
+						x.add(p.name + "|" + u)
+					}
 				}
 			}
 		}
@@ -97,66 +84,120 @@ func (c *Catalog) Index(resourceType string, resource map[string]any) domain.Res
 		start := span.Start
 		idx.SortDate = &start
 	}
-	return idx
+	return x.idx
 }
 
-// tokenValues are the token keys of a Coding, CodeableConcept,
-// CodeableReference, Identifier, code or boolean.
-func tokenValues(v any) []string {
+// indexer is the index of one resource as Index builds it. Each key is
+// written once, "param|" and its parts in one concatenation, straight
+// into the keys (Index is a tenth of the CPU of an import, issue 14), and
+// the buffers of the FHIRPath evaluation serve every parameter of the
+// resource. Nothing in it outlives the call but the index returned.
+type indexer struct {
+	idx domain.ResourceIndex
+	// seen dedupes the keys once they are more than linearKeys: a set,
+	// since a resource may carry tens of thousands of codings or
+	// identifiers and a linear search per key made its write quadratic
+	// (20,000 codings took seconds of CPU). Below, a search of the few
+	// keys written is cheaper than making and hashing into a set.
+	seen  map[string]struct{}
+	nodes []node
+	steps [2][]node
+}
+
+// linearKeys is how many keys the indexer dedupes by searching them.
+const linearKeys = 16
+
+// add appends a key unless it is there already.
+func (x *indexer) add(key string) {
+	switch {
+	case x.seen != nil:
+		if _, dup := x.seen[key]; dup {
+			return
+		}
+		x.seen[key] = struct{}{}
+	case slices.Contains(x.idx.Keys, key):
+		return
+	case len(x.idx.Keys) == linearKeys:
+		x.seen = make(map[string]struct{}, 4*linearKeys)
+		for _, k := range x.idx.Keys {
+			x.seen[k] = struct{}{}
+		}
+		x.seen[key] = struct{}{}
+	}
+	x.idx.Keys = append(x.idx.Keys, key)
+}
+
+// addTokens adds the token keys (TokenKeys) of a Coding,
+// CodeableConcept, CodeableReference, Identifier, code or boolean.
+func (x *indexer) addTokens(param string, v any) {
 	switch v := v.(type) {
 	case string:
-		return []string{v}
+		x.add(param + "|" + v)
 	case bool:
-		return []string{fmt.Sprint(v)}
+		x.add(param + "|" + strconv.FormatBool(v))
 	case map[string]any:
-		var keys []string
 		if codings, ok := v["coding"].([]any); ok {
 			for _, c := range codings {
-				keys = append(keys, tokenValues(c)...)
+				x.addTokens(param, c)
 			}
-			return keys
+			return
 		}
 		if concept, ok := v["concept"].(map[string]any); ok { // CodeableReference
-			return tokenValues(concept)
+			x.addTokens(param, concept)
+			return
 		}
 		system, _ := v["system"].(string)
-		if code, ok := v["code"].(string); ok { // Coding
-			return TokenKeys(system, code)
+		code, ok := v["code"].(string) // Coding
+		if !ok {
+			code, ok = v["value"].(string) // Identifier
 		}
-		if value, ok := v["value"].(string); ok { // Identifier
-			return TokenKeys(system, value)
+		if ok {
+			tokens, n := TokenKeyTokens(system, code)
+			for _, t := range tokens[:n] {
+				if t.HasSystem { // param|t.Key()
+					x.add(param + "|" + t.System + "|" + t.Code)
+				} else {
+					x.add(param + "|" + t.Code)
+				}
+			}
 		}
 	}
-	return nil
 }
 
-// stringValues are the searchable strings of a string, HumanName or Address.
-func stringValues(v any) []string {
+// addStrings adds the folded searchable strings (domain.SearchKey) of a
+// string, HumanName or Address.
+func (x *indexer) addStrings(param string, v any) {
+	add := func(s string) {
+		if key := domain.SearchKey(s); key != "" {
+			x.add(param + "|" + key)
+		}
+	}
 	switch v := v.(type) {
 	case string:
-		return []string{v}
+		add(v)
 	case map[string]any:
-		var out []string
-		for _, k := range []string{"family", "given", "text", "prefix", "suffix", "line", "city", "district", "state", "postalCode", "country"} {
-			switch x := v[k].(type) {
+		for _, k := range stringParts {
+			switch s := v[k].(type) {
 			case string:
-				out = append(out, x)
+				add(s)
 			case []any:
-				for _, s := range x {
+				for _, s := range s {
 					if str, ok := s.(string); ok {
-						out = append(out, str)
+						add(str)
 					}
 				}
 			}
 		}
-		return out
 	}
-	return nil
 }
 
-// referenceValues are the keys of a Reference (Type/id and id) or a
+// stringParts are the searchable elements of a HumanName or Address, in
+// the order their keys are written.
+var stringParts = []string{"family", "given", "text", "prefix", "suffix", "line", "city", "district", "state", "postalCode", "country"}
+
+// addReferences adds the keys of a Reference (Type/id and id) or a
 // canonical (as written, and Type/id when it ends so).
-func referenceValues(v any) []string {
+func (x *indexer) addReferences(param string, v any) {
 	var ref string
 	switch v := v.(type) {
 	case string:
@@ -165,29 +206,30 @@ func referenceValues(v any) []string {
 		ref, _ = v["reference"].(string)
 	}
 	if ref == "" {
-		return nil
+		return
 	}
-	keys := []string{}
-	if typ, id, ok := typeAndID(ref); ok {
-		keys = append(keys, typ+"/"+id, id)
+	typ, id, ok := typeAndID(ref)
+	if ok {
+		x.add(param + "|" + typ + "/" + id)
+		x.add(param + "|" + id)
+		if ref == id || (len(ref) == len(typ)+1+len(id) && ref[:len(typ)] == typ && ref[len(typ)] == '/' && ref[len(typ)+1:] == id) {
+			return // ref is typ/id or id: written
+		}
 	}
-	if !slices.Contains(keys, ref) {
-		keys = append(keys, ref)
-	}
-	return keys
+	x.add(param + "|" + ref)
 }
 
-// uriValues are the keys of a uri, url or canonical: as written, and a
+// addURIs adds the keys of a uri, url or canonical: as written, and a
 // canonical's url without its |version.
-func uriValues(v any) []string {
+func (x *indexer) addURIs(param string, v any) {
 	s, ok := v.(string)
 	if !ok || s == "" {
-		return nil
+		return
 	}
+	x.add(param + "|" + s)
 	if url, _, versioned := strings.Cut(s, "|"); versioned && url != "" {
-		return []string{s, url}
+		x.add(param + "|" + url)
 	}
-	return []string{s}
 }
 
 // quantityValues are the numbers of a number (integer, decimal), a
