@@ -23,6 +23,7 @@ import (
 	"exchange/fhirdefs"
 	"exchange/fhirdefs/fhirdefstest"
 	"exchange/fhirsearch"
+	"exchange/internal/pinned"
 )
 
 // nonInstance are the R4 resource types of the Conformance and
@@ -446,31 +447,7 @@ func TestR4ExampleOutputs(t *testing.T) {
 		got[i] = filepath.Base(files[i]) + " " + outcomeDigest(e.Convert(m))
 	})
 	got = slices.DeleteFunc(got, func(s string) bool { return s == "" })
-	if *update {
-		if err := os.WriteFile(path, []byte(strings.Join(got, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	if len(got) != len(want) {
-		t.Fatalf("%d examples converted, %d pinned", len(got), len(want))
-	}
-	changed := 0
-	for i := range got {
-		if got[i] != want[i] {
-			if changed++; changed <= 20 {
-				t.Errorf("outcome changed: %s, pinned %s", got[i], want[i])
-			}
-		}
-	}
-	if changed > 0 {
-		t.Errorf("%d of %d outcomes changed", changed, len(got))
-	}
+	pinned.Lines(t, path, got, *update)
 }
 
 // outcomeDigest is the SHA-256 (its first 16 bytes, in hex) of all that a

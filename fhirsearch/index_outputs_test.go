@@ -19,6 +19,7 @@ import (
 	"exchange/fhirdefs"
 	"exchange/fhirdefs/fhirdefstest"
 	"exchange/internal/benchcpu"
+	"exchange/internal/pinned"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/index-outputs.txt")
@@ -146,31 +147,7 @@ func TestIndexOutputs(t *testing.T) {
 	for i, r := range in {
 		got[i] = r.name + " " + indexDigest(c.Index(r.resource["resourceType"].(string), r.resource))
 	}
-	if *update {
-		if err := os.WriteFile(path, []byte(strings.Join(got, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	if len(got) != len(want) {
-		t.Fatalf("%d examples indexed, %d pinned", len(got), len(want))
-	}
-	changed := 0
-	for i := range got {
-		if got[i] != want[i] {
-			if changed++; changed <= 20 {
-				t.Errorf("index changed: %s, pinned %s", got[i], want[i])
-			}
-		}
-	}
-	if changed > 0 {
-		t.Errorf("%d of %d indexes changed", changed, len(got))
-	}
+	pinned.Lines(t, path, got, *update)
 }
 
 // BenchmarkIndex is the CPU of indexing the official R5 examples of the
