@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/runes"
 	"golang.org/x/text/transform"
@@ -19,13 +20,36 @@ var unaccented = strings.NewReplacer("ø", "o", "Ø", "o", "æ", "ae", "Æ", "ae
 // names carry their keys, so a prefix match is an anchored, case-sensitive
 // regular expression that MongoDB answers from an index.
 func SearchKey(s string) string {
+	folded := s
+	// ASCII is its own NFD and NFC and holds no combining mark and no
+	// letter of unaccented: accentFold leaves it as it is
+	// (FuzzAccentFoldKeepsASCII), so an ASCII string, as most are, skips
+	// the transform chain, whose buffers made SearchKey most of the
+	// bytes an import allocates to index (issue 14).
+	if !isASCII(s) {
+		folded = accentFold(s)
+	}
+	return strings.Join(strings.Fields(strings.ToLower(folded)), " ")
+}
+
+// accentFold removes the accents of s: the combining marks NFD splits
+// off, and the letters unaccented spells in ASCII.
+func accentFold(s string) string {
 	t := transform.Chain(norm.NFD, runes.Remove(runes.In(unicode.Mn)), norm.NFC)
 	folded, _, err := transform.String(t, s)
 	if err != nil {
 		folded = s
 	}
-	folded = unaccented.Replace(folded)
-	return strings.Join(strings.Fields(strings.ToLower(folded)), " ")
+	return unaccented.Replace(folded)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // JoinKind names a search parameter whose values name other entities: the
