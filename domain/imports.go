@@ -1,9 +1,7 @@
 package domain
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"strconv"
 )
 
@@ -116,7 +114,7 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	if wantType != "" && rt != wantType {
 		return nil, FieldErrorf(rt+".resourceType", "is %s, but the URL names %s", rt, wantType)
 	}
-	_, hasID := in["id"]
+	id, hasID := in["id"]
 	delete(in, "id")
 	conv, err := s.converter.ConvertR4(in)
 	if err != nil {
@@ -124,22 +122,10 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	}
 	obj := validJSONObject(conv.Body) // the converter's own JSON
 	if hasID {
-		// The id as it was sent, compacted, as the create path reads it.
-		// DecodeJSON found body valid, with no member named twice: the
-		// one member id is what validJSONObject(body).get("id") gives,
-		// without a string per member name.
-		var id []byte
-		_ = EachValidJSONMember(body, func(key, value []byte) error {
-			if string(key) == "id" {
-				id = value
-			}
-			return nil
-		})
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, id); err != nil {
-			return nil, err
-		}
-		obj.set("id", compact.Bytes())
+		// The id as the create path reads it: its value re-encoded, which
+		// may escape differently from what was sent but reads the same
+		// (an id not a string is refused there, by its field).
+		obj.set("id", mustJSON(id))
 	}
 	if code, ok := obj.get("code"); ok && conv.Type == "Observation" && IsNativeObservation(append(append([]byte(`{"code":`), code...), '}')) {
 		conv.Native = true

@@ -173,6 +173,39 @@ func TestImportR4OneResource(t *testing.T) {
 	}
 }
 
+// The R4 id becomes the resource's upstream identifier by its value, however
+// the sender escaped it; an id that is not a string is refused by its field,
+// and nothing is stored for it.
+func TestImportR4IDForms(t *testing.T) {
+	w := fxNewImported(t)
+	src := fmt.Sprint(w.aliceSrc.ID)
+	for _, c := range []struct{ name, id, status, value string }{
+		{"escaped", `"p\u002F3\u003c"`, "201 Created", "p/3<"},
+		{"a number", `12`, "400 Bad Request", ""},
+		{"an object", `{"x": [1, 2]}`, "400 Bad Request", ""},
+		{"an array", `["p4"]`, "400 Bad Request", ""},
+	} {
+		_, out := w.importR4(t, "doc", src, "/Patient", `{"resourceType": "Patient", "id": `+c.id+`, "gender": "female"}`)
+		e := fxImportEntries(t, out)
+		if len(e) != 1 || e[0].status != c.status {
+			t.Errorf("%s: %+v", c.name, e)
+			continue
+		}
+		if c.value == "" {
+			if !strings.Contains(fmt.Sprint(e[0].issues), "Patient.id") {
+				t.Errorf("%s: the refusal names no field: %+v", c.name, e[0].issues)
+			}
+			continue
+		}
+		if ids := fxArr(e[0].resource["identifier"]); len(ids) != 1 || fxObj(ids[0])["value"] != c.value {
+			t.Errorf("%s: identifier %v", c.name, e[0].resource["identifier"])
+		}
+	}
+	if n := w.count(t); n != 1 {
+		t.Errorf("%d resources stored, want 1", n)
+	}
+}
+
 // What the conversion did is in each entry's OperationOutcome: a code the
 // official ConceptMaps translated (information), a value dropped even
 // when its text survives elsewhere (warning), an element R5 requires and
