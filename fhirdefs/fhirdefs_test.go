@@ -425,3 +425,32 @@ func TestR4Check(t *testing.T) {
 		t.Errorf("R5 checks reference targets: %v", issues)
 	}
 }
+
+// FuzzValidate: whatever JSON a client sends, the R5 gate and the R4
+// import's check answer with issues (a 4xx), never with an error (a
+// 500: a fault of the definitions) or a panic.
+func FuzzValidate(f *testing.F) {
+	for _, s := range []string{
+		`{"resourceType": "Patient", "name": [{"given": [null, "Ann"], "_given": [{"extension": [{"url": "http://x", "valueString": "y"}]}, null]}]}`,
+		`{"resourceType": "Patient", "birthDate": "1990-01-01", "_birthDate": {"id": 5, "extension": [{"valueString": "x"}]}}`,
+		`{"resourceType": "Patient", "name": [{"_given": []}], "contact": [{"name": {}}, {}]}`,
+		`{"resourceType": "Observation", "status": "final", "_status": [{"id": "s"}], "code": {"text": "x"}, "valueQuantity": {"value": 1e999}}`,
+		`{"resourceType": "Observation", "contained": [{"resourceType": "Patient", "_active": {"extension": [{"url": "u", "_valueString": {}}]}}]}`,
+		`{"resourceType": "Questionnaire", "item": [{"linkId": "a", "item": [{"linkId": "b", "_text": {"id": "t"}}]}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	r5v := r5(f)
+	r4defs, err := openedR4()
+	if err != nil {
+		f.Fatalf("%v: run scripts/setup first", err)
+	}
+	r4v := fhirdefs.NewR4Validator(r4defs)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for name, v := range map[string]*fhirdefs.Validator{"R5": r5v, "R4": r4v} {
+			if _, err := v.Validate(data); err != nil {
+				t.Errorf("%s: %s: %v", name, data, err)
+			}
+		}
+	})
+}
