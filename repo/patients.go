@@ -345,8 +345,9 @@ func identifierChangeID(patientID int64) bson.ObjectID {
 // patient's identifiers, which takes the patient's identifier lock. A
 // lock left by a write that is gone is repaired on the spot and taken;
 // one of a write still running (on another instance: this one's queue on
-// the patient's stripe; or one of this instance whose settle failed,
-// until intentTimeout) refuses the update with CodeConflict.
+// the patient's stripe) refuses the update with CodeConflict. A lock whose
+// write returned without settling, or without removing it, was given up
+// (giveUp): it is repaired on the spot as well.
 func (d *DB) beginIdentifierChange(ctx context.Context, in *intentDoc) error {
 	in.ID = identifierChangeID(in.PatientID)
 	for attempt := 0; attempt < 3; attempt++ {
