@@ -212,8 +212,8 @@ func (x *indexer) addReferences(param string, v any) {
 	if ok {
 		x.add(param + "|" + typ + "/" + id)
 		x.add(param + "|" + id)
-		if ref == id || (len(ref) == len(typ)+1+len(id) && ref[:len(typ)] == typ && ref[len(typ)] == '/' && ref[len(typ)+1:] == id) {
-			return // ref is typ/id or id: written
+		if len(ref) == len(typ)+len("/")+len(id) {
+			return // typ and id are ref's last segments: ref is typ/id, written
 		}
 	}
 	x.add(param + "|" + ref)
