@@ -216,6 +216,10 @@ func relay(t *testing.T) (string, *link) {
 	u.Host = ln.Addr().String()
 	q := u.Query()
 	q.Set("directConnection", "true")
+	// A cut command is a write lost on the wire: on a MongoDB replica set
+	// the driver would send a retryable one (an intent's DeleteOne) again
+	// on a new connection, and it would not fail.
+	q.Set("retryWrites", "false")
 	u.RawQuery = q.Encode()
 	return u.String(), l
 }
