@@ -3,12 +3,14 @@ package oauth_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
 	"exchange/oauth"
+	"exchange/repo/repotest"
 )
 
 func TestClientRegistrationValidation(t *testing.T) {
@@ -81,5 +83,38 @@ func TestClientRegistrationValidation(t *testing.T) {
 	stored, err := env.DB.OAuthClient(ctx, "fixed-id")
 	if err != nil || stored.RedirectURIs[0] != "https://gateway.example.org/oauth/callback" {
 		t.Errorf("after SaveClient: %+v %v", stored, err)
+	}
+}
+
+// TestConcurrentRotationsOfOneSecret: rotations of a client's secret sent
+// at once: one stores its secret, which then authenticates the client;
+// every other is refused (CodeConflict: send it again) and hands out no
+// secret. Before, each replaced the client and returned its secret, and
+// every secret but the last stored was dead on arrival.
+func TestConcurrentRotationsOfOneSecret(t *testing.T) {
+	env := handlerstest.Start(t)
+	ctx := context.Background()
+	c, _ := env.Client(t, oauth.ClientRegistration{Name: "App", Type: domain.ClientConfidential, RedirectURIs: []string{"https://app.example.org/cb"}})
+	secrets := make([]string, 4)
+	won := repotest.OneWins(t, len(secrets), func(i int) error {
+		s, err := env.OAuth.RotateClientSecret(ctx, c.ID)
+		secrets[i] = s
+		return err
+	}, domain.CodeConflict)
+	for i, s := range secrets {
+		if i != won && s != "" {
+			t.Errorf("refused rotation %d handed out a secret", i)
+		}
+	}
+	req, _ := http.NewRequest("POST", env.URL+"/o/introspect/", strings.NewReader("token=x"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(c.ID, secrets[won])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("introspection with the secret of the rotation that stored: %d", resp.StatusCode)
 	}
 }
