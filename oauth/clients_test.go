@@ -106,15 +106,7 @@ func TestConcurrentRotationsOfOneSecret(t *testing.T) {
 			t.Errorf("refused rotation %d handed out a secret", i)
 		}
 	}
-	req, _ := http.NewRequest("POST", env.URL+"/o/introspect/", strings.NewReader("token=x"))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.SetBasicAuth(c.ID, secrets[won])
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("introspection with the secret of the rotation that stored: %d", resp.StatusCode)
+	if status, _ := introspectAs(t, env, c.ID, secrets[won], "x"); status != http.StatusOK {
+		t.Errorf("introspection with the secret of the rotation that stored: %d", status)
 	}
 }
