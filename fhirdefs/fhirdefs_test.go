@@ -180,6 +180,8 @@ func TestInvalidResourcesAreRefusedWithTheirPath(t *testing.T) {
 		{"primitive extensions of a single value as an array", patch(t, observation, map[string]any{"status": nil, "_status": raw(`[{"id": "s"}]`)}), "Observation.status"},
 		{"primitive extensions of a repeating element as an object", []byte(`{"resourceType": "Patient", "name": [{"_given": {"id": "g"}}]}`), "Patient.name[0].given"},
 		{"primitive extensions an empty array", []byte(`{"resourceType": "Patient", "name": [{"_given": []}]}`), "Patient.name[0].given"},
+		{"an empty primitive extension (ele-1)", patch(t, observation, map[string]any{"_status": raw(`{}`)}), "Observation.status"},
+		{"an empty primitive extension of a repeating element", []byte(`{"resourceType": "Patient", "name": [{"given": ["Jo"], "_given": [{}]}]}`), "Patient.name[0].given[0]"},
 		{"narrative without div", patch(t, observation, map[string]any{"text": raw(`{"status": "generated", "div": "hello"}`)}), "Observation.text.div"},
 		{"narrative status outside its value set", patch(t, observation, map[string]any{"text": raw(`{"status": "made-up", "div": "<div xmlns=\"http://www.w3.org/1999/xhtml\">x</div>"}`)}), "Observation.text.status"},
 		{"contained resource broken", patch(t, observation, map[string]any{"contained": raw(`[{"resourceType": "Patient", "colour": "red"}]`)}), "Observation.contained[0].colour"},

@@ -476,7 +476,7 @@ func maxString(n int) string {
 // primitiveExtensions checks the _element sibling of a primitive: for
 // an element that repeats, an array of objects or nulls (parallel to the
 // values when there are any), else one object; each object an Element
-// (id and extension, validated as any other Element's).
+// (id and extension, validated as any other Element's, not empty in R5).
 func (w *walk) primitiveExtensions(el *Element, ext any, hasValue bool, n, depth int) error {
 	check := func(v any) error {
 		if v == nil {
@@ -485,6 +485,13 @@ func (w *walk) primitiveExtensions(el *Element, ext any, hasValue bool, n, depth
 		m, ok := v.(map[string]any)
 		if !ok {
 			w.add("a primitive's extension sibling is an object")
+			return nil
+		}
+		if !w.v.r4 && len(m) == 0 {
+			// An Element too: ele-1 refuses it as it refuses any empty
+			// complex value (object); null is how a repeating element's
+			// value without extensions stands in line.
+			w.add("an empty object is not allowed (ele-1: an element has a value or children)")
 			return nil
 		}
 		for k := range m {
