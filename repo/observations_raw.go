@@ -266,7 +266,7 @@ func (r *docReader) observation() (domain.Observation, error) {
 				*t = time.UnixMilli(ms).UTC()
 			}
 		default: // members the domain value does not hold
-			return unusualKey(key, "_id", "status", "code", "codings", "payload", "effective")
+			return unusualKey(key, "_id", "status", "code", "codings", "identifiers", "payload", "effective")
 		}
 		if !ok {
 			return errUnusual

@@ -75,6 +75,8 @@ func storedVariety(t testing.TB) map[string]bson.Raw {
 		"display":    coding("DISPLAY"),
 		"identifier": {{Key: "identifiers", Value: bson.A{bson.D{{Key: "system", Value: "a"}, {Key: "Value", Value: "v"}}}}},
 		"payload":    {{Key: "Payload", Value: []byte("{}")}},
+		"identifiers": {{Key: "identifiers", Value: bson.A{}},
+			{Key: "IDENTIFIERS", Value: bson.A{bson.D{{Key: "system", Value: "a"}, {Key: "value", Value: "v"}}}}},
 		"effective": {{Key: "effective", Value: bson.D{{Key: "start", Value: "a"}, {Key: "END", Value: "b"}}},
 			{Key: "effectiveStart", Value: at}, {Key: "effectiveEnd", Value: at}},
 		"Effective": {{Key: "Effective", Value: bson.D{{Key: "dateTime", Value: "a"}}}, {Key: "effectiveStart", Value: at}, {Key: "effectiveEnd", Value: at}},
