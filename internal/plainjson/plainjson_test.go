@@ -100,9 +100,17 @@ func checkEscapedString(t *testing.T, data []byte) {
 
 // TestStringEscapes: every escape JSON has, and some it has not, at
 // every offset of a string of two eight-byte words and a tail (within
-// plainRun's words and after them).
+// plainRun's words and after them); and escapes encoding/json reads
+// leniently (a lone or reversed surrogate becomes U+FFFD, a NUL stays),
+// and text that is not valid UTF-8 (a surrogate, an overlong form, a
+// sequence cut short, a code point past U+10FFFF), alone and beside an
+// escape: String reads the first as encoding/json does, and refuses the
+// second, which encoding/json takes with U+FFFD in its place.
 func TestStringEscapes(t *testing.T) {
-	for _, esc := range []string{`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00e9`, `\uD834\udd1e`, `\x`, `\u12g4`, `\u123`, `\`} {
+	odd := []string{`\ud800`, `\udc00`, `\udc00\ud800`, `\ud800\u0041`, `\uDBFF\uDFFF`, `\u0000`, `\u2028`,
+		"\xed\xa0\x80", "\xc0\x80", "\xe2\x82", "\xf4\x90\x80\x80", "\xff", "\x7f", "\u2028\u2029", "\xef\xbf\xbd",
+		"\\n\xed\xa0\x80", "\xc0\x80\\t", `\ud800` + "\xff"}
+	for _, esc := range append([]string{`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00e9`, `\uD834\udd1e`, `\x`, `\u12g4`, `\u123`, `\`}, odd...) {
 		for at := range 20 {
 			data := []byte(`"abcdefghijklmnopqrstuvw"`)
 			data = append(data[:1+at:1+at], append([]byte(esc), data[1+at:]...)...)
