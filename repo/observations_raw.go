@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -283,20 +285,36 @@ func (r *docReader) observation() (domain.Observation, error) {
 	return o, nil
 }
 
-// unusualKey is errUnusual for a key that the reflective decoder may read
+// unusualKey is errUnusual for a key that the reflective decoder reads
 // as one of names, the lower-case names of its fields that the reader
 // reads by their exact names: a key it does not find, it looks up again
-// in lower case (a document holding both "codings" and "Codings" has the
-// codings of whichever comes last). A key that folds to one of them
-// (strings.EqualFold: any a lower-casing matches, and a few more) is left
-// to it. A document the service writes has none.
+// as strings.ToLower gives it (a document holding both "codings" and
+// "Codings" has the codings of whichever comes last). A key that lowers
+// to one of them is left to it. A document the service writes has none.
 func unusualKey(key []byte, names ...string) error {
 	for _, name := range names {
-		if strings.EqualFold(string(key), name) {
+		if lowersTo(key, name) {
 			return errUnusual
 		}
 	}
 	return nil
+}
+
+// lowersTo reports whether strings.ToLower(string(key)) == name for an
+// ASCII name, without making the string: a page reads a few such keys in
+// every document. Rune by rune as strings.ToLower maps them (unicode.ToLower),
+// which lowers more than folds to ASCII (U+0130, the dotted capital I,
+// lowers to i); an invalid byte becomes U+FFFD, never ASCII.
+func lowersTo(key []byte, name string) bool {
+	i := 0
+	for len(key) > 0 {
+		r, size := utf8.DecodeRune(key)
+		if i == len(name) || unicode.ToLower(r) != rune(name[i]) {
+			return false
+		}
+		key, i = key[size:], i+1
+	}
+	return i == len(name)
 }
 
 // eachMember calls f with each member of a BSON document; errUnusual for a

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +76,8 @@ func storedVariety(t testing.TB) map[string]bson.Raw {
 		"display":    coding("DISPLAY"),
 		"identifier": {{Key: "identifiers", Value: bson.A{bson.D{{Key: "system", Value: "a"}, {Key: "Value", Value: "v"}}}}},
 		"payload":    {{Key: "Payload", Value: []byte("{}")}},
+		// U+0130 lowers to i, though it does not fold to it.
+		"a dotted capital I": {{Key: "codings", Value: bson.A{}}, {Key: "cod\u0130ngs", Value: bson.A{bson.D{{Key: "code", Value: "c"}}}}},
 		"identifiers": {{Key: "identifiers", Value: bson.A{}},
 			{Key: "IDENTIFIERS", Value: bson.A{bson.D{{Key: "system", Value: "a"}, {Key: "value", Value: "v"}}}}},
 		"effective": {{Key: "effective", Value: bson.D{{Key: "start", Value: "a"}, {Key: "END", Value: "b"}}},
@@ -202,4 +205,26 @@ func TestObservationPageSharesNothingItShows(t *testing.T) {
 		}
 	}
 	check("each payload written over")
+}
+
+// TestLowersTo: lowersTo is strings.ToLower then ==, for keys of every
+// character of the BMP (some lower to ASCII without folding to it) and
+// for keys longer, shorter and invalid.
+func TestLowersTo(t *testing.T) {
+	check := func(key, name string) {
+		t.Helper()
+		if got, want := lowersTo([]byte(key), name), strings.ToLower(key) == name; got != want {
+			t.Fatalf("lowersTo(%q, %q) = %v, strings.ToLower says %v", key, name, got, want)
+		}
+	}
+	for r := range rune(0x10000) {
+		for _, name := range []string{"_", "i", "k", "s", "x"} {
+			check(string(r), name)
+		}
+	}
+	for _, key := range []string{"", "codings", "CODINGS", "cod\u0130ngs", "codingss", "coding", "cod\xffngs", "\u212Aey", "\u017Fystem", "_ID", "_\u0130d"} {
+		for _, name := range []string{"", "codings", "system", "_id", "key", "coding"} {
+			check(key, name)
+		}
+	}
 }
