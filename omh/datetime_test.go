@@ -1,6 +1,7 @@
 package omh_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -124,4 +125,38 @@ func FuzzPlainDateTime(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPlainDateTimeGrid: over every month 00 to 13 and day 00 to 32 of
+// leap and common years (1900 and 0000 too), and every hour 00 to 25
+// with minutes, seconds and offsets at and past their ends, the shortcut
+// passes exactly what the library passes, but the leap seconds (:60) it
+// leaves to the library: a string of its shape is never passed wrongly,
+// nor sent to the library for nothing.
+func TestPlainDateTimeGrid(t *testing.T) {
+	lib := libraryDateTime(t)
+	compare := func(s string, leap bool) {
+		t.Helper()
+		want := lib(s) == nil && !leap
+		if got := omh.PlainDateTime(s); got != want {
+			t.Errorf("%q: the shortcut says %v, the library %v", s, got, lib(s))
+		}
+	}
+	for _, year := range []string{"0000", "0004", "1900", "1996", "2000", "2023", "2024", "2100", "9999"} {
+		for month := range 14 {
+			for day := range 33 {
+				compare(fmt.Sprintf("%s-%02d-%02dT12:30:30Z", year, month, day), false)
+			}
+		}
+	}
+	offsets := []string{"Z", "z", "+00:00", "-00:00", "+23:59", "-23:59", "+24:00", "-24:00", "+00:60", "-12:30", ".5Z", ".123456789+05:45"}
+	for hour := range 26 {
+		for _, minute := range []int{0, 59, 60} {
+			for _, second := range []int{0, 59, 60, 61} {
+				for _, offset := range offsets {
+					compare(fmt.Sprintf("2016-12-31T%02d:%02d:%02d%s", hour, minute, second, offset), second == 60)
+				}
+			}
+		}
+	}
 }
