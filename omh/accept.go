@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -532,15 +533,15 @@ func plainDateTime(s string) bool {
 	if len(s) < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' && s[10] != 't' || s[13] != ':' || s[16] != ':' {
 		return false
 	}
-	year, ok1 := twoDigits(s[0:2])
-	century, ok2 := twoDigits(s[2:4])
+	centuries, ok1 := twoDigits(s[0:2])
+	years, ok2 := twoDigits(s[2:4])
 	month, ok3 := twoDigits(s[5:7])
 	day, ok4 := twoDigits(s[8:10])
 	hour, ok5 := twoDigits(s[11:13])
 	minute, ok6 := twoDigits(s[14:16])
 	second, ok7 := twoDigits(s[17:19])
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !ok7 ||
-		month < 1 || month > 12 || day < 1 || day > daysIn(month, year*100+century) || hour > 23 || minute > 59 || second > 59 {
+		month < 1 || month > 12 || day < 1 || day > daysIn(centuries*100+years, month) || hour > 23 || minute > 59 || second > 59 {
 		return false
 	}
 	rest := s[19:]
@@ -573,17 +574,9 @@ func twoDigits(s string) (int, bool) {
 	return int(s[0]-'0')*10 + int(s[1]-'0'), true
 }
 
-// daysIn is the number of days of a month (1 to 12) of a year, as the time
-// package counts them (proleptic Gregorian leap years).
-func daysIn(month, year int) int {
-	switch month {
-	case 2:
-		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
-			return 29
-		}
-		return 28
-	case 4, 6, 9, 11:
-		return 30
-	}
-	return 31
+// daysIn is the number of days of a month (1 to 12) of a year, counted by
+// the time package as time.Parse checks a date: day 0 of the next month
+// is the month's last.
+func daysIn(year, month int) int {
+	return time.Date(year, time.Month(month)+1, 0, 0, 0, 0, 0, time.UTC).Day()
 }
