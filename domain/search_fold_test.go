@@ -22,3 +22,23 @@ func FuzzAccentFoldKeepsASCII(f *testing.F) {
 		}
 	})
 }
+
+// TestSearchKeyASCIIIsTheFullFold: every ASCII string of one or two
+// bytes (control characters, upper case, spaces and all) has the key of
+// the full fold, so that SearchKey's ASCII path stays right if unaccented
+// ever spells an ASCII character or pair (which FuzzAccentFoldKeepsASCII
+// only finds by chance outside its seeds).
+func TestSearchKeyASCIIIsTheFullFold(t *testing.T) {
+	full := func(s string) string { return strings.Join(strings.Fields(strings.ToLower(accentFold(s))), " ") }
+	for a := range 128 {
+		for b := range 129 {
+			s := string(rune(a))
+			if b < 128 {
+				s += string(rune(b))
+			}
+			if got, want := SearchKey(s), full(s); got != want {
+				t.Fatalf("SearchKey(%q) = %q, the full fold %q", s, got, want)
+			}
+		}
+	}
+}
