@@ -11,32 +11,35 @@ import (
 
 // recordRace is the real store, with another request's change of an
 // organization, a study or a data source made once, right after a use
-// case reads one: the second of two edits read from the same record.
+// case reads one of the kind raced (a read of another kind, made first,
+// would let the edit read the changed record and pass without racing):
+// the second of two edits read from the same record.
 type recordRace struct {
 	*repo.DB
+	raced  string // "organization", "study" or "data source"
 	change func()
 }
 
 func (s *recordRace) OrganizationByID(ctx context.Context, id int64) (*domain.Organization, error) {
 	o, err := s.DB.OrganizationByID(ctx, id)
-	s.changeOnce()
+	s.changeOnce("organization")
 	return o, err
 }
 
 func (s *recordRace) StudyByID(ctx context.Context, id int64) (*domain.Study, error) {
 	st, err := s.DB.StudyByID(ctx, id)
-	s.changeOnce()
+	s.changeOnce("study")
 	return st, err
 }
 
 func (s *recordRace) DataSourceByID(ctx context.Context, id int64) (*domain.DataSource, error) {
 	d, err := s.DB.DataSourceByID(ctx, id)
-	s.changeOnce()
+	s.changeOnce("data source")
 	return d, err
 }
 
-func (s *recordRace) changeOnce() {
-	if change := s.change; change != nil {
+func (s *recordRace) changeOnce(kind string) {
+	if change := s.change; change != nil && kind == s.raced {
 		s.change = nil
 		change()
 	}
@@ -64,8 +67,9 @@ func TestAdminEditsFromTheSameReadKeepBothFields(t *testing.T) {
 	source, err := svc.CreateDataSource(ctx, sys, domain.NewDataSource{Name: "Tracker", Type: domain.DataSourcePersonalDevice})
 	must(err)
 	// raced makes second, with first made right after second reads.
-	raced := func(t *testing.T, first, second func() error) {
+	raced := func(t *testing.T, kind string, first, second func() error) {
 		t.Helper()
+		store.raced = kind
 		store.change = func() {
 			if err := first(); err != nil {
 				t.Error(err)
@@ -75,13 +79,13 @@ func TestAdminEditsFromTheSameReadKeepBothFields(t *testing.T) {
 			t.Fatal(err)
 		}
 		if store.change != nil {
-			t.Fatal("the edit read no record")
+			t.Fatalf("the edit read no %s", kind)
 		}
 	}
 
 	t.Run("organization", func(t *testing.T) {
 		name, kind := "Renamed clinic", domain.OrganizationType("dept")
-		raced(t, func() error {
+		raced(t, "organization", func() error {
 			_, err := svc.UpdateOrganization(ctx, sys, org.ID, domain.OrganizationPatch{Name: &name})
 			return err
 		}, func() error {
@@ -98,7 +102,7 @@ func TestAdminEditsFromTheSameReadKeepBothFields(t *testing.T) {
 	})
 	t.Run("study", func(t *testing.T) {
 		name, description := "Renamed study", "What the study is about"
-		raced(t, func() error {
+		raced(t, "study", func() error {
 			_, err := svc.UpdateStudy(ctx, sys, study.ID, domain.StudyPatch{Name: &name})
 			return err
 		}, func() error {
@@ -115,7 +119,7 @@ func TestAdminEditsFromTheSameReadKeepBothFields(t *testing.T) {
 	})
 	t.Run("data source", func(t *testing.T) {
 		name, kind := "Renamed tracker", domain.DataSourceMedicalDevice
-		raced(t, func() error {
+		raced(t, "data source", func() error {
 			_, err := svc.UpdateDataSource(ctx, sys, source.ID, domain.DataSourcePatch{Name: &name})
 			return err
 		}, func() error {
