@@ -70,10 +70,11 @@
 // Leases. Every process that writes intents holds a service_instances
 // document it renews every leaseRenew; an intent is abandoned when its
 // process's lease is older than leaseTimeout or gone, when it is older
-// than intentTimeout, when its write returned without settling or without
-// removing it (it gave the intent up: giveUp), or, at the start of a
-// process that started the embedded database itself, always (no other
-// process can be writing).
+// than intentTimeout, leaseTimeout after its write returned without
+// settling or without removing it (it gave the intent up: giveUp; a write
+// that returned a network error may still land until then, as a dead
+// process's may), or, at the start of a process that started the embedded
+// database itself, always (no other process can be writing).
 // Only abandoned intents are repaired; the leases are what keeps one
 // process from undoing the write another is still making (MongoDB with
 // several instances, a command beside the server). A repair first adopts

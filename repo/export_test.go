@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -37,6 +38,22 @@ func ClaimKey(system, value string) string { return claimKey(system, value) }
 
 // RenewLease runs one tick of d's lease renewal.
 func RenewLease(ctx context.Context, d *DB) error { return d.writeLease(ctx) }
+
+// LeaseTimeout is how long a lease may go unrenewed, and a given-up
+// intent wait, before the write counts as abandoned.
+const LeaseTimeout = leaseTimeout
+
+// SetClock makes now d's clock. It must be set before d's first write
+// intent, which starts the lease's renewal: that goroutine reads the
+// clock too.
+func SetClock(d *DB, now func() time.Time) {
+	d.lease.mu.Lock()
+	defer d.lease.mu.Unlock()
+	if d.lease.held {
+		panic("repo.SetClock: the lease is held; set the clock before the first write intent")
+	}
+	d.now = now
+}
 
 // LeaseID is the id of d's instance lease.
 func LeaseID(d *DB) string { return d.lease.id }

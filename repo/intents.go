@@ -26,8 +26,9 @@ import (
 // A write that touches several documents first inserts one intent
 // document naming what it is about to write, and deletes it after its
 // last write. An intent that outlives its write marks a write that was
-// cut short; it is abandoned once the process that wrote it is gone, and
-// repairing it rolls the write back (a create, whose uniqueness was not
+// cut short; it is abandoned once the process that wrote it is gone (or,
+// when the write returned without removing it, leaseTimeout after: giveUp),
+// and repairing it rolls the write back (a create, whose uniqueness was not
 // settled) or forward (a change that was checked in full before its
 // first write). Every process that writes intents holds a lease, an
 // instance document it renews; a lease not renewed for leaseTimeout
@@ -300,22 +301,30 @@ func (d *DB) conclude(ctx context.Context, in *intentDoc, settled bool) error {
 }
 
 // giveUp hands the intent of a write that returned, half way or with
-// its intent unremoved, to no instance: the write is over, so the next
-// write that finds the intent in its way repairs it at once, instead of
-// taking it for a write still running (this process's lease is alive)
-// until intentTimeout, and being refused meanwhile: an update of the
-// patient's identifiers, whose intent is the patient's identifier lock,
-// for 15 minutes after one failed settle. If the move fails too, the
-// intent keeps waiting for the timeout. An end whose delete was applied
-// but whose reply was lost leaves nothing to move, and a lock intent
-// taken since by another write has another instance and start: the move,
-// a compare-and-set, leaves both alone.
+// its intent unremoved, to no instance, as started now: the write is
+// over, so the repair need not wait for intentTimeout (this process's
+// lease is alive), during which the next write that finds the intent in
+// its way takes it for a write still running and is refused: an update
+// of the patient's identifiers, whose intent is the patient's identifier
+// lock, for 15 minutes after one failed settle. But it is not repaired
+// at once either: a write that returned a network error was sent, and
+// the server may still apply it (the connection was cut, not the
+// command); a repair before it lands would settle a state the late write
+// then changes (a patient record replaced after its claims were settled
+// lists an identifier it no longer claims). The intent counts as
+// abandoned leaseTimeout after it was given up (abandoned), the time
+// after which the package assumes no write of a dead process is still in
+// flight. If the move fails, the intent keeps waiting for intentTimeout.
+// An end whose delete was applied but whose reply was lost leaves
+// nothing to move, and a lock intent taken since by another write has
+// another instance and start: the move, a compare-and-set, leaves both
+// alone.
 func (d *DB) giveUp(ctx context.Context, in *intentDoc) {
-	_ = d.moveIntent(context.WithoutCancel(ctx), in, noInstance, in.StartedAt)
+	_ = d.moveIntent(context.WithoutCancel(ctx), in, noInstance, d.nowMillis())
 }
 
 // noInstance is the instance of a given-up intent: no lease has its id,
-// so its write counts as abandoned (abandoned).
+// and its start is when it was given up (giveUp).
 const noInstance = ""
 
 // undone is the error of a write that failed with cause and then undid
@@ -332,10 +341,12 @@ func undone(cause, undo error) error {
 
 // abandoned says whether an intent's write can no longer be running.
 func (d *DB) abandoned(ctx context.Context, in *intentDoc, now time.Time, exclusive bool) (bool, error) {
-	if exclusive || in.Instance == noInstance || now.Sub(in.StartedAt) > intentTimeout {
+	switch {
+	case exclusive || now.Sub(in.StartedAt) > intentTimeout:
 		return true, nil
-	}
-	if in.Instance == d.lease.id {
+	case in.Instance == noInstance: // given up: its last write may still land
+		return now.Sub(in.StartedAt) > leaseTimeout, nil
+	case in.Instance == d.lease.id:
 		return false, nil
 	}
 	var owner instanceDoc

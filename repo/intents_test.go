@@ -107,13 +107,17 @@ func TestObservationIntentsHoldTheClaimsOfTheirIDs(t *testing.T) {
 
 // An observation batch that returns unsettled (here the release of the
 // claims of its refused entry fails: the connection is lost as the
-// delete is sent) gives its intent up, as a write that is over: the
-// identifiers it left claimed are taken by the next observation that has
-// them, on another instance and on the batch's own, which repairs the
-// intent on the spot, instead of being refused as being stored by a
-// request in flight (409) until intentTimeout (15 minutes) has passed.
+// delete is sent) gives its intent up, as a write that is over: once
+// leaseTimeout (45 s) has passed, during which the lost delete could
+// still land, the identifiers it left claimed are taken by the next
+// observation that has them, on another instance and on the batch's
+// own, which repairs the intent on the spot, instead of being refused as
+// being stored by a request in flight (409) until intentTimeout (15
+// minutes) has passed. Before, they are refused so.
 func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 	db := repotest.NewDB(t)
+	var clock testClock
+	clock.set(db)
 	ctx := context.Background()
 	held := domain.Identifier{System: "urn:example:obs", Value: "held"}
 	x := domain.Identifier{System: "urn:example:obs", Value: "x"}
@@ -122,6 +126,7 @@ func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 		t.Fatal(errs[0])
 	}
 	batch, arm := cuttable(t, db, "delete", "observation_identifiers")
+	clock.set(batch)
 	arm()
 	// Another patient's observation with held: refused as a duplicate,
 	// after it claimed x and y.
@@ -133,6 +138,13 @@ func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 		t.Fatalf("%d claims of the refused entry left (%v), want 2: the release did not fail", n, err)
 	}
 
+	if errs := db.CreateObservations(ctx, []*domain.Observation{testObservation(1, y)}); !domain.IsCode(errs[0], domain.CodeConflict) {
+		t.Errorf("the next observation with y, within leaseTimeout of the give-up: %v, want CodeConflict", errs[0])
+	}
+	if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
+		t.Errorf("%d intents within leaseTimeout of the give-up (%v), want the batch's", n, err)
+	}
+	clock.advance(repo.LeaseTimeout + time.Second)
 	if errs := db.CreateObservations(ctx, []*domain.Observation{testObservation(1, y)}); errs[0] != nil {
 		t.Errorf("the next observation with y, on another instance: %v, want it stored", errs[0])
 	}
@@ -141,6 +153,21 @@ func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 	}
 	if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
 		t.Errorf("%d intents left (%v)", n, err)
+	}
+}
+
+// testClock is a clock for the test's instances (repo.SetClock): the time
+// now, moved on by advance.
+type testClock struct{ skew atomic.Int64 }
+
+func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+
+func (c *testClock) advance(d time.Duration) { c.skew.Add(int64(d)) }
+
+// set makes c the clock of the instances, before their first write.
+func (c *testClock) set(instances ...*repo.DB) {
+	for _, d := range instances {
+		repo.SetClock(d, c.now)
 	}
 }
 

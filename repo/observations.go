@@ -337,8 +337,9 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		}
 	}
 	// Claims the batch could not settle stay for the repair of its intent,
-	// given up: the next write that meets one repairs it at once. The
-	// entries' outcomes stand whether the intent goes or not.
+	// given up: the next write that meets one once leaseTimeout has passed
+	// repairs it. The entries' outcomes stand whether the intent goes or
+	// not.
 	_ = d.conclude(ctx, in, settled)
 	return errs
 }

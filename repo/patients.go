@@ -347,7 +347,8 @@ func identifierChangeID(patientID int64) bson.ObjectID {
 // one of a write still running (on another instance: this one's queue on
 // the patient's stripe) refuses the update with CodeConflict. A lock whose
 // write returned without settling, or without removing it, was given up
-// (giveUp): it is repaired on the spot as well.
+// (giveUp): it refuses the update as well for leaseTimeout, while that
+// write's last command may still land, then is repaired on the spot.
 func (d *DB) beginIdentifierChange(ctx context.Context, in *intentDoc) error {
 	in.ID = identifierChangeID(in.PatientID)
 	for attempt := 0; attempt < 3; attempt++ {

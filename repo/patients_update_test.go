@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -332,10 +333,12 @@ func TestRepairsOfOneUpdateLeaveALaterUpdatesClaims(t *testing.T) {
 
 // TestAFailedSettleLeavesNoLock: an update of a patient's identifiers
 // whose settle fails (its read of the record does) returns the error and
-// leaves its intent for the repair, as a write that is over: the next
-// change of the patient's identifiers, on another instance too, repairs
-// it and stores, instead of being refused as running into a write in
-// flight until intentTimeout (15 minutes) has passed.
+// leaves its intent for the repair, as a write that is over: once
+// leaseTimeout (45 s) has passed, during which a write of it that failed
+// on the wire could still land, the next change of the patient's
+// identifiers, on another instance too, repairs it and stores, instead
+// of being refused as running into a write in flight until intentTimeout
+// (15 minutes) has passed. Before, it is refused so.
 func TestAFailedSettleLeavesNoLock(t *testing.T) {
 	var step atomic.Pointer[func()]
 	db := repotest.NewDBWith(t, repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
@@ -345,6 +348,9 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 			}
 		}
 	}}})
+	other := repotest.OtherInstance(t, db)
+	var clock testClock
+	clock.set(db, other)
 	ctx := context.Background()
 	patients := repotest.Collection(t, db, "patients")
 	u, p := newPatient("p@example.org", "P")
@@ -382,7 +388,11 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 	}
 	withZ := *now
 	withZ.Identifiers = []domain.Identifier{z}
-	if err := repotest.OtherInstance(t, db).UpdatePatient(ctx, now, &withZ); err != nil {
+	if err := other.UpdatePatient(ctx, now, &withZ); !domain.IsCode(err, domain.CodeConflict) {
+		t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
+	}
+	clock.advance(repo.LeaseTimeout + time.Second)
+	if err := other.UpdatePatient(ctx, now, &withZ); err != nil {
 		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
 	}
 	var claims []struct {
@@ -402,18 +412,23 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 
 // TestAnUnendedUpdateLeavesNoLock: an update of a patient's identifiers
 // that stored, but whose intent could not be removed (the connection is
-// lost as the delete is sent), gives the intent up: the next change of the
-// patient's identifiers, on another instance too, repairs it (there is
-// nothing left to settle) and stores, instead of being refused as running
-// into a write in flight until intentTimeout (15 minutes).
+// lost as the delete is sent), gives the intent up: once leaseTimeout
+// (45 s) has passed, during which the lost delete could still land, the
+// next change of the patient's identifiers, on another instance too,
+// repairs it (there is nothing left to settle) and stores, instead of
+// being refused as running into a write in flight until intentTimeout
+// (15 minutes). Before, it is refused so.
 func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
 	db := repotest.NewDB(t)
+	var clock testClock
+	clock.set(db)
 	ctx := context.Background()
 	u, p := newPatient("p@example.org", "P")
 	if err := db.CreatePatient(ctx, u, p); err != nil {
 		t.Fatal(err)
 	}
 	watched, arm := cuttable(t, db, "delete", "write_intents")
+	clock.set(watched)
 	old, err := watched.PatientByID(ctx, p.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -431,6 +446,10 @@ func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
 
 	withZ := *now
 	withZ.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "z"}}
+	if err := db.UpdatePatient(ctx, now, &withZ); !domain.IsCode(err, domain.CodeConflict) {
+		t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
+	}
+	clock.advance(repo.LeaseTimeout + time.Second)
 	if err := db.UpdatePatient(ctx, now, &withZ); err != nil {
 		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
 	}
