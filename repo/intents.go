@@ -30,7 +30,9 @@ import (
 // when the write returned without removing it, leaseTimeout after: giveUp),
 // and repairing it rolls the write back (a create, whose uniqueness was not
 // settled) or forward (a change that was checked in full before its
-// first write). Every process that writes intents holds a lease, an
+// first write). A write whose command returned an unknown outcome
+// (outcomeUnknown) leaves its settle to that repair too (settleWrite).
+// Every process that writes intents holds a lease, an
 // instance document it renews; a lease not renewed for leaseTimeout
 // belongs to a dead process.
 
@@ -326,6 +328,34 @@ func (d *DB) giveUp(ctx context.Context, in *intentDoc) {
 // noInstance is the instance of a given-up intent: no lease has its id,
 // and its start is when it was given up (giveUp).
 const noInstance = ""
+
+// settleWrite ends the intent of a write that returned cause (nil when it
+// succeeded) after settle, which undoes or settles against what is stored
+// what the write did (undone), unless cause leaves the outcome of its
+// command unknown (outcomeUnknown): that command may still be applied
+// after settle has read the store, and undo the settle's work (a patient
+// record replaced after its claims were settled lists an identifier it
+// does not claim; a record inserted after its create was undone has no
+// claims). Then nothing is settled now and the intent is given up
+// (giveUp): its repair settles once the command can no longer land.
+func (d *DB) settleWrite(ctx context.Context, in *intentDoc, cause error, settle func() error) error {
+	if outcomeUnknown(cause) {
+		return d.finish(ctx, in, cause, false)
+	}
+	err := settle()
+	return d.finish(ctx, in, undone(cause, err), err == nil)
+}
+
+// outcomeUnknown says whether err leaves unknown whether the server applied
+// the command that returned it: the connection was lost, or the command
+// or its context timed out or was cancelled, while it may have been in
+// flight. Such a command may have been applied, or still be, on a
+// connection the server has not yet found closed; a definite error from
+// the server (a duplicate key, a refused document) says it was not.
+func outcomeUnknown(err error) bool {
+	return err != nil && (mongo.IsNetworkError(err) || mongo.IsTimeout(err) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
 
 // undone is the error of a write that failed with cause and then undid
 // (or settled) what it wrote, which failed with undo.

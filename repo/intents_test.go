@@ -2,10 +2,12 @@ package repo_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,6 +158,87 @@ func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 	}
 }
 
+// TestACreateCutOnTheWireWaitsForItsRepair: a patient or practitioner
+// create whose last insert (the record, the membership) fails with an
+// unknown outcome (the connection is lost as it is sent) undoes nothing:
+// the insert may still land, after an undo, leaving a patient record
+// without its login and claims, or a membership of a user that is gone.
+// It keeps what it wrote and gives its intent up: within leaseTimeout a
+// create with the same email is refused as one running (CodeConflict),
+// and once leaseTimeout has passed the repair keeps the create when its
+// insert landed late (the email is then taken) and rolls it back when it
+// was lost (the email is then free).
+func TestACreateCutOnTheWireWaitsForItsRepair(t *testing.T) {
+	mrn := domain.Identifier{System: "urn:example:mrn", Value: "1"}
+	for _, c := range []struct {
+		kind, collection string
+		create           func(d *repo.DB, email string) (userID int64, err error)
+	}{
+		{"patient", "patients", func(d *repo.DB, email string) (int64, error) {
+			u, p := newPatient(email, "P", mrn)
+			err := d.CreatePatient(context.Background(), u, p)
+			return u.ID, err
+		}},
+		{"practitioner", "memberships", func(d *repo.DB, email string) (int64, error) {
+			u := &domain.User{Email: email, Type: domain.UserPractitioner, IsActive: true}
+			err := d.CreatePractitioner(context.Background(), u, &domain.Membership{OrganizationID: 1, Role: domain.RoleMember})
+			return u.ID, err
+		}},
+	} {
+		for _, late := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s %s", c.kind, map[bool]string{false: "lost", true: "landed late"}[late]), func(t *testing.T) {
+				db := repotest.NewDB(t)
+				var clock testClock
+				clock.set(db)
+				ctx := context.Background()
+				instance, arm := cuttable(t, db, "insert", c.collection)
+				clock.set(instance)
+				land := arm()
+				userID, err := c.create(instance, "p@example.org")
+				if err == nil {
+					t.Fatalf("the %s create whose %s insert was cut succeeded", c.kind, c.collection)
+				}
+				if late {
+					land()
+				}
+				if _, err := db.UserByID(ctx, userID); err != nil {
+					t.Errorf("the login of the cut create: %v, want it kept for the repair", err)
+				}
+				intents := repotest.Collection(t, db, "write_intents")
+				if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
+					t.Errorf("%d intents after the cut (%v), want the create's, given up", n, err)
+				}
+				if _, err := c.create(db, "p@example.org"); !domain.IsCode(err, domain.CodeConflict) {
+					t.Errorf("a create with the email, within leaseTimeout of the give-up: %v, want CodeConflict", err)
+				}
+				clock.advance(repo.LeaseTimeout + time.Second)
+				if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired[c.kind+".create"] != 1 {
+					t.Errorf("the repair: %+v, %v; want the create's intent repaired", rep, err)
+				}
+				_, err = c.create(db, "p@example.org")
+				if late && !domain.IsCode(err, domain.CodeDuplicate) || !late && err != nil {
+					t.Errorf("a create with the email after the repair: %v, want it %s", err, map[bool]string{false: "stored", true: "a duplicate"}[late])
+				}
+				if late {
+					if _, err := db.UserByID(ctx, userID); err != nil {
+						t.Errorf("the login of the create that landed: %v", err)
+					}
+				}
+				if late && c.kind == "patient" {
+					p, err := db.PatientByUserID(ctx, userID)
+					if err != nil {
+						t.Fatalf("the record of the create that landed: %v", err)
+					}
+					checkClaims(t, db, p.ID, "after the repair")
+				}
+				if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+					t.Errorf("%d intents left (%v)", n, err)
+				}
+			})
+		}
+	}
+}
+
 // testClock is a clock for the test's instances (repo.SetClock): the time
 // now, moved on by advance.
 type testClock struct{ skew atomic.Int64 }
@@ -174,15 +257,22 @@ func (c *testClock) set(instances ...*repo.DB) {
 // cuttable opens db's database again, as another instance of the
 // service would, through a TCP relay (relay); arm makes the next command
 // named command on the collection fail as on a lost connection: the
-// connections open through the relay are closed as it is sent. The
-// instance is closed when the test ends.
-func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *repo.DB, arm func()) {
+// connections open through the relay are closed as it is sent. The cut
+// command may or may not reach the server; land, which arm returns, sends
+// it on another connection, as a command the server applies after the
+// driver gave up on it (a duplicate of one that did reach it changes
+// nothing: a compare-and-set, an insert of the same _id). The instance is
+// closed when the test ends.
+func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *repo.DB, arm func() (land func())) {
 	t.Helper()
 	ctx := context.Background()
 	uri, l := relay(t)
 	var armed atomic.Bool
+	var cut atomic.Pointer[bson.Raw]
 	instance, err := repo.OpenWith(ctx, uri, db.Name(), repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); e.CommandName == command && coll == collection && armed.Swap(false) {
+			sent := slices.Clone(e.Command)
+			cut.Store(&sent)
 			l.cut()
 		}
 	}}})
@@ -190,7 +280,27 @@ func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = instance.Close(ctx) })
-	return instance, func() { armed.Store(true) }
+	land := func() {
+		t.Helper()
+		sent := cut.Load()
+		if sent == nil {
+			t.Fatalf("no %s on %s was cut", command, collection)
+		}
+		elems, err := sent.Elements()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cmd bson.D // the command without the session and routing fields the driver adds
+		for _, e := range elems {
+			if key := e.Key(); key != "lsid" && key != "txnNumber" && !strings.HasPrefix(key, "$") {
+				cmd = append(cmd, bson.E{Key: key, Value: e.Value()})
+			}
+		}
+		if err := repotest.Collection(t, db, collection).Database().RunCommand(ctx, cmd).Err(); err != nil {
+			t.Fatalf("the cut %s on %s, landing late: %v", command, collection, err)
+		}
+	}
+	return instance, func() func() { armed.Store(true); return land }
 }
 
 // link is a TCP relay to the test database: cut closes the connections

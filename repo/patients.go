@@ -97,7 +97,8 @@ func toPatientDoc(p *domain.Patient) patientDoc {
 // CreatePatient implements domain.PatientStore: the patient's user, the
 // claims on its identifiers, then the record, under a write intent. A
 // refusal undoes what was written; a crash leaves the intent, whose
-// repair does the same when the record is not stored.
+// repair does the same when the record is not stored, and so does a
+// command whose outcome is unknown (settleWrite): it may still land.
 func (d *DB) CreatePatient(ctx context.Context, u *domain.User, p *domain.Patient) error {
 	userID, err := d.nextID(ctx, colUsers)
 	if err != nil {
@@ -123,8 +124,7 @@ func (d *DB) CreatePatient(ctx context.Context, u *domain.User, p *domain.Patien
 		err = d.insertUnique(ctx, colPatients, toPatientDoc(p), fmt.Sprintf("user %d already has a patient record", p.UserID))
 	}
 	if err != nil {
-		undo := d.undoPatientCreate(ctx, in)
-		return d.finish(ctx, in, undone(err, undo), undo == nil)
+		return d.settleWrite(ctx, in, err, func() error { return d.undoPatientCreate(ctx, in) })
 	}
 	return d.finish(ctx, in, nil, true)
 }
@@ -273,7 +273,9 @@ func (d *DB) patientFilter(ctx context.Context, q domain.PatientQuery) (bson.D, 
 // adds, replaces the record if it is still old, then settles the claims
 // it named against the record as stored (settlePatientClaims). A crash at
 // any point leaves the intent, and the lock, until its repair settles the
-// same way.
+// same way; so does a claim or replace whose outcome is unknown
+// (settleWrite), which may still land: the repair settles once it can no
+// longer do so.
 //
 // Why the patient's claims end as exactly the identifiers its record
 // lists, under any interleaving and at every crash point:
@@ -313,8 +315,7 @@ func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
 	if err == nil {
 		err = d.storePatient(ctx, old, p)
 	}
-	settle := d.settlePatientClaims(ctx, p.ID, in.Identifiers)
-	return d.finish(ctx, in, undone(err, settle), settle == nil)
+	return d.settleWrite(ctx, in, err, func() error { return d.settlePatientClaims(ctx, p.ID, in.Identifiers) })
 }
 
 // identifierChange is the intent of an update of the patient's

@@ -457,3 +457,64 @@ func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
 		t.Errorf("%d intents left (%v)", n, err)
 	}
 }
+
+// TestAnIdentifierUpdateCutOnTheWireWaitsForItsRepair: an update of a
+// patient's identifiers whose replace of the record fails with an unknown
+// outcome (the connection is lost as it is sent) settles nothing: the
+// replace may still land, and a settle before it (which releases the
+// claim on x the record as read does not list) would leave the record
+// listing x unclaimed, free for another patient. It keeps the claim and
+// gives its intent up: the next change of the identifiers within
+// leaseTimeout is refused (CodeConflict), and after it the repair settles
+// the claims against the record as it is then, whether the replace was
+// lost or landed late.
+func TestAnIdentifierUpdateCutOnTheWireWaitsForItsRepair(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lost", true: "landed late"}[late], func(t *testing.T) {
+			db := repotest.NewDB(t)
+			var clock testClock
+			clock.set(db)
+			ctx := context.Background()
+			u, p := newPatient("p@example.org", "P")
+			if err := db.CreatePatient(ctx, u, p); err != nil {
+				t.Fatal(err)
+			}
+			watched, arm := cuttable(t, db, "update", "patients")
+			clock.set(watched)
+			old, err := watched.PatientByID(ctx, p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+			withX := *old
+			withX.Identifiers = []domain.Identifier{x}
+			land := arm()
+			if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
+				t.Fatal("the update whose replace was cut succeeded")
+			}
+			if late {
+				land()
+			}
+			if n, err := repotest.Collection(t, db, "patient_identifiers").CountDocuments(ctx, bson.M{"patientId": p.ID, "value": x.Value}); err != nil || n != 1 {
+				t.Errorf("%d claims on x after the cut replace (%v), want it kept for the repair", n, err)
+			}
+			if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
+				t.Errorf("%d intents after the cut replace (%v), want the update's, given up", n, err)
+			}
+			now, err := db.PatientByID(ctx, p.ID)
+			if err != nil || late != slices.Contains(now.Identifiers, x) {
+				t.Fatalf("the record after the cut replace: %+v, %v; want x listed only when it landed", now, err)
+			}
+			withZ := *now
+			withZ.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "z"}}
+			if err := db.UpdatePatient(ctx, now, &withZ); !domain.IsCode(err, domain.CodeConflict) {
+				t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
+			}
+			clock.advance(repo.LeaseTimeout + time.Second)
+			if err := db.UpdatePatient(ctx, now, &withZ); err != nil {
+				t.Fatalf("the next change of the identifiers: %v, want it stored", err)
+			}
+			checkClaims(t, db, p.ID, "after the repair")
+		})
+	}
+}

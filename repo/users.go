@@ -103,8 +103,7 @@ func (d *DB) CreatePractitioner(ctx context.Context, u *domain.User, m *domain.M
 		err = d.CreateMembership(ctx, m)
 	}
 	if err != nil {
-		undo := d.undoPractitionerCreate(ctx, in)
-		return d.finish(ctx, in, undone(err, undo), undo == nil)
+		return d.settleWrite(ctx, in, err, func() error { return d.undoPractitionerCreate(ctx, in) })
 	}
 	return d.finish(ctx, in, nil, true)
 }
