@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -155,6 +156,97 @@ func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 	}
 	if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
 		t.Errorf("%d intents left (%v)", n, err)
+	}
+}
+
+// TestAnObservationBatchCutOnTheWireWaitsForItsRepair: a batch whose
+// insert of claims, or of observations, fails with an unknown outcome
+// (the connection is lost as it is sent) releases nothing: the insert may
+// still land, after a release, leaving stored observations without their
+// claims (stored twice by the retry) or claims no intent holds. It keeps
+// the claims, fails its entries and gives its intent up: within
+// leaseTimeout a retry of the batch is refused as being stored by another
+// request (CodeConflict) where a claim of it is held and its observation
+// not stored, and once leaseTimeout has passed the repair settles the
+// batch, whether the insert was lost or landed late: each observation is
+// stored once and holds its claim, and no claim is left without its
+// observation.
+func TestAnObservationBatchCutOnTheWireWaitsForItsRepair(t *testing.T) {
+	for _, c := range []struct {
+		collection string
+		late       bool
+		claims     int64       // held right after the batch returned
+		retry      domain.Code // a retry's entries within leaseTimeout ("": stored)
+	}{
+		{"observation_identifiers", false, 0, ""},
+		{"observation_identifiers", true, 2, domain.CodeConflict},
+		{"observations", false, 2, domain.CodeConflict},
+		{"observations", true, 2, domain.CodeDuplicate},
+	} {
+		t.Run(fmt.Sprintf("%s %s", c.collection, map[bool]string{false: "lost", true: "landed late"}[c.late]), func(t *testing.T) {
+			db := repotest.NewDB(t)
+			var clock testClock
+			clock.set(db)
+			ctx := context.Background()
+			ids := []domain.Identifier{{System: "urn:example:obs", Value: "x"}, {System: "urn:example:obs", Value: "y"}}
+			batchOf := func() []*domain.Observation {
+				return []*domain.Observation{testObservation(1, ids[0]), testObservation(1, ids[1])}
+			}
+			batch, arm := cuttable(t, db, "insert", c.collection)
+			clock.set(batch)
+			land := arm()
+			if errs := batch.CreateObservations(ctx, batchOf()); errs[0] == nil || errs[1] == nil {
+				t.Fatalf("the entries of the cut batch: %v, want both failed", errs)
+			}
+			if c.late {
+				land()
+			}
+			claims := repotest.Collection(t, db, "observation_identifiers")
+			keys := bson.M{"_id": bson.M{"$in": []string{repo.ClaimKey(ids[0].System, ids[0].Value), repo.ClaimKey(ids[1].System, ids[1].Value)}}}
+			if n, err := claims.CountDocuments(ctx, keys); err != nil || n != c.claims {
+				t.Errorf("%d claims of the batch after the cut (%v), want %d", n, err, c.claims)
+			}
+			intents := repotest.Collection(t, db, "write_intents")
+			if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
+				t.Errorf("%d intents after the cut (%v), want the batch's, given up", n, err)
+			}
+			for i, err := range db.CreateObservations(ctx, batchOf()) {
+				if c.retry == "" && err != nil || c.retry != "" && !domain.IsCode(err, c.retry) {
+					t.Errorf("entry %d of the retry within leaseTimeout of the give-up: %v, want %q", i, err, c.retry)
+				}
+			}
+			clock.advance(repo.LeaseTimeout + time.Second)
+			for i, err := range db.CreateObservations(ctx, batchOf()) {
+				var stored *domain.Error
+				if err != nil && !(errors.As(err, &stored) && stored.Stored != "") {
+					t.Errorf("entry %d of the retry after leaseTimeout: %v, want it stored, now or before", i, err)
+				}
+			}
+			if _, err := db.Repair(ctx, repo.RepairOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			var held []struct {
+				ObservationID int64 `bson:"observationId"`
+			}
+			cur, err := claims.Find(ctx, bson.M{})
+			if err == nil {
+				err = cur.All(ctx, &held)
+			}
+			if err != nil || len(held) != 2 {
+				t.Errorf("claims after the repair: %+v (%v), want one per identifier", held, err)
+			}
+			for _, h := range held {
+				if _, err := db.ObservationByID(ctx, h.ObservationID); err != nil {
+					t.Errorf("a claim names Observation/%d: %v", h.ObservationID, err)
+				}
+			}
+			if n, err := repotest.Collection(t, db, "observations").CountDocuments(ctx, bson.M{}); err != nil || n != 2 {
+				t.Errorf("%d observations stored (%v), want each once", n, err)
+			}
+			if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+				t.Errorf("%d intents after the repair (%v)", n, err)
+			}
+		})
 	}
 }
 

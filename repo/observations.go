@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -231,7 +232,9 @@ func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, er
 // observation is not stored, and the retry finds the stored ones as
 // duplicates of themselves. A batch that returns with claims it could not
 // settle leaves its intent too, given up, for the next write that meets
-// one of them to repair. Ids of entries not stored stay unused (ids
+// one of them to repair; so does one whose insert of claims or of
+// observations has an unknown outcome (outcomeUnknown): it releases
+// nothing, as the insert may still land. Ids of entries not stored stay unused (ids
 // are never given back: ids.go).
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
 	errs := make([]error, len(obs))
@@ -276,7 +279,8 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		switch {
 		case idx < 0:
 			// Which claims were written is unknown: store nothing; the
-			// release below removes whatever was.
+			// release below removes whatever was (or, when the insert
+			// may still land, the repair does).
 			failAll(errs, werr)
 		case isDuplicate(werr):
 			taken = append(taken, idx)
@@ -301,8 +305,9 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		docs = append(docs, doc)
 		docOwner = append(docOwner, i)
 	}
-	// maybeStored marks the failed entries that may have been stored all
-	// the same: their claims stay, and so does the intent.
+	// maybeStored marks the failed entries whose documents (observation or
+	// claims) may have been stored all the same, or may still be: their
+	// claims stay, and so does the intent.
 	maybeStored := make([]bool, len(obs))
 	if len(docs) > 0 {
 		werrs := insertErrors(d.c(colObservations).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)))
@@ -314,6 +319,12 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		if werr, ok := werrs[-1]; ok {
 			d.settleInserted(ctx, obs, docOwner, errs, maybeStored, werr)
 		}
+	}
+	// An entry that failed with an unknown outcome (outcomeUnknown) may
+	// be stored by a command that lands after the release: an observation
+	// without its claims, or claims left with no intent to hold them.
+	for i, err := range errs {
+		maybeStored[i] = maybeStored[i] || outcomeUnknown(err)
 	}
 	for i, r := range repeats {
 		errs[i] = r.err(obs[i], obs[r.entry], errs[r.entry])
@@ -584,8 +595,17 @@ func (d *DB) exists(ctx context.Context, col string, id any) (bool, error) {
 // settleInserted decides the entries of an insert of observations that
 // failed as a whole, some of whose documents may be stored: a stored one
 // succeeded, a missing one fails with cause. If the lookup fails, the
-// undecided entries fail and are marked maybeStored.
+// undecided entries fail and are marked maybeStored. When cause leaves
+// the insert's outcome unknown (outcomeUnknown), a missing document may
+// still land: there is no lookup, the undecided entries fail with cause,
+// and their caller keeps their claims.
 func (d *DB) settleInserted(ctx context.Context, obs []*domain.Observation, owners []int, errs []error, maybeStored []bool, cause error) {
+	if outcomeUnknown(cause) {
+		for _, i := range owners {
+			errs[i] = cmp.Or(errs[i], cause)
+		}
+		return
+	}
 	ids := make([]int64, len(owners))
 	for k, i := range owners {
 		ids[k] = obs[i].ID
