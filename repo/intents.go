@@ -253,7 +253,9 @@ func (d *DB) beginForward(ctx context.Context, in *intentDoc) error {
 	_, err := d.c(colIntents).UpdateMany(ctx, bson.M{"_id": bson.M{"$ne": in.ID}, "touches": bson.M{"$in": in.Touches}},
 		bson.M{"$addToSet": bson.M{"superseded": bson.M{"$each": in.Touches}}})
 	if err != nil {
-		return d.finish(ctx, in, fmt.Errorf("record the write intent: %w", err), true)
+		// The marks may still land: then the intent is rolled forward, as
+		// the marks promise the intents they were added to.
+		return d.finish(ctx, in, fmt.Errorf("record the write intent: %w", err), !outcomeUnknown(err))
 	}
 	return nil
 }

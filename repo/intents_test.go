@@ -331,6 +331,50 @@ func TestACreateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 	}
 }
 
+// TestAForwardWriteWhoseMarksWereCutIsRolledForward: an enrollment whose
+// marks on the intents of earlier writes of its pairs (beginForward) fail
+// with an unknown outcome (the connection is lost as they are sent) is
+// not dropped at once: the marks may still land, and then the repair of
+// an earlier enrollment of the pair, cut short by a dead process, leaves
+// the pair to the later one, which nothing would write. It gives its
+// intent up; once leaseTimeout has passed the repairs enroll the patient,
+// whether the marks were lost or landed late.
+func TestAForwardWriteWhoseMarksWereCutIsRolledForward(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lost", true: "landed late"}[late], func(t *testing.T) {
+			db := repotest.NewDB(t)
+			var clock testClock
+			clock.set(db)
+			ctx := context.Background()
+			intents := repotest.Collection(t, db, "write_intents")
+			if _, err := intents.InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": "gone",
+				"startedAt": time.Now(), "keys": []string{}, "touches": []string{"1/1"},
+				"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": time.Now()}}}); err != nil {
+				t.Fatal(err)
+			}
+			later, arm := cuttable(t, db, "update", "write_intents")
+			clock.set(later)
+			land := arm()
+			if err := later.CreateEnrollments(ctx, []domain.Enrollment{{StudyID: 1, PatientID: 1}}); err == nil {
+				t.Fatal("the enrollment whose marks were cut succeeded")
+			}
+			if late {
+				land()
+			}
+			if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 2 {
+				t.Errorf("%d intents after the cut (%v), want the earlier one and the enrollment's, given up", n, err)
+			}
+			clock.advance(repo.LeaseTimeout + time.Second)
+			if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired["enrollments.create"] != 2 {
+				t.Errorf("the repair: %+v, %v; want both enrollments rolled forward", rep, err)
+			}
+			if es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}}); err != nil || len(es) != 1 {
+				t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's", es, err)
+			}
+		})
+	}
+}
+
 // testClock is a clock for the test's instances (repo.SetClock): the time
 // now, moved on by advance.
 type testClock struct{ skew atomic.Int64 }
