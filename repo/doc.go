@@ -65,7 +65,13 @@
 // enrollment or consent write marks the (patient, study) pairs it changes
 // in the intents of earlier ones, whose repair then leaves those pairs
 // alone: a withdrawn answer is not brought back by the repair of the write
-// that gave it.
+// that gave it. A write that fails with a refusal undoes or settles what
+// it wrote at once; one whose command failed with an unknown outcome (the
+// connection lost, a timeout: outcomeUnknown) does not, since the server
+// may still apply that command after the undo has read the store (a
+// record replaced after its claims were settled, observations inserted
+// after their claims were released). It leaves its intent, given up, to
+// the repair, as a crash would.
 //
 // Leases. Every process that writes intents holds a service_instances
 // document it renews every leaseRenew; an intent is abandoned when its
