@@ -3,7 +3,6 @@ package repo_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -174,19 +173,13 @@ func TestAnUnsettledObservationBatchGivesItsIntentUp(t *testing.T) {
 func TestAnObservationBatchCutOnTheWireWaitsForItsRepair(t *testing.T) {
 	for _, c := range []struct {
 		collection string
-		late       bool
-		claims     int64       // held right after the batch returned
-		retry      domain.Code // a retry's entries within leaseTimeout ("": stored)
+		claims     map[bool]int64       // held right after the batch returned, by whether its insert landed
+		retry      map[bool]domain.Code // a retry's entries within leaseTimeout ("": stored)
 	}{
-		{"observation_identifiers", false, 0, ""},
-		{"observation_identifiers", true, 2, domain.CodeConflict},
-		{"observations", false, 2, domain.CodeConflict},
-		{"observations", true, 2, domain.CodeDuplicate},
+		{"observation_identifiers", map[bool]int64{false: 0, true: 2}, map[bool]domain.Code{false: "", true: domain.CodeConflict}},
+		{"observations", map[bool]int64{false: 2, true: 2}, map[bool]domain.Code{false: domain.CodeConflict, true: domain.CodeDuplicate}},
 	} {
-		t.Run(fmt.Sprintf("%s %s", c.collection, map[bool]string{false: "lost", true: "landed late"}[c.late]), func(t *testing.T) {
-			db := repotest.NewDB(t)
-			var clock testClock
-			clock.set(db)
+		eachLanding(t, c.collection, func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
 			ctx := context.Background()
 			ids := []domain.Identifier{{System: "urn:example:obs", Value: "x"}, {System: "urn:example:obs", Value: "y"}}
 			batchOf := func() []*domain.Observation {
@@ -198,21 +191,21 @@ func TestAnObservationBatchCutOnTheWireWaitsForItsRepair(t *testing.T) {
 			if errs := batch.CreateObservations(ctx, batchOf()); errs[0] == nil || errs[1] == nil {
 				t.Fatalf("the entries of the cut batch: %v, want both failed", errs)
 			}
-			if c.late {
+			if late {
 				land()
 			}
 			claims := repotest.Collection(t, db, "observation_identifiers")
 			keys := bson.M{"_id": bson.M{"$in": []string{repo.ClaimKey(ids[0].System, ids[0].Value), repo.ClaimKey(ids[1].System, ids[1].Value)}}}
-			if n, err := claims.CountDocuments(ctx, keys); err != nil || n != c.claims {
-				t.Errorf("%d claims of the batch after the cut (%v), want %d", n, err, c.claims)
+			if n, err := claims.CountDocuments(ctx, keys); err != nil || n != c.claims[late] {
+				t.Errorf("%d claims of the batch after the cut (%v), want %d", n, err, c.claims[late])
 			}
 			intents := repotest.Collection(t, db, "write_intents")
 			if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
 				t.Errorf("%d intents after the cut (%v), want the batch's, given up", n, err)
 			}
 			for i, err := range db.CreateObservations(ctx, batchOf()) {
-				if c.retry == "" && err != nil || c.retry != "" && !domain.IsCode(err, c.retry) {
-					t.Errorf("entry %d of the retry within leaseTimeout of the give-up: %v, want %q", i, err, c.retry)
+				if want := c.retry[late]; want == "" && err != nil || want != "" && !domain.IsCode(err, want) {
+					t.Errorf("entry %d of the retry within leaseTimeout of the give-up: %v, want %q", i, err, want)
 				}
 			}
 			clock.advance(repo.LeaseTimeout + time.Second)
@@ -277,57 +270,52 @@ func TestACreateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 			return u.ID, err
 		}},
 	} {
-		for _, late := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s %s", c.kind, map[bool]string{false: "lost", true: "landed late"}[late]), func(t *testing.T) {
-				db := repotest.NewDB(t)
-				var clock testClock
-				clock.set(db)
-				ctx := context.Background()
-				instance, arm := cuttable(t, db, "insert", c.collection)
-				clock.set(instance)
-				land := arm()
-				userID, err := c.create(instance, "p@example.org")
-				if err == nil {
-					t.Fatalf("the %s create whose %s insert was cut succeeded", c.kind, c.collection)
-				}
-				if late {
-					land()
-				}
+		eachLanding(t, c.kind, func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
+			ctx := context.Background()
+			instance, arm := cuttable(t, db, "insert", c.collection)
+			clock.set(instance)
+			land := arm()
+			userID, err := c.create(instance, "p@example.org")
+			if err == nil {
+				t.Fatalf("the %s create whose %s insert was cut succeeded", c.kind, c.collection)
+			}
+			if late {
+				land()
+			}
+			if _, err := db.UserByID(ctx, userID); err != nil {
+				t.Errorf("the login of the cut create: %v, want it kept for the repair", err)
+			}
+			intents := repotest.Collection(t, db, "write_intents")
+			if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
+				t.Errorf("%d intents after the cut (%v), want the create's, given up", n, err)
+			}
+			if _, err := c.create(db, "p@example.org"); !domain.IsCode(err, domain.CodeConflict) {
+				t.Errorf("a create with the email, within leaseTimeout of the give-up: %v, want CodeConflict", err)
+			}
+			clock.advance(repo.LeaseTimeout + time.Second)
+			if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired[c.kind+".create"] != 1 {
+				t.Errorf("the repair: %+v, %v; want the create's intent repaired", rep, err)
+			}
+			_, err = c.create(db, "p@example.org")
+			if late && !domain.IsCode(err, domain.CodeDuplicate) || !late && err != nil {
+				t.Errorf("a create with the email after the repair: %v, want it %s", err, map[bool]string{false: "stored", true: "a duplicate"}[late])
+			}
+			if late {
 				if _, err := db.UserByID(ctx, userID); err != nil {
-					t.Errorf("the login of the cut create: %v, want it kept for the repair", err)
+					t.Errorf("the login of the create that landed: %v", err)
 				}
-				intents := repotest.Collection(t, db, "write_intents")
-				if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
-					t.Errorf("%d intents after the cut (%v), want the create's, given up", n, err)
+			}
+			if late && c.kind == "patient" {
+				p, err := db.PatientByUserID(ctx, userID)
+				if err != nil {
+					t.Fatalf("the record of the create that landed: %v", err)
 				}
-				if _, err := c.create(db, "p@example.org"); !domain.IsCode(err, domain.CodeConflict) {
-					t.Errorf("a create with the email, within leaseTimeout of the give-up: %v, want CodeConflict", err)
-				}
-				clock.advance(repo.LeaseTimeout + time.Second)
-				if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired[c.kind+".create"] != 1 {
-					t.Errorf("the repair: %+v, %v; want the create's intent repaired", rep, err)
-				}
-				_, err = c.create(db, "p@example.org")
-				if late && !domain.IsCode(err, domain.CodeDuplicate) || !late && err != nil {
-					t.Errorf("a create with the email after the repair: %v, want it %s", err, map[bool]string{false: "stored", true: "a duplicate"}[late])
-				}
-				if late {
-					if _, err := db.UserByID(ctx, userID); err != nil {
-						t.Errorf("the login of the create that landed: %v", err)
-					}
-				}
-				if late && c.kind == "patient" {
-					p, err := db.PatientByUserID(ctx, userID)
-					if err != nil {
-						t.Fatalf("the record of the create that landed: %v", err)
-					}
-					checkClaims(t, db, p.ID, "after the repair")
-				}
-				if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
-					t.Errorf("%d intents left (%v)", n, err)
-				}
-			})
-		}
+				checkClaims(t, db, p.ID, "after the repair")
+			}
+			if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+				t.Errorf("%d intents left (%v)", n, err)
+			}
+		})
 	}
 }
 
@@ -340,39 +328,34 @@ func TestACreateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 // intent up; once leaseTimeout has passed the repairs enroll the patient,
 // whether the marks were lost or landed late.
 func TestAForwardWriteWhoseMarksWereCutIsRolledForward(t *testing.T) {
-	for _, late := range []bool{false, true} {
-		t.Run(map[bool]string{false: "lost", true: "landed late"}[late], func(t *testing.T) {
-			db := repotest.NewDB(t)
-			var clock testClock
-			clock.set(db)
-			ctx := context.Background()
-			intents := repotest.Collection(t, db, "write_intents")
-			if _, err := intents.InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": "gone",
-				"startedAt": time.Now(), "keys": []string{}, "touches": []string{"1/1"},
-				"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": time.Now()}}}); err != nil {
-				t.Fatal(err)
-			}
-			later, arm := cuttable(t, db, "update", "write_intents")
-			clock.set(later)
-			land := arm()
-			if err := later.CreateEnrollments(ctx, []domain.Enrollment{{StudyID: 1, PatientID: 1}}); err == nil {
-				t.Fatal("the enrollment whose marks were cut succeeded")
-			}
-			if late {
-				land()
-			}
-			if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 2 {
-				t.Errorf("%d intents after the cut (%v), want the earlier one and the enrollment's, given up", n, err)
-			}
-			clock.advance(repo.LeaseTimeout + time.Second)
-			if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired["enrollments.create"] != 2 {
-				t.Errorf("the repair: %+v, %v; want both enrollments rolled forward", rep, err)
-			}
-			if es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}}); err != nil || len(es) != 1 {
-				t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's", es, err)
-			}
-		})
-	}
+	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
+		ctx := context.Background()
+		intents := repotest.Collection(t, db, "write_intents")
+		if _, err := intents.InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": "gone",
+			"startedAt": time.Now(), "keys": []string{}, "touches": []string{"1/1"},
+			"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": time.Now()}}}); err != nil {
+			t.Fatal(err)
+		}
+		later, arm := cuttable(t, db, "update", "write_intents")
+		clock.set(later)
+		land := arm()
+		if err := later.CreateEnrollments(ctx, []domain.Enrollment{{StudyID: 1, PatientID: 1}}); err == nil {
+			t.Fatal("the enrollment whose marks were cut succeeded")
+		}
+		if late {
+			land()
+		}
+		if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 2 {
+			t.Errorf("%d intents after the cut (%v), want the earlier one and the enrollment's, given up", n, err)
+		}
+		clock.advance(repo.LeaseTimeout + time.Second)
+		if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired["enrollments.create"] != 2 {
+			t.Errorf("the repair: %+v, %v; want both enrollments rolled forward", rep, err)
+		}
+		if es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}}); err != nil || len(es) != 1 {
+			t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's", es, err)
+		}
+	})
 }
 
 // testClock is a clock for the test's instances (repo.SetClock): the time
@@ -437,6 +420,21 @@ func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *
 		}
 	}
 	return instance, func() func() { armed.Store(true); return land }
+}
+
+// eachLanding runs f as the subtests "<name> lost" and "<name> landed
+// late", each on a new database whose clock is a test clock: a command
+// cut on the wire (cuttable) may or may not reach the server, and the
+// store must end consistent either way.
+func eachLanding(t *testing.T, name string, f func(t *testing.T, db *repo.DB, clock *testClock, late bool)) {
+	for _, late := range []bool{false, true} {
+		t.Run(strings.TrimSpace(name+" "+map[bool]string{false: "lost", true: "landed late"}[late]), func(t *testing.T) {
+			db := repotest.NewDB(t)
+			clock := &testClock{}
+			clock.set(db)
+			f(t, db, clock, late)
+		})
+	}
 }
 
 // link is a TCP relay to the test database: cut closes the connections

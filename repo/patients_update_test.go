@@ -420,39 +420,17 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 // (15 minutes). Before, it is refused so.
 func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
 	db := repotest.NewDB(t)
-	var clock testClock
+	clock := &testClock{}
 	clock.set(db)
 	ctx := context.Background()
-	u, p := newPatient("p@example.org", "P")
-	if err := db.CreatePatient(ctx, u, p); err != nil {
-		t.Fatal(err)
-	}
-	watched, arm := cuttable(t, db, "delete", "write_intents")
-	clock.set(watched)
-	old, err := watched.PatientByID(ctx, p.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withX := *old
-	withX.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "x"}}
-	arm()
-	if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
-		t.Fatal("the update whose intent could not be removed succeeded")
-	}
+	x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+	p, _ := cutIdentifierUpdate(t, db, clock, "delete", "write_intents", x)
 	now, err := db.PatientByID(ctx, p.ID)
-	if err != nil || !slices.Equal(now.Identifiers, withX.Identifiers) {
+	if err != nil || !slices.Equal(now.Identifiers, []domain.Identifier{x}) {
 		t.Fatalf("the record after the update: %+v, %v; want it stored", now, err)
 	}
 
-	withZ := *now
-	withZ.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "z"}}
-	if err := db.UpdatePatient(ctx, now, &withZ); !domain.IsCode(err, domain.CodeConflict) {
-		t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
-	}
-	clock.advance(repo.LeaseTimeout + time.Second)
-	if err := db.UpdatePatient(ctx, now, &withZ); err != nil {
-		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
-	}
+	changeAfterTheGrace(t, db, clock, now)
 	if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
 		t.Errorf("%d intents left (%v)", n, err)
 	}
@@ -469,52 +447,69 @@ func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
 // the claims against the record as it is then, whether the replace was
 // lost or landed late.
 func TestAnIdentifierUpdateCutOnTheWireWaitsForItsRepair(t *testing.T) {
-	for _, late := range []bool{false, true} {
-		t.Run(map[bool]string{false: "lost", true: "landed late"}[late], func(t *testing.T) {
-			db := repotest.NewDB(t)
-			var clock testClock
-			clock.set(db)
-			ctx := context.Background()
-			u, p := newPatient("p@example.org", "P")
-			if err := db.CreatePatient(ctx, u, p); err != nil {
-				t.Fatal(err)
-			}
-			watched, arm := cuttable(t, db, "update", "patients")
-			clock.set(watched)
-			old, err := watched.PatientByID(ctx, p.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
-			withX := *old
-			withX.Identifiers = []domain.Identifier{x}
-			land := arm()
-			if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
-				t.Fatal("the update whose replace was cut succeeded")
-			}
-			if late {
-				land()
-			}
-			if n, err := repotest.Collection(t, db, "patient_identifiers").CountDocuments(ctx, bson.M{"patientId": p.ID, "value": x.Value}); err != nil || n != 1 {
-				t.Errorf("%d claims on x after the cut replace (%v), want it kept for the repair", n, err)
-			}
-			if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
-				t.Errorf("%d intents after the cut replace (%v), want the update's, given up", n, err)
-			}
-			now, err := db.PatientByID(ctx, p.ID)
-			if err != nil || late != slices.Contains(now.Identifiers, x) {
-				t.Fatalf("the record after the cut replace: %+v, %v; want x listed only when it landed", now, err)
-			}
-			withZ := *now
-			withZ.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "z"}}
-			if err := db.UpdatePatient(ctx, now, &withZ); !domain.IsCode(err, domain.CodeConflict) {
-				t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
-			}
-			clock.advance(repo.LeaseTimeout + time.Second)
-			if err := db.UpdatePatient(ctx, now, &withZ); err != nil {
-				t.Fatalf("the next change of the identifiers: %v, want it stored", err)
-			}
-			checkClaims(t, db, p.ID, "after the repair")
-		})
+	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
+		ctx := context.Background()
+		x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+		p, land := cutIdentifierUpdate(t, db, clock, "update", "patients", x)
+		if late {
+			land()
+		}
+		if n, err := repotest.Collection(t, db, "patient_identifiers").CountDocuments(ctx, bson.M{"patientId": p.ID, "value": x.Value}); err != nil || n != 1 {
+			t.Errorf("%d claims on x after the cut replace (%v), want it kept for the repair", n, err)
+		}
+		if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
+			t.Errorf("%d intents after the cut replace (%v), want the update's, given up", n, err)
+		}
+		now, err := db.PatientByID(ctx, p.ID)
+		if err != nil || late != slices.Contains(now.Identifiers, x) {
+			t.Fatalf("the record after the cut replace: %+v, %v; want x listed only when it landed", now, err)
+		}
+		changeAfterTheGrace(t, db, clock, now)
+		checkClaims(t, db, p.ID, "after the repair")
+	})
+}
+
+// cutIdentifierUpdate creates a patient on db, then sends, from another
+// instance whose command named command on collection is cut (cuttable),
+// an update that adds x to its identifiers, which fails. It returns the
+// patient as created, and land (cuttable). clock is db's clock.
+func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, collection string, x domain.Identifier) (*domain.Patient, func()) {
+	t.Helper()
+	ctx := context.Background()
+	u, p := newPatient("p@example.org", "P")
+	if err := db.CreatePatient(ctx, u, p); err != nil {
+		t.Fatal(err)
+	}
+	watched, arm := cuttable(t, db, command, collection)
+	clock.set(watched)
+	old, err := watched.PatientByID(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withX := *old
+	withX.Identifiers = []domain.Identifier{x}
+	land := arm()
+	if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
+		t.Fatalf("the update whose %s on %s was cut succeeded", command, collection)
+	}
+	return p, land
+}
+
+// changeAfterTheGrace sends the patient's identifiers, now as stored, a
+// change to z alone after an update of them gave its intent up: within
+// leaseTimeout it is refused (CodeConflict), while that update's last
+// command may still land; once the clock has moved past it, it repairs the
+// intent and is stored.
+func changeAfterTheGrace(t *testing.T, db *repo.DB, clock *testClock, now *domain.Patient) {
+	t.Helper()
+	ctx := context.Background()
+	withZ := *now
+	withZ.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "z"}}
+	if err := db.UpdatePatient(ctx, now, &withZ); !domain.IsCode(err, domain.CodeConflict) {
+		t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
+	}
+	clock.advance(repo.LeaseTimeout + time.Second)
+	if err := db.UpdatePatient(ctx, now, &withZ); err != nil {
+		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
 	}
 }
