@@ -265,6 +265,19 @@ func applyAgain[T any](apply func() (T, error), what string, args ...any) (T, er
 	}
 }
 
+// checkUnchanged refuses a change made from another version of a record
+// than the stored one (stored, its LastUpdated; from, the one the change
+// was made from, nil for none): CodeConflict, naming the record by what
+// and args. applyAgain retries only CodeVersionMismatch, so a change
+// whose record moved on between its own read and write is read again
+// and refused here, never applied to a version its user did not see.
+func checkUnchanged(from *time.Time, stored time.Time, what string, args ...any) error {
+	if from == nil || from.Equal(stored) {
+		return nil
+	}
+	return Errorf(CodeConflict, what+" was changed by someone else since you opened it; nothing was saved: here is the current version, make your change again", args...)
+}
+
 // updatePatient applies the patch to the stored record once.
 func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (*Patient, error) {
 	old, err := s.readablePatient(ctx, actor, id)

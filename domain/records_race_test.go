@@ -135,3 +135,39 @@ func TestAdminEditsFromTheSameReadKeepBothFields(t *testing.T) {
 		}
 	})
 }
+
+// TestStudyChangeFromAnOldVersionIsNotRetriedIntoSuccess: an update made
+// from the version it names passes the check on its first read, then
+// finds the study changed by another request before its write; read
+// again, the study is no longer that version, so the update is refused
+// (CodeConflict) rather than applied to a version its user never saw.
+func TestStudyChangeFromAnOldVersionIsNotRetriedIntoSuccess(t *testing.T) {
+	store := &recordRace{DB: repotest.NewDB(t), raced: "study"}
+	svc := domain.NewService(domain.Config{Store: store})
+	ctx, sys := context.Background(), domain.SystemActor()
+	org, err := svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	study, err := svc.CreateStudy(ctx, sys, domain.NewStudy{OrganizationID: org.ID, Name: "Study"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, mine := "Their description", "My description"
+	store.change = func() {
+		if _, err := svc.UpdateStudy(ctx, sys, study.ID, domain.StudyPatch{Description: &theirs}); err != nil {
+			t.Error(err)
+		}
+	}
+	from := study.LastUpdated
+	_, err = svc.UpdateStudy(ctx, sys, study.ID, domain.StudyPatch{Description: &mine, Unchanged: &from})
+	if !domain.IsCode(err, domain.CodeConflict) {
+		t.Errorf("the update from the old version: %v, want a conflict", err)
+	}
+	if store.change != nil {
+		t.Fatal("the update read no study")
+	}
+	if got, err := store.DB.StudyByID(ctx, study.ID); err != nil || got.Description != theirs {
+		t.Errorf("the study: %+v, %v; want the other request's description", got, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The coding systems of native observations. Open mHealth and IEEE 1752
@@ -28,6 +29,12 @@ type StudyPatch struct {
 	Name        *string
 	Description *string
 	IconURL     *string
+	// Unchanged is the LastUpdated of the study the change was made from
+	// (the version a form showed); nil: none. If the study changed since,
+	// nothing is written: the change was made against text that is no
+	// longer there, and writing it would put the old text back
+	// (CodeConflict, see checkUnchanged).
+	Unchanged *time.Time
 }
 
 // StudyView is a study with its organization.
@@ -219,6 +226,9 @@ func (s *Service) UpdateStudy(ctx context.Context, actor *Actor, id int64, in St
 func (s *Service) updateStudy(ctx context.Context, actor *Actor, id int64, in StudyPatch) (*Study, error) {
 	st, err := s.managedStudy(ctx, actor, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkUnchanged(in.Unchanged, st.LastUpdated, "study %d", id); err != nil {
 		return nil, err
 	}
 	old := *st
