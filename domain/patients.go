@@ -224,6 +224,12 @@ type PatientPatch struct {
 	Phone           *string // empty: remove the phone number
 	Identifiers     *[]Identifier
 	OrganizationIDs *[]int64
+	// AddIdentifiers and RemoveIdentifiers change the identifiers the
+	// update reads (after Identifiers, if set), inside its compare-and-set:
+	// an identifier another request adds meanwhile stays, as it would not
+	// if the caller sent a whole list computed from an earlier read.
+	AddIdentifiers    []Identifier
+	RemoveIdentifiers []Identifier
 }
 
 // UpdatePatient changes a patient's record. Writing needs the right to
@@ -306,6 +312,11 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 	identifiers := p.Identifiers
 	if in.Identifiers != nil {
 		identifiers = *in.Identifiers
+	}
+	if len(in.AddIdentifiers) > 0 || len(in.RemoveIdentifiers) > 0 {
+		identifiers = append(slices.DeleteFunc(slices.Clone(identifiers), func(x Identifier) bool {
+			return slices.Contains(in.RemoveIdentifiers, x)
+		}), in.AddIdentifiers...)
 	}
 	if in.OrganizationIDs != nil {
 		p.OrganizationIDs = uniqueIDs(*in.OrganizationIDs)
