@@ -253,19 +253,37 @@ type errorPage struct {
 // would answer. Only faults (500) are logged, without the request's query,
 // which may hold an invitation code.
 func (c *Console) renderError(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	page := errorOf(err)
+	if page.Status >= 500 && !errors.Is(err, context.Canceled) {
+		c.Logger.Error("console request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	c.render(w, r, s, page.Status, "error.html", http.StatusText(page.Status), "", page)
+}
+
+// errorOf is what a page says of an error: the status the admin API would
+// answer and its message, "internal error" for a fault.
+func errorOf(err error) errorPage {
 	status := httpstatus.Of(err)
 	message := domain.ErrorMessage(err)
 	if status >= 500 {
-		if !errors.Is(err, context.Canceled) {
-			c.Logger.Error("console request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		}
 		message = "internal error"
 	}
 	page := errorPage{Status: status, Message: domain.Sentence(message)}
 	if status == http.StatusUnauthorized {
 		page.SignIn = "/o/login/?next=" + url.QueryEscape(Prefix)
 	}
-	c.render(w, r, s, status, "error.html", http.StatusText(status), "", page)
+	return page
+}
+
+// formVersion reads the version field of an edit form: the LastUpdated
+// of the record the form showed, as the version template function wrote
+// it (CodeInvalid if it is missing or malformed).
+func formVersion(r *http.Request) (time.Time, error) {
+	v, err := time.Parse(time.RFC3339Nano, r.PostFormValue("version"))
+	if err != nil {
+		return time.Time{}, domain.FieldErrorf("version", "is missing; reload the page and make your change again")
+	}
+	return v, nil
 }
 
 // notices are the messages a form's redirect names with done=: fixed
@@ -365,7 +383,9 @@ var funcs = template.FuncMap{
 	},
 	"day":  func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
 	"name": patientName,
-	"role": roleName,
+	// version writes a record's LastUpdated into an edit form (formVersion).
+	"version": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"role":    roleName,
 }
 
 // patientName is a patient's name as the pages show it.

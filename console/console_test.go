@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"exchange/console"
 	"exchange/domain"
@@ -80,9 +81,12 @@ type fixture struct {
 	callers                     map[string]*caller
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { t.Helper(); return newFixtureWith(t, handlerstest.Options{}) }
+
+// newFixtureWith is newFixture with the exchange's settings.
+func newFixtureWith(t *testing.T, o handlerstest.Options) *fixture {
 	t.Helper()
-	env := handlerstest.Start(t)
+	env := handlerstest.StartWith(t, o)
 	ctx := context.Background()
 	svc, sys := env.Service, domain.SystemActor()
 	f := &fixture{env: env, callers: map[string]*caller{}}
@@ -256,7 +260,7 @@ func formCases(f *fixture) []formCase {
 		{fixed(fmt.Sprintf("%s/members/%d", org, f.removable.ID)), form{"role": {"member"}}, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
 		{fixed(fmt.Sprintf("%s/members/%d/remove", org, f.removable.ID)), nil, []string{"member", "viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
 		{fixed("/console/studies/"), form{"organization": {fmt.Sprint(f.org.ID)}, "name": {"New study"}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther, nil},
-		{fixed(study + "/"), form{"name": {"Renamed"}, "description": {"d"}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther, nil},
+		{fixed(study + "/"), form{"name": {"Renamed"}, "description": {"d"}, "version": {f.study.LastUpdated.UTC().Format(time.RFC3339Nano)}}, []string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther, nil},
 		{fixed(study + "/scopes"), form{"scope": {fmt.Sprint(f.steps.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
 		{fixed(fmt.Sprintf("%s/scopes/%d/remove", study, f.steps.ID)), nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},
 		{fixed(study + "/data-sources"), form{"source": {fmt.Sprint(f.spare.ID)}}, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, nil},

@@ -125,31 +125,27 @@ func (c *Console) renderPatient(w http.ResponseWriter, r *http.Request, s *sessi
 }
 
 func (c *Console) addIdentifier(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.changeIdentifiers(w, r, s, func(ids []domain.Identifier, id domain.Identifier) []domain.Identifier {
-		return append(ids, id)
+	return c.changeIdentifiers(w, r, s, func(id domain.Identifier) domain.PatientPatch {
+		return domain.PatientPatch{AddIdentifiers: []domain.Identifier{id}}
 	})
 }
 
 func (c *Console) removeIdentifier(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.changeIdentifiers(w, r, s, func(ids []domain.Identifier, id domain.Identifier) []domain.Identifier {
-		return slices.DeleteFunc(ids, func(x domain.Identifier) bool { return x == id })
+	return c.changeIdentifiers(w, r, s, func(id domain.Identifier) domain.PatientPatch {
+		return domain.PatientPatch{RemoveIdentifiers: []domain.Identifier{id}}
 	})
 }
 
-// changeIdentifiers changes a patient's identifiers with the one a form
-// names, through the patient update (all its checks).
-func (c *Console) changeIdentifiers(w http.ResponseWriter, r *http.Request, s *session, change func([]domain.Identifier, domain.Identifier) []domain.Identifier) error {
-	ctx := r.Context()
+// changeIdentifiers adds or removes the identifier a form names, through
+// the patient update (all its checks), which applies the change to the
+// record it reads: an identifier added meanwhile by another request stays.
+func (c *Console) changeIdentifiers(w http.ResponseWriter, r *http.Request, s *session, change func(domain.Identifier) domain.PatientPatch) error {
 	id, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
-	p, err := c.Service.PatientByID(ctx, s.actor, id)
-	if err != nil {
-		return err
-	}
-	ids := change(slices.Clone(p.Identifiers), domain.Identifier{System: strings.TrimSpace(r.PostFormValue("system")), Value: strings.TrimSpace(r.PostFormValue("value"))})
-	if _, err := c.Service.UpdatePatient(ctx, s.actor, id, domain.PatientPatch{Identifiers: &ids}); err != nil {
+	patch := change(domain.Identifier{System: strings.TrimSpace(r.PostFormValue("system")), Value: strings.TrimSpace(r.PostFormValue("value"))})
+	if _, err := c.Service.UpdatePatient(r.Context(), s.actor, id, patch); err != nil {
 		return err
 	}
 	return seeOther(w, r, patientPath(id), "saved")

@@ -57,19 +57,34 @@ type studyPage struct {
 	Enrollment  *domain.StudyEnrollment
 	Pager       pager
 	Candidates  []domain.Patient // patients of the organization not enrolled
+	// Unsaved is the edit the user sent that was not saved, with why: the
+	// page shows it beside the current study, whose values the form holds,
+	// so the user makes the change again on what is stored now.
+	Unsaved *unsavedStudy
+}
+
+// unsavedStudy is an edit of a study that was not saved.
+type unsavedStudy struct {
+	Name, Description string
+	Error             errorPage // why it was not saved
 }
 
 func (c *Console) study(w http.ResponseWriter, r *http.Request, s *session) error {
-	ctx := r.Context()
 	id, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
+	return c.renderStudy(w, r, s, id, http.StatusOK, nil)
+}
+
+// renderStudy renders a study's page, with an edit that was not saved.
+func (c *Console) renderStudy(w http.ResponseWriter, r *http.Request, s *session, id int64, status int, unsaved *unsavedStudy) error {
+	ctx := r.Context()
 	st, err := c.Service.StudyByID(ctx, s.actor, id)
 	if err != nil {
 		return err
 	}
-	page := studyPage{Study: st, Manage: s.actor.CanManageDataIn(st.OrganizationID)}
+	page := studyPage{Study: st, Manage: s.actor.CanManageDataIn(st.OrganizationID), Unsaved: unsaved}
 	if page.Scopes, err = c.Service.StudyScopeRequests(ctx, s.actor, id); err != nil {
 		return err
 	}
@@ -119,17 +134,29 @@ func (c *Console) study(w http.ResponseWriter, r *http.Request, s *session) erro
 			}
 		}
 	}
-	c.render(w, r, s, http.StatusOK, "study.html", st.Name, "studies", page)
+	c.render(w, r, s, status, "study.html", st.Name, "studies", page)
 	return nil
 }
 
+// updateStudy saves the edit form, made from the version of the study it
+// names: if the study changed since, nothing is saved, and the page shows
+// the current study with the edit beside it (409).
 func (c *Console) updateStudy(w http.ResponseWriter, r *http.Request, s *session) error {
 	id, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
+	from, err := formVersion(r)
+	if err != nil {
+		return err
+	}
 	name, description := r.PostFormValue("name"), r.PostFormValue("description")
-	if _, err := c.Service.UpdateStudy(r.Context(), s.actor, id, domain.StudyPatch{Name: &name, Description: &description}); err != nil {
+	_, err = c.Service.UpdateStudy(r.Context(), s.actor, id, domain.StudyPatch{Name: &name, Description: &description, Unchanged: &from})
+	if domain.IsCode(err, domain.CodeConflict) {
+		unsaved := &unsavedStudy{Name: name, Description: description, Error: errorOf(err)}
+		return c.renderStudy(w, r, s, id, unsaved.Error.Status, unsaved)
+	}
+	if err != nil {
 		return err
 	}
 	return seeOther(w, r, studyPath(id), "saved")

@@ -223,6 +223,9 @@ type Options struct {
 	// Ping and Loaded answer /ready; nil Ping: the database's.
 	Ping   func(context.Context) error
 	Loaded map[string]bool
+	// Store wraps the database the domain service uses (a test that
+	// makes another request's change at a chosen read); nil: the database.
+	Store func(*repo.DB) domain.Store
 }
 
 // Start runs the exchange over a new database named after the test, and
@@ -253,7 +256,11 @@ func StartWith(t testing.TB, o Options) *Env {
 		auditor = audit
 		t.Cleanup(func() { _ = audit.Close(context.Background()) })
 	}
-	svc := domain.NewService(domain.Config{Store: db, Schemas: Schemas(t), SourceBase: SourceBase,
+	var store domain.Store = db
+	if o.Store != nil {
+		store = o.Store(db)
+	}
+	svc := domain.NewService(domain.Config{Store: store, Schemas: Schemas(t), SourceBase: SourceBase,
 		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
