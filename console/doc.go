@@ -26,4 +26,8 @@
 //     console's own files, no inline script or style attribute (charts are
 //     rewritten to SVG presentation attributes), no framing; every form
 //     carries the origin's CSRF token; pages are never cached.
+//   - No lost updates: a form that posts every field of a record carries
+//     the version it showed (formVersion), which the domain checks against
+//     the record it changes; a form that adds to or removes from a list
+//     sends that operation, not a list computed from its own read.
 package console
