@@ -257,6 +257,24 @@ describe('web console', () => {
     await page.context().close();
   });
 
+  it('a study edit from a page opened before another edit is refused, not saved over it', async () => {
+    const first = await newPage();
+    await signIn(first, manager);
+    await first.goto(`${base}/console/studies/${studyId}/`);
+    const second = await first.context().newPage();
+    await second.goto(`${base}/console/studies/${studyId}/`);
+    await first.getByLabel('Description').fill('Edited in the first tab.');
+    await first.getByRole('button', { name: 'Save' }).click();
+    await first.waitForURL(/saved/);
+    await second.getByLabel('Description').fill('Edited in the second tab.');
+    const [answer] = await Promise.all([second.waitForResponse((r) => r.request().method() === 'POST'), second.getByRole('button', { name: 'Save' }).click()]);
+    assert.equal(answer.status(), 409);
+    assert.match(await second.getByRole('alert').innerText(), /changed by someone else since you opened it[\s\S]*Edited in the second tab\./);
+    assert.equal(await second.getByLabel('Description').inputValue(), 'Edited in the first tab.', 'the form shows the current study');
+    await audit(second, 'study-conflict');
+    await first.context().close();
+  });
+
   it('a viewer is offered no write control, and a forced post is refused', async () => {
     const page = await newPage();
     await signIn(page, viewer);
@@ -272,7 +290,7 @@ describe('web console', () => {
 
   it('every page of the journey passes axe and its Content-Security-Policy', () => {
     console.log(`axe-core: ${audited.size} pages, serious or critical violations: ${[...audited.values()].reduce((a, b) => a + b, 0)}`);
-    assert.ok(audited.size >= 11, `${audited.size} pages audited`);
+    assert.ok(audited.size >= 12, `${audited.size} pages audited`);
     assert.deepEqual(cspViolations, []);
   });
 });
