@@ -227,7 +227,8 @@ type PatientPatch struct {
 	// AddIdentifiers and RemoveIdentifiers change the identifiers the
 	// update reads (after Identifiers, if set), inside its compare-and-set:
 	// an identifier another request adds meanwhile stays, as it would not
-	// if the caller sent a whole list computed from an earlier read.
+	// if the caller sent a whole list computed from an earlier read. See
+	// changeIdentifiers for one already there, or absent, or in both.
 	AddIdentifiers    []Identifier
 	RemoveIdentifiers []Identifier
 }
@@ -284,6 +285,29 @@ func checkUnchanged(from *time.Time, stored time.Time, what string, args ...any)
 	return Errorf(CodeConflict, what+" was changed by someone else since you opened it; nothing was saved: here is the current version, make your change again", args...)
 }
 
+// changeIdentifiers removes from ids, the identifiers of patient id the
+// update read, those remove names, then appends those add names. A removal
+// of one ids lacks changes nothing: what it asks for holds (another request
+// may have removed it first). An addition of one ids holds, or an
+// identifier both added and removed, is refused (CodeInvalid, naming it):
+// the caller believed the record other than it is, or asked for two
+// outcomes at once.
+func changeIdentifiers(ids, add, remove []Identifier, id int64) ([]Identifier, error) {
+	if len(add) == 0 && len(remove) == 0 {
+		return ids, nil
+	}
+	for i, x := range add {
+		if slices.Contains(remove, x) {
+			return nil, FieldErrorf(fmt.Sprintf("addIdentifiers[%d]", i), "%s|%s is also removed; send one of the two", x.System, x.Value)
+		}
+		if slices.Contains(ids, x) {
+			return nil, FieldErrorf(fmt.Sprintf("addIdentifiers[%d]", i), "%s|%s is already an identifier of patient %d", x.System, x.Value, id)
+		}
+	}
+	kept := slices.DeleteFunc(slices.Clone(ids), func(x Identifier) bool { return slices.Contains(remove, x) })
+	return append(kept, add...), nil
+}
+
 // updatePatient applies the patch to the stored record once.
 func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (*Patient, error) {
 	old, err := s.readablePatient(ctx, actor, id)
@@ -313,10 +337,8 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 	if in.Identifiers != nil {
 		identifiers = *in.Identifiers
 	}
-	if len(in.AddIdentifiers) > 0 || len(in.RemoveIdentifiers) > 0 {
-		identifiers = append(slices.DeleteFunc(slices.Clone(identifiers), func(x Identifier) bool {
-			return slices.Contains(in.RemoveIdentifiers, x)
-		}), in.AddIdentifiers...)
+	if identifiers, err = changeIdentifiers(identifiers, in.AddIdentifiers, in.RemoveIdentifiers, id); err != nil {
+		return nil, err
 	}
 	if in.OrganizationIDs != nil {
 		p.OrganizationIDs = uniqueIDs(*in.OrganizationIDs)

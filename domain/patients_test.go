@@ -3,6 +3,7 @@ package domain_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -197,5 +198,59 @@ func TestPasswordResetLeavesADeactivationStanding(t *testing.T) {
 	}
 	if _, err := svc.Authenticate(ctx, "p@example.org", reset, "192.0.2.1"); err == nil {
 		t.Error("a deactivated user signs in with the password reset meanwhile")
+	}
+}
+
+// TestPatientIdentifierAdditionsAndRemovals pins what AddIdentifiers and
+// RemoveIdentifiers do with the list the update reads: a removal of an
+// absent identifier changes nothing; an addition of one already there, or
+// of one also removed, is refused (400) and writes nothing; with
+// Identifiers they change that list; and an addition passes the update's
+// own checks (an identifier another patient holds is a duplicate).
+func TestPatientIdentifierAdditionsAndRemovals(t *testing.T) {
+	w := newWorld(t)
+	f, p := w.f, w.patient
+	ctx, sys := context.Background(), domain.SystemActor()
+	a, b, c := domain.Identifier{System: "urn:mrn", Value: "A"}, domain.Identifier{System: "urn:mrn", Value: "B"}, domain.Identifier{System: "urn:mrn", Value: "C"}
+	start := []domain.Identifier{a, b}
+	if _, err := f.svc.UpdatePatient(ctx, sys, p.ID, domain.PatientPatch{Identifiers: &start}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "other@example.org", FamilyName: "O", GivenNames: []string{"Oli"},
+		OrganizationIDs: []int64{w.org.ID}, Identifiers: []domain.Identifier{{System: "urn:mrn", Value: "held"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := start
+	for _, tc := range []struct {
+		name  string
+		patch domain.PatientPatch
+		code  domain.Code // "" for success
+		after []domain.Identifier
+	}{
+		{"remove an absent one", domain.PatientPatch{RemoveIdentifiers: []domain.Identifier{c}}, "", []domain.Identifier{a, b}},
+		{"add one already there", domain.PatientPatch{AddIdentifiers: []domain.Identifier{a}}, domain.CodeInvalid, nil},
+		{"add and remove the same", domain.PatientPatch{AddIdentifiers: []domain.Identifier{c}, RemoveIdentifiers: []domain.Identifier{c}}, domain.CodeInvalid, nil},
+		{"add and remove the same present one", domain.PatientPatch{AddIdentifiers: []domain.Identifier{a}, RemoveIdentifiers: []domain.Identifier{a}}, domain.CodeInvalid, nil},
+		{"add one twice", domain.PatientPatch{AddIdentifiers: []domain.Identifier{c, c}}, domain.CodeInvalid, nil},
+		{"add one another patient holds", domain.PatientPatch{AddIdentifiers: []domain.Identifier{{System: "urn:mrn", Value: "held"}}}, domain.CodeDuplicate, nil},
+		{"add one without a system", domain.PatientPatch{AddIdentifiers: []domain.Identifier{{Value: "x"}}}, domain.CodeInvalid, nil},
+		{"remove one and add another", domain.PatientPatch{AddIdentifiers: []domain.Identifier{c}, RemoveIdentifiers: []domain.Identifier{a}}, "", []domain.Identifier{b, c}},
+		{"with the whole list", domain.PatientPatch{Identifiers: &[]domain.Identifier{a}, AddIdentifiers: []domain.Identifier{b}, RemoveIdentifiers: []domain.Identifier{a}}, "", []domain.Identifier{b}},
+	} {
+		_, err := f.svc.UpdatePatient(ctx, sys, p.ID, tc.patch)
+		if tc.code == "" && err != nil || tc.code != "" && !domain.IsCode(err, tc.code) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.code)
+		}
+		if tc.after != nil {
+			want = tc.after
+		}
+		got, err := f.svc.PatientByID(ctx, sys, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Identifiers, want) {
+			t.Errorf("%s: identifiers %v, want %v", tc.name, got.Identifiers, want)
+		}
 	}
 }
