@@ -71,6 +71,13 @@ func TestStudyFormDoesNotOverwriteAnotherEdit(t *testing.T) {
 			t.Errorf("the answer lacks %q:\n%s", want, body)
 		}
 	}
+	// Those who may not change the study learn nothing from a stale
+	// version: the permission is checked first (403), no 409, no study.
+	for _, name := range []string{"viewer", "outsider", "patient"} {
+		if resp, body := f.callers[name].post(f.env, path, form); resp.StatusCode != http.StatusForbidden || strings.Contains(body, theirs) {
+			t.Errorf("POST %s from the stale page as %s: %d, want 403 without the study\n%.600s", path, name, resp.StatusCode, body)
+		}
+	}
 	st, err := f.env.Service.StudyByID(ctx, sys, f.study.ID)
 	if err != nil {
 		t.Fatal(err)
