@@ -376,12 +376,13 @@ func (c *testClock) set(instances ...*repo.DB) {
 // cuttable opens db's database again, as another instance of the
 // service would, through a TCP relay (relay); arm makes the next command
 // named command on the collection fail as on a lost connection: the
-// connections open through the relay are closed as it is sent. The cut
-// command may or may not reach the server; land, which arm returns, sends
-// it on another connection, as a command the server applies after the
-// driver gave up on it (a duplicate of one that did reach it changes
-// nothing: a compare-and-set, an insert of the same _id). The instance is
-// closed when the test ends.
+// connections open through the relay are closed as it is sent, before
+// it reaches the server. A command cut so in production may or may not
+// reach the server; land, which arm returns, sends it on another
+// connection, as a command the server applies after the driver gave up
+// on it, and fails the test unless it changed something: a "landed
+// late" case that landed nothing would pass as the "lost" one. The
+// instance is closed when the test ends.
 func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *repo.DB, arm func() (land func())) {
 	t.Helper()
 	ctx := context.Background()
@@ -415,8 +416,17 @@ func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *
 				cmd = append(cmd, bson.E{Key: key, Value: e.Value()})
 			}
 		}
-		if err := repotest.Collection(t, db, collection).Database().RunCommand(ctx, cmd).Err(); err != nil {
+		// An update that matches no document answers ok, write errors
+		// aside: the reply's n says whether it landed.
+		var reply struct {
+			N           int64      `bson:"n"`
+			WriteErrors []bson.Raw `bson:"writeErrors"`
+		}
+		if err := repotest.Collection(t, db, collection).Database().RunCommand(ctx, cmd).Decode(&reply); err != nil {
 			t.Fatalf("the cut %s on %s, landing late: %v", command, collection, err)
+		}
+		if reply.N == 0 || len(reply.WriteErrors) > 0 {
+			t.Fatalf("the cut %s on %s, landing late, changed nothing: n %d, write errors %v", command, collection, reply.N, reply.WriteErrors)
 		}
 	}
 	return instance, func() func() { armed.Store(true); return land }
