@@ -79,7 +79,8 @@
 // than intentTimeout, leaseTimeout after its write returned without
 // settling or without removing it (it gave the intent up: giveUp; a write
 // that returned a network error may still land until then, as a dead
-// process's may), or, at the start of a process that started the embedded
+// process's may; a repair whose command failed so gives its intent back
+// the same way), or, at the start of a process that started the embedded
 // database itself, always (no other process can be writing).
 // Only abandoned intents are repaired; the leases are what keeps one
 // process from undoing the write another is still making (MongoDB with

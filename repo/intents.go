@@ -464,7 +464,11 @@ var errRepairedElsewhere = errors.New("the write intent is being repaired elsewh
 // after a new write had started: a repair of a patient update would
 // release the claim that a later update of the patient, begun once the
 // intent was gone, relies on. A repair that fails gives the intent back,
-// abandoned as it was, for the next sweep to try again.
+// abandoned as it was, for the next sweep to try again; one whose own
+// command failed with an unknown outcome (outcomeUnknown) gives it back
+// given up as of now (giveUp), as a write does: that command may still
+// land, and a repair at once, and the write begun after it, would be
+// undone by it (a late release of a claim the next update made again).
 func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 	if err := d.hold(ctx); err != nil {
 		return err
@@ -482,6 +486,9 @@ func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 		err = d.end(ctx, in)
 	}
 	if err != nil {
+		if outcomeUnknown(err) {
+			writer, began = noInstance, d.nowMillis()
+		}
 		_ = d.moveIntent(context.WithoutCancel(ctx), in, writer, began)
 		return fmt.Errorf("repair the %s write intent %s: %w", in.Kind, in.ID.Hex(), err)
 	}

@@ -513,3 +513,49 @@ func changeAfterTheGrace(t *testing.T, db *repo.DB, clock *testClock, now *domai
 		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
 	}
 }
+
+// TestARepairCutOnTheWireWaitsAgain: a repair whose own write fails with
+// an unknown outcome (here the release of a claim that the record of an
+// update given up does not list: the connection is lost as the delete is
+// sent) gives the intent back given up as of then, not abandoned as it
+// was: the delete may still land, and had the next change of the
+// identifiers repaired the intent at once and claimed the identifier
+// again, the late delete would release that new claim, leaving the
+// record listing an identifier no claim holds, free for another patient.
+// Within leaseTimeout the change is refused (CodeConflict); after it, it
+// is stored and the claims match the record, whether the delete was lost
+// or landed late.
+func TestARepairCutOnTheWireWaitsAgain(t *testing.T) {
+	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
+		ctx := context.Background()
+		x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+		p, _ := cutIdentifierUpdate(t, db, clock, "update", "patients", x) // the replace lost: x claimed, not listed
+		clock.advance(repo.LeaseTimeout + time.Second)
+		fixer, arm := cuttable(t, db, "delete", "patient_identifiers")
+		clock.set(fixer)
+		land := arm()
+		if rep, err := fixer.Repair(ctx, repo.RepairOptions{}); err == nil && len(rep.Failed) == 0 {
+			t.Fatalf("the repair whose release of x was cut: %+v, want it failed", rep)
+		}
+		now, err := db.PatientByID(ctx, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withX := *now
+		withX.Identifiers = []domain.Identifier{x}
+		if err := db.UpdatePatient(ctx, now, &withX); !domain.IsCode(err, domain.CodeConflict) {
+			t.Fatalf("a change adding x, within leaseTimeout of the cut repair: %v, want CodeConflict", err)
+		}
+		if late {
+			land()
+		}
+		clock.advance(repo.LeaseTimeout + time.Second)
+		if err := db.UpdatePatient(ctx, now, &withX); err != nil {
+			t.Fatalf("a change adding x, after leaseTimeout: %v, want it stored", err)
+		}
+		checkClaims(t, db, p.ID, "after the change")
+		if n, err := repotest.Collection(t, db, "patient_identifiers").CountDocuments(ctx, bson.M{"patientId": p.ID, "value": x.Value}); err != nil || n != 1 {
+			t.Errorf("%d claims on x after the change (%v), want 1", n, err)
+		}
+	})
+}
