@@ -187,7 +187,7 @@ func TestAnObservationBatchCutOnTheWireWaitsForItsRepair(t *testing.T) {
 			}
 			batch, arm := cuttable(t, db, "insert", c.collection)
 			clock.set(batch)
-			land := arm()
+			land := arm().land
 			if errs := batch.CreateObservations(ctx, batchOf()); errs[0] == nil || errs[1] == nil {
 				t.Fatalf("the entries of the cut batch: %v, want both failed", errs)
 			}
@@ -274,7 +274,7 @@ func TestACreateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 			ctx := context.Background()
 			instance, arm := cuttable(t, db, "insert", c.collection)
 			clock.set(instance)
-			land := arm()
+			land := arm().land
 			userID, err := c.create(instance, "p@example.org")
 			if err == nil {
 				t.Fatalf("the %s create whose %s insert was cut succeeded", c.kind, c.collection)
@@ -338,7 +338,7 @@ func TestAForwardWriteWhoseMarksWereCutIsRolledForward(t *testing.T) {
 		}
 		later, arm := cuttable(t, db, "update", "write_intents")
 		clock.set(later)
-		land := arm()
+		land := arm().land
 		if err := later.CreateEnrollments(ctx, []domain.Enrollment{{StudyID: 1, PatientID: 1}}); err == nil {
 			t.Fatal("the enrollment whose marks were cut succeeded")
 		}
@@ -378,21 +378,18 @@ func (c *testClock) set(instances ...*repo.DB) {
 // named command on the collection fail as on a lost connection: the
 // connections open through the relay are closed as it is sent, before
 // it reaches the server. A command cut so in production may or may not
-// reach the server; land, which arm returns, sends it on another
-// connection, as a command the server applies after the driver gave up
-// on it, and fails the test unless it changed something: a "landed
-// late" case that landed nothing would pass as the "lost" one. The
+// reach the server; the cutCommand arm returns sends it late (land). The
 // instance is closed when the test ends.
-func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *repo.DB, arm func() (land func())) {
+func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *repo.DB, arm func() *cutCommand) {
 	t.Helper()
 	ctx := context.Background()
 	uri, l := relay(t)
 	var armed atomic.Bool
-	var cut atomic.Pointer[bson.Raw]
+	c := &cutCommand{t: t, db: db, command: command, collection: collection}
 	instance, err := repo.OpenWith(ctx, uri, db.Name(), repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); e.CommandName == command && coll == collection && armed.Swap(false) {
 			sent := slices.Clone(e.Command)
-			cut.Store(&sent)
+			c.sent.Store(&sent)
 			l.cut()
 		}
 	}}})
@@ -400,36 +397,66 @@ func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = instance.Close(ctx) })
-	land := func() {
-		t.Helper()
-		sent := cut.Load()
-		if sent == nil {
-			t.Fatalf("no %s on %s was cut", command, collection)
-		}
-		elems, err := sent.Elements()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cmd bson.D // the command without the session and routing fields the driver adds
-		for _, e := range elems {
-			if key := e.Key(); key != "lsid" && key != "txnNumber" && !strings.HasPrefix(key, "$") {
-				cmd = append(cmd, bson.E{Key: key, Value: e.Value()})
-			}
-		}
-		// An update that matches no document answers ok, write errors
-		// aside: the reply's n says whether it landed.
-		var reply struct {
-			N           int64      `bson:"n"`
-			WriteErrors []bson.Raw `bson:"writeErrors"`
-		}
-		if err := repotest.Collection(t, db, collection).Database().RunCommand(ctx, cmd).Decode(&reply); err != nil {
-			t.Fatalf("the cut %s on %s, landing late: %v", command, collection, err)
-		}
-		if reply.N == 0 || len(reply.WriteErrors) > 0 {
-			t.Fatalf("the cut %s on %s, landing late, changed nothing: n %d, write errors %v", command, collection, reply.N, reply.WriteErrors)
+	return instance, func() *cutCommand { armed.Store(true); return c }
+}
+
+// cutCommand is the command a cuttable instance cut.
+type cutCommand struct {
+	t                   *testing.T
+	db                  *repo.DB
+	command, collection string
+	sent                atomic.Pointer[bson.Raw]
+}
+
+// land sends the cut command on another connection, as a command the
+// server applies after the driver gave up on it, and fails the test
+// unless it changed something: a "landed late" case that landed nothing
+// would pass as the "lost" one.
+func (c *cutCommand) land() {
+	c.t.Helper()
+	if n, refused := c.send(); n == 0 || refused {
+		c.t.Fatalf("the cut %s on %s, landing late, changed nothing", c.command, c.collection)
+	}
+}
+
+// landRefused is land for a command the write made sure would be refused
+// when it lands late (an insert whose _id the write took since): it fails
+// the test unless the command was refused and changed nothing.
+func (c *cutCommand) landRefused() {
+	c.t.Helper()
+	if n, refused := c.send(); n != 0 || !refused {
+		c.t.Fatalf("the cut %s on %s, landing late, was applied (n %d), want it refused", c.command, c.collection, n)
+	}
+}
+
+// send sends the cut command on another connection: n documents changed,
+// and whether the server refused some with a write error.
+func (c *cutCommand) send() (n int64, refused bool) {
+	c.t.Helper()
+	sent := c.sent.Load()
+	if sent == nil {
+		c.t.Fatalf("no %s on %s was cut", c.command, c.collection)
+	}
+	elems, err := sent.Elements()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var cmd bson.D // the command without the session and routing fields the driver adds
+	for _, e := range elems {
+		if key := e.Key(); key != "lsid" && key != "txnNumber" && !strings.HasPrefix(key, "$") {
+			cmd = append(cmd, bson.E{Key: key, Value: e.Value()})
 		}
 	}
-	return instance, func() func() { armed.Store(true); return land }
+	// An update that matches no document answers ok, write errors
+	// aside: the reply's n says whether it landed.
+	var reply struct {
+		N           int64      `bson:"n"`
+		WriteErrors []bson.Raw `bson:"writeErrors"`
+	}
+	if err := repotest.Collection(c.t, c.db, c.collection).Database().RunCommand(context.Background(), cmd).Decode(&reply); err != nil {
+		c.t.Fatalf("the cut %s on %s, landing late: %v", c.command, c.collection, err)
+	}
+	return reply.N, len(reply.WriteErrors) > 0
 }
 
 // eachLanding runs f as the subtests "<name> lost" and "<name> landed

@@ -488,7 +488,7 @@ func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, c
 	}
 	withX := *old
 	withX.Identifiers = []domain.Identifier{x}
-	land := arm()
+	land := arm().land
 	if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
 		t.Fatalf("the update whose %s on %s was cut succeeded", command, collection)
 	}
@@ -533,7 +533,7 @@ func TestARepairCutOnTheWireWaitsAgain(t *testing.T) {
 		clock.advance(repo.LeaseTimeout + time.Second)
 		fixer, arm := cuttable(t, db, "delete", "patient_identifiers")
 		clock.set(fixer)
-		land := arm()
+		land := arm().land
 		if rep, err := fixer.Repair(ctx, repo.RepairOptions{}); err == nil && len(rep.Failed) == 0 {
 			t.Fatalf("the repair whose release of x was cut: %+v, want it failed", rep)
 		}
