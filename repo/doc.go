@@ -71,7 +71,12 @@
 // may still apply that command after the undo has read the store (a
 // record replaced after its claims were settled, observations inserted
 // after their claims were released). It leaves its intent, given up, to
-// the repair, as a crash would.
+// the repair, as a crash would. A write whose intent insert itself failed
+// so stops there, having written nothing more, and puts a given-up copy
+// of the intent in its place (giveUpUnrecorded), whose repair settles
+// nothing: the insert, landing late with this process's live lease, would
+// count as a write running for intentTimeout (an identifier change's
+// intent is the patient's lock), and then be rolled forward.
 //
 // Leases. Every process that writes intents holds a service_instances
 // document it renews every leaseRenew; an intent is abandoned when its

@@ -31,7 +31,9 @@ import (
 // and repairing it rolls the write back (a create, whose uniqueness was not
 // settled) or forward (a change that was checked in full before its
 // first write). A write whose command returned an unknown outcome
-// (outcomeUnknown) leaves its settle to that repair too (settleWrite).
+// (outcomeUnknown) leaves its settle to that repair too (settleWrite);
+// one whose intent insert returned so puts a given-up copy in its place
+// (giveUpUnrecorded).
 // Every process that writes intents holds a lease, an
 // instance document it renews; a lease not renewed for leaseTimeout
 // belongs to a dead process.
@@ -73,6 +75,10 @@ type intentDoc struct {
 	Kind      intentKind    `bson:"kind"`
 	Instance  string        `bson:"instance"` // the lease of the process writing it
 	StartedAt time.Time     `bson:"startedAt"`
+	// Unbegun marks the given-up copy of an intent whose insert failed
+	// with an unknown outcome (giveUpUnrecorded): its write stopped there,
+	// and its repair settles nothing.
+	Unbegun bool `bson:"unbegun,omitempty"`
 	// Keys are the claim keys (claimKey) the write may take: how a write
 	// that collides with one finds the intent. Observation intents list
 	// none: their claims name an id of FirstID..LastID, by which a
@@ -209,7 +215,8 @@ func (d *DB) release(ctx context.Context) {
 // begin records an intent before the first write of a multi-document
 // write; the caller fills in the kind's fields, and may set the _id when
 // the intent is also a lock (beginIdentifierChange): then a duplicate key
-// says that another write holds it.
+// says that another write holds it. When it fails, the caller fails its
+// write without writing anything more (giveUpUnrecorded relies on it).
 func (d *DB) begin(ctx context.Context, in *intentDoc) error {
 	if err := d.hold(ctx); err != nil {
 		return err
@@ -222,9 +229,40 @@ func (d *DB) begin(ctx context.Context, in *intentDoc) error {
 		in.Keys = []string{}
 	}
 	if _, err := d.c(colIntents).InsertOne(ctx, in); err != nil {
+		if outcomeUnknown(err) {
+			d.giveUpUnrecorded(ctx, in)
+		}
 		return fmt.Errorf("record the write intent: %w", err)
 	}
 	return nil
+}
+
+// giveUpUnrecorded gives up (giveUp) the intent of a write whose begin
+// failed with an unknown outcome, and which so wrote nothing more. Its
+// insert may still land, carrying this process's live lease: a write still
+// running to every look until intentTimeout (15 minutes), which for an
+// identifier change is the patient's identifier lock. In its place goes a
+// given-up copy marked Unbegun, whose repair, after leaseTimeout, only
+// removes it: one replace, upserted, of the intent as begin wrote it. If
+// the insert was lost, the copy is inserted; if it landed, it is replaced;
+// if it lands later, it is a duplicate key and refused. A lock intent of
+// another write under the same _id has another instance and start: the
+// upsert, refused as a duplicate, leaves it alone. A refusal is tried once
+// more: the insert may have landed between the upsert's match, which found
+// nothing, and its insert, refused then as a duplicate of it; the second
+// try matches it. If the replace fails, the intent, if it lands, waits for
+// intentTimeout.
+func (d *DB) giveUpUnrecorded(ctx context.Context, in *intentDoc) {
+	ctx = context.WithoutCancel(ctx)
+	copied := *in
+	copied.Instance, copied.StartedAt, copied.Unbegun = noInstance, d.nowMillis(), true
+	filter := bson.M{"_id": in.ID, "instance": in.Instance, "startedAt": in.StartedAt}
+	for range 2 {
+		_, err := d.c(colIntents).ReplaceOne(ctx, filter, copied, options.Replace().SetUpsert(true))
+		if err == nil || outcomeUnknown(err) {
+			return
+		}
+	}
 }
 
 // end removes an intent after its write's last step, whatever the
@@ -519,6 +557,12 @@ func (d *DB) moveIntent(ctx context.Context, in *intentDoc, instance string, sta
 // settleAbandoned undoes or finishes, by its kind, the write of an
 // abandoned intent.
 func (d *DB) settleAbandoned(ctx context.Context, in *intentDoc) error {
+	if in.Unbegun {
+		// Its write never got past begin: rolling it forward would make
+		// a write its caller was told failed, one that may never have
+		// reached the store.
+		return nil
+	}
 	var err error
 	switch in.Kind {
 	case intentObservations:

@@ -358,6 +358,78 @@ func TestAForwardWriteWhoseMarksWereCutIsRolledForward(t *testing.T) {
 	})
 }
 
+// TestAWriteWhoseIntentIsCutOnTheWireWritesNothing: an observation batch
+// or an enrollment whose intent insert fails with an unknown outcome (the
+// connection is lost as it is sent) fails, having written nothing, and
+// puts a given-up copy of the intent in its place: the insert may still
+// land, and with this instance's live lease it would count as a write
+// running for intentTimeout (15 minutes), after which its repair would
+// roll the enrollment forward, a write its caller was told failed. An
+// insert that landed before the copy is replaced by it, one that lands
+// after is refused as a duplicate key; the copy is repaired after
+// leaseTimeout, while the instance runs on, and settles nothing: no
+// observation, claim or enrollment is stored, whether the insert was lost
+// or landed, before or after.
+func TestAWriteWhoseIntentIsCutOnTheWireWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	id := domain.Identifier{System: "urn:example:obs", Value: "x"}
+	for _, c := range []struct {
+		kind    string
+		write   func(d *repo.DB) error
+		written []string // the collections it writes
+	}{
+		{"observations.create", func(d *repo.DB) error {
+			return d.CreateObservations(ctx, []*domain.Observation{testObservation(1, id)})[0]
+		}, []string{"observations", "observation_identifiers"}},
+		{"enrollments.create", func(d *repo.DB) error {
+			return d.CreateEnrollments(ctx, []domain.Enrollment{{StudyID: 1, PatientID: 1}})
+		}, []string{"enrollments"}},
+	} {
+		for _, landing := range []string{"lost", "landed before the give-up", "landed after the give-up"} {
+			t.Run(c.kind+" "+landing, func(t *testing.T) {
+				db := repotest.NewDB(t)
+				clock := &testClock{}
+				clock.set(db)
+				instance, arm := cuttable(t, db, "insert", "write_intents")
+				clock.set(instance)
+				cut := arm()
+				if landing == "landed before the give-up" {
+					cut.landBefore("update") // the give-up's replace
+				}
+				if err := c.write(instance); err == nil {
+					t.Fatal("the write whose intent insert was cut succeeded")
+				}
+				if landing == "landed after the give-up" {
+					cut.landRefused()
+				}
+				intents := repotest.Collection(t, db, "write_intents")
+				var in struct {
+					Kind     string `bson:"kind"`
+					Instance string `bson:"instance"`
+				}
+				if err := intents.FindOne(ctx, bson.M{}).Decode(&in); err != nil || in.Kind != c.kind || in.Instance != "" {
+					t.Errorf("the intent after the cut insert: %+v, %v; want the write's, given up", in, err)
+				}
+				if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Running != 1 {
+					t.Errorf("the repair within leaseTimeout: %+v, %v; want the intent left as running", rep, err)
+				}
+				clock.advance(repo.LeaseTimeout + time.Second)
+				if err := repo.RenewLease(ctx, instance); err != nil { // the instance runs on
+					t.Fatal(err)
+				}
+				if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired[c.kind] != 1 {
+					t.Errorf("the repair after leaseTimeout: %+v, %v; want the intent repaired", rep, err)
+				}
+				for _, name := range append(c.written, "write_intents") {
+					if n, err := repotest.Collection(t, db, name).CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+						t.Errorf("%d documents in %s after the repair (%v), want none", n, name, err)
+					}
+				}
+			})
+		}
+	}
+}
+
 // testClock is a clock for the test's instances (repo.SetClock): the time
 // now, moved on by advance.
 type testClock struct{ skew atomic.Int64 }
@@ -387,16 +459,21 @@ func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *
 	var armed atomic.Bool
 	c := &cutCommand{t: t, db: db, command: command, collection: collection}
 	instance, err := repo.OpenWith(ctx, uri, db.Name(), repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); e.CommandName == command && coll == collection && armed.Swap(false) {
+		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+		if e.CommandName == command && coll == collection && armed.Swap(false) {
 			sent := slices.Clone(e.Command)
 			c.sent.Store(&sent)
 			l.cut()
+		}
+		if next := c.before.Load(); next != nil && e.CommandName == *next && coll == collection && c.before.CompareAndSwap(next, nil) {
+			c.land()
 		}
 	}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = instance.Close(ctx) })
+	c.instance = instance
 	return instance, func() *cutCommand { armed.Store(true); return c }
 }
 
@@ -404,9 +481,15 @@ func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *
 type cutCommand struct {
 	t                   *testing.T
 	db                  *repo.DB
+	instance            *repo.DB // the instance whose command was cut
 	command, collection string
 	sent                atomic.Pointer[bson.Raw]
+	before              atomic.Pointer[string] // landBefore's command
 }
+
+// landBefore lands the cut command (land) as the instance sends its next
+// command named next on the collection, before it reaches the server.
+func (c *cutCommand) landBefore(next string) { c.before.Store(&next) }
 
 // land sends the cut command on another connection, as a command the
 // server applies after the driver gave up on it, and fails the test
@@ -448,15 +531,19 @@ func (c *cutCommand) send() (n int64, refused bool) {
 		}
 	}
 	// An update that matches no document answers ok, write errors
-	// aside: the reply's n says whether it landed.
+	// aside: the reply's n says whether it landed. The driver returns the
+	// write errors of a reply as a WriteException.
 	var reply struct {
-		N           int64      `bson:"n"`
-		WriteErrors []bson.Raw `bson:"writeErrors"`
+		N int64 `bson:"n"`
 	}
-	if err := repotest.Collection(c.t, c.db, c.collection).Database().RunCommand(context.Background(), cmd).Decode(&reply); err != nil {
+	err = repotest.Collection(c.t, c.db, c.collection).Database().RunCommand(context.Background(), cmd).Decode(&reply)
+	if we := (mongo.WriteException{}); errors.As(err, &we) && len(we.WriteErrors) > 0 {
+		return reply.N, true
+	}
+	if err != nil {
 		c.t.Fatalf("the cut %s on %s, landing late: %v", c.command, c.collection, err)
 	}
-	return reply.N, len(reply.WriteErrors) > 0
+	return reply.N, false
 }
 
 // eachLanding runs f as the subtests "<name> lost" and "<name> landed

@@ -1,6 +1,7 @@
 package repo_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -450,9 +451,9 @@ func TestAnIdentifierUpdateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
 		ctx := context.Background()
 		x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
-		p, land := cutIdentifierUpdate(t, db, clock, "update", "patients", x)
+		p, cut := cutIdentifierUpdate(t, db, clock, "update", "patients", x)
 		if late {
-			land()
+			cut.land()
 		}
 		if n, err := repotest.Collection(t, db, "patient_identifiers").CountDocuments(ctx, bson.M{"patientId": p.ID, "value": x.Value}); err != nil || n != 1 {
 			t.Errorf("%d claims on x after the cut replace (%v), want it kept for the repair", n, err)
@@ -469,11 +470,81 @@ func TestAnIdentifierUpdateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 	})
 }
 
+// TestAnIdentifierChangeWhoseLockIsCutOnTheWire: an update of a
+// patient's identifiers whose intent insert, the patient's identifier
+// lock, fails with an unknown outcome (the connection is lost as it is
+// sent) fails, and puts a given-up copy of the intent in its place: the
+// insert may still land, and with this instance's live lease it would
+// hold the lock for intentTimeout (15 minutes), refusing every change of
+// the patient's identifiers. The copy holds it for leaseTimeout, and the
+// late insert is refused as a duplicate key; after it, the next change
+// repairs the copy, which settles nothing, and is stored, whether the
+// insert was lost or landed late.
+func TestAnIdentifierChangeWhoseLockIsCutOnTheWire(t *testing.T) {
+	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
+		ctx := context.Background()
+		x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+		p, cut := cutIdentifierUpdate(t, db, clock, "insert", "write_intents", x)
+		if late {
+			cut.landRefused()
+		}
+		var lock struct {
+			Instance string `bson:"instance"`
+		}
+		if err := repotest.Collection(t, db, "write_intents").FindOne(ctx, bson.M{}).Decode(&lock); err != nil || lock.Instance != "" {
+			t.Errorf("the lock after the cut insert: %+v, %v; want it given up", lock, err)
+		}
+		now, err := db.PatientByID(ctx, p.ID)
+		if err != nil || len(now.Identifiers) != 0 {
+			t.Fatalf("the record after the cut insert: %+v, %v; want it unchanged", now, err)
+		}
+		changeAfterTheGrace(t, db, clock, now, cut.instance)
+		checkClaims(t, db, p.ID, "after the change")
+	})
+}
+
+// TestACutLockInsertLeavesAnotherWritesLock: an update of a patient's
+// identifiers whose lock insert is cut on the wire while another
+// instance's update holds the lock puts its given-up copy in place of its
+// own intent only: the other update's lock stays as it was, its write's.
+func TestACutLockInsertLeavesAnotherWritesLock(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	u, p := newPatient("p@example.org", "P")
+	if err := db.CreatePatient(ctx, u, p); err != nil {
+		t.Fatal(err)
+	}
+	old, err := db.PatientByID(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withY := *old
+	withY.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "y"}}
+	if err := repo.InterruptedPatientUpdate(ctx, repotest.OtherInstance(t, db), old, &withY); err != nil {
+		t.Fatal(err)
+	}
+	intents := repotest.Collection(t, db, "write_intents")
+	var held, after bson.Raw
+	if err := intents.FindOne(ctx, bson.M{}).Decode(&held); err != nil {
+		t.Fatal(err)
+	}
+	watched, arm := cuttable(t, db, "insert", "write_intents")
+	arm()
+	withX := *old
+	withX.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "x"}}
+	if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
+		t.Fatal("the update whose lock insert was cut succeeded")
+	}
+	if err := intents.FindOne(ctx, bson.M{}).Decode(&after); err != nil || !bytes.Equal(after, held) {
+		t.Errorf("the other update's lock after the cut: %v, %v; want it as it was: %v", after, err, held)
+	}
+}
+
 // cutIdentifierUpdate creates a patient on db, then sends, from another
 // instance whose command named command on collection is cut (cuttable),
 // an update that adds x to its identifiers, which fails. It returns the
-// patient as created, and land (cuttable). clock is db's clock.
-func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, collection string, x domain.Identifier) (*domain.Patient, func()) {
+// patient as created, and the cut command. clock is db's clock.
+func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, collection string, x domain.Identifier) (*domain.Patient, *cutCommand) {
 	t.Helper()
 	ctx := context.Background()
 	u, p := newPatient("p@example.org", "P")
@@ -488,19 +559,20 @@ func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, c
 	}
 	withX := *old
 	withX.Identifiers = []domain.Identifier{x}
-	land := arm().land
+	cut := arm()
 	if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
 		t.Fatalf("the update whose %s on %s was cut succeeded", command, collection)
 	}
-	return p, land
+	return p, cut
 }
 
 // changeAfterTheGrace sends the patient's identifiers, now as stored, a
 // change to z alone after an update of them gave its intent up: within
 // leaseTimeout it is refused (CodeConflict), while that update's last
 // command may still land; once the clock has moved past it, it repairs the
-// intent and is stored.
-func changeAfterTheGrace(t *testing.T, db *repo.DB, clock *testClock, now *domain.Patient) {
+// intent and is stored. The instances alive renew their leases once the
+// clock has moved, as running instances do.
+func changeAfterTheGrace(t *testing.T, db *repo.DB, clock *testClock, now *domain.Patient, alive ...*repo.DB) {
 	t.Helper()
 	ctx := context.Background()
 	withZ := *now
@@ -509,6 +581,11 @@ func changeAfterTheGrace(t *testing.T, db *repo.DB, clock *testClock, now *domai
 		t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
 	}
 	clock.advance(repo.LeaseTimeout + time.Second)
+	for _, d := range alive {
+		if err := repo.RenewLease(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := db.UpdatePatient(ctx, now, &withZ); err != nil {
 		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
 	}
