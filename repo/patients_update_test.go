@@ -354,23 +354,16 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 	clock.set(db, other)
 	ctx := context.Background()
 	patients := repotest.Collection(t, db, "patients")
-	u, p := newPatient("p@example.org", "P")
-	if err := db.CreatePatient(ctx, u, p); err != nil {
-		t.Fatal(err)
-	}
-	old, err := db.PatientByID(ctx, p.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := createdPatient(t, db)
 	x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
 	withX := *old
 	withX.Identifiers = []domain.Identifier{x}
 	var stored bson.M
 	corrupt := func() { // the record as replaced, made unreadable for the settle's read
-		if err := patients.FindOne(ctx, bson.M{"_id": p.ID}).Decode(&stored); err != nil {
+		if err := patients.FindOne(ctx, bson.M{"_id": old.ID}).Decode(&stored); err != nil {
 			t.Error(err)
 		}
-		if _, err := patients.UpdateOne(ctx, bson.M{"_id": p.ID}, bson.M{"$set": bson.M{"identifiers": "unreadable"}}); err != nil {
+		if _, err := patients.UpdateOne(ctx, bson.M{"_id": old.ID}, bson.M{"$set": bson.M{"identifiers": "unreadable"}}); err != nil {
 			t.Error(err)
 		}
 	}
@@ -378,12 +371,12 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 	if err := db.UpdatePatient(ctx, old, &withX); err == nil {
 		t.Fatal("the update whose settle failed succeeded")
 	}
-	if _, err := patients.ReplaceOne(ctx, bson.M{"_id": p.ID}, stored); err != nil {
+	if _, err := patients.ReplaceOne(ctx, bson.M{"_id": old.ID}, stored); err != nil {
 		t.Fatal(err)
 	}
 
 	z := domain.Identifier{System: "urn:example:mrn", Value: "z"}
-	now, err := db.PatientByID(ctx, p.ID)
+	now, err := db.PatientByID(ctx, old.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +392,7 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 	var claims []struct {
 		Value string `bson:"value"`
 	}
-	cur, err := repotest.Collection(t, db, "patient_identifiers").Find(ctx, bson.M{"patientId": p.ID})
+	cur, err := repotest.Collection(t, db, "patient_identifiers").Find(ctx, bson.M{"patientId": old.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,64 +436,64 @@ func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
 // replace may still land, and a settle before it (which releases the
 // claim on x the record as read does not list) would leave the record
 // listing x unclaimed, free for another patient. It keeps the claim and
-// gives its intent up: the next change of the identifiers within
-// leaseTimeout is refused (CodeConflict), and after it the repair settles
-// the claims against the record as it is then, whether the replace was
-// lost or landed late.
+// gives its intent up. One whose intent insert, the patient's identifier
+// lock, fails so stops there and puts a given-up copy of the intent in its
+// place: the insert may still land, and with this instance's live lease it
+// would hold the lock for intentTimeout (15 minutes), refusing every
+// change of the patient's identifiers; landing after the copy, it is
+// refused as a duplicate key. Either way the next change of the
+// identifiers within leaseTimeout is refused (CodeConflict), and after it
+// (the cut instance running on) the repair settles the claims against the
+// record as it is then, whether the command was lost or landed late.
 func TestAnIdentifierUpdateCutOnTheWireWaitsForItsRepair(t *testing.T) {
-	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
-		ctx := context.Background()
-		x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
-		p, cut := cutIdentifierUpdate(t, db, clock, "update", "patients", x)
-		if late {
-			cut.land()
-		}
-		if n, err := repotest.Collection(t, db, "patient_identifiers").CountDocuments(ctx, bson.M{"patientId": p.ID, "value": x.Value}); err != nil || n != 1 {
-			t.Errorf("%d claims on x after the cut replace (%v), want it kept for the repair", n, err)
-		}
-		if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 1 {
-			t.Errorf("%d intents after the cut replace (%v), want the update's, given up", n, err)
-		}
-		now, err := db.PatientByID(ctx, p.ID)
-		if err != nil || late != slices.Contains(now.Identifiers, x) {
-			t.Fatalf("the record after the cut replace: %+v, %v; want x listed only when it landed", now, err)
-		}
-		changeAfterTheGrace(t, db, clock, now)
-		checkClaims(t, db, p.ID, "after the repair")
-	})
+	x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+	for _, c := range []struct {
+		command, collection string
+		landLate            func(*cutCommand)
+		claimed             int64 // claims on x after the cut
+	}{
+		{"update", "patients", (*cutCommand).land, 1},
+		{"insert", "write_intents", (*cutCommand).landRefused, 0},
+	} {
+		eachLanding(t, c.collection, func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
+			ctx := context.Background()
+			p, cut := cutIdentifierUpdate(t, db, clock, c.command, c.collection, x)
+			if late {
+				c.landLate(cut)
+			}
+			if n, err := repotest.Collection(t, db, "patient_identifiers").CountDocuments(ctx, bson.M{"patientId": p.ID, "value": x.Value}); err != nil || n != c.claimed {
+				t.Errorf("%d claims on x after the cut (%v), want %d", n, err, c.claimed)
+			}
+			var intent struct {
+				Instance string `bson:"instance"`
+			}
+			if err := repotest.Collection(t, db, "write_intents").FindOne(ctx, bson.M{}).Decode(&intent); err != nil || intent.Instance != "" {
+				t.Errorf("the intent after the cut: %+v, %v; want the update's, given up", intent, err)
+			}
+			now, err := db.PatientByID(ctx, p.ID)
+			if listed := late && c.collection == "patients"; err != nil || listed != slices.Contains(now.Identifiers, x) {
+				t.Fatalf("the record after the cut: %+v, %v; want x listed only when the replace landed", now, err)
+			}
+			changeAfterTheGrace(t, db, clock, now, cut.instance)
+			checkClaims(t, db, p.ID, "after the repair")
+		})
+	}
 }
 
-// TestAnIdentifierChangeWhoseLockIsCutOnTheWire: an update of a
-// patient's identifiers whose intent insert, the patient's identifier
-// lock, fails with an unknown outcome (the connection is lost as it is
-// sent) fails, and puts a given-up copy of the intent in its place: the
-// insert may still land, and with this instance's live lease it would
-// hold the lock for intentTimeout (15 minutes), refusing every change of
-// the patient's identifiers. The copy holds it for leaseTimeout, and the
-// late insert is refused as a duplicate key; after it, the next change
-// repairs the copy, which settles nothing, and is stored, whether the
-// insert was lost or landed late.
-func TestAnIdentifierChangeWhoseLockIsCutOnTheWire(t *testing.T) {
-	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
-		ctx := context.Background()
-		x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
-		p, cut := cutIdentifierUpdate(t, db, clock, "insert", "write_intents", x)
-		if late {
-			cut.landRefused()
-		}
-		var lock struct {
-			Instance string `bson:"instance"`
-		}
-		if err := repotest.Collection(t, db, "write_intents").FindOne(ctx, bson.M{}).Decode(&lock); err != nil || lock.Instance != "" {
-			t.Errorf("the lock after the cut insert: %+v, %v; want it given up", lock, err)
-		}
-		now, err := db.PatientByID(ctx, p.ID)
-		if err != nil || len(now.Identifiers) != 0 {
-			t.Fatalf("the record after the cut insert: %+v, %v; want it unchanged", now, err)
-		}
-		changeAfterTheGrace(t, db, clock, now, cut.instance)
-		checkClaims(t, db, p.ID, "after the change")
-	})
+// createdPatient creates a patient without identifiers on db and returns
+// it as stored.
+func createdPatient(t *testing.T, db *repo.DB) *domain.Patient {
+	t.Helper()
+	ctx := context.Background()
+	u, p := newPatient("p@example.org", "P")
+	if err := db.CreatePatient(ctx, u, p); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := db.PatientByID(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stored
 }
 
 // TestACutLockInsertLeavesAnotherWritesLock: an update of a patient's
@@ -510,14 +503,7 @@ func TestAnIdentifierChangeWhoseLockIsCutOnTheWire(t *testing.T) {
 func TestACutLockInsertLeavesAnotherWritesLock(t *testing.T) {
 	db := repotest.NewDB(t)
 	ctx := context.Background()
-	u, p := newPatient("p@example.org", "P")
-	if err := db.CreatePatient(ctx, u, p); err != nil {
-		t.Fatal(err)
-	}
-	old, err := db.PatientByID(ctx, p.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := createdPatient(t, db)
 	withY := *old
 	withY.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "y"}}
 	if err := repo.InterruptedPatientUpdate(ctx, repotest.OtherInstance(t, db), old, &withY); err != nil {
