@@ -507,6 +507,8 @@ var errRepairedElsewhere = errors.New("the write intent is being repaired elsewh
 // given up as of now (giveUp), as a write does: that command may still
 // land, and a repair at once, and the write begun after it, would be
 // undone by it (a late release of a claim the next update made again).
+// So does one whose adoption failed so (giveUpAdoption): landed
+// unanswered, it would hold the intent for intentTimeout.
 func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 	if err := d.hold(ctx); err != nil {
 		return err
@@ -517,6 +519,9 @@ func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 		adopted = began.Add(time.Millisecond)
 	}
 	if err := d.moveIntent(ctx, in, d.lease.id, adopted); err != nil {
+		if outcomeUnknown(err) {
+			d.giveUpAdoption(ctx, in, adopted)
+		}
 		return err
 	}
 	err := d.settleAbandoned(ctx, in)
@@ -531,6 +536,25 @@ func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 		return fmt.Errorf("repair the %s write intent %s: %w", in.Kind, in.ID.Hex(), err)
 	}
 	return nil
+}
+
+// giveUpAdoption gives up (giveUp), as of adopted, the intent whose
+// adoption by repair failed with an unknown outcome. The adoption may have
+// landed unanswered, or still land: the intent would then be held by this
+// process's live lease, a write still running to every look until
+// intentTimeout (for an identifier change, the patient's identifier lock).
+// Two compare-and-sets, each of one state the intent may be in: as read
+// (then a late adoption, which matches only that state, is refused), and
+// as adopted. If both fail, another process moved it (it repairs it), or
+// the give-up was cut too and the intent waits for intentTimeout.
+func (d *DB) giveUpAdoption(ctx context.Context, in *intentDoc, adopted time.Time) {
+	ctx = context.WithoutCancel(ctx)
+	if err := d.moveIntent(ctx, in, noInstance, adopted); !errors.Is(err, errRepairedElsewhere) {
+		return
+	}
+	landed := *in
+	landed.Instance, landed.StartedAt = d.lease.id, adopted
+	_ = d.moveIntent(ctx, &landed, noInstance, adopted)
 }
 
 // moveIntent hands the intent, if it is still as in holds it, to the

@@ -622,3 +622,48 @@ func TestARepairCutOnTheWireWaitsAgain(t *testing.T) {
 		}
 	})
 }
+
+// TestARepairCutAsItAdoptsWaitsAgain: a repair whose adoption of the
+// intent (the compare-and-set that moves it to the repairer's lease) is
+// cut on the wire gives the intent up as of then, whether the adoption
+// was lost, landed before that give-up, or lands after it (refused then):
+// had the adoption landed unanswered, the intent would look like a write
+// of the repairer, alive, and hold the patient's identifier lock for
+// intentTimeout. The next change waits leaseTimeout, as after any cut
+// command, and then repairs the intent and is stored.
+func TestARepairCutAsItAdoptsWaitsAgain(t *testing.T) {
+	for _, landing := range []string{"lost", "landed unanswered", "landed after the give-up"} {
+		t.Run(landing, func(t *testing.T) {
+			ctx := context.Background()
+			db := repotest.NewDB(t)
+			clock := &testClock{}
+			clock.set(db)
+			x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+			p, _ := cutIdentifierUpdate(t, db, clock, "update", "patients", x) // the replace lost: x claimed, not listed
+			clock.advance(repo.LeaseTimeout + time.Second)
+			fixer, arm := cuttable(t, db, "update", "write_intents")
+			clock.set(fixer)
+			cut := arm()
+			if landing == "landed unanswered" {
+				cut.landBefore("update")
+			}
+			if rep, err := fixer.Repair(ctx, repo.RepairOptions{}); err == nil && len(rep.Failed) == 0 {
+				t.Fatalf("the repair whose adoption was cut: %+v, want it failed", rep)
+			}
+			switch {
+			case landing == "landed unanswered" && cut.before.Load() != nil:
+				cut.land() // the repair sent no other update: the adoption lands now
+			case landing == "landed after the give-up":
+				if n, _ := cut.send(); n != 0 {
+					t.Fatalf("the cut adoption, landing after the give-up, changed %d intents, want none", n)
+				}
+			}
+			now, err := db.PatientByID(ctx, p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changeAfterTheGrace(t, db, clock, now, fixer)
+			checkClaims(t, db, p.ID, "after the change")
+		})
+	}
+}
