@@ -54,29 +54,31 @@
 // write_intents document that names what it is about to write (ids
 // reserved, keys it claims, the enrollments or answers it writes; an
 // observation write names only its ids, which each of its claims names as
-// its owner), and
-// deletes it after its last write. An intent that outlives its write marks
-// a write cut short. Its repair rolls creates back (their claims, users
-// and records, unless the final record is stored: then the create is
-// complete) and rolls forward the changes that were checked in full before
-// their first write (deletes, enrollments, consent answers, invitation
-// redemptions): their repair
-// applies them again, which changes nothing that is already done. A later
-// enrollment or consent write marks the (patient, study) pairs it changes
-// in the intents of earlier ones, whose repair then leaves those pairs
-// alone: a withdrawn answer is not brought back by the repair of the write
-// that gave it. A write that fails with a refusal undoes or settles what
-// it wrote at once; one whose command failed with an unknown outcome (the
-// connection lost, a timeout: outcomeUnknown) does not, since the server
-// may still apply that command after the undo has read the store (a
-// record replaced after its claims were settled, observations inserted
-// after their claims were released). It leaves its intent, given up, to
-// the repair, as a crash would. A write whose intent insert itself failed
-// so stops there, having written nothing more, and puts a given-up copy
-// of the intent in its place (giveUpUnrecorded), whose repair settles
-// nothing: the insert, landing late with this process's live lease, would
-// count as a write running for intentTimeout (an identifier change's
-// intent is the patient's lock), and then be rolled forward.
+// its owner), and deletes it after its last write. An intent that outlives
+// its write marks a write cut short. Its repair rolls creates back (their
+// claims, users and records, unless the final record is stored: then the
+// create is complete) and rolls forward the changes that were checked in
+// full before their first write (deletes, enrollments, consent answers,
+// invitation redemptions): their repair applies them again, which changes
+// nothing that is already done. A later enrollment or consent write marks
+// the (patient, study) pairs it changes in the intents of earlier ones,
+// whose repair then leaves those pairs alone: a withdrawn answer is not
+// brought back by the repair of the write that gave it. A forward write
+// that fails half way, however it fails, gives its intent up (giveUp) for
+// the repair to finish: its caller is told it failed, and a retry finds it
+// done. A create, an identifier change or an observation batch that fails
+// with a refusal undoes or settles what it wrote at once; one whose command
+// failed with an unknown outcome (the connection lost, a timeout:
+// outcomeUnknown) does not, since the server may still apply that command
+// after the undo has read the store (a record replaced after its claims
+// were settled, observations inserted after their claims were released). It
+// leaves its intent, given up, to the repair, as a crash would. A write
+// whose intent insert itself failed so stops there, having written nothing
+// more, and puts a given-up copy of the intent in its place
+// (giveUpUnrecorded), whose repair settles nothing: the insert, landing
+// late with this process's live lease, would count as a write running for
+// intentTimeout (an identifier change's intent is the patient's lock), and
+// then be rolled forward.
 //
 // Leases. Every process that writes intents holds a service_instances
 // document it renews every leaseRenew; an intent is abandoned when its

@@ -501,8 +501,9 @@ var errRepairedElsewhere = errors.New("the write intent is being repaired elsewh
 // that read the state before the other ended the intent could act on it
 // after a new write had started: a repair of a patient update would
 // release the claim that a later update of the patient, begun once the
-// intent was gone, relies on. A repair that fails gives the intent back,
-// abandoned as it was, for the next sweep to try again; one whose own
+// intent was gone, relies on. A repair that fails with a definite error
+// gives the intent back to its writer and start, abandoned still, for the
+// next sweep (or colliding write) to try again; one whose own
 // command failed with an unknown outcome (outcomeUnknown) gives it back
 // given up as of now (giveUp), as a write does: that command may still
 // land, and a repair at once, and the write begun after it, would be
@@ -582,9 +583,9 @@ func (d *DB) moveIntent(ctx context.Context, in *intentDoc, instance string, sta
 // abandoned intent.
 func (d *DB) settleAbandoned(ctx context.Context, in *intentDoc) error {
 	if in.Unbegun {
-		// Its write never got past begin: rolling it forward would make
-		// a write its caller was told failed, one that may never have
-		// reached the store.
+		// Its write never got past begin: it wrote nothing to undo, and
+		// rolling it forward would make from nothing a write that its
+		// caller was told failed before any of its documents was written.
 		return nil
 	}
 	var err error

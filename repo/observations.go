@@ -232,10 +232,11 @@ func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, er
 // observation is not stored, and the retry finds the stored ones as
 // duplicates of themselves. A batch that returns with claims it could not
 // settle leaves its intent too, given up, for the next write that meets
-// one of them to repair; so does one whose insert of claims or of
-// observations has an unknown outcome (outcomeUnknown): it releases
-// nothing, as the insert may still land. Ids of entries not stored stay unused (ids
-// are never given back: ids.go).
+// one of them once leaseTimeout has passed to repair; so does one whose
+// insert of claims or of observations has an unknown outcome
+// (outcomeUnknown): it releases nothing, as the insert may still land.
+// Ids of entries not stored stay unused (ids are never given back:
+// ids.go).
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
 	errs := make([]error, len(obs))
 	first, err := d.batchIDs(ctx, colObservations, len(obs))
