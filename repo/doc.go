@@ -65,7 +65,8 @@
 // whose repair then leaves those pairs alone: a withdrawn answer is not
 // brought back by the repair of the write that gave it. A forward write
 // that fails half way, however it fails, gives its intent up (giveUp) for
-// the repair to finish: its caller is told it failed, and a retry finds it
+// the repair to finish, from its marks on (an update of many documents may
+// mark some before it is refused): its caller is told it failed, and a retry finds it
 // done. A create, an identifier change or an observation batch that fails
 // with a refusal undoes or settles what it wrote at once; one whose command
 // failed with an unknown outcome (the connection lost, a timeout:

@@ -291,9 +291,11 @@ func (d *DB) beginForward(ctx context.Context, in *intentDoc) error {
 	_, err := d.c(colIntents).UpdateMany(ctx, bson.M{"_id": bson.M{"$ne": in.ID}, "touches": bson.M{"$in": in.Touches}},
 		bson.M{"$addToSet": bson.M{"superseded": bson.M{"$each": in.Touches}}})
 	if err != nil {
-		// The marks may still land: then the intent is rolled forward, as
-		// the marks promise the intents they were added to.
-		return d.finish(ctx, in, fmt.Errorf("record the write intent: %w", err), !outcomeUnknown(err))
+		// Some marks may have landed, or may still land: an UpdateMany is
+		// not atomic across documents, and a definite refusal can come
+		// after it changed some. So the intent is given up and rolled
+		// forward, as the marks promise the intents they were added to.
+		return d.finish(ctx, in, fmt.Errorf("record the write intent: %w", err), false)
 	}
 	return nil
 }

@@ -358,6 +358,52 @@ func TestAForwardWriteWhoseMarksWereCutIsRolledForward(t *testing.T) {
 	})
 }
 
+// TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward: the update that
+// marks a forward write's pairs superseded in earlier intents is not atomic
+// across documents (an UpdateMany on MongoDB stops at the first document it
+// cannot change, a primary stepping down stops it anywhere): refused with a
+// definite error, it may have marked some. An earlier cut-short write so
+// marked skips the pair in its repair, so the later write must be rolled
+// forward by its own, or the pair is left as neither wrote it. A second
+// earlier intent whose superseded list is not an array makes the update
+// fail after the first was marked.
+func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
+	ctx := context.Background()
+	db := repotest.NewDB(t)
+	clock := &testClock{}
+	clock.set(db)
+	intents := repotest.Collection(t, db, "write_intents")
+	earlier := func(superseded any) bson.M {
+		return bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": "gone",
+			"startedAt": time.Now(), "keys": []string{}, "touches": []string{"1/1"}, "superseded": superseded,
+			"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": time.Now()}}}
+	}
+	marked, broken := earlier(bson.A{}), earlier("not a list")
+	if _, err := intents.InsertMany(ctx, []any{marked, broken}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateEnrollments(ctx, []domain.Enrollment{{StudyID: 1, PatientID: 1}}); err == nil {
+		t.Fatal("the enrollment whose marks failed succeeded")
+	}
+	var first struct{ Superseded []string }
+	if err := intents.FindOne(ctx, bson.M{"_id": marked["_id"]}).Decode(&first); err != nil || !slices.Contains(first.Superseded, "1/1") {
+		t.Fatalf("the first earlier intent: %+v, %v; the update did not mark it before it failed, so this test shows nothing", first, err)
+	}
+	if _, err := intents.DeleteOne(ctx, bson.M{"_id": broken["_id"]}); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(repo.LeaseTimeout + time.Second)
+	if _, err := db.Repair(ctx, repo.RepairOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}}); err != nil || len(es) != 1 {
+		t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's, written by the later write's repair", es, err)
+	}
+	if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+		t.Errorf("%d intents left (%v)", n, err)
+	}
+}
+
 // TestAWriteWhoseIntentIsCutOnTheWireWritesNothing: an observation batch
 // or an enrollment whose intent insert fails with an unknown outcome (the
 // connection is lost as it is sent) fails, having written nothing, and
