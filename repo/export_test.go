@@ -43,6 +43,10 @@ func RenewLease(ctx context.Context, d *DB) error { return d.writeLease(ctx) }
 // intent wait, before the write counts as abandoned.
 const LeaseTimeout = leaseTimeout
 
+// IntentTimeout is the age at which an intent counts as abandoned though
+// its process runs.
+const IntentTimeout = intentTimeout
+
 // SetClock makes now d's clock. It must be set before d's first write
 // intent, which starts the lease's renewal: that goroutine reads the
 // clock too.

@@ -404,6 +404,43 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 	}
 }
 
+// TestAnIntentOfARunningProcessIsRepairedAfterIntentTimeout: an intent of
+// this very process, whose lease is alive, counts as a write still running
+// (no repair touches it) until intentTimeout, after which no write is still
+// at it: the request that wrote it ended without finishing (a panic), and
+// the repair rolls it forward.
+func TestAnIntentOfARunningProcessIsRepairedAfterIntentTimeout(t *testing.T) {
+	ctx := context.Background()
+	db := repotest.NewDB(t)
+	clock := &testClock{}
+	clock.set(db)
+	if err := repo.RenewLease(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	intents := repotest.Collection(t, db, "write_intents")
+	if _, err := intents.InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": repo.LeaseID(db),
+		"startedAt": clock.now(), "keys": []string{}, "touches": []string{"1/1"},
+		"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": clock.now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		after            time.Duration
+		running, repairs int
+	}{{repo.LeaseTimeout + time.Second, 1, 0}, {repo.IntentTimeout, 0, 1}} {
+		clock.advance(step.after)
+		if err := repo.RenewLease(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := db.Repair(ctx, repo.RepairOptions{})
+		if err != nil || rep.Running != step.running || rep.Repaired["enrollments.create"] != step.repairs {
+			t.Errorf("after %v: %+v, %v; want %d running, %d repaired", step.after, rep, err, step.running, step.repairs)
+		}
+	}
+	if es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}}); err != nil || len(es) != 1 {
+		t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's", es, err)
+	}
+}
+
 // TestAWriteWhoseIntentIsCutOnTheWireWritesNothing: an observation batch
 // or an enrollment whose intent insert fails with an unknown outcome (the
 // connection is lost as it is sent) fails, having written nothing, and
