@@ -120,6 +120,35 @@ func TestStudyFormDoesNotOverwriteAnotherEdit(t *testing.T) {
 	}
 }
 
+// A study edit refused for what it holds (an empty name) answers the
+// study page with the reason and what the user typed, not a bare error
+// page that loses it; nothing is saved.
+func TestStudyFormRefusedKeepsWhatWasTyped(t *testing.T) {
+	f := newFixture(t)
+	m := f.callers["manager"]
+	path := fmt.Sprintf("/console/studies/%d/", f.study.ID)
+	resp, page := m.b.Do("GET", f.env.URL+path, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
+	form := editForm(t, page)
+	typed := "A description typed at length"
+	form.Set("name", " ")
+	form.Set("description", typed)
+	resp, body := m.post(f.env, path, form)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("POST %s with an empty name: %d, want 400\n%.600s", path, resp.StatusCode, body)
+	}
+	for _, want := range []string{"name", "<dd>" + typed + "</dd>", `name="version"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the answer lacks %q:\n%s", want, body)
+		}
+	}
+	if st, err := f.env.Service.StudyByID(context.Background(), domain.SystemActor(), f.study.ID); err != nil || st.Name != f.study.Name || st.Description == typed {
+		t.Errorf("the study after the refused post: %+v, %v", st, err)
+	}
+}
+
 // patientRace is the real store, with another request's change made once,
 // right after the next read of a patient.
 type patientRace struct {

@@ -152,7 +152,9 @@ func (c *Console) updateStudy(w http.ResponseWriter, r *http.Request, s *session
 	}
 	name, description := r.PostFormValue("name"), r.PostFormValue("description")
 	_, err = c.Service.UpdateStudy(r.Context(), s.actor, id, domain.StudyPatch{Name: &name, Description: &description, Unchanged: &from})
-	if domain.IsCode(err, domain.CodeConflict) {
+	if domain.IsCode(err, domain.CodeConflict) || domain.IsCode(err, domain.CodeInvalid) {
+		// The study page again, with why and what was sent: a bare error
+		// page would lose what the user typed.
 		unsaved := &unsavedStudy{Name: name, Description: description, Error: errorOf(err)}
 		return c.renderStudy(w, r, s, id, unsaved.Error.Status, unsaved)
 	}
