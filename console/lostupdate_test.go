@@ -18,6 +18,18 @@ import (
 	"exchange/repo"
 )
 
+// openStudyForm opens the fixture's study page as c and returns its path
+// and its edit form's fields as rendered.
+func openStudyForm(t *testing.T, f *fixture, c *caller) (string, url.Values) {
+	t.Helper()
+	path := fmt.Sprintf("/console/studies/%d/", f.study.ID)
+	resp, page := c.b.Do("GET", f.env.URL+path, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
+	return path, editForm(t, page)
+}
+
 // editForm reads the fields of a study page's edit form as a browser
 // would send them (the version only if the form has one: a form without
 // one is refused).
@@ -51,12 +63,7 @@ func TestStudyFormDoesNotOverwriteAnotherEdit(t *testing.T) {
 	f := newFixture(t)
 	ctx, sys := context.Background(), domain.SystemActor()
 	m := f.callers["manager"]
-	path := fmt.Sprintf("/console/studies/%d/", f.study.ID)
-	resp, page := m.b.Do("GET", f.env.URL+path, nil)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d", path, resp.StatusCode)
-	}
-	form := editForm(t, page)
+	path, form := openStudyForm(t, f, m)
 	theirs := "Changed by another manager"
 	if _, err := f.env.Service.UpdateStudy(ctx, sys, f.study.ID, domain.StudyPatch{Description: &theirs}); err != nil {
 		t.Fatal(err)
@@ -126,12 +133,7 @@ func TestStudyFormDoesNotOverwriteAnotherEdit(t *testing.T) {
 func TestStudyFormRefusedKeepsWhatWasTyped(t *testing.T) {
 	f := newFixture(t)
 	m := f.callers["manager"]
-	path := fmt.Sprintf("/console/studies/%d/", f.study.ID)
-	resp, page := m.b.Do("GET", f.env.URL+path, nil)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d", path, resp.StatusCode)
-	}
-	form := editForm(t, page)
+	path, form := openStudyForm(t, f, m)
 	typed := "A description typed at length"
 	form.Set("name", " ")
 	form.Set("description", typed)

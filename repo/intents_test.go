@@ -319,6 +319,19 @@ func TestACreateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 	}
 }
 
+// enrollmentIntent is an intent of an enrollment of patient 1 in study 1
+// by the process of the lease instance, started at, with the given
+// superseded list (nil: none).
+func enrollmentIntent(instance string, at time.Time, superseded any) bson.M {
+	in := bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": instance,
+		"startedAt": at, "keys": []string{}, "touches": []string{"1/1"},
+		"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": at}}}
+	if superseded != nil {
+		in["superseded"] = superseded
+	}
+	return in
+}
+
 // TestAForwardWriteWhoseMarksWereCutIsRolledForward: an enrollment whose
 // marks on the intents of earlier writes of its pairs (beginForward) fail
 // with an unknown outcome (the connection is lost as they are sent) is
@@ -331,9 +344,7 @@ func TestAForwardWriteWhoseMarksWereCutIsRolledForward(t *testing.T) {
 	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
 		ctx := context.Background()
 		intents := repotest.Collection(t, db, "write_intents")
-		if _, err := intents.InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": "gone",
-			"startedAt": time.Now(), "keys": []string{}, "touches": []string{"1/1"},
-			"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": time.Now()}}}); err != nil {
+		if _, err := intents.InsertOne(ctx, enrollmentIntent("gone", time.Now(), nil)); err != nil {
 			t.Fatal(err)
 		}
 		later, arm := cuttable(t, db, "update", "write_intents")
@@ -373,12 +384,7 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 	clock := &testClock{}
 	clock.set(db)
 	intents := repotest.Collection(t, db, "write_intents")
-	earlier := func(superseded any) bson.M {
-		return bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": "gone",
-			"startedAt": time.Now(), "keys": []string{}, "touches": []string{"1/1"}, "superseded": superseded,
-			"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": time.Now()}}}
-	}
-	marked, broken := earlier(bson.A{}), earlier("not a list")
+	marked, broken := enrollmentIntent("gone", time.Now(), bson.A{}), enrollmentIntent("gone", time.Now(), "not a list")
 	if _, err := intents.InsertMany(ctx, []any{marked, broken}); err != nil {
 		t.Fatal(err)
 	}
@@ -418,9 +424,7 @@ func TestAnIntentOfARunningProcessIsRepairedAfterIntentTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	intents := repotest.Collection(t, db, "write_intents")
-	if _, err := intents.InsertOne(ctx, bson.M{"_id": bson.NewObjectID(), "kind": "enrollments.create", "instance": repo.LeaseID(db),
-		"startedAt": clock.now(), "keys": []string{}, "touches": []string{"1/1"},
-		"enrollments": []bson.M{{"studyId": int64(1), "patientId": int64(1), "lastUpdated": clock.now()}}}); err != nil {
+	if _, err := intents.InsertOne(ctx, enrollmentIntent(repo.LeaseID(db), clock.now(), nil)); err != nil {
 		t.Fatal(err)
 	}
 	for _, step := range []struct {
