@@ -314,6 +314,8 @@ func dateSpan(v any) (domain.Span, bool) {
 			return domain.Span{Start: start.Start, End: end.End}, true
 		case hasStart:
 			return domain.Span{Start: start.Start, End: domain.SortLastAscending}, true
+		case hasEnd && end.End.Before(domain.SortLastDescending):
+			return domain.Span{}, false // ends in year 0, which FHIR has not: before all dates, matches none
 		case hasEnd:
 			return domain.Span{Start: domain.SortLastDescending, End: end.End}, true
 		}
