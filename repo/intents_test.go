@@ -363,9 +363,7 @@ func TestAForwardWriteWhoseMarksWereCutIsRolledForward(t *testing.T) {
 		if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired["enrollments.create"] != 2 {
 			t.Errorf("the repair: %+v, %v; want both enrollments rolled forward", rep, err)
 		}
-		if es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}}); err != nil || len(es) != 1 {
-			t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's", es, err)
-		}
+		wantEnrolled(t, db, "")
 	})
 }
 
@@ -380,9 +378,7 @@ func TestAForwardWriteWhoseMarksWereCutIsRolledForward(t *testing.T) {
 // fail after the first was marked.
 func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 	ctx := context.Background()
-	db := repotest.NewDB(t)
-	clock := &testClock{}
-	clock.set(db)
+	db, clock := clockedDB(t)
 	intents := repotest.Collection(t, db, "write_intents")
 	marked, broken := enrollmentIntent("gone", time.Now(), bson.A{}), enrollmentIntent("gone", time.Now(), "not a list")
 	if _, err := intents.InsertMany(ctx, []any{marked, broken}); err != nil {
@@ -402,9 +398,7 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 	if _, err := db.Repair(ctx, repo.RepairOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}}); err != nil || len(es) != 1 {
-		t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's, written by the later write's repair", es, err)
-	}
+	wantEnrolled(t, db, ", written by the later write's repair")
 	if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
 		t.Errorf("%d intents left (%v)", n, err)
 	}
@@ -417,9 +411,7 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 // the repair rolls it forward.
 func TestAnIntentOfARunningProcessIsRepairedAfterIntentTimeout(t *testing.T) {
 	ctx := context.Background()
-	db := repotest.NewDB(t)
-	clock := &testClock{}
-	clock.set(db)
+	db, clock := clockedDB(t)
 	if err := repo.RenewLease(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -440,9 +432,7 @@ func TestAnIntentOfARunningProcessIsRepairedAfterIntentTimeout(t *testing.T) {
 			t.Errorf("after %v: %+v, %v; want %d running, %d repaired", step.after, rep, err, step.running, step.repairs)
 		}
 	}
-	if es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}}); err != nil || len(es) != 1 {
-		t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's", es, err)
-	}
+	wantEnrolled(t, db, "")
 }
 
 // TestAWriteWhoseIntentIsCutOnTheWireWritesNothing: an observation batch
@@ -474,9 +464,7 @@ func TestAWriteWhoseIntentIsCutOnTheWireWritesNothing(t *testing.T) {
 	} {
 		for _, landing := range []string{"lost", "landed before the give-up", "landed after the give-up"} {
 			t.Run(c.kind+" "+landing, func(t *testing.T) {
-				db := repotest.NewDB(t)
-				clock := &testClock{}
-				clock.set(db)
+				db, clock := clockedDB(t)
 				instance, arm := cuttable(t, db, "insert", "write_intents")
 				clock.set(instance)
 				cut := arm()
@@ -640,9 +628,7 @@ func (c *cutCommand) send() (n int64, refused bool) {
 func eachLanding(t *testing.T, name string, f func(t *testing.T, db *repo.DB, clock *testClock, late bool)) {
 	for _, late := range []bool{false, true} {
 		t.Run(strings.TrimSpace(name+" "+map[bool]string{false: "lost", true: "landed late"}[late]), func(t *testing.T) {
-			db := repotest.NewDB(t)
-			clock := &testClock{}
-			clock.set(db)
+			db, clock := clockedDB(t)
 			f(t, db, clock, late)
 		})
 	}
@@ -1004,5 +990,24 @@ func TestAFailedRepairGivesTheIntentBack(t *testing.T) {
 		if in.Instance != "gone" || !in.StartedAt.Equal(began) {
 			t.Errorf("sweep %d: the intent is %s's from %v, want given back to gone, from %v", sweep, in.Instance, in.StartedAt, began)
 		}
+	}
+}
+
+// clockedDB is a test database on a clock the test moves (testClock).
+func clockedDB(t *testing.T) (*repo.DB, *testClock) {
+	t.Helper()
+	db := repotest.NewDB(t)
+	clock := &testClock{}
+	clock.set(db)
+	return db, clock
+}
+
+// wantEnrolled fails t unless patient 1 is enrolled in study 1, once; how
+// says by what, after "want patient 1's".
+func wantEnrolled(t *testing.T, db *repo.DB, how string) {
+	t.Helper()
+	es, err := db.Enrollments(context.Background(), domain.EnrollmentQuery{StudyIDs: []int64{1}})
+	if err != nil || len(es) != 1 {
+		t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's%s", es, err, how)
 	}
 }

@@ -356,8 +356,7 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 	patients := repotest.Collection(t, db, "patients")
 	old := createdPatient(t, db)
 	x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
-	withX := *old
-	withX.Identifiers = []domain.Identifier{x}
+	withX := withIdentifiers(old, x)
 	var stored bson.M
 	corrupt := func() { // the record as replaced, made unreadable for the settle's read
 		if err := patients.FindOne(ctx, bson.M{"_id": old.ID}).Decode(&stored); err != nil {
@@ -368,7 +367,7 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 		}
 	}
 	step.Store(&corrupt)
-	if err := db.UpdatePatient(ctx, old, &withX); err == nil {
+	if err := db.UpdatePatient(ctx, old, withX); err == nil {
 		t.Fatal("the update whose settle failed succeeded")
 	}
 	if _, err := patients.ReplaceOne(ctx, bson.M{"_id": old.ID}, stored); err != nil {
@@ -380,13 +379,12 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	withZ := *now
-	withZ.Identifiers = []domain.Identifier{z}
-	if err := other.UpdatePatient(ctx, now, &withZ); !domain.IsCode(err, domain.CodeConflict) {
+	withZ := withIdentifiers(now, z)
+	if err := other.UpdatePatient(ctx, now, withZ); !domain.IsCode(err, domain.CodeConflict) {
 		t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
 	}
 	clock.advance(repo.LeaseTimeout + time.Second)
-	if err := other.UpdatePatient(ctx, now, &withZ); err != nil {
+	if err := other.UpdatePatient(ctx, now, withZ); err != nil {
 		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
 	}
 	var claims []struct {
@@ -413,9 +411,7 @@ func TestAFailedSettleLeavesNoLock(t *testing.T) {
 // being refused as running into a write in flight until intentTimeout
 // (15 minutes). Before, it is refused so.
 func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
-	db := repotest.NewDB(t)
-	clock := &testClock{}
-	clock.set(db)
+	db, clock := clockedDB(t)
 	ctx := context.Background()
 	x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
 	p, _ := cutIdentifierUpdate(t, db, clock, "delete", "write_intents", x)
@@ -504,9 +500,8 @@ func TestACutLockInsertLeavesAnotherWritesLock(t *testing.T) {
 	db := repotest.NewDB(t)
 	ctx := context.Background()
 	old := createdPatient(t, db)
-	withY := *old
-	withY.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "y"}}
-	if err := repo.InterruptedPatientUpdate(ctx, repotest.OtherInstance(t, db), old, &withY); err != nil {
+	withY := withIdentifiers(old, domain.Identifier{System: "urn:example:mrn", Value: "y"})
+	if err := repo.InterruptedPatientUpdate(ctx, repotest.OtherInstance(t, db), old, withY); err != nil {
 		t.Fatal(err)
 	}
 	intents := repotest.Collection(t, db, "write_intents")
@@ -516,9 +511,8 @@ func TestACutLockInsertLeavesAnotherWritesLock(t *testing.T) {
 	}
 	watched, arm := cuttable(t, db, "insert", "write_intents")
 	arm()
-	withX := *old
-	withX.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "x"}}
-	if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
+	withX := withIdentifiers(old, domain.Identifier{System: "urn:example:mrn", Value: "x"})
+	if err := watched.UpdatePatient(ctx, old, withX); err == nil {
 		t.Fatal("the update whose lock insert was cut succeeded")
 	}
 	if err := intents.FindOne(ctx, bson.M{}).Decode(&after); err != nil || !bytes.Equal(after, held) {
@@ -543,10 +537,9 @@ func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, c
 	if err != nil {
 		t.Fatal(err)
 	}
-	withX := *old
-	withX.Identifiers = []domain.Identifier{x}
+	withX := withIdentifiers(old, x)
 	cut := arm()
-	if err := watched.UpdatePatient(ctx, old, &withX); err == nil {
+	if err := watched.UpdatePatient(ctx, old, withX); err == nil {
 		t.Fatalf("the update whose %s on %s was cut succeeded", command, collection)
 	}
 	return p, cut
@@ -561,9 +554,8 @@ func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, c
 func changeAfterTheGrace(t *testing.T, db *repo.DB, clock *testClock, now *domain.Patient, alive ...*repo.DB) {
 	t.Helper()
 	ctx := context.Background()
-	withZ := *now
-	withZ.Identifiers = []domain.Identifier{{System: "urn:example:mrn", Value: "z"}}
-	if err := db.UpdatePatient(ctx, now, &withZ); !domain.IsCode(err, domain.CodeConflict) {
+	withZ := withIdentifiers(now, domain.Identifier{System: "urn:example:mrn", Value: "z"})
+	if err := db.UpdatePatient(ctx, now, withZ); !domain.IsCode(err, domain.CodeConflict) {
 		t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
 	}
 	clock.advance(repo.LeaseTimeout + time.Second)
@@ -572,7 +564,7 @@ func changeAfterTheGrace(t *testing.T, db *repo.DB, clock *testClock, now *domai
 			t.Fatal(err)
 		}
 	}
-	if err := db.UpdatePatient(ctx, now, &withZ); err != nil {
+	if err := db.UpdatePatient(ctx, now, withZ); err != nil {
 		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
 	}
 }
@@ -604,16 +596,15 @@ func TestARepairCutOnTheWireWaitsAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		withX := *now
-		withX.Identifiers = []domain.Identifier{x}
-		if err := db.UpdatePatient(ctx, now, &withX); !domain.IsCode(err, domain.CodeConflict) {
+		withX := withIdentifiers(now, x)
+		if err := db.UpdatePatient(ctx, now, withX); !domain.IsCode(err, domain.CodeConflict) {
 			t.Fatalf("a change adding x, within leaseTimeout of the cut repair: %v, want CodeConflict", err)
 		}
 		if late {
 			land()
 		}
 		clock.advance(repo.LeaseTimeout + time.Second)
-		if err := db.UpdatePatient(ctx, now, &withX); err != nil {
+		if err := db.UpdatePatient(ctx, now, withX); err != nil {
 			t.Fatalf("a change adding x, after leaseTimeout: %v, want it stored", err)
 		}
 		checkClaims(t, db, p.ID, "after the change")
@@ -635,9 +626,7 @@ func TestARepairCutAsItAdoptsWaitsAgain(t *testing.T) {
 	for _, landing := range []string{"lost", "landed unanswered", "landed after the give-up"} {
 		t.Run(landing, func(t *testing.T) {
 			ctx := context.Background()
-			db := repotest.NewDB(t)
-			clock := &testClock{}
-			clock.set(db)
+			db, clock := clockedDB(t)
 			x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
 			p, _ := cutIdentifierUpdate(t, db, clock, "update", "patients", x) // the replace lost: x claimed, not listed
 			clock.advance(repo.LeaseTimeout + time.Second)
@@ -666,4 +655,12 @@ func TestARepairCutAsItAdoptsWaitsAgain(t *testing.T) {
 			checkClaims(t, db, p.ID, "after the change")
 		})
 	}
+}
+
+// withIdentifiers is a copy of p that lists ids: the record an update of
+// p's identifiers stores.
+func withIdentifiers(p *domain.Patient, ids ...domain.Identifier) *domain.Patient {
+	c := *p
+	c.Identifiers = ids
+	return &c
 }
