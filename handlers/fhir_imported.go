@@ -46,16 +46,26 @@ func (j storedJSON) MarshalJSON() ([]byte, error) { return j, nil }
 
 func etag(version int64) string { return `W/"` + strconv.FormatInt(version, 10) + `"` }
 
-// ifMatch reads If-Match: W/"<version>" (or "<version>"); 0 when absent.
-func ifMatch(c *fiber.Ctx) (int64, error) {
-	h := strings.TrimSpace(c.Get(fiber.HeaderIfMatch))
-	if h == "" {
+// ifMatch reads If-Match: the version W/"<version>" (or "<version>")
+// names; 0, any version, when absent or "*". Every write it guards needs
+// its record to exist already (none creates), so "*" (RFC 9110 13.1.1:
+// the record exists) asks nothing more than no If-Match. Tags compare
+// weakly, as FHIR asks (http.html#concurrency): ours name a version, not
+// the bytes of a body. One tag only: a list, or a tag not spelled as ETag
+// writes it, is CodeInvalid.
+func ifMatch(c *fiber.Ctx) (int64, error) { return parseIfMatch(c.Get(fiber.HeaderIfMatch)) }
+
+// parseIfMatch is ifMatch of the header's value.
+func parseIfMatch(h string) (int64, error) {
+	h = strings.TrimSpace(h)
+	if h == "" || h == "*" {
 		return 0, nil
 	}
-	v := strings.Trim(strings.TrimPrefix(h, "W/"), `"`)
+	v, quoted := strings.CutPrefix(strings.TrimPrefix(h, "W/"), `"`)
+	v, closed := strings.CutSuffix(v, `"`)
 	n, ok := domain.ParseID(v) // versions are spelled as ETag writes them
-	if !ok {
-		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: %q is not a version tag such as W/\"1\"", h)
+	if !quoted || !closed || !ok {
+		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: %q is not * or one version tag such as W/\"1\"", h)
 	}
 	return n, nil
 }

@@ -25,6 +25,51 @@ func FuzzPathOfRequestLine(f *testing.F) {
 	})
 }
 
+// TestParseIfMatch: If-Match is absent, "*", or one version tag spelled
+// as ETag writes it, weak or strong; anything else is CodeInvalid.
+func TestParseIfMatch(t *testing.T) {
+	for h, want := range map[string]int64{
+		"": 0, "*": 0, " * ": 0, `W/"1"`: 1, `"1"`: 1, ` W/"1717171717123" `: 1717171717123,
+		"1": -1, `W/1`: -1, `"1`: -1, `1"`: -1, `W/""`: -1, `""`: -1, `W/"01"`: -1, `W/"-1"`: -1, `W/"0"`: -1,
+		`w/"1"`: -1, `W/ "1"`: -1, `W/"1", W/"2"`: -1, `*, W/"1"`: -1, "**": -1, `W/"1.0"`: -1, `W/"99999999999999999999"`: -1,
+	} {
+		got, err := parseIfMatch(h)
+		if want < 0 {
+			if !domain.IsCode(err, domain.CodeInvalid) {
+				t.Errorf("%q: %d, %v; want CodeInvalid", h, got, err)
+			}
+			continue
+		}
+		if got != want || err != nil {
+			t.Errorf("%q: %d, %v; want %d", h, got, err, want)
+		}
+	}
+}
+
+// FuzzParseIfMatch: whatever If-Match holds, parseIfMatch refuses it as
+// invalid or reads a version from a tag that ETag would write (weak or
+// strong), or none from "*" or nothing.
+func FuzzParseIfMatch(f *testing.F) {
+	for _, seed := range []string{"", "*", `W/"1"`, `"42"`, `W/"01"`, `W/"1", W/"2"`, `"1`, "\t*\n", `W/"9223372036854775808"`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		n, err := parseIfMatch(h)
+		switch tag := strings.TrimSpace(h); {
+		case err != nil:
+			if !domain.IsCode(err, domain.CodeInvalid) {
+				t.Fatalf("%q: %v, want CodeInvalid", h, err)
+			}
+		case n == 0:
+			if tag != "" && tag != "*" {
+				t.Fatalf("%q: read as no version", h)
+			}
+		case tag != etag(n) && "W/"+tag != etag(n):
+			t.Fatalf("%q: read as version %d, which ETag writes %s", h, n, etag(n))
+		}
+	})
+}
+
 // FuzzBase64BinaryLen: the size counted without decoding is the decoded
 // size of every base64Binary that decodes, and the count of a byte loop
 // for any text; spaced is whether it holds whitespace.
