@@ -48,6 +48,13 @@ type Error struct {
 	// stored already, and a client may count the request done. Empty when
 	// the request clashes with something else.
 	Stored string
+	// Stale marks a CodeConflict that refuses a change made from a
+	// version of the record that is no longer the stored one
+	// (checkUnchanged): nothing was written. A transport that took that
+	// version from a precondition header (If-Match) answers it as the
+	// failed precondition it is; one that took it from a form, as the
+	// conflict.
+	Stale bool
 }
 
 // Detail is one problem of an input: the element at fault and what is
@@ -101,6 +108,13 @@ func StoredAs(err error) string {
 		return e.Stored
 	}
 	return ""
+}
+
+// IsStale reports whether err refuses a change made from a version that
+// is no longer the stored one (Error.Stale).
+func IsStale(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeConflict && e.Stale
 }
 
 // concealedError is a refusal answered as absence: whoever is answered

@@ -277,12 +277,15 @@ func applyAgain[T any](apply func() (T, error), what string, args ...any) (T, er
 // was made from, nil for none): CodeConflict, naming the record by what
 // and args. applyAgain retries only CodeVersionMismatch, so a change
 // whose record moved on between its own read and write is read again
-// and refused here, never applied to a version its user did not see.
+// and refused here, never applied to a version its user did not see. The
+// error is Stale, so that the admin API answers it as a failed If-Match.
 func checkUnchanged(from *time.Time, stored time.Time, what string, args ...any) error {
 	if from == nil || from.Equal(stored) {
 		return nil
 	}
-	return Errorf(CodeConflict, what+" was changed by someone else since you opened it; nothing was saved: here is the current version, make your change again", args...)
+	err := Errorf(CodeConflict, what+" was changed by someone else since you opened it; nothing was saved: make your change again on the current version", args...)
+	err.Stale = true
+	return err
 }
 
 // changeIdentifiers removes from ids, the identifiers of patient id the

@@ -140,7 +140,8 @@ func TestAdminEditsFromTheSameReadKeepBothFields(t *testing.T) {
 // from the version it names passes the check on its first read, then
 // finds the study changed by another request before its write; read
 // again, the study is no longer that version, so the update is refused
-// (CodeConflict) rather than applied to a version its user never saw.
+// (a Stale CodeConflict: the admin API's 412) rather than applied to a
+// version its user never saw.
 func TestStudyChangeFromAnOldVersionIsNotRetriedIntoSuccess(t *testing.T) {
 	store := &recordRace{DB: repotest.NewDB(t), raced: "study"}
 	svc := domain.NewService(domain.Config{Store: store})
@@ -161,8 +162,8 @@ func TestStudyChangeFromAnOldVersionIsNotRetriedIntoSuccess(t *testing.T) {
 	}
 	from := study.LastUpdated
 	_, err = svc.UpdateStudy(ctx, sys, study.ID, domain.StudyPatch{Description: &mine, Unchanged: &from})
-	if !domain.IsCode(err, domain.CodeConflict) {
-		t.Errorf("the update from the old version: %v, want a conflict", err)
+	if !domain.IsStale(err) {
+		t.Errorf("the update from the old version: %v, want a stale-version conflict", err)
 	}
 	if store.change != nil {
 		t.Fatal("the update read no study")

@@ -33,7 +33,8 @@ type StudyPatch struct {
 	// (the version a form showed); nil: none. If the study changed since,
 	// nothing is written: the change was made against text that is no
 	// longer there, and writing it would put the old text back
-	// (CodeConflict, see checkUnchanged).
+	// (CodeConflict, Stale: see checkUnchanged). The console's study form
+	// sends it, and the admin API's If-Match.
 	Unchanged *time.Time
 }
 
@@ -213,7 +214,11 @@ func (s *Service) ListStudies(ctx context.Context, actor *Actor, organizationID 
 }
 
 // UpdateStudy changes a study's name, description or icon. Updates of
-// one study sent at once each keep their change (applyAgain).
+// one study sent at once each keep their change (applyAgain). Returns
+// CodeNotFound, CodeForbidden, CodeInvalid, and a Stale CodeConflict if
+// in.Unchanged is not the stored version: checked only once the actor is
+// known to be allowed to change the study, so that the refusal of one who
+// is not tells nothing of its version.
 func (s *Service) UpdateStudy(ctx context.Context, actor *Actor, id int64, in StudyPatch) (*StudyView, error) {
 	st, err := applyAgain(func() (*Study, error) { return s.updateStudy(ctx, actor, id, in) }, "study %d", id)
 	if err != nil {
