@@ -150,7 +150,7 @@ func New(c Config) *fiber.App {
 
 	api.Get("/studies", listOf(queryIDOf("organizationId"), s.service.ListStudies, toStudyJSON))
 	api.Post("/studies", s.createStudy)
-	api.Get("/studies/:id", readOf(s.service.StudyByID, toStudyJSON))
+	api.Get("/studies/:id", readWith(s.service.StudyByID, writeStudy))
 	api.Patch("/studies/:id", s.updateStudy)
 	api.Delete("/studies/:id", s.deleteStudy)
 	api.Get("/studies/:id/patients", listOf(pathID("id"), s.service.StudyPatients, toPatientJSON))

@@ -91,6 +91,12 @@ func isFHIRPath(path string) bool {
 // handleError is the one place that turns an error into a response.
 func (s *server) handleError(c *fiber.Ctx, err error) error {
 	status := httpstatus.Of(err)
+	if domain.IsStale(err) {
+		// The version a change was made from came from If-Match here
+		// (the console's forms carry it in their body and answer 409):
+		// a failed precondition, RFC 9110 15.5.13.
+		status = fiber.StatusPreconditionFailed
+	}
 	var fe *fiber.Error
 	if errors.As(err, &fe) && !errors.As(err, new(*domain.Error)) {
 		status = fe.Code

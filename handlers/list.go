@@ -132,6 +132,11 @@ func writeAll[T, J any](c *fiber.Ctx, items []T, toJSON func(T) J) error {
 // readOf answers GET of one entity by the path's id, as the actor may
 // see it.
 func readOf[T, J any](read func(context.Context, *domain.Actor, int64) (*T, error), toJSON func(T) J) fiber.Handler {
+	return readWith(read, func(c *fiber.Ctx, v T) error { return c.JSON(toJSON(v)) })
+}
+
+// readWith is readOf with its own answer (headers beside the JSON).
+func readWith[T any](read func(context.Context, *domain.Actor, int64) (*T, error), write func(*fiber.Ctx, T) error) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		id, err := idParam(c, "id")
 		if err != nil {
@@ -141,7 +146,7 @@ func readOf[T, J any](read func(context.Context, *domain.Actor, int64) (*T, erro
 		if err != nil {
 			return err
 		}
-		return c.JSON(toJSON(*v))
+		return write(c, *v)
 	}
 }
 

@@ -352,6 +352,39 @@ func matrixRows(w *world) map[string]matrixRow {
 	}
 }
 
+// TestPermissionMatrixStaleIfMatch sends the matrix's "PATCH study" row
+// again as every actor, with If-Match naming a version the study has
+// left: those the row lets change the study get 412 and nothing is
+// written; everyone else gets the row's answer to the same request
+// without If-Match, word for word, so that a refusal tells nothing of the
+// study's version (UpdateStudy checks the version only once the actor may
+// change the study).
+func TestPermissionMatrixStaleIfMatch(t *testing.T) {
+	w := newWorld(t)
+	row := matrixRows(w)["PATCH study"]
+	stale := fmt.Sprintf(`W/"%d"`, must(w.env.Service.StudyByID(w.ctx, sys, w.study.ID)).LastUpdated.UnixMilli())
+	current := "Changed since"
+	must(w.env.Service.UpdateStudy(w.ctx, sys, w.study.ID, domain.StudyPatch{Description: &current}))
+	for i, actor := range matrixActors {
+		path, body := row.prepare(w, actor)
+		before := repotest.Snapshot(t, w.env.DB)
+		resp, out := handlerstest.SendTo(t, row.method, w.env.URL+path, w.tokens[actor], body, map[string]string{"If-Match": stale})
+		if !reflect.DeepEqual(before, repotest.Snapshot(t, w.env.DB)) {
+			t.Errorf("%s: the PATCH from a stale version changed the database", actor)
+		}
+		if strings.Fields(row.want)[i] == "200" {
+			if resp.StatusCode != http.StatusPreconditionFailed || out["detail"] == nil {
+				t.Errorf("%s: the PATCH from a stale version: %d %v, want 412", actor, resp.StatusCode, out)
+			}
+			continue
+		}
+		plainResp, plain := w.env.Send(t, row.method, path, w.tokens[actor], body)
+		if resp.StatusCode != plainResp.StatusCode || !reflect.DeepEqual(out, plain) {
+			t.Errorf("%s: with a stale If-Match %d %v, without %d %v", actor, resp.StatusCode, out, plainResp.StatusCode, plain)
+		}
+	}
+}
+
 func (w *world) newPractitioner() int64 {
 	return must(w.env.Service.CreateUser(w.ctx, domain.NewUser{Email: w.name("prac") + "@example.org", Type: domain.UserPractitioner})).ID
 }
