@@ -261,7 +261,9 @@ func (c *Console) renderError(w http.ResponseWriter, r *http.Request, s *session
 }
 
 // errorOf is what a page says of an error: the status the admin API would
-// answer and its message, "internal error" for a fault.
+// answer and its message, "internal error" for a fault. A Stale conflict
+// stays 409 here, where the admin API answers 412: a form carries the
+// version it was made from in its body, not in an If-Match precondition.
 func errorOf(err error) errorPage {
 	status := httpstatus.Of(err)
 	message := domain.ErrorMessage(err)
