@@ -2,7 +2,9 @@ package repo_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -404,6 +406,174 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 	}
 }
 
+// TestAForwardWriteRefusedAfterItsMarksIsRolledForward: a forward write
+// (beginForward) whose command after its marks is refused with a definite
+// error (a write of its answers or enrollments, or the delete of its
+// intent) returns the error and gives its intent up (conclude): once
+// leaseTimeout has passed, the repair finishes it, so that every pair it
+// touched ends as it said (patients 1 to 3 withdrawn from the study's
+// consent, or unenrolled), not as it left them. An earlier write of those
+// pairs (enrollments and answers of patients 1 to 4, cut short as far as
+// patient 3) by a process that dies only after that repair was marked:
+// its own repair, later, writes patient 4 and leaves patients 1 to 3 as
+// the later write made them, instead of bringing back an answer they
+// withdrew or an enrollment that was ended. Each command after the marks
+// is refused in turn, up to the last the write sends unrefused; the
+// write's intent insert and its marks are the first two
+// (TestAWriteWhoseIntentIsCutOnTheWireWritesNothing and
+// TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward fail them).
+func TestAForwardWriteRefusedAfterItsMarksIsRolledForward(t *testing.T) {
+	ctx := context.Background()
+	const firstAfterTheMarks = 3
+	for _, c := range []struct {
+		kind  string
+		write func(d *repo.DB) error // of patients 1 to 3
+		want  pairState              // of patients 1 to 3 after it
+	}{
+		{"consents.write", func(d *repo.DB) error { return d.WithdrawConsents(ctx, answersOf(1, 2, 3)) }, pairState{Enrolled: true}},
+		{"enrollments.delete", func(d *repo.DB) error { return d.DeleteEnrollments(ctx, 1, []int64{1, 2, 3}) }, pairState{}},
+	} {
+		var sent int
+		t.Run(c.kind+" unrefused", func(t *testing.T) { sent = refusedForwardWrite(t, c.write, c.kind, 0, c.want) })
+		if sent <= firstAfterTheMarks {
+			t.Fatalf("the %s sent %d commands, want more than its intent's insert and marks", c.kind, sent)
+		}
+		for at := firstAfterTheMarks; at <= sent; at++ {
+			t.Run(fmt.Sprintf("%s refused at command %d of %d", c.kind, at, sent), func(t *testing.T) {
+				refusedForwardWrite(t, c.write, c.kind, at, c.want)
+			})
+		}
+	}
+}
+
+// pairState is what study 1 holds of a patient.
+type pairState struct{ Enrolled, Answered bool }
+
+// studyState is what study 1 holds, by patient.
+func studyState(t *testing.T, db *repo.DB) map[int64]pairState {
+	t.Helper()
+	ctx := context.Background()
+	state := map[int64]pairState{}
+	es, err := db.Enrollments(ctx, domain.EnrollmentQuery{StudyIDs: []int64{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		state[e.PatientID] = pairState{Enrolled: true}
+	}
+	cs, err := db.Consents(ctx, domain.ConsentQuery{StudyIDs: []int64{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		s := state[c.PatientID]
+		s.Answered = true
+		state[c.PatientID] = s
+	}
+	return state
+}
+
+// answersOf are the patients' consents to scope code 1 of study 1.
+func answersOf(patients ...int64) []domain.Consent {
+	var cs []domain.Consent
+	for _, p := range patients {
+		cs = append(cs, domain.Consent{PatientID: p, StudyID: 1, ScopeCodeID: 1, Consented: true, ConsentedTime: time.Now()})
+	}
+	return cs
+}
+
+// refusedForwardWrite runs TestAForwardWriteRefusedAfterItsMarksIsRolledForward's
+// case: write, of the kind, from another instance whose at-th command
+// (inserts, updates and deletes but the lease's; 0: none) is refused,
+// after an earlier write of patients 1 to 4 by a live process "other";
+// then a repair after leaseTimeout, the other process alive, and one
+// after it died. It returns the number of commands the write sent.
+func refusedForwardWrite(t *testing.T, write func(d *repo.DB) error, kind string, at int, want pairState) (sent int) {
+	ctx := context.Background()
+	db, clock := clockedDB(t)
+	leases := repotest.Collection(t, db, "service_instances")
+	if _, err := leases.InsertOne(ctx, bson.M{"_id": "other", "renewed": clock.now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateEnrollments(ctx, []domain.Enrollment{{StudyID: 1, PatientID: 1}, {StudyID: 1, PatientID: 2}, {StudyID: 1, PatientID: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateConsents(ctx, answersOf(1, 2, 3)); err != nil {
+		t.Fatal(err)
+	}
+	intents := repotest.Collection(t, db, "write_intents")
+	var enrollments, answers bson.A // of patients 1 to 4
+	for _, p := range []int64{1, 2, 3, 4} {
+		enrollments = append(enrollments, bson.M{"studyId": int64(1), "patientId": p, "lastUpdated": clock.now()})
+		answers = append(answers, bson.M{"patientId": p, "studyId": int64(1), "scopeCodeId": int64(1), "consented": true,
+			"consentedTime": clock.now(), "lastUpdated": clock.now()})
+	}
+	for _, in := range []bson.M{{"kind": "enrollments.create", "enrollments": enrollments}, {"kind": "consents.write", "consentOp": "answer", "consents": answers}} {
+		in["_id"], in["instance"], in["startedAt"], in["keys"], in["touches"] = bson.NewObjectID(), "other", clock.now(), []string{}, []string{"1/1", "2/1", "3/1", "4/1"}
+		if _, err := intents.InsertOne(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	uri, l := relay(t)
+	later := openThrough(t, db, uri, nil)
+	clock.set(later)
+	refused := 0
+	l.failWith(func(command, collection string) fault {
+		if collection == "service_instances" || !slices.Contains([]string{"insert", "update", "delete"}, command) {
+			return pass
+		}
+		if sent++; sent == at {
+			refused++
+			return refuse
+		}
+		return pass
+	})
+	err := write(later)
+	l.failWith(nil)
+	var relayErr mongo.CommandError
+	if refused != min(at, 1) || at == 0 && err != nil || at > 0 && !errors.As(err, &relayErr) {
+		t.Fatalf("the %s, its command %d refused (%d refusals): %v; want the relay's refusal, if any", kind, at, refused, err)
+	}
+
+	laterPairs := func(when string) {
+		t.Helper()
+		state := studyState(t, db)
+		for _, p := range []int64{1, 2, 3} {
+			if state[p] != want {
+				t.Errorf("%s: patient %d holds %+v, want %+v", when, p, state[p], want)
+			}
+		}
+	}
+	clock.advance(repo.LeaseTimeout + time.Second)
+	if _, err := leases.UpdateOne(ctx, bson.M{"_id": "other"}, bson.M{"$set": bson.M{"renewed": clock.now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.RenewLease(ctx, later); err != nil { // its instance runs on
+		t.Fatal(err)
+	}
+	rep, err := db.Repair(ctx, repo.RepairOptions{})
+	if err != nil || rep.Repaired[kind] != min(at, 1) || rep.Running != 2 || len(rep.Failed) != 0 {
+		t.Errorf("the repair after leaseTimeout: %+v, %v; want the later write's intent repaired, if refused, and the earlier ones running", rep, err)
+	}
+	laterPairs("after the later write's repair")
+
+	if _, err := leases.UpdateOne(ctx, bson.M{"_id": "other"}, bson.M{"$set": bson.M{"renewed": clock.now().Add(-time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Intents != 2 || len(rep.Failed) != 0 {
+		t.Errorf("the repair once the other process is dead: %+v, %v; want the earlier writes' intents repaired", rep, err)
+	}
+	laterPairs("after the earlier writes' repair")
+	if s := studyState(t, db)[4]; s != (pairState{Enrolled: true, Answered: true}) {
+		t.Errorf("patient 4, whom the earlier writes alone touched, holds %+v after their repair, want enrolled and answered", s)
+	}
+	if n, err := intents.CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+		t.Errorf("%d intents left (%v)", n, err)
+	}
+	return sent
+}
+
 // TestAnIntentOfARunningProcessIsRepairedAfterIntentTimeout: an intent of
 // this very process, whose lease is alive, counts as a write still running
 // (no repair touches it) until intentTimeout, after which no write is still
@@ -529,11 +699,10 @@ func (c *testClock) set(instances ...*repo.DB) {
 // instance is closed when the test ends.
 func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *repo.DB, arm func() *cutCommand) {
 	t.Helper()
-	ctx := context.Background()
 	uri, l := relay(t)
 	var armed atomic.Bool
-	c := &cutCommand{t: t, db: db, command: command, collection: collection}
-	instance, err := repo.OpenWith(ctx, uri, db.Name(), repo.Options{Monitor: &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+	c := &cutCommand{t: t, db: db, link: l, command: command, collection: collection}
+	instance = openThrough(t, db, uri, &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
 		if e.CommandName == command && coll == collection && armed.Swap(false) {
 			sent := slices.Clone(e.Command)
@@ -543,13 +712,23 @@ func cuttable(t *testing.T, db *repo.DB, command, collection string) (instance *
 		if next := c.before.Load(); next != nil && e.CommandName == *next && coll == collection && c.before.CompareAndSwap(next, nil) {
 			c.land()
 		}
-	}}})
+	}})
+	c.instance = instance
+	return instance, func() *cutCommand { armed.Store(true); return c }
+}
+
+// openThrough opens db's database again, as another instance of the
+// service would, at uri (a relay's), its commands reported to monitor
+// (nil: to none). The instance is closed when the test ends.
+func openThrough(t *testing.T, db *repo.DB, uri string, monitor *event.CommandMonitor) *repo.DB {
+	t.Helper()
+	ctx := context.Background()
+	instance, err := repo.OpenWith(ctx, uri, db.Name(), repo.Options{Monitor: monitor})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = instance.Close(ctx) })
-	c.instance = instance
-	return instance, func() *cutCommand { armed.Store(true); return c }
+	return instance
 }
 
 // cutCommand is the command a cuttable instance cut.
@@ -557,6 +736,7 @@ type cutCommand struct {
 	t                   *testing.T
 	db                  *repo.DB
 	instance            *repo.DB // the instance whose command was cut
+	link                *link    // its relay, to fail its other commands (failWith)
 	command, collection string
 	sent                atomic.Pointer[bson.Raw]
 	before              atomic.Pointer[string] // landBefore's command
@@ -637,9 +817,140 @@ func eachLanding(t *testing.T, name string, f func(t *testing.T, db *repo.DB, cl
 // link is a TCP relay to the test database: cut closes the connections
 // open through it, so that the command the driver is about to send on one
 // fails as on a lost connection; the driver's next command connects anew.
+// failWith makes it fail chosen commands itself.
 type link struct {
-	mu    sync.Mutex
-	conns []net.Conn
+	mu     sync.Mutex
+	conns  []net.Conn
+	faults func(command, collection string) fault // nil: every command passes
+}
+
+// fault is what a relay does with a command the driver sends through it.
+type fault int
+
+const (
+	pass fault = iota // sends it on to the server
+	// refuse answers it with an error the relay makes, as the server
+	// answers a command it did not apply: a definite failure, one that
+	// outcomeUnknown does not count as unknown.
+	refuse
+	// drop closes the connection instead of sending it on: the command
+	// is lost on the wire, an unknown outcome (cut, without a late
+	// landing).
+	drop
+)
+
+// failWith makes the relay ask f what to do with each command the driver
+// sends through it from now, by the command's name and collection; f is
+// asked about one command at a time, in the order the relay reads them.
+func (l *link) failWith(f func(command, collection string) fault) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.faults = f
+}
+
+// faultOf is what the relay does with the message msg.
+func (l *link) faultOf(msg []byte) fault {
+	command, collection, ok := commandOf(msg)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !ok || l.faults == nil {
+		return pass
+	}
+	return l.faults(command, collection)
+}
+
+// forward copies the driver's messages from down to up, one at a time,
+// doing with each what its fault says, until either connection closes;
+// then it closes both.
+func (l *link) forward(up, down net.Conn) {
+	defer func() {
+		_ = up.Close()
+		_ = down.Close()
+	}()
+	for {
+		msg, err := readMessage(down)
+		if err != nil {
+			return
+		}
+		switch l.faultOf(msg) {
+		case drop:
+			return
+		case refuse:
+			_, err = down.Write(refusal(msg))
+		default:
+			_, err = up.Write(msg)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// The wire protocol's parts the relay reads and writes: every message
+// starts with a header of four little-endian int32s (its length,
+// requestID, responseTo, opCode); an OP_MSG, the message of every
+// command, then has its flags and its sections, the body (kind 0) one
+// BSON document whose first field names the command and its collection.
+const (
+	headerSize = 16
+	opMsg      = 2013
+)
+
+// readMessage reads the next message on c, whole.
+func readMessage(c net.Conn) ([]byte, error) {
+	header := make([]byte, headerSize)
+	if _, err := io.ReadFull(c, header); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint32(header)
+	if size < headerSize {
+		return nil, fmt.Errorf("a message of %d bytes", size)
+	}
+	msg := append(header, make([]byte, size-headerSize)...)
+	_, err := io.ReadFull(c, msg[headerSize:])
+	return msg, err
+}
+
+// commandOf reads the name and collection of the command msg sends; ok is
+// false when msg is no OP_MSG command.
+func commandOf(msg []byte) (command, collection string, ok bool) {
+	if binary.LittleEndian.Uint32(msg[12:]) != opMsg {
+		return "", "", false
+	}
+	for i := headerSize + 4; i+5 <= len(msg); { // sections, after the flags
+		kind, size := msg[i], int(binary.LittleEndian.Uint32(msg[i+1:]))
+		if i+1+size > len(msg) {
+			return "", "", false
+		}
+		if kind == 0 {
+			first, err := bson.Raw(msg[i+1 : i+1+size]).IndexErr(0)
+			if err != nil {
+				return "", "", false
+			}
+			collection, _ = first.Value().StringValueOK()
+			return first.Key(), collection, true
+		}
+		i += 1 + size // a document sequence: its size counts itself
+	}
+	return "", "", false
+}
+
+// refusal is the server's answer to the command msg that refuses it: ok
+// 0 with an error code that says nothing about the connection or a
+// timeout.
+func refusal(msg []byte) []byte {
+	body, err := bson.Marshal(bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: "refused by the test relay"},
+		{Key: "code", Value: int32(2)}, {Key: "codeName", Value: "BadValue"}})
+	if err != nil {
+		panic(err)
+	}
+	reply := binary.LittleEndian.AppendUint32(nil, uint32(headerSize+4+1+len(body)))
+	reply = binary.LittleEndian.AppendUint32(reply, 0) // requestID
+	reply = append(reply, msg[4:8]...)                 // responseTo: the command's requestID
+	reply = binary.LittleEndian.AppendUint32(reply, opMsg)
+	reply = binary.LittleEndian.AppendUint32(reply, 0) // flags
+	reply = append(reply, 0)                           // the body section
+	return append(reply, body...)
 }
 
 // relay starts a link and returns the URI of the test database through
@@ -677,7 +988,7 @@ func relay(t *testing.T) (string, *link) {
 			l.mu.Lock()
 			l.conns = append(l.conns, down, up)
 			l.mu.Unlock()
-			go pipe(up, down)
+			go l.forward(up, down)
 			go pipe(down, up)
 		}
 	}()
