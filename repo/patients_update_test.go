@@ -414,7 +414,7 @@ func TestAnUnendedUpdateLeavesNoLock(t *testing.T) {
 	db, clock := clockedDB(t)
 	ctx := context.Background()
 	x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
-	p, _ := cutIdentifierUpdate(t, db, clock, "delete", "write_intents", x)
+	p, _ := cutIdentifierUpdate(t, db, clock, "delete", "write_intents", x, nil)
 	now, err := db.PatientByID(ctx, p.ID)
 	if err != nil || !slices.Equal(now.Identifiers, []domain.Identifier{x}) {
 		t.Fatalf("the record after the update: %+v, %v; want it stored", now, err)
@@ -453,7 +453,7 @@ func TestAnIdentifierUpdateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 	} {
 		eachLanding(t, c.collection, func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
 			ctx := context.Background()
-			p, cut := cutIdentifierUpdate(t, db, clock, c.command, c.collection, x)
+			p, cut := cutIdentifierUpdate(t, db, clock, c.command, c.collection, x, nil)
 			if late {
 				c.landLate(cut)
 			}
@@ -473,6 +473,81 @@ func TestAnIdentifierUpdateCutOnTheWireWaitsForItsRepair(t *testing.T) {
 			changeAfterTheGrace(t, db, clock, now, cut.instance)
 			checkClaims(t, db, p.ID, "after the repair")
 		})
+	}
+}
+
+// TestACutLockInsertWhoseGiveUpFails: an update of a patient's
+// identifiers whose lock insert is cut on the wire puts a given-up copy of
+// its intent in its place, with an upserted replace (giveUpUnrecorded),
+// and here that replace fails too. Refused once with a definite error (as
+// when the insert lands between the upsert's match and its insert, which
+// is then refused as a duplicate of it), the replace is sent again and
+// places the copy: the next change of the identifiers is refused within
+// leaseTimeout and stored after it, whether the insert was lost, landed
+// before the give-up, or lands after it (refused then as a duplicate key).
+// Refused twice, or cut (an unknown outcome, not tried again), it places
+// nothing: a lost insert leaves no lock, and the next change is stored at
+// once; one that landed, before or after, is a write running under the
+// instance's live lease, the patient's lock, until intentTimeout (the
+// doc's "the intent, if it lands, waits for intentTimeout"): the next
+// change is refused within leaseTimeout and after it, and stored once
+// intentTimeout has passed, having repaired the intent. Either way the
+// claims then match the record, and no intent is left.
+func TestACutLockInsertWhoseGiveUpFails(t *testing.T) {
+	x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
+	theGrace := []time.Duration{repo.LeaseTimeout + time.Second}
+	untilIntentTimeout := []time.Duration{repo.LeaseTimeout + time.Second, repo.IntentTimeout - repo.LeaseTimeout}
+	for _, c := range []struct {
+		name    string
+		replace fault                    // what the relay does with the give-up's replaces
+		failed  int                      // to how many
+		waits   map[bool][]time.Duration // the next change's waits (changeAfter), by whether the insert landed
+	}{
+		{"refused once", refuse, 1, map[bool][]time.Duration{false: theGrace, true: theGrace}},
+		{"refused twice", refuse, 2, map[bool][]time.Duration{false: nil, true: untilIntentTimeout}},
+		{"cut", drop, 1, map[bool][]time.Duration{false: nil, true: untilIntentTimeout}},
+	} {
+		copied := c.replace == refuse && c.failed == 1
+		for _, landing := range []string{"lost", "landed before the give-up", "landed after the give-up"} {
+			t.Run("the replace "+c.name+", the insert "+landing, func(t *testing.T) {
+				ctx := context.Background()
+				db, clock := clockedDB(t)
+				replaces := 0
+				p, cut := cutIdentifierUpdate(t, db, clock, "insert", "write_intents", x, func(cut *cutCommand) {
+					cut.link.failWith(func(command, collection string) fault {
+						if command != "update" || collection != "write_intents" {
+							return pass
+						}
+						if replaces++; replaces <= c.failed {
+							return c.replace
+						}
+						return pass
+					})
+					if landing == "landed before the give-up" {
+						cut.landBefore("update")
+					}
+				})
+				if replaces < c.failed {
+					t.Fatalf("the give-up sent %d replaces, want %d failed", replaces, c.failed)
+				}
+				switch {
+				case landing != "landed after the give-up":
+				case copied:
+					cut.landRefused()
+				default:
+					cut.land()
+				}
+				now, err := db.PatientByID(ctx, p.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				changeAfter(t, db, clock, now, c.waits[landing != "lost"], cut.instance)
+				checkClaims(t, db, p.ID, "after the change")
+				if n, err := repotest.Collection(t, db, "write_intents").CountDocuments(ctx, bson.M{}); err != nil || n != 0 {
+					t.Errorf("%d intents left (%v)", n, err)
+				}
+			})
+		}
 	}
 }
 
@@ -522,9 +597,10 @@ func TestACutLockInsertLeavesAnotherWritesLock(t *testing.T) {
 
 // cutIdentifierUpdate creates a patient on db, then sends, from another
 // instance whose command named command on collection is cut (cuttable),
-// an update that adds x to its identifiers, which fails. It returns the
-// patient as created, and the cut command. clock is db's clock.
-func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, collection string, x domain.Identifier) (*domain.Patient, *cutCommand) {
+// an update that adds x to its identifiers, which fails. prepare (nil:
+// none) sets up the cut before the update is sent. It returns the patient
+// as created, and the cut command. clock is db's clock.
+func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, collection string, x domain.Identifier, prepare func(*cutCommand)) (*domain.Patient, *cutCommand) {
 	t.Helper()
 	ctx := context.Background()
 	u, p := newPatient("p@example.org", "P")
@@ -539,6 +615,9 @@ func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, c
 	}
 	withX := withIdentifiers(old, x)
 	cut := arm()
+	if prepare != nil {
+		prepare(cut)
+	}
 	if err := watched.UpdatePatient(ctx, old, withX); err == nil {
 		t.Fatalf("the update whose %s on %s was cut succeeded", command, collection)
 	}
@@ -553,19 +632,38 @@ func cutIdentifierUpdate(t *testing.T, db *repo.DB, clock *testClock, command, c
 // clock has moved, as running instances do.
 func changeAfterTheGrace(t *testing.T, db *repo.DB, clock *testClock, now *domain.Patient, alive ...*repo.DB) {
 	t.Helper()
+	changeAfter(t, db, clock, now, []time.Duration{repo.LeaseTimeout + time.Second}, alive...)
+}
+
+// changeAfter sends the patient's identifiers, now as stored, a change to
+// z alone, and again each time the clock has moved on by the next of
+// waits: it is refused (CodeConflict) every time but the last, while the
+// lock of an earlier update holds them, and stored the last time, having
+// repaired that update's intent. The instances alive renew their leases
+// each time the clock has moved, as running instances do.
+func changeAfter(t *testing.T, db *repo.DB, clock *testClock, now *domain.Patient, waits []time.Duration, alive ...*repo.DB) {
+	t.Helper()
 	ctx := context.Background()
 	withZ := withIdentifiers(now, domain.Identifier{System: "urn:example:mrn", Value: "z"})
-	if err := db.UpdatePatient(ctx, now, withZ); !domain.IsCode(err, domain.CodeConflict) {
-		t.Fatalf("the next change of the identifiers, within leaseTimeout of the give-up: %v, want CodeConflict", err)
-	}
-	clock.advance(repo.LeaseTimeout + time.Second)
-	for _, d := range alive {
-		if err := repo.RenewLease(ctx, d); err != nil {
-			t.Fatal(err)
+	var waited time.Duration
+	for i := 0; ; i++ {
+		err := db.UpdatePatient(ctx, now, withZ)
+		if i == len(waits) {
+			if err != nil {
+				t.Fatalf("the next change of the identifiers, %v after the cut: %v, want it stored", waited, err)
+			}
+			return
 		}
-	}
-	if err := db.UpdatePatient(ctx, now, withZ); err != nil {
-		t.Fatalf("the next change of the identifiers: %v, want it stored", err)
+		if !domain.IsCode(err, domain.CodeConflict) {
+			t.Fatalf("the next change of the identifiers, %v after the cut: %v, want CodeConflict", waited, err)
+		}
+		clock.advance(waits[i])
+		waited += waits[i]
+		for _, d := range alive {
+			if err := repo.RenewLease(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
@@ -584,7 +682,7 @@ func TestARepairCutOnTheWireWaitsAgain(t *testing.T) {
 	eachLanding(t, "", func(t *testing.T, db *repo.DB, clock *testClock, late bool) {
 		ctx := context.Background()
 		x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
-		p, _ := cutIdentifierUpdate(t, db, clock, "update", "patients", x) // the replace lost: x claimed, not listed
+		p, _ := cutIdentifierUpdate(t, db, clock, "update", "patients", x, nil) // the replace lost: x claimed, not listed
 		clock.advance(repo.LeaseTimeout + time.Second)
 		fixer, arm := cuttable(t, db, "delete", "patient_identifiers")
 		clock.set(fixer)
@@ -628,7 +726,7 @@ func TestARepairCutAsItAdoptsWaitsAgain(t *testing.T) {
 			ctx := context.Background()
 			db, clock := clockedDB(t)
 			x := domain.Identifier{System: "urn:example:mrn", Value: "x"}
-			p, _ := cutIdentifierUpdate(t, db, clock, "update", "patients", x) // the replace lost: x claimed, not listed
+			p, _ := cutIdentifierUpdate(t, db, clock, "update", "patients", x, nil) // the replace lost: x claimed, not listed
 			clock.advance(repo.LeaseTimeout + time.Second)
 			fixer, arm := cuttable(t, db, "update", "write_intents")
 			clock.set(fixer)
