@@ -66,9 +66,11 @@
 // brought back by the repair of the write that gave it. A forward write
 // that fails half way, however it fails, gives its intent up (giveUp) for
 // the repair to finish, from its marks on (an update of many documents may
-// mark some before it is refused): its caller is told it failed, and a retry finds it
-// done. A create, an identifier change or an observation batch that fails
-// with a refusal undoes or settles what it wrote at once; one whose command
+// mark some before it is refused): its caller is told it failed, and a
+// retry finds it done. That repair marks its pairs again, in the intents
+// of the writes that began before it, since its own marks may have
+// failed. A create, an identifier change or an observation batch that
+// fails with a refusal undoes or settles what it wrote at once; one whose command
 // failed with an unknown outcome (the connection lost, a timeout:
 // outcomeUnknown) does not, since the server may still apply that command
 // after the undo has read the store (a record replaced after its claims

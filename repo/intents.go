@@ -101,6 +101,10 @@ type intentDoc struct {
 	// changed since, which this one's repair leaves as they are.
 	Touches    []string `bson:"touches,omitempty"`
 	Superseded []string `bson:"superseded,omitempty"`
+	// Began is when a forward write began, which StartedAt no longer says
+	// once the intent is given up or adopted: its repair marks its pairs
+	// in the intents of the writes that began before it (supersedeEarlier).
+	Began time.Time `bson:"began,omitempty"`
 
 	// invitation.redeem: the code's record (oauth_tokens _id), the new
 	// password's hash and when it changes.
@@ -282,22 +286,49 @@ func (d *DB) end(ctx context.Context, in *intentDoc) error {
 // apply its answers over this newer write, bringing back a consent that
 // was withdrawn since, or an enrollment that was ended.
 func (d *DB) beginForward(ctx context.Context, in *intentDoc) error {
+	in.Began = d.nowMillis()
 	if err := d.begin(ctx, in); err != nil {
 		return err
 	}
-	if len(in.Touches) == 0 {
-		return nil
-	}
-	_, err := d.c(colIntents).UpdateMany(ctx, bson.M{"_id": bson.M{"$ne": in.ID}, "touches": bson.M{"$in": in.Touches}},
-		bson.M{"$addToSet": bson.M{"superseded": bson.M{"$each": in.Touches}}})
-	if err != nil {
+	if err := d.supersede(ctx, in, in.Touches, bson.M{}); err != nil {
 		// Some marks may have landed, or may still land: an UpdateMany is
 		// not atomic across documents, and a definite refusal can come
 		// after it changed some. So the intent is given up and rolled
-		// forward, as the marks promise the intents they were added to.
+		// forward, as the marks promise the intents they were added to;
+		// its repair sends the marks again (supersedeEarlier).
 		return d.finish(ctx, in, fmt.Errorf("record the write intent: %w", err), false)
 	}
 	return nil
+}
+
+// supersede marks the pairs, of the forward write in, as superseded in
+// the other intents touching them that filter selects.
+func (d *DB) supersede(ctx context.Context, in *intentDoc, pairs []string, filter bson.M) error {
+	if len(pairs) == 0 {
+		return nil
+	}
+	filter["_id"], filter["touches"] = bson.M{"$ne": in.ID}, bson.M{"$in": pairs}
+	_, err := d.c(colIntents).UpdateMany(ctx, filter, bson.M{"$addToSet": bson.M{"superseded": bson.M{"$each": pairs}}})
+	return err
+}
+
+// supersedeEarlier marks, before the repair of a forward write rolls it
+// forward, the pairs it still holds (current) in the intents of the
+// writes that began before it, as beginForward did, or meant to: its
+// marks may have been refused, all or some, or lost on the wire, and then
+// the repair of an earlier write cut short, coming after this one's (its
+// process dies later), would write its answers over this write's,
+// bringing back a consent that was withdrawn. The intents of writes that
+// began after it are left alone: those supersede it. So is a pair another
+// write marked in this one since, whatever its start (two writes whose
+// marks crossed): that write's repair writes it. Intents written before
+// Began was (none set) neither mark nor are marked.
+func (d *DB) supersedeEarlier(ctx context.Context, in *intentDoc) error {
+	if in.Began.IsZero() {
+		return nil
+	}
+	held := slices.DeleteFunc(slices.Clone(in.Touches), func(pair string) bool { return slices.Contains(in.Superseded, pair) })
+	return d.supersede(ctx, in, held, bson.M{"began": bson.M{"$lt": in.Began}})
 }
 
 // pairKey is the key of a (patient, study) pair in Touches.
@@ -589,6 +620,9 @@ func (d *DB) settleAbandoned(ctx context.Context, in *intentDoc) error {
 		// rolling it forward would make from nothing a write that its
 		// caller was told failed before any of its documents was written.
 		return nil
+	}
+	if err := d.supersedeEarlier(ctx, in); err != nil {
+		return err
 	}
 	var err error
 	switch in.Kind {

@@ -406,25 +406,25 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 	}
 }
 
-// TestAForwardWriteRefusedAfterItsMarksIsRolledForward: a forward write
-// (beginForward) whose command after its marks is refused with a definite
-// error (a write of its answers or enrollments, or the delete of its
-// intent) returns the error and gives its intent up (conclude): once
-// leaseTimeout has passed, the repair finishes it, so that every pair it
-// touched ends as it said (patients 1 to 3 withdrawn from the study's
-// consent, or unenrolled), not as it left them. An earlier write of those
-// pairs (enrollments and answers of patients 1 to 4, cut short as far as
-// patient 3) by a process that dies only after that repair was marked:
-// its own repair, later, writes patient 4 and leaves patients 1 to 3 as
-// the later write made them, instead of bringing back an answer they
-// withdrew or an enrollment that was ended. Each command after the marks
-// is refused in turn, up to the last the write sends unrefused; the
-// write's intent insert and its marks are the first two
-// (TestAWriteWhoseIntentIsCutOnTheWireWritesNothing and
-// TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward fail them).
-func TestAForwardWriteRefusedAfterItsMarksIsRolledForward(t *testing.T) {
+// TestARefusedForwardWriteIsRolledForward: a forward write (beginForward)
+// whose command is refused with a definite error from its marks on (the
+// marks, a write of its answers or enrollments, or the delete of its
+// intent) returns the error and gives its intent up: once leaseTimeout has
+// passed, the repair finishes it, so that every pair it touched ends as it
+// said (patients 1 to 3 withdrawn from the study's consent, or
+// unenrolled), not as it left them. An earlier write of those pairs
+// (enrollments and answers of patients 1 to 4, cut short as far as patient
+// 3) by a process that dies only after that repair is marked, by the
+// later write or, when its marks were refused, by its repair: its own
+// repair, later, writes patient 4 and leaves patients 1 to 3 as the later
+// write made them, instead of bringing back an answer they withdrew or an
+// enrollment that was ended. Each command from the marks on is refused in
+// turn, up to the last the write sends unrefused; the first, the intent's
+// insert, writes nothing (TestAWriteWhoseIntentIsCutOnTheWireWritesNothing
+// cuts it).
+func TestARefusedForwardWriteIsRolledForward(t *testing.T) {
 	ctx := context.Background()
-	const firstAfterTheMarks = 3
+	const theMarks = 2 // the write's second command, after its intent's insert
 	for _, c := range []struct {
 		kind  string
 		write func(d *repo.DB) error // of patients 1 to 3
@@ -435,10 +435,10 @@ func TestAForwardWriteRefusedAfterItsMarksIsRolledForward(t *testing.T) {
 	} {
 		var sent int
 		t.Run(c.kind+" unrefused", func(t *testing.T) { sent = refusedForwardWrite(t, c.write, c.kind, 0, c.want) })
-		if sent <= firstAfterTheMarks {
+		if sent <= theMarks {
 			t.Fatalf("the %s sent %d commands, want more than its intent's insert and marks", c.kind, sent)
 		}
-		for at := firstAfterTheMarks; at <= sent; at++ {
+		for at := theMarks; at <= sent; at++ {
 			t.Run(fmt.Sprintf("%s refused at command %d of %d", c.kind, at, sent), func(t *testing.T) {
 				refusedForwardWrite(t, c.write, c.kind, at, c.want)
 			})
@@ -482,7 +482,7 @@ func answersOf(patients ...int64) []domain.Consent {
 	return cs
 }
 
-// refusedForwardWrite runs TestAForwardWriteRefusedAfterItsMarksIsRolledForward's
+// refusedForwardWrite runs TestARefusedForwardWriteIsRolledForward's
 // case: write, of the kind, from another instance whose at-th command
 // (inserts, updates and deletes but the lease's; 0: none) is refused,
 // after an earlier write of patients 1 to 4 by a live process "other";
@@ -509,7 +509,8 @@ func refusedForwardWrite(t *testing.T, write func(d *repo.DB) error, kind string
 			"consentedTime": clock.now(), "lastUpdated": clock.now()})
 	}
 	for _, in := range []bson.M{{"kind": "enrollments.create", "enrollments": enrollments}, {"kind": "consents.write", "consentOp": "answer", "consents": answers}} {
-		in["_id"], in["instance"], in["startedAt"], in["keys"], in["touches"] = bson.NewObjectID(), "other", clock.now(), []string{}, []string{"1/1", "2/1", "3/1", "4/1"}
+		in["_id"], in["instance"], in["startedAt"], in["began"] = bson.NewObjectID(), "other", clock.now(), clock.now()
+		in["keys"], in["touches"] = []string{}, []string{"1/1", "2/1", "3/1", "4/1"}
 		if _, err := intents.InsertOne(ctx, in); err != nil {
 			t.Fatal(err)
 		}
