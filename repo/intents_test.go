@@ -575,6 +575,60 @@ func refusedForwardWrite(t *testing.T, write func(d *repo.DB) error, kind string
 	return sent
 }
 
+// TestARepairMarksOnlyTheEarlierWritesOfWhatItHolds: the repair of a
+// forward write marks its pairs in the intents of earlier writes
+// (supersedeEarlier), but not in the intent of a write that began after
+// it, whose marks on it were lost (that write is the later one, and its
+// answer stands), nor a pair that an earlier write marked in it (their
+// marks crossed, and that write's repair writes the pair). Here a
+// withdrawal of patient 1's answer, given up, is repaired first; the
+// answer's write, of a process that dies after, is repaired then, and
+// must write the answer.
+func TestARepairMarksOnlyTheEarlierWritesOfWhatItHolds(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		answered   time.Duration // when the answer's write began, from the withdrawal's start
+		superseded []string      // the withdrawal's
+	}{
+		{"the answer later, its marks lost", time.Second, []string{}},
+		{"the answer earlier, their marks crossed", -time.Second, []string{"1/1"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			db, clock := clockedDB(t)
+			leases := repotest.Collection(t, db, "service_instances")
+			if _, err := leases.InsertOne(ctx, bson.M{"_id": "other", "renewed": clock.now()}); err != nil {
+				t.Fatal(err)
+			}
+			began := clock.now().Add(-time.Hour).Truncate(time.Millisecond)
+			answer := bson.M{"patientId": int64(1), "studyId": int64(1), "scopeCodeId": int64(1), "consented": true, "consentedTime": began, "lastUpdated": began}
+			intents := repotest.Collection(t, db, "write_intents")
+			if _, err := intents.InsertMany(ctx, []any{
+				bson.M{"_id": bson.NewObjectID(), "kind": "consents.write", "consentOp": "withdraw", "consents": bson.A{answer}, "instance": "",
+					"startedAt": began, "began": began, "keys": []string{}, "touches": []string{"1/1"}, "superseded": c.superseded},
+				bson.M{"_id": bson.NewObjectID(), "kind": "consents.write", "consentOp": "answer", "consents": bson.A{answer}, "instance": "other",
+					"startedAt": clock.now(), "began": began.Add(c.answered), "keys": []string{}, "touches": []string{"1/1"}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for _, step := range []struct {
+				renewed  time.Time // the other process's lease
+				repaired int
+			}{{clock.now(), 1}, {clock.now().Add(-time.Hour), 1}} {
+				if _, err := leases.UpdateOne(ctx, bson.M{"_id": "other"}, bson.M{"$set": bson.M{"renewed": step.renewed}}); err != nil {
+					t.Fatal(err)
+				}
+				if rep, err := db.Repair(ctx, repo.RepairOptions{}); err != nil || rep.Repaired["consents.write"] != step.repaired || len(rep.Failed) != 0 {
+					t.Fatalf("the repair, the other process's lease renewed %v: %+v, %v; want one intent repaired", step.renewed, rep, err)
+				}
+			}
+			if s := studyState(t, db)[1]; !s.Answered {
+				t.Errorf("patient 1 after the repairs: %+v, want the answer written", s)
+			}
+		})
+	}
+}
+
 // TestAnIntentOfARunningProcessIsRepairedAfterIntentTimeout: an intent of
 // this very process, whose lease is alive, counts as a write still running
 // (no repair touches it) until intentTimeout, after which no write is still
