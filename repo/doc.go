@@ -68,8 +68,8 @@
 // the repair to finish, from its marks on (an update of many documents may
 // mark some before it is refused): its caller is told it failed, and a
 // retry finds it done. That repair marks its pairs again, in the intents
-// of the writes that began before it, since its own marks may have
-// failed. A create, an identifier change or an observation batch that
+// of the writes that began before it (or in the same millisecond), since
+// its own marks may have failed. A create, an identifier change or an observation batch that
 // fails with a refusal undoes or settles what it wrote at once; one whose command
 // failed with an unknown outcome (the connection lost, a timeout:
 // outcomeUnknown) does not, since the server may still apply that command

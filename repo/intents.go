@@ -103,7 +103,7 @@ type intentDoc struct {
 	Superseded []string `bson:"superseded,omitempty"`
 	// Began is when a forward write began, which StartedAt no longer says
 	// once the intent is given up or adopted: its repair marks its pairs
-	// in the intents of the writes that began before it (supersedeEarlier).
+	// in the intents of the writes that began no later (supersedeEarlier).
 	Began time.Time `bson:"began,omitempty"`
 
 	// invitation.redeem: the code's record (oauth_tokens _id), the new
@@ -319,16 +319,21 @@ func (d *DB) supersede(ctx context.Context, in *intentDoc, pairs []string, filte
 // the repair of an earlier write cut short, coming after this one's (its
 // process dies later), would write its answers over this write's,
 // bringing back a consent that was withdrawn. The intents of writes that
-// began after it are left alone: those supersede it. So is a pair another
-// write marked in this one since, whatever its start (two writes whose
-// marks crossed): that write's repair writes it. Intents written before
-// Began was (none set) neither mark nor are marked.
+// began after it are left alone: those supersede it. A write that began
+// in the same millisecond (Began's precision, which two requests of one
+// process share easily) counts as earlier: which came first cannot be
+// told, and of the two repairs the first then marks the other, which
+// leaves the pair as the first wrote it instead of undoing it. A pair
+// another write marked in this one since, whatever its start (two writes
+// whose marks crossed), is left alone: that write's repair writes it.
+// Intents written before Began was (none set) neither mark nor are
+// marked.
 func (d *DB) supersedeEarlier(ctx context.Context, in *intentDoc) error {
 	if in.Began.IsZero() {
 		return nil
 	}
 	held := slices.DeleteFunc(slices.Clone(in.Touches), func(pair string) bool { return slices.Contains(in.Superseded, pair) })
-	return d.supersede(ctx, in, held, bson.M{"began": bson.M{"$lt": in.Began}})
+	return d.supersede(ctx, in, held, bson.M{"began": bson.M{"$lte": in.Began}})
 }
 
 // pairKey is the key of a (patient, study) pair in Touches.

@@ -580,18 +580,23 @@ func refusedForwardWrite(t *testing.T, write func(d *repo.DB) error, kind string
 // (supersedeEarlier), but not in the intent of a write that began after
 // it, whose marks on it were lost (that write is the later one, and its
 // answer stands), nor a pair that an earlier write marked in it (their
-// marks crossed, and that write's repair writes the pair). Here a
-// withdrawal of patient 1's answer, given up, is repaired first; the
-// answer's write, of a process that dies after, is repaired then, and
-// must write the answer.
+// marks crossed, and that write's repair writes the pair). A write that
+// began in the same millisecond counts as earlier: which of the two came
+// first cannot be told from began, and marking it keeps its repair from
+// undoing this one's. Here a withdrawal of patient 1's answer, given up,
+// is repaired first; the answer's write, of a process that dies after, is
+// repaired then, and must write the answer, or, begun in the same
+// millisecond, leave the withdrawal standing.
 func TestARepairMarksOnlyTheEarlierWritesOfWhatItHolds(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		answered   time.Duration // when the answer's write began, from the withdrawal's start
 		superseded []string      // the withdrawal's
+		want       bool          // patient 1 answered after both repairs
 	}{
-		{"the answer later, its marks lost", time.Second, []string{}},
-		{"the answer earlier, their marks crossed", -time.Second, []string{"1/1"}},
+		{"the answer later, its marks lost", time.Second, []string{}, true},
+		{"the answer earlier, their marks crossed", -time.Second, []string{"1/1"}, true},
+		{"the answer in the same millisecond, its marks lost", 0, []string{}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -622,8 +627,8 @@ func TestARepairMarksOnlyTheEarlierWritesOfWhatItHolds(t *testing.T) {
 					t.Fatalf("the repair, the other process's lease renewed %v: %+v, %v; want one intent repaired", step.renewed, rep, err)
 				}
 			}
-			if s := studyState(t, db)[1]; !s.Answered {
-				t.Errorf("patient 1 after the repairs: %+v, want the answer written", s)
+			if s := studyState(t, db)[1]; s.Answered != c.want {
+				t.Errorf("patient 1 after the repairs: %+v, want answered %v", s, c.want)
 			}
 		})
 	}
