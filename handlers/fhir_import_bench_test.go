@@ -182,12 +182,13 @@ func BenchmarkImportR4Stages(b *testing.B) {
 		if len(stored) != len(examples) {
 			b.Fatalf("%s: %d of %d examples created", rt, len(stored), len(examples))
 		}
-		inputs := make([]map[string]any, len(examples))
+		inputs := make([]map[string]any, len(examples)) // what the R4 check reads
 		for i, e := range examples {
 			in, err := domain.DecodeJSON(e)
 			if err != nil {
 				b.Fatal(err)
 			}
+			delete(in, "id") // as ConvertR4 does before the check
 			inputs[i] = in
 		}
 		stage := func(name string, run func(i int) error) {
