@@ -248,46 +248,6 @@ func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in 
 	return applyAgain(func() (*Patient, error) { return s.updatePatient(ctx, actor, id, in) }, "patient %d", id)
 }
 
-// updateAttempts bounds how often an update is applied again to a record
-// another update changed meanwhile.
-const updateAttempts = 5
-
-// applyAgain runs apply, which reads a record, applies a patch to it and
-// stores it by compare-and-set on the version it read, again each time
-// another update came first (CodeVersionMismatch): updates of different
-// fields of one record sent at once each keep their change, instead of
-// the last replacing the others' fields with what it read. CodeConflict,
-// naming the record by what and args, if other updates keep coming
-// first.
-func applyAgain[T any](apply func() (T, error), what string, args ...any) (T, error) {
-	for attempt := 1; ; attempt++ {
-		v, err := apply()
-		if !IsCode(err, CodeVersionMismatch) {
-			return v, err
-		}
-		if attempt == updateAttempts {
-			var none T
-			return none, Errorf(CodeConflict, what+" is being changed by other requests; send the change again", args...)
-		}
-	}
-}
-
-// checkUnchanged refuses a change made from another version of a record
-// than the stored one (stored, its LastUpdated; from, the one the change
-// was made from, nil for none): CodeConflict, naming the record by what
-// and args. applyAgain retries only CodeVersionMismatch, so a change
-// whose record moved on between its own read and write is read again
-// and refused here, never applied to a version its user did not see. The
-// error is Stale, so that the admin API answers it as a failed If-Match.
-func checkUnchanged(from *time.Time, stored time.Time, what string, args ...any) error {
-	if from == nil || from.Equal(stored) {
-		return nil
-	}
-	err := Errorf(CodeConflict, what+" was changed by someone else since you opened it; nothing was saved: make your change again on the current version", args...)
-	err.Stale = true
-	return err
-}
-
 // changeIdentifiers removes from ids, the identifiers of patient id the
 // update read, those remove names, then appends those add names. A removal
 // of one ids lacks changes nothing: what it asks for holds (another request
