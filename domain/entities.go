@@ -37,6 +37,11 @@ type UserChange struct {
 	PasswordHash                   *string
 	IsActive, IsSuperuser, IsStaff *bool
 	CredentialsChangedAt           *time.Time
+	// From is the LastUpdated of the user the change was made from: it
+	// is applied only if the stored user is still that version
+	// (CodeVersionMismatch otherwise). Nil: to whichever version is
+	// stored.
+	From *time.Time
 }
 
 // StillSignedIn reports whether a login session or token that comes from a

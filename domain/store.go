@@ -58,11 +58,14 @@ type UserStore interface {
 	// the email is taken.
 	CreatePractitioner(ctx context.Context, u *User, m *Membership) error
 	// ChangeUser writes the fields of ch that are set, and nothing else
-	// of the user, and returns the user's new lastUpdated. A use case
-	// never writes back a user it read: a password change, a
+	// of the user, and returns the user's new lastUpdated (a millisecond
+	// at least after the one it replaces: the user's version). A use
+	// case never writes back a user it read: a password change, a
 	// deactivation and a rename running at once each keep their change
 	// (a deactivation is not undone by a password reset that read the
-	// user before it). CodeNotFound if there is no such user.
+	// user before it). CodeNotFound if there is no such user;
+	// CodeVersionMismatch, and nothing written, if ch.From is not the
+	// stored version; CodeConflict if other changes keep coming first.
 	ChangeUser(ctx context.Context, id int64, ch UserChange) (time.Time, error)
 	CountUsers(ctx context.Context) (int64, error)
 }

@@ -72,6 +72,9 @@ type DB struct {
 	// (UpdateOAuthClient), by id: records of different collections with
 	// one id share a stripe, which only queues them.
 	recordWrites stripes
+	// userWrites serialize the compare-and-set of a user (setUser), by
+	// id.
+	userWrites stripes
 	// adopting serializes, within this process, the compare-and-set by
 	// which a repair adopts an abandoned intent (moveIntent), for the
 	// reason stripes give.

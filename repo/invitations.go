@@ -3,6 +3,7 @@ package repo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -122,14 +123,12 @@ func (d *DB) redeem(ctx context.Context, in *intentDoc) error {
 	if _, err := d.c(colOAuthTokens).UpdateOne(ctx, bson.M{"_id": in.TokenID}, bson.M{"$set": bson.M{"active": false}}); err != nil {
 		return err
 	}
-	res, err := d.c(colUsers).UpdateOne(ctx, bson.M{"_id": in.UserID, "userType": string(domain.UserPatient), "isActive": true,
+	_, err = d.setUser(ctx, in.UserID, bson.M{"userType": string(domain.UserPatient), "isActive": true,
 		"$or": bson.A{bson.M{"credentialsChangedAt": bson.M{"$lte": in.ChangedAt}}, bson.M{"credentialsChangedAt": bson.M{"$exists": false}}}},
-		bson.M{"$set": bson.M{"passwordHash": in.PasswordHash, "credentialsChangedAt": in.ChangedAt, "lastUpdated": d.nowMillis()}})
+		bson.M{"passwordHash": in.PasswordHash, "credentialsChangedAt": in.ChangedAt}, nil,
+		fmt.Sprintf("user %d is no active patient, or changed their password since", in.UserID))
 	if err != nil {
 		return err
-	}
-	if res.MatchedCount == 0 {
-		return domain.Errorf(domain.CodeNotFound, "user %d is no active patient, or changed their password since", in.UserID)
 	}
 	if err := d.DeleteLoginSessionsOfUser(ctx, in.UserID); err != nil {
 		return err

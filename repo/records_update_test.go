@@ -2,9 +2,13 @@ package repo_test
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"exchange/domain"
+	"exchange/repo"
 	"exchange/repo/repotest"
 )
 
@@ -132,4 +136,91 @@ func raceEdits[T any](t *testing.T, old *T, edit func(c *T, i int), update func(
 		edit(&changes[i], i)
 	}
 	return changes[repotest.OneWins(t, len(changes), func(i int) error { return update(&changes[i]) }, domain.CodeVersionMismatch)]
+}
+
+// TestEveryChangeOfAUserMovesItsVersion: a user's lastUpdated is its
+// version (the admin API's ETag of a practitioner or a user): every
+// change moves it on by a millisecond at least, also when the clock has
+// not moved since the last one (here it never moves), and a change made
+// from a version the user has left is refused and writes nothing. Before,
+// each change set lastUpdated to the clock's time: two versions of one
+// millisecond shared a tag, and an If-Match from the first passed on the
+// second.
+func TestEveryChangeOfAUserMovesItsVersion(t *testing.T) {
+	db := repotest.NewDB(t)
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	repo.SetClock(db, func() time.Time { return at })
+	ctx := context.Background()
+	u := &domain.User{Email: "pat@example.org", Type: domain.UserPatient, IsActive: true}
+	if err := db.CreateUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	stored := func() *domain.User {
+		t.Helper()
+		got, err := db.UserByID(ctx, u.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	versions := []time.Time{u.LastUpdated}
+	changed := func(what string, version time.Time, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		last := versions[len(versions)-1]
+		if got := stored().LastUpdated; !version.After(last) || !got.Equal(version) {
+			t.Errorf("%s: version %v (stored %v), want one after %v", what, version, got, last)
+		}
+		versions = append(versions, version)
+	}
+	first, last := "Pat", "Doe"
+	v, err := db.ChangeUser(ctx, u.ID, domain.UserChange{FirstName: &first})
+	changed("a rename", v, err)
+	v, err = db.ChangeUser(ctx, u.ID, domain.UserChange{LastName: &last})
+	changed("another rename in the same millisecond", v, err)
+	code := &domain.OAuthToken{Kind: domain.TokenAuthorizeCode, Signature: "invitation", UserID: u.ID, Active: true, Invitation: true,
+		IssuedAt: at, ExpiresAt: at.Add(time.Hour)}
+	if err := db.CreateOAuthToken(ctx, code); err != nil {
+		t.Fatal(err)
+	}
+	err = db.RedeemInvitation(ctx, &domain.InvitationRedemption{Signature: code.Signature, UserID: u.ID, PasswordHash: "hash", At: at})
+	changed("an invitation's redemption", stored().LastUpdated, err)
+
+	before := stored()
+	stale, other := versions[len(versions)-2], "Jo"
+	if _, err := db.ChangeUser(ctx, u.ID, domain.UserChange{FirstName: &other, From: &stale}); !domain.IsCode(err, domain.CodeVersionMismatch) {
+		t.Errorf("a change from version %v, the stored being %v: %v, want a version mismatch", stale, before.LastUpdated, err)
+	}
+	if after := stored(); *after != *before {
+		t.Errorf("the refused change wrote the user: %+v, was %+v", after, before)
+	}
+	v, err = db.ChangeUser(ctx, u.ID, domain.UserChange{FirstName: &other, From: &before.LastUpdated})
+	changed("a change from the stored version", v, err)
+
+	// Changes of different fields sent at once each keep theirs, at a
+	// version of their own.
+	active, staff := false, true
+	changes := []domain.UserChange{{FirstName: &first}, {LastName: &other}, {IsActive: &active}, {IsStaff: &staff}}
+	got := make([]time.Time, len(changes))
+	var wg sync.WaitGroup
+	for i, ch := range changes {
+		wg.Go(func() {
+			var err error
+			if got[i], err = db.ChangeUser(ctx, u.ID, ch); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	final := stored()
+	if final.FirstName != first || final.LastName != other || final.IsActive || !final.IsStaff {
+		t.Errorf("after changes at once: %+v, a change was lost", final)
+	}
+	slices.SortFunc(got, time.Time.Compare)
+	if !got[0].After(versions[len(versions)-1]) || !final.LastUpdated.Equal(got[len(got)-1]) ||
+		len(slices.CompactFunc(slices.Clone(got), time.Time.Equal)) != len(got) {
+		t.Errorf("versions of changes at once: %v, stored %v; want distinct ones after %v", got, final.LastUpdated, versions[len(versions)-1])
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"time"
@@ -164,10 +165,10 @@ func (d *DB) ListUsers(ctx context.Context, q domain.UserQuery, p domain.Page) (
 
 // ChangeUser implements domain.UserStore: one $set of the fields the
 // change names (the email is never among them: changing a unique key
-// needs an insert to be checked on FerretDB).
+// needs an insert to be checked on FerretDB), as a new version of the user
+// (setUser).
 func (d *DB) ChangeUser(ctx context.Context, id int64, ch domain.UserChange) (time.Time, error) {
-	now := d.nowMillis()
-	set := bson.M{"lastUpdated": now}
+	set := bson.M{}
 	for key, v := range map[string]*string{"firstName": ch.FirstName, "lastName": ch.LastName, "passwordHash": ch.PasswordHash} {
 		if v != nil {
 			set[key] = *v
@@ -181,11 +182,53 @@ func (d *DB) ChangeUser(ctx context.Context, id int64, ch domain.UserChange) (ti
 	if ch.CredentialsChangedAt != nil {
 		set["credentialsChangedAt"] = ch.CredentialsChangedAt.UTC().Truncate(time.Millisecond)
 	}
-	res, err := d.c(colUsers).UpdateOne(ctx, bson.M{"_id": id}, bson.M{"$set": set})
-	if err != nil {
-		return time.Time{}, err
+	return d.setUser(ctx, id, nil, set, ch.From, fmt.Sprintf("user %d does not exist", id))
+}
+
+// userChangeAttempts bounds how often setUser reads a user again because
+// other changes came first: changes made by other instances (this one's
+// queue on the user's stripe).
+const userChangeAttempts = 5
+
+// setUser applies set, a $set of some of user id's fields, if the user
+// matches cond (nil: any user; CodeNotFound saying missing otherwise), as
+// a new version of the user: its lastUpdated moves on from the stored one
+// by a millisecond at least (nextVersion), by compare-and-set on the
+// version read, read again if another change came first. So no two
+// versions of a user share a lastUpdated, which the admin API answers as
+// its ETag, while changes of different fields sent at once each keep
+// theirs. from, if not nil, is the version the change was made from:
+// CodeVersionMismatch, and nothing changed, if the stored user is
+// another. Returns the new version.
+func (d *DB) setUser(ctx context.Context, id int64, cond, set bson.M, from *time.Time, missing string) (time.Time, error) {
+	stripe := d.userWrites.of(id)
+	stripe.Lock()
+	defer stripe.Unlock()
+	filter := bson.M{"_id": id}
+	maps.Copy(filter, cond)
+	for range userChangeAttempts {
+		var x struct {
+			LastUpdated time.Time `bson:"lastUpdated"`
+		}
+		if err := d.findOne(ctx, colUsers, filter, &x, missing); err != nil {
+			return time.Time{}, err
+		}
+		if from != nil && !from.Equal(x.LastUpdated) {
+			return time.Time{}, domain.Errorf(domain.CodeVersionMismatch, "user %d changed meanwhile", id)
+		}
+		next := d.nextVersion(x.LastUpdated)
+		set["lastUpdated"] = next
+		read := maps.Clone(filter)
+		read["lastUpdated"] = x.LastUpdated
+		res, err := d.c(colUsers).UpdateOne(ctx, read, bson.M{"$set": set})
+		if err != nil {
+			return time.Time{}, err
+		}
+		if res.MatchedCount > 0 {
+			return next, nil
+		}
 	}
-	return now, mustMatch(res.MatchedCount, "user %d does not exist", id)
+	return time.Time{}, domain.Errorf(domain.CodeConflict, "user %d is being changed by other requests; send the change again", id)
 }
 
 // CountUsers implements domain.UserStore.
