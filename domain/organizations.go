@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // NewOrganization is the input of CreateOrganization.
@@ -19,6 +20,9 @@ type OrganizationPatch struct {
 	Name   *string
 	Type   *OrganizationType
 	PartOf *int64 // 0: make it top level
+	// Unchanged is the LastUpdated of the organization the change was
+	// made from (the admin API's If-Match); nil: none (checkUnchanged).
+	Unchanged *time.Time
 }
 
 // OrganizationNode is an organization with its sub-organizations.
@@ -163,7 +167,10 @@ func (s *Service) administered(ctx context.Context, actor *Actor, id int64) (*Or
 // UpdateOrganization changes an organization's name, type or place in the
 // tree. Moving it needs the right to place it under the new parent, and may
 // not put it under itself or one of its descendants. Updates of one
-// organization sent at once each keep their change (applyAgain).
+// organization sent at once each keep their change (applyAgain). Returns
+// CodeNotFound, CodeForbidden, CodeInvalid, and a Stale CodeConflict if
+// in.Unchanged is not the stored version, checked once the actor may make
+// the change (as UpdateStudy).
 func (s *Service) UpdateOrganization(ctx context.Context, actor *Actor, id int64, in OrganizationPatch) (*Organization, error) {
 	return applyAgain(func() (*Organization, error) { return s.updateOrganization(ctx, actor, id, in) }, "organization %d", id)
 }
@@ -172,6 +179,15 @@ func (s *Service) UpdateOrganization(ctx context.Context, actor *Actor, id int64
 func (s *Service) updateOrganization(ctx context.Context, actor *Actor, id int64, in OrganizationPatch) (*Organization, error) {
 	o, err := s.administered(ctx, actor, id)
 	if err != nil {
+		return nil, err
+	}
+	moves := in.PartOf != nil && *in.PartOf != o.PartOf
+	if moves {
+		if err := s.checkParent(ctx, actor, *in.PartOf); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkUnchanged(in.Unchanged, o.LastUpdated, "organization %d", id); err != nil {
 		return nil, err
 	}
 	old := *o
@@ -184,10 +200,7 @@ func (s *Service) updateOrganization(ctx context.Context, actor *Actor, id int64
 	if err := validateOrganization(o); err != nil {
 		return nil, err
 	}
-	if in.PartOf != nil && *in.PartOf != o.PartOf {
-		if err := s.checkParent(ctx, actor, *in.PartOf); err != nil {
-			return nil, err
-		}
+	if moves {
 		all, err := s.store.AllOrganizations(ctx)
 		if err != nil {
 			return nil, err

@@ -178,7 +178,7 @@ func TestPasswordResetLeavesADeactivationStanding(t *testing.T) {
 	store, svc, p := racedPatient(t)
 	ctx, sys := context.Background(), domain.SystemActor()
 	store.change = func() {
-		if _, err := svc.SetUserActive(ctx, sys, p.UserID, false); err != nil {
+		if _, err := svc.SetUserActive(ctx, sys, p.UserID, false, nil); err != nil {
 			t.Error(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 )
 
 // NewPractitioner is the input of CreatePractitioner: a practitioner login,
@@ -21,6 +22,10 @@ type NewPractitioner struct {
 type PractitionerPatch struct {
 	FirstName *string
 	LastName  *string
+	// Unchanged is the LastUpdated of the practitioner's user the change
+	// was made from (the admin API's If-Match); nil: none
+	// (checkUnchanged).
+	Unchanged *time.Time
 }
 
 // Practitioner is a practitioner user with their memberships.
@@ -150,14 +155,24 @@ func (s *Service) PractitionerByID(ctx context.Context, actor *Actor, id int64) 
 }
 
 // UpdatePractitioner changes a practitioner's names: themselves or a
-// superuser.
+// superuser. Returns CodeNotFound, CodeForbidden, CodeInvalid, and a
+// Stale CodeConflict if in.Unchanged is not the stored version, checked
+// once the actor may change the practitioner (as UpdateStudy).
 func (s *Service) UpdatePractitioner(ctx context.Context, actor *Actor, id int64, in PractitionerPatch) (*Practitioner, error) {
+	return applyAgain(func() (*Practitioner, error) { return s.updatePractitioner(ctx, actor, id, in) }, "practitioner %d", id)
+}
+
+// updatePractitioner applies the patch to the stored user once.
+func (s *Service) updatePractitioner(ctx context.Context, actor *Actor, id int64, in PractitionerPatch) (*Practitioner, error) {
 	p, err := s.PractitionerByID(ctx, actor, id)
 	if err != nil {
 		return nil, err
 	}
 	if !actor.IsSuperuser() && actor.User.ID != id {
 		return nil, Errorf(CodeForbidden, "only practitioner %d or a superuser may change their record", id)
+	}
+	if err := checkUnchanged(in.Unchanged, p.User.LastUpdated, "practitioner %d", id); err != nil {
+		return nil, err
 	}
 	u := p.User
 	if in.FirstName != nil {
@@ -169,7 +184,8 @@ func (s *Service) UpdatePractitioner(ctx context.Context, actor *Actor, id int64
 	if err := LimitName.checkTexts("firstName", u.FirstName, "lastName", u.LastName); err != nil {
 		return nil, err
 	}
-	if u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, UserChange{FirstName: &u.FirstName, LastName: &u.LastName}); err != nil {
+	ch := UserChange{FirstName: &u.FirstName, LastName: &u.LastName, From: &p.User.LastUpdated}
+	if u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, ch); err != nil {
 		return nil, err
 	}
 	p.User = u

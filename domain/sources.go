@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 )
 
 // NewDataSource is the input of CreateDataSource.
@@ -19,6 +20,9 @@ type DataSourcePatch struct {
 	Name                  *string
 	Type                  *DataSourceType
 	SupportedScopeCodeIDs *[]int64
+	// Unchanged is the LastUpdated of the data source the change was
+	// made from (the admin API's If-Match); nil: none (checkUnchanged).
+	Unchanged *time.Time
 }
 
 // DataSourceView is a data source with its supported scope codes.
@@ -147,6 +151,8 @@ func (s *Service) ListDataSources(ctx context.Context, p Page) (List[DataSourceV
 
 // UpdateDataSource changes a data source; superusers only. Updates of
 // one data source sent at once each keep their change (applyAgain).
+// Returns CodeForbidden, CodeNotFound, CodeInvalid, and a Stale
+// CodeConflict if in.Unchanged is not the stored version.
 func (s *Service) UpdateDataSource(ctx context.Context, actor *Actor, id int64, in DataSourcePatch) (*DataSourceView, error) {
 	if err := requireSuperuser(actor, "change data sources"); err != nil {
 		return nil, err
@@ -162,6 +168,9 @@ func (s *Service) UpdateDataSource(ctx context.Context, actor *Actor, id int64, 
 func (s *Service) updateDataSource(ctx context.Context, id int64, in DataSourcePatch) (*DataSource, error) {
 	d, err := s.store.DataSourceByID(ctx, id)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkUnchanged(in.Unchanged, d.LastUpdated, "data source %d", id); err != nil {
 		return nil, err
 	}
 	old := *d

@@ -113,34 +113,48 @@ func (s *Service) SetPassword(ctx context.Context, email, password string) error
 // SetUserActive activates or deactivates a user; only a superuser may, and
 // not for themselves (no superuser locks themselves out by a slip).
 // Deactivating ends the user's login sessions and revokes their OAuth
-// tokens, after the user is marked inactive. Returns CodeNotFound if there
-// is no such user.
-func (s *Service) SetUserActive(ctx context.Context, actor *Actor, id int64, active bool) (*User, error) {
+// tokens, after the user is marked inactive. unchanged is the LastUpdated
+// of the user the change was made from (the admin API's If-Match); nil:
+// none. Returns CodeNotFound if there is no such user, and a Stale
+// CodeConflict if unchanged is not the stored version.
+func (s *Service) SetUserActive(ctx context.Context, actor *Actor, id int64, active bool, unchanged *time.Time) (*User, error) {
 	if !actor.IsSuperuser() {
 		return nil, Errorf(CodeForbidden, "only a superuser may activate or deactivate users")
 	}
 	if id == actor.User.ID && !active {
 		return nil, FieldErrorf("isActive", "you may not deactivate yourself")
 	}
-	u, err := s.store.UserByID(ctx, id)
+	u, err := applyAgain(func() (*User, error) { return s.setUserActive(ctx, id, active, unchanged) }, "user %d", id)
 	if err != nil {
 		return nil, err
-	}
-	if u.IsActive != active {
-		u.IsActive = active
-		ch := UserChange{IsActive: &u.IsActive}
-		if !active {
-			u.CredentialsChangedAt = s.Now()
-			ch.CredentialsChangedAt = &u.CredentialsChangedAt
-		}
-		if u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, ch); err != nil {
-			return nil, err
-		}
 	}
 	if !active {
 		return u, s.endCredentials(ctx, u.ID)
 	}
 	return u, nil
+}
+
+// setUserActive changes the stored user once, if it is not as asked.
+func (s *Service) setUserActive(ctx context.Context, id int64, active bool, unchanged *time.Time) (*User, error) {
+	u, err := s.store.UserByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkUnchanged(unchanged, u.LastUpdated, "user %d", id); err != nil {
+		return nil, err
+	}
+	if u.IsActive == active {
+		return u, nil
+	}
+	from := u.LastUpdated
+	u.IsActive = active
+	ch := UserChange{IsActive: &u.IsActive, From: &from}
+	if !active {
+		u.CredentialsChangedAt = s.Now()
+		ch.CredentialsChangedAt = &u.CredentialsChangedAt
+	}
+	u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, ch)
+	return u, err
 }
 
 // endCredentials ends the user's login sessions and revokes their tokens.

@@ -2,10 +2,11 @@ package domain
 
 import "time"
 
-// Every admin-edited record (organization, study, data source, patient)
-// is changed the same way: read it, apply the patch, and store the
-// result by compare-and-set on the version read (its LastUpdated, which the
-// store moves on by a millisecond at least at every change); applyAgain
+// Every admin-edited record (organization, study, data source, patient,
+// a practitioner's or any user's account) is changed the same way: read
+// it, apply the patch, and store the result by compare-and-set on the
+// version read (its LastUpdated, which the store moves on by a
+// millisecond at least at every change, the admin API's ETag); applyAgain
 // repeats that when another change came first. A change made from a
 // version its user saw (a console form's, the admin API's If-Match) is
 // refused by checkUnchanged inside that loop, never applied to a version

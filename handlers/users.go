@@ -65,7 +65,7 @@ func (s *server) updateUser(c *fiber.Ctx) error {
 	if in.IsActive == nil {
 		return domain.FieldErrorf("isActive", "is required")
 	}
-	u, err := s.service.SetUserActive(c.UserContext(), actor(c), id, *in.IsActive)
+	u, err := s.service.SetUserActive(c.UserContext(), actor(c), id, *in.IsActive, nil)
 	if err != nil {
 		return err
 	}
