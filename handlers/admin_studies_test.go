@@ -3,15 +3,11 @@ package handlers_test
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 
 	"exchange/domain"
-	"exchange/handlers/handlerstest"
 )
 
 func TestStudiesCRUD(t *testing.T) {
@@ -85,110 +81,6 @@ func TestStudiesCRUD(t *testing.T) {
 	}
 	w.call(t, "DELETE", fmt.Sprintf("/api/v1/data_sources/%d", ds.ID), w.admin, nil, http.StatusNoContent)
 	w.call(t, "DELETE", path, w.admin, nil, http.StatusNotFound)
-}
-
-// TestStudyPatchIfMatch: a study's answers carry its version as ETag,
-// and a PATCH with If-Match is applied only to that version: two
-// administrators editing one study no longer write over each other. An
-// actor who may not change the study is answered as without If-Match.
-func TestStudyPatchIfMatch(t *testing.T) {
-	w := admNewWorld(t)
-	// tagOf is the version a study's JSON names, spelled as its ETag.
-	tagOf := func(st map[string]any) string {
-		t.Helper()
-		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(st["lastUpdated"]))
-		if err != nil {
-			t.Fatalf("lastUpdated of %v: %v", st, err)
-		}
-		return fmt.Sprintf(`W/"%d"`, at.UnixMilli())
-	}
-	// send sends a request with If-Match (none when ifMatch is empty) and
-	// checks its status, its error shape, and the ETag of a study it
-	// answers: the version of that study.
-	send := func(method, path, token, ifMatch string, body any, status int) map[string]any {
-		t.Helper()
-		var header map[string]string
-		if ifMatch != "" {
-			header = map[string]string{"If-Match": ifMatch}
-		}
-		resp, out := handlerstest.SendTo(t, method, w.env.URL+path, token, body, header)
-		switch {
-		case resp.StatusCode != status:
-			t.Errorf("%s %s If-Match %q: %d %v, want %d", method, path, ifMatch, resp.StatusCode, out, status)
-		case status >= 400:
-			admCheckDetail(t, method+" If-Match "+ifMatch, out)
-		case resp.Header.Get("ETag") != tagOf(out):
-			t.Errorf("%s %s If-Match %q: ETag %q, want %s", method, path, ifMatch, resp.Header.Get("ETag"), tagOf(out))
-		}
-		return out
-	}
-	created := send("POST", "/api/v1/studies", w.member, "", map[string]any{"organizationId": w.org.ID, "name": "Sleep", "description": "Nights"}, http.StatusCreated)
-	path := fmt.Sprintf("/api/v1/studies/%d", admID(t, created))
-	patch := func(token, ifMatch string, body any, status int) map[string]any {
-		t.Helper()
-		return send("PATCH", path, token, ifMatch, body, status)
-	}
-	// A read names the version created; a PATCH from the current version
-	// is applied and names a new one.
-	v1 := tagOf(created)
-	if got := tagOf(send("GET", path, w.viewer, "", nil, http.StatusOK)); got != v1 {
-		t.Errorf("GET: version %s, want %s, the one created", got, v1)
-	}
-	v2 := tagOf(patch(w.manager, v1, map[string]any{"description": "Nights, by the manager"}, http.StatusOK))
-	if v2 == v1 {
-		t.Errorf("the PATCH kept version %s", v1)
-	}
-
-	// A PATCH from the version before is refused and writes nothing: the
-	// member's edit would put the old description back.
-	before := admSnapshot(t, w.env)
-	out := patch(w.member, v1, map[string]any{"name": "Sleep study", "description": "Nights"}, http.StatusPreconditionFailed)
-	if d := fmt.Sprint(out["detail"]); !strings.Contains(d, "changed by someone else") {
-		t.Errorf("412 detail %q", d)
-	}
-	// If-Match is "*" or one tag, spelled as ETag writes it (with or
-	// without W/): anything else is 400.
-	digits := strings.Trim(v2, `W/"`)
-	for _, bad := range []string{"yesterday", digits, `"` + digits, v2 + ", " + v1, `W/"0` + digits + `"`, "w/" + strings.TrimPrefix(v2, "W/")} {
-		patch(w.member, bad, map[string]any{"description": "Malformed"}, http.StatusBadRequest)
-	}
-	admSameSnapshot(t, "refused PATCHes", before, admSnapshot(t, w.env))
-
-	// "*": any version of a study that exists; the strong spelling of the
-	// current tag; no If-Match at all, as before ETags.
-	last := v2
-	for _, tc := range []struct {
-		name    string
-		ifMatch func(current string) string
-		body    map[string]any
-	}{
-		{`If-Match "*"`, func(string) string { return "*" }, map[string]any{"name": "Sleep study"}},
-		{"the strong spelling", func(v string) string { return strings.TrimPrefix(v, "W/") }, map[string]any{"iconUrl": "https://example.org/i.png"}},
-		{"no If-Match", func(string) string { return "" }, map[string]any{"description": "Days"}},
-	} {
-		if v := tagOf(patch(w.member, tc.ifMatch(last), tc.body, http.StatusOK)); v == last {
-			t.Errorf("PATCH with %s kept version %s", tc.name, v)
-		} else {
-			last = v
-		}
-	}
-	if st := send("GET", path, w.viewer, "", nil, http.StatusOK); st["name"] != "Sleep study" || st["description"] != "Days" || st["iconUrl"] != "https://example.org/i.png" {
-		t.Errorf("after the PATCHes: %v", st)
-	}
-
-	// Refusals that come first are answered as without If-Match: a
-	// caller who may not change the study, or names none, learns nothing
-	// of its version.
-	forbidden := patch(w.viewer, "", map[string]any{"description": "Viewer"}, http.StatusForbidden)
-	missing := send("PATCH", "/api/v1/studies/9999", w.admin, "", map[string]any{"description": "X"}, http.StatusNotFound)
-	for _, tag := range []string{v1, last, "*"} {
-		if out := patch(w.viewer, tag, map[string]any{"description": "Viewer"}, http.StatusForbidden); !maps.Equal(out, forbidden) {
-			t.Errorf("the viewer's PATCH with If-Match %q: %v, without: %v", tag, out, forbidden)
-		}
-		if out := send("PATCH", "/api/v1/studies/9999", w.admin, tag, map[string]any{"description": "X"}, http.StatusNotFound); !maps.Equal(out, missing) {
-			t.Errorf("PATCH of no study with If-Match %q: %v, without: %v", tag, out, missing)
-		}
-	}
 }
 
 func TestStudyEnrollment(t *testing.T) {

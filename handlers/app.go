@@ -119,7 +119,7 @@ func New(c Config) *fiber.App {
 
 	api.Get("/organizations", s.listOrganizations)
 	api.Post("/organizations", s.createOrganization)
-	api.Get("/organizations/:id", readOf(s.service.Organization, toOrganizationJSON))
+	api.Get("/organizations/:id", readWith(s.service.Organization, writeOrganization))
 	api.Patch("/organizations/:id", s.updateOrganization)
 	api.Delete("/organizations/:id", s.deleteOrganization)
 	api.Get("/organizations/:id/tree", s.organizationTree)
@@ -131,12 +131,12 @@ func New(c Config) *fiber.App {
 
 	api.Get("/practitioners", listOf(queryIDOf("organizationId"), s.service.ListPractitioners, toPractitionerJSON))
 	api.Post("/practitioners", s.createPractitioner)
-	api.Get("/practitioners/:id", readOf(s.service.PractitionerByID, toPractitionerJSON))
+	api.Get("/practitioners/:id", readWith(s.service.PractitionerByID, writePractitioner))
 	api.Patch("/practitioners/:id", s.updatePractitioner)
 
 	api.Get("/patients", s.listPatients)
 	api.Post("/patients", s.createPatient)
-	api.Get("/patients/:id", readOf(s.service.PatientByID, toPatientJSON))
+	api.Get("/patients/:id", readWith(s.service.PatientByID, writePatient))
 	api.Patch("/patients/:id", s.updatePatient)
 	api.Delete("/patients/:id", s.deletePatient)
 	api.Post("/patients/:id/invitation", s.invitePatient)

@@ -74,11 +74,17 @@ func (s *server) createOrganization(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.Status(fiber.StatusCreated).JSON(toOrganizationJSON(*org))
+	return writeOrganization(c.Status(fiber.StatusCreated), *org)
 }
 
+// updateOrganization applies a PATCH; with If-Match, only to the version
+// it names (versions.go).
 func (s *server) updateOrganization(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	version, err := ifMatchVersion(c)
 	if err != nil {
 		return err
 	}
@@ -86,11 +92,13 @@ func (s *server) updateOrganization(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
-	o, err := s.service.UpdateOrganization(c.UserContext(), actor(c), id, in.patch())
+	patch := in.patch()
+	patch.Unchanged = version
+	o, err := s.service.UpdateOrganization(c.UserContext(), actor(c), id, patch)
 	if err != nil {
 		return err
 	}
-	return c.JSON(toOrganizationJSON(*o))
+	return writeOrganization(c, *o)
 }
 
 func (s *server) deleteOrganization(c *fiber.Ctx) error {

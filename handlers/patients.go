@@ -70,11 +70,18 @@ func (s *server) createPatient(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.Status(fiber.StatusCreated).JSON(toPatientJSON(*p))
+	return writePatient(c.Status(fiber.StatusCreated), *p)
 }
 
+// updatePatient applies a PATCH; with If-Match, only to the version it
+// names (versions.go), where without it concurrent PATCHes of different
+// fields each keep theirs.
 func (s *server) updatePatient(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	version, err := ifMatchVersion(c)
 	if err != nil {
 		return err
 	}
@@ -87,12 +94,12 @@ func (s *server) updatePatient(c *fiber.Ctx) error {
 	}
 	p, err := s.service.UpdatePatient(c.UserContext(), actor(c), id, domain.PatientPatch{
 		FamilyName: in.NameFamily, GivenNames: in.NameGiven, BirthDate: in.BirthDate, Phone: in.Phone,
-		Identifiers: in.identifiers(), OrganizationIDs: in.OrganizationIDs,
+		Identifiers: in.identifiers(), OrganizationIDs: in.OrganizationIDs, Unchanged: version,
 	})
 	if err != nil {
 		return err
 	}
-	return c.JSON(toPatientJSON(*p))
+	return writePatient(c, *p)
 }
 
 func (s *server) deletePatient(c *fiber.Ctx) error {

@@ -27,11 +27,17 @@ func (s *server) createPractitioner(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.Status(fiber.StatusCreated).JSON(toPractitionerJSON(*p))
+	return writePractitioner(c.Status(fiber.StatusCreated), *p)
 }
 
+// updatePractitioner applies a PATCH; with If-Match, only to the version
+// it names (versions.go).
 func (s *server) updatePractitioner(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	version, err := ifMatchVersion(c)
 	if err != nil {
 		return err
 	}
@@ -42,9 +48,10 @@ func (s *server) updatePractitioner(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
-	p, err := s.service.UpdatePractitioner(c.UserContext(), actor(c), id, domain.PractitionerPatch{FirstName: in.FirstName, LastName: in.LastName})
+	p, err := s.service.UpdatePractitioner(c.UserContext(), actor(c), id,
+		domain.PractitionerPatch{FirstName: in.FirstName, LastName: in.LastName, Unchanged: version})
 	if err != nil {
 		return err
 	}
-	return c.JSON(toPractitionerJSON(*p))
+	return writePractitioner(c, *p)
 }

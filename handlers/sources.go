@@ -34,7 +34,7 @@ func (s *server) createDataSource(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.Status(fiber.StatusCreated).JSON(toDataSourceJSON(*d))
+	return writeDataSource(c.Status(fiber.StatusCreated), *d)
 }
 
 func (s *server) getDataSource(c *fiber.Ctx) error {
@@ -46,11 +46,17 @@ func (s *server) getDataSource(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(toDataSourceJSON(*d))
+	return writeDataSource(c, *d)
 }
 
+// updateDataSource applies a PATCH; with If-Match, only to the version it
+// names (versions.go).
 func (s *server) updateDataSource(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	version, err := ifMatchVersion(c)
 	if err != nil {
 		return err
 	}
@@ -58,7 +64,7 @@ func (s *server) updateDataSource(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
-	patch := domain.DataSourcePatch{Name: in.Name, SupportedScopeCodeIDs: in.SupportedScopeCodeIDs}
+	patch := domain.DataSourcePatch{Name: in.Name, SupportedScopeCodeIDs: in.SupportedScopeCodeIDs, Unchanged: version}
 	if in.Type != nil {
 		t := domain.DataSourceType(*in.Type)
 		patch.Type = &t
@@ -67,7 +73,7 @@ func (s *server) updateDataSource(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(toDataSourceJSON(*d))
+	return writeDataSource(c, *d)
 }
 
 func (s *server) deleteDataSource(c *fiber.Ctx) error {

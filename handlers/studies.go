@@ -1,8 +1,6 @@
 package handlers
 
 import (
-	"time"
-
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
@@ -32,26 +30,6 @@ func (s *server) createStudy(c *fiber.Ctx) error {
 	return writeStudy(c.Status(fiber.StatusCreated), *view)
 }
 
-// writeStudy answers a study with its version as ETag: W/"<lastUpdated in
-// Unix milliseconds>", the precision the store keeps and moves on at every
-// change. Weak, because it names the study's version, not the bytes of its
-// JSON, which also carry its organization (renamed without the study's
-// version moving); If-Match compares it weakly (ifMatch), as FHIR does.
-func writeStudy(c *fiber.Ctx, st domain.StudyView) error {
-	c.Set(fiber.HeaderETag, etag(st.LastUpdated.UnixMilli()))
-	return c.JSON(toStudyJSON(st))
-}
-
-// studyVersion is the LastUpdated an If-Match version (ifMatch) of a
-// study names: nil for any.
-func studyVersion(version int64) *time.Time {
-	if version == 0 {
-		return nil
-	}
-	t := time.UnixMilli(version)
-	return &t
-}
-
 // updateStudy applies a PATCH made from the version If-Match names, if
 // any: when the study has changed since, nothing is written (412), so
 // that two editors never silently write over each other.
@@ -60,7 +38,7 @@ func (s *server) updateStudy(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	version, err := ifMatch(c)
+	version, err := ifMatchVersion(c)
 	if err != nil {
 		return err
 	}
@@ -72,7 +50,7 @@ func (s *server) updateStudy(c *fiber.Ctx) error {
 		return domain.FieldErrorf("organizationId", "a study cannot move to another organization")
 	}
 	st, err := s.service.UpdateStudy(c.UserContext(), actor(c), id,
-		domain.StudyPatch{Name: in.Name, Description: in.Description, IconURL: in.IconURL, Unchanged: studyVersion(version)})
+		domain.StudyPatch{Name: in.Name, Description: in.Description, IconURL: in.IconURL, Unchanged: version})
 	if err != nil {
 		return err
 	}

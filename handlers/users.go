@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"time"
+
 	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
@@ -46,13 +48,23 @@ func (s *server) listUsers(c *fiber.Ctx) error {
 // userStatusJSON is the answer of PATCH /api/v1/users/:id.
 type userStatusJSON struct {
 	userJSON
-	IsActive bool `json:"isActive"`
+	IsActive    bool      `json:"isActive"`
+	LastUpdated time.Time `json:"lastUpdated"`
+}
+
+func toUserStatusJSON(u domain.User) userStatusJSON {
+	return userStatusJSON{userJSON: toUserJSON(u), IsActive: u.IsActive, LastUpdated: u.LastUpdated}
 }
 
 // updateUser activates or deactivates a user (superusers); deactivating
-// ends their sessions and revokes their tokens.
+// ends their sessions and revokes their tokens. With If-Match, only the
+// version it names (versions.go).
 func (s *server) updateUser(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	version, err := ifMatchVersion(c)
 	if err != nil {
 		return err
 	}
@@ -65,9 +77,9 @@ func (s *server) updateUser(c *fiber.Ctx) error {
 	if in.IsActive == nil {
 		return domain.FieldErrorf("isActive", "is required")
 	}
-	u, err := s.service.SetUserActive(c.UserContext(), actor(c), id, *in.IsActive, nil)
+	u, err := s.service.SetUserActive(c.UserContext(), actor(c), id, *in.IsActive, version)
 	if err != nil {
 		return err
 	}
-	return c.JSON(userStatusJSON{userJSON: toUserJSON(*u), IsActive: u.IsActive})
+	return writeUserStatus(c, *u)
 }
