@@ -1,13 +1,16 @@
 package handlers_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"exchange/domain"
 	"exchange/handlers/handlerstest"
 )
 
@@ -205,5 +208,41 @@ func TestAdminPatchIfMatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIfMatchAfterMoveAuthorization: a PATCH that moves a patient or an
+// organization where its caller may not put it is refused as without
+// If-Match, whatever the tag: the version is checked only once every
+// authorization of the change holds, including those the patch's own
+// fields ask for.
+func TestIfMatchAfterMoveAuthorization(t *testing.T) {
+	w := admNewWorld(t)
+	ctx, sys := context.Background(), domain.SystemActor()
+	elsewhere, err := w.env.Service.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := w.patient(t, "pat@example.org", "Doe", "Jo", w.org.ID)
+	for _, tc := range []struct {
+		path, token string
+		body        map[string]any
+	}{
+		{fmt.Sprintf("/api/v1/patients/%d", p.ID), w.member, map[string]any{"organizationIds": []int64{w.org.ID, elsewhere.ID}}},
+		{fmt.Sprintf("/api/v1/organizations/%d", w.org.ID), w.manager, map[string]any{"partOf": elsewhere.ID}},
+	} {
+		resp, _ := w.env.Send(t, "GET", tc.path, w.admin, nil)
+		current := resp.Header.Get("ETag")
+		version, err := strconv.ParseInt(strings.Trim(current, `W/"`), 10, 64)
+		if err != nil {
+			t.Fatalf("GET %s: ETag %q", tc.path, current)
+		}
+		plain := w.call(t, "PATCH", tc.path, tc.token, tc.body, http.StatusForbidden)
+		for _, tag := range []string{fmt.Sprintf(`W/"%d"`, version-1), current, "*"} {
+			resp, out := handlerstest.SendTo(t, "PATCH", w.env.URL+tc.path, tc.token, tc.body, map[string]string{"If-Match": tag})
+			if resp.StatusCode != http.StatusForbidden || !maps.Equal(out, plain) {
+				t.Errorf("PATCH %s with If-Match %s: %d %v, without: 403 %v", tc.path, tag, resp.StatusCode, out, plain)
+			}
+		}
 	}
 }
