@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -15,85 +16,52 @@ import (
 )
 
 // versionedRecord is a record of the admin API that a PATCH changes, as
-// TestAdminPatchIfMatch edits it.
+// TestAdminPatchIfMatch edits it. Actors are named by their role in the
+// admin world (admWorld.token).
 type versionedRecord struct {
 	name string
-	// create makes one by POST (checked for its ETag by send) and
-	// returns its path and what the POST answered.
-	create func(w *admWorld, send admSender) (string, map[string]any)
-	// read is the GET path of the record's version, from its path: its
-	// own, or that of the same record under another route.
-	read func(path string) string
-	// editor may change the record, reader read it, refused not change it.
-	editor, reader, refused func(w *admWorld) string
-	// edit is the i-th change of the record: each differs from the one
-	// before.
-	edit func(i int) map[string]any
+	// post creates one, sent by creator with body; path is the PATCH path
+	// of one from its id, read the GET path of its version (empty: path),
+	// the same record under another route for a user.
+	post, creator  string
+	body           func(w *admWorld) map[string]any
+	path, read     string
+	editor, reader string
+	refused        string                     // who may not change it
+	edit           func(i int) map[string]any // the i-th change, each unlike the one before
 }
 
-// admSender sends a request with If-Match (none when empty), checks its
-// status, its error shape, and the ETag of a record it answers: the
-// version of the record.
-type admSender func(method, path, token, ifMatch string, body any, status int) map[string]any
+var versionedRecords = []versionedRecord{
+	{name: "study", post: "/api/v1/studies", creator: "member", body: func(w *admWorld) map[string]any {
+		return map[string]any{"organizationId": w.org.ID, "name": "Sleep"}
+	}, path: "/api/v1/studies/%v", editor: "member", reader: "viewer", refused: "viewer",
+		edit: func(i int) map[string]any { return map[string]any{"description": fmt.Sprintf("Nights, take %d", i)} }},
+	{name: "organization", post: "/api/v1/organizations", creator: "admin", body: func(*admWorld) map[string]any {
+		return map[string]any{"name": "Lab", "type": "prov"}
+	}, path: "/api/v1/organizations/%v", editor: "admin", reader: "admin", refused: "manager", // of another organization
+		edit: func(i int) map[string]any { return map[string]any{"name": fmt.Sprintf("Lab %d", i)} }},
+	{name: "practitioner", post: "/api/v1/practitioners", creator: "manager", body: func(w *admWorld) map[string]any {
+		return map[string]any{"email": "doc@example.org", "organizationId": w.org.ID, "role": "viewer"}
+	}, path: "/api/v1/practitioners/%v", editor: "admin", reader: "viewer", refused: "manager", // only themselves or a superuser
+		edit: func(i int) map[string]any { return map[string]any{"firstName": fmt.Sprintf("Doc %d", i)} }},
+	{name: "user", post: "/api/v1/practitioners", creator: "manager", body: func(w *admWorld) map[string]any {
+		return map[string]any{"email": "nurse@example.org", "organizationId": w.org.ID, "role": "viewer"}
+	}, path: "/api/v1/users/%v", read: "/api/v1/practitioners/%v", editor: "admin", reader: "admin", refused: "manager", // only a superuser
+		edit: func(i int) map[string]any { return map[string]any{"isActive": i%2 == 0} }},
+	{name: "patient", post: "/api/v1/patients", creator: "member", body: func(w *admWorld) map[string]any {
+		return map[string]any{"email": "pat@example.org", "nameFamily": "Doe", "nameGiven": []string{"Jo"}, "organizationIds": []int64{w.org.ID}}
+	}, path: "/api/v1/patients/%v", editor: "member", reader: "viewer", refused: "viewer",
+		edit: func(i int) map[string]any { return map[string]any{"phone": fmt.Sprintf("+1-555-010%d", i)} }},
+	{name: "data source", post: "/api/v1/data_sources", creator: "admin", body: func(*admWorld) map[string]any {
+		return map[string]any{"name": "Cuff", "type": "medical_device"}
+	}, path: "/api/v1/data_sources/%v", editor: "admin", reader: "viewer", refused: "manager", // only a superuser
+		edit: func(i int) map[string]any { return map[string]any{"name": fmt.Sprintf("Cuff %d", i)} }},
+}
 
-var versionedRecords = []versionedRecord{{
-	name: "study",
-	create: func(w *admWorld, send admSender) (string, map[string]any) {
-		out := send("POST", "/api/v1/studies", w.member, "", map[string]any{"organizationId": w.org.ID, "name": "Sleep"}, http.StatusCreated)
-		return fmt.Sprintf("/api/v1/studies/%v", out["id"]), out
-	},
-	editor: func(w *admWorld) string { return w.member }, reader: func(w *admWorld) string { return w.viewer },
-	refused: func(w *admWorld) string { return w.viewer },
-	edit:    func(i int) map[string]any { return map[string]any{"description": fmt.Sprintf("Nights, take %d", i)} },
-}, {
-	name: "organization",
-	create: func(w *admWorld, send admSender) (string, map[string]any) {
-		out := send("POST", "/api/v1/organizations", w.admin, "", map[string]any{"name": "Lab", "type": "prov"}, http.StatusCreated)
-		return fmt.Sprintf("/api/v1/organizations/%v", out["id"]), out
-	},
-	editor: func(w *admWorld) string { return w.admin }, reader: func(w *admWorld) string { return w.admin },
-	refused: func(w *admWorld) string { return w.manager }, // of another organization
-	edit:    func(i int) map[string]any { return map[string]any{"name": fmt.Sprintf("Lab %d", i)} },
-}, {
-	name: "practitioner",
-	create: func(w *admWorld, send admSender) (string, map[string]any) {
-		out := send("POST", "/api/v1/practitioners", w.manager, "", map[string]any{"email": "doc@example.org", "organizationId": w.org.ID, "role": "viewer"}, http.StatusCreated)
-		return fmt.Sprintf("/api/v1/practitioners/%v", out["id"]), out
-	},
-	editor: func(w *admWorld) string { return w.admin }, reader: func(w *admWorld) string { return w.viewer },
-	refused: func(w *admWorld) string { return w.manager }, // only themselves or a superuser
-	edit:    func(i int) map[string]any { return map[string]any{"firstName": fmt.Sprintf("Doc %d", i)} },
-}, {
-	// A user's version is its practitioner's: the same record.
-	name: "user",
-	create: func(w *admWorld, send admSender) (string, map[string]any) {
-		out := send("POST", "/api/v1/practitioners", w.manager, "", map[string]any{"email": "nurse@example.org", "organizationId": w.org.ID, "role": "viewer"}, http.StatusCreated)
-		return fmt.Sprintf("/api/v1/users/%v", out["id"]), out
-	},
-	read:   func(p string) string { return strings.Replace(p, "/users/", "/practitioners/", 1) },
-	editor: func(w *admWorld) string { return w.admin }, reader: func(w *admWorld) string { return w.admin },
-	refused: func(w *admWorld) string { return w.manager }, // only a superuser
-	edit:    func(i int) map[string]any { return map[string]any{"isActive": i%2 == 0} },
-}, {
-	name: "patient",
-	create: func(w *admWorld, send admSender) (string, map[string]any) {
-		out := send("POST", "/api/v1/patients", w.member, "", map[string]any{"email": "pat@example.org", "nameFamily": "Doe", "nameGiven": []string{"Jo"},
-			"organizationIds": []int64{w.org.ID}}, http.StatusCreated)
-		return fmt.Sprintf("/api/v1/patients/%v", out["id"]), out
-	},
-	editor: func(w *admWorld) string { return w.member }, reader: func(w *admWorld) string { return w.viewer },
-	refused: func(w *admWorld) string { return w.viewer },
-	edit:    func(i int) map[string]any { return map[string]any{"phone": fmt.Sprintf("+1-555-010%d", i)} },
-}, {
-	name: "data source",
-	create: func(w *admWorld, send admSender) (string, map[string]any) {
-		out := send("POST", "/api/v1/data_sources", w.admin, "", map[string]any{"name": "Cuff", "type": "medical_device"}, http.StatusCreated)
-		return fmt.Sprintf("/api/v1/data_sources/%v", out["id"]), out
-	},
-	editor: func(w *admWorld) string { return w.admin }, reader: func(w *admWorld) string { return w.viewer },
-	refused: func(w *admWorld) string { return w.manager }, // only a superuser
-	edit:    func(i int) map[string]any { return map[string]any{"name": fmt.Sprintf("Cuff %d", i)} },
-}}
+// token is the token of the world's actor of that role.
+func (w *admWorld) token(role string) string {
+	return map[string]string{"admin": w.admin, "manager": w.manager, "member": w.member, "viewer": w.viewer}[role]
+}
 
 // TestAdminPatchIfMatch: the answers of every record the admin API lets a
 // PATCH change (GET, POST, PATCH) carry its version as ETag, and a PATCH
@@ -131,15 +99,12 @@ func TestAdminPatchIfMatch(t *testing.T) {
 				}
 				return out
 			}
-			path, created := rec.create(w, send)
-			read := path
-			if rec.read != nil {
-				read = rec.read(path)
-			}
-			editor, refused := rec.editor(w), rec.refused(w)
+			created := send("POST", rec.post, w.token(rec.creator), "", rec.body(w), http.StatusCreated)
+			path, read := fmt.Sprintf(rec.path, created["id"]), fmt.Sprintf(cmp.Or(rec.read, rec.path), created["id"])
+			editor, refused := w.token(rec.editor), w.token(rec.refused)
 			version := func() string {
 				t.Helper()
-				return tagOf(send("GET", read, rec.reader(w), "", nil, http.StatusOK))
+				return tagOf(send("GET", read, w.token(rec.reader), "", nil, http.StatusOK))
 			}
 			patch := func(token, ifMatch string, i, status int) map[string]any {
 				t.Helper()
