@@ -52,8 +52,14 @@ func etag(version int64) string { return `W/"` + strconv.FormatInt(version, 10) 
 // the record exists) asks nothing more than no If-Match. Tags compare
 // weakly, as FHIR asks (http.html#concurrency): ours name a version, not
 // the bytes of a body. One tag only: a list, or a tag not spelled as ETag
-// writes it, is CodeInvalid.
-func ifMatch(c *fiber.Ctx) (int64, error) { return parseIfMatch(c.Get(fiber.HeaderIfMatch)) }
+// writes it, is CodeInvalid; so are several If-Match fields, which HTTP
+// reads as one list (RFC 9110 5.3) and c.Get would cut to the first.
+func ifMatch(c *fiber.Ctx) (int64, error) {
+	if fields := c.Request().Header.PeekAll(fiber.HeaderIfMatch); len(fields) > 1 {
+		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: sent %d times; send it once, with one version tag such as W/\"1\"", len(fields))
+	}
+	return parseIfMatch(c.Get(fiber.HeaderIfMatch))
+}
 
 // parseIfMatch is ifMatch of the header's value.
 func parseIfMatch(h string) (int64, error) {

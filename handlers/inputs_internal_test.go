@@ -3,9 +3,15 @@ package handlers
 import (
 	"encoding/base64"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gofiber/fiber/v2"
 
 	"exchange/domain"
 )
@@ -42,6 +48,43 @@ func TestParseIfMatch(t *testing.T) {
 		}
 		if got != want || err != nil {
 			t.Errorf("%q: %d, %v; want %d", h, got, err, want)
+		}
+	}
+}
+
+// TestIfMatchFieldsAreOneList: two If-Match fields are one list of tags
+// (RFC 9110 5.3), refused like a list in one field, not cut to the first
+// (which would apply a change to the version the first names whatever the
+// second says).
+func TestIfMatchFieldsAreOneList(t *testing.T) {
+	app := fiber.New()
+	app.Patch("/", func(c *fiber.Ctx) error {
+		v, err := ifMatch(c)
+		if err != nil {
+			return c.Status(http.StatusBadRequest).SendString(err.Error())
+		}
+		return c.SendString(strconv.FormatInt(v, 10))
+	})
+	for _, tc := range []struct {
+		fields []string
+		status int
+	}{
+		{nil, http.StatusOK},
+		{[]string{`W/"1"`}, http.StatusOK},
+		{[]string{`W/"1"`, `W/"2"`}, http.StatusBadRequest},
+		{[]string{`W/"1"`, `W/"1"`}, http.StatusBadRequest},
+		{[]string{"*", `W/"1"`}, http.StatusBadRequest},
+	} {
+		req := httptest.NewRequest(http.MethodPatch, "/", nil)
+		for _, f := range tc.fields {
+			req.Header.Add("If-Match", f)
+		}
+		resp, err := app.Test(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body, _ := io.ReadAll(resp.Body); resp.StatusCode != tc.status {
+			t.Errorf("If-Match fields %q: %d %s, want %d", tc.fields, resp.StatusCode, body, tc.status)
 		}
 	}
 }
