@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"exchange/domain"
-	"exchange/repo"
 	"exchange/repo/repotest"
 )
 
@@ -98,37 +97,11 @@ func TestConcurrentPatientUpdatesKeepBothChanges(t *testing.T) {
 	}
 }
 
-// userRace is the real store, with another request's change of a user
-// made once, right after a use case reads that user.
-type userRace struct {
-	*repo.DB
-	change func()
-}
-
-func (s *userRace) UserByID(ctx context.Context, id int64) (*domain.User, error) {
-	u, err := s.DB.UserByID(ctx, id)
-	s.changeOnce()
-	return u, err
-}
-
-func (s *userRace) UserByEmail(ctx context.Context, email string) (*domain.User, error) {
-	u, err := s.DB.UserByEmail(ctx, email)
-	s.changeOnce()
-	return u, err
-}
-
-func (s *userRace) changeOnce() {
-	if change := s.change; change != nil {
-		s.change = nil
-		change()
-	}
-}
-
 // racedPatient is a patient p@example.org (password "the first password")
-// in a service over a userRace store.
-func racedPatient(t *testing.T) (*userRace, *domain.Service, *domain.Patient) {
+// in a service over a recordRace store that races the patient's user.
+func racedPatient(t *testing.T) (*recordRace, *domain.Service, *domain.Patient) {
 	t.Helper()
-	store := &userRace{DB: repotest.NewDB(t)}
+	store := &recordRace{DB: repotest.NewDB(t), raced: "user"}
 	svc := domain.NewService(domain.Config{Store: store})
 	ctx, sys := context.Background(), domain.SystemActor()
 	org, err := svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
@@ -160,7 +133,7 @@ func TestPatientNamesLeaveTheLoginsCredentials(t *testing.T) {
 	if _, err := svc.UpdatePatient(ctx, sys, p.ID, domain.PatientPatch{FamilyName: &family, GivenNames: &given}); err != nil {
 		t.Fatal(err)
 	}
-	store.changeOnce() // the update read no user: the change comes after it
+	store.changeOnce("user") // the update read no user: the change comes after it
 	u, err := svc.Authenticate(ctx, "p@example.org", chosen, "192.0.2.1")
 	if err != nil {
 		t.Fatalf("sign in with the password chosen meanwhile: %v", err)

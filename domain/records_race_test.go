@@ -11,10 +11,11 @@ import (
 )
 
 // recordRace is the real store, with another request's change of an
-// organization, a study, a data source, a user or a patient made once,
-// right after a use case reads one of the kind raced (a read of another kind, made first,
-// would let the edit read the changed record and pass without racing):
-// the second of two edits read from the same record.
+// organization, a study, a data source, a user (read by id or email) or a
+// patient made once, right after a use case reads one of the kind raced
+// (a read of another kind, made first, would let the edit read the
+// changed record and pass without racing): the second of two edits read
+// from the same record.
 type recordRace struct {
 	*repo.DB
 	raced  string // "organization", "study", "data source", "user" or "patient"
@@ -41,6 +42,12 @@ func (s *recordRace) DataSourceByID(ctx context.Context, id int64) (*domain.Data
 
 func (s *recordRace) UserByID(ctx context.Context, id int64) (*domain.User, error) {
 	u, err := s.DB.UserByID(ctx, id)
+	s.changeOnce("user")
+	return u, err
+}
+
+func (s *recordRace) UserByEmail(ctx context.Context, email string) (*domain.User, error) {
+	u, err := s.DB.UserByEmail(ctx, email)
 	s.changeOnce("user")
 	return u, err
 }
