@@ -40,13 +40,11 @@ var versionedRecords = []versionedRecord{
 		return map[string]any{"name": "Lab", "type": "prov"}
 	}, path: "/api/v1/organizations/%v", editor: "admin", reader: "admin", refused: "manager", // of another organization
 		edit: func(i int) map[string]any { return map[string]any{"name": fmt.Sprintf("Lab %d", i)} }},
-	{name: "practitioner", post: "/api/v1/practitioners", creator: "manager", body: func(w *admWorld) map[string]any {
-		return map[string]any{"email": "doc@example.org", "organizationId": w.org.ID, "role": "viewer"}
-	}, path: "/api/v1/practitioners/%v", editor: "admin", reader: "viewer", refused: "manager", // only themselves or a superuser
+	{name: "practitioner", post: "/api/v1/practitioners", creator: "manager", body: newViewer("doc@example.org"),
+		path: "/api/v1/practitioners/%v", editor: "admin", reader: "viewer", refused: "manager", // only themselves or a superuser
 		edit: func(i int) map[string]any { return map[string]any{"firstName": fmt.Sprintf("Doc %d", i)} }},
-	{name: "user", post: "/api/v1/practitioners", creator: "manager", body: func(w *admWorld) map[string]any {
-		return map[string]any{"email": "nurse@example.org", "organizationId": w.org.ID, "role": "viewer"}
-	}, path: "/api/v1/users/%v", read: "/api/v1/practitioners/%v", editor: "admin", reader: "admin", refused: "manager", // only a superuser
+	{name: "user", post: "/api/v1/practitioners", creator: "manager", body: newViewer("nurse@example.org"),
+		path: "/api/v1/users/%v", read: "/api/v1/practitioners/%v", editor: "admin", reader: "admin", refused: "manager", // only a superuser
 		edit: func(i int) map[string]any { return map[string]any{"isActive": i%2 == 0} }},
 	{name: "patient", post: "/api/v1/patients", creator: "member", body: func(w *admWorld) map[string]any {
 		return map[string]any{"email": "pat@example.org", "nameFamily": "Doe", "nameGiven": []string{"Jo"}, "organizationIds": []int64{w.org.ID}}
@@ -56,6 +54,14 @@ var versionedRecords = []versionedRecord{
 		return map[string]any{"name": "Cuff", "type": "medical_device"}
 	}, path: "/api/v1/data_sources/%v", editor: "admin", reader: "viewer", refused: "manager", // only a superuser
 		edit: func(i int) map[string]any { return map[string]any{"name": fmt.Sprintf("Cuff %d", i)} }},
+}
+
+// newViewer is the body of a POST /practitioners that adds a viewer of
+// the world's organization with that email.
+func newViewer(email string) func(*admWorld) map[string]any {
+	return func(w *admWorld) map[string]any {
+		return map[string]any{"email": email, "organizationId": w.org.ID, "role": "viewer"}
+	}
 }
 
 // token is the token of the world's actor of that role.
