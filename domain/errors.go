@@ -26,7 +26,7 @@ const (
 	CodeNotSupported    Code = "not-supported"    // a valid request the service does not do
 	CodeUnprocessable   Code = "processing"       // well-formed, but the content breaks its rules (an OMH schema)
 	CodeTooLong         Code = "too-long"         // the input exceeds a size limit (a data point, a request body)
-	CodeVersionMismatch Code = "version-mismatch" // the expected version (If-Match) is not the current one
+	CodeVersionMismatch Code = "version-mismatch" // the expected version (FHIR If-Match, a store's compare-and-set) is not the current one (admin If-Match: Error.Stale)
 	CodeUnavailable     Code = "transient"        // busy for now (the embedded database's searches): try again later
 	CodeInternal        Code = "exception"        // a fault of ours, logged in full
 )
