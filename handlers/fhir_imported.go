@@ -7,7 +7,6 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -43,38 +42,6 @@ func (j storedJSON) appendJSON(b []byte) []byte { return append(b, j...) }
 
 // MarshalJSON is for encoding/json, which would write bytes as Base64.
 func (j storedJSON) MarshalJSON() ([]byte, error) { return j, nil }
-
-func etag(version int64) string { return `W/"` + strconv.FormatInt(version, 10) + `"` }
-
-// ifMatch reads If-Match: the version W/"<version>" (or "<version>")
-// names; 0, any version, when absent or "*". Every write it guards needs
-// its record to exist already (none creates), so "*" (RFC 9110 13.1.1:
-// the record exists) asks nothing more than no If-Match. Tags compare
-// weakly, as FHIR asks (http.html#concurrency): ours name a version, not
-// the bytes of a body. One tag only: a list, or a tag not spelled as ETag
-// writes it, is CodeInvalid; so are several If-Match fields, which HTTP
-// reads as one list (RFC 9110 5.3) and c.Get would cut to the first.
-func ifMatch(c *fiber.Ctx) (int64, error) {
-	if fields := c.Request().Header.PeekAll(fiber.HeaderIfMatch); len(fields) > 1 {
-		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: sent %d times; send it once, with one version tag such as W/\"1\"", len(fields))
-	}
-	return parseIfMatch(c.Get(fiber.HeaderIfMatch))
-}
-
-// parseIfMatch is ifMatch of the header's value.
-func parseIfMatch(h string) (int64, error) {
-	h = strings.TrimSpace(h)
-	if h == "" || h == "*" {
-		return 0, nil
-	}
-	v, quoted := strings.CutPrefix(strings.TrimPrefix(h, "W/"), `"`)
-	v, closed := strings.CutSuffix(v, `"`)
-	n, ok := domain.ParseID(v) // versions are spelled as ETag writes them
-	if !quoted || !closed || !ok {
-		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: %q is not * or one version tag such as W/\"1\"", h)
-	}
-	return n, nil
-}
 
 // fhirCreate answers POST [base]/<type>. An Observation coded to Open
 // mHealth or IEEE 1752 takes the native path; everything else is imported,

@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -15,6 +17,8 @@ import (
 // PATCH with If-Match passes the version it names to its use case, which
 // writes nothing if the record has moved on since (a Stale conflict: 412,
 // handleError), so that two editors never silently write over each other.
+// Imported FHIR resources carry theirs as versionId; both kinds are
+// answered with etag and checked with ifMatch, below.
 
 // versioned returns how a record with a version is answered: its JSON,
 // and its version as ETag. Weak, because it names the record's version,
@@ -47,4 +51,38 @@ func ifMatchVersion(c *fiber.Ctx) (*time.Time, error) {
 	}
 	t := time.UnixMilli(version)
 	return &t, nil
+}
+
+// etag is the weak ETag of a version: of an imported FHIR resource
+// (its versionId) or of an admin record (its lastUpdated in Unix ms).
+func etag(version int64) string { return `W/"` + strconv.FormatInt(version, 10) + `"` }
+
+// ifMatch reads If-Match: the version W/"<version>" (or "<version>")
+// names; 0, any version, when absent or "*". Every write it guards needs
+// its record to exist already (none creates), so "*" (RFC 9110 13.1.1:
+// the record exists) asks nothing more than no If-Match. Tags compare
+// weakly, as FHIR asks (http.html#concurrency): ours name a version, not
+// the bytes of a body. One tag only: a list, or a tag not spelled as ETag
+// writes it, is CodeInvalid; so are several If-Match fields, which HTTP
+// reads as one list (RFC 9110 5.3) and c.Get would cut to the first.
+func ifMatch(c *fiber.Ctx) (int64, error) {
+	if fields := c.Request().Header.PeekAll(fiber.HeaderIfMatch); len(fields) > 1 {
+		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: sent %d times; send it once, with one version tag such as W/\"1\"", len(fields))
+	}
+	return parseIfMatch(c.Get(fiber.HeaderIfMatch))
+}
+
+// parseIfMatch is ifMatch of the header's value.
+func parseIfMatch(h string) (int64, error) {
+	h = strings.TrimSpace(h)
+	if h == "" || h == "*" {
+		return 0, nil
+	}
+	v, quoted := strings.CutPrefix(strings.TrimPrefix(h, "W/"), `"`)
+	v, closed := strings.CutSuffix(v, `"`)
+	n, ok := domain.ParseID(v) // versions are spelled as ETag writes them
+	if !quoted || !closed || !ok {
+		return 0, domain.Errorf(domain.CodeInvalid, "If-Match: %q is not * or one version tag such as W/\"1\"", h)
+	}
+	return n, nil
 }
