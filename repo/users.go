@@ -195,9 +195,9 @@ const userChangeAttempts = 5
 // a new version of the user: its lastUpdated moves on from the stored one
 // by a millisecond at least (nextVersion), by compare-and-set on the
 // version read, read again if another change came first. So no two
-// versions of a user share a lastUpdated, which the admin API answers as
-// its ETag, while changes of different fields sent at once each keep
-// theirs. from, if not nil, is the version the change was made from:
+// versions of a user share a lastUpdated, which callers hand back as the
+// version a change was made from (domain.UserChange.From), while changes
+// of different fields sent at once each keep theirs. from, if not nil, is the version the change was made from:
 // CodeVersionMismatch, and nothing changed, if the stored user is
 // another. Returns the new version.
 func (d *DB) setUser(ctx context.Context, id int64, cond, set bson.M, from *time.Time, missing string) (time.Time, error) {
