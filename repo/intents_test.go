@@ -1382,3 +1382,28 @@ func wantEnrolled(t *testing.T, db *repo.DB, how string) {
 		t.Errorf("the enrollments after the repair: %+v, %v; want patient 1's%s", es, err, how)
 	}
 }
+
+// TestACutObservationInsertThatLandedIsStored: a batch whose insert of
+// observations fails with an unknown outcome, but landed before the
+// batch looks up what it stored, answers its entries stored, as after any
+// insert that failed as a whole (settleInserted): the lookup finds them,
+// and the observations stored keep their claims. Before, an unknown
+// outcome skipped the lookup and failed every entry, stored or not.
+func TestACutObservationInsertThatLandedIsStored(t *testing.T) {
+	ctx := context.Background()
+	db, clock := clockedDB(t)
+	batch, arm := cuttable(t, db, "insert", "observations")
+	clock.set(batch)
+	arm().landBefore("find") // the lookup of what the insert stored
+	ids := []domain.Identifier{{System: "urn:example:obs", Value: "x"}, {System: "urn:example:obs", Value: "y"}}
+	for i, err := range batch.CreateObservations(ctx, []*domain.Observation{testObservation(1, ids[0]), testObservation(1, ids[1])}) {
+		if err != nil {
+			t.Errorf("entry %d of the batch whose insert landed unanswered: %v, want it stored", i, err)
+		}
+	}
+	for _, col := range []string{"observations", "observation_identifiers"} {
+		if n, err := repotest.Collection(t, db, col).CountDocuments(ctx, bson.M{}); err != nil || n != 2 {
+			t.Errorf("%d documents in %s (%v), want 2", n, col, err)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package repo
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -598,15 +597,9 @@ func (d *DB) exists(ctx context.Context, col string, id any) (bool, error) {
 // succeeded, a missing one fails with cause. If the lookup fails, the
 // undecided entries fail and are marked maybeStored. When cause leaves
 // the insert's outcome unknown (outcomeUnknown), a missing document may
-// still land: there is no lookup, the undecided entries fail with cause,
-// and their caller keeps their claims.
+// still land: its entry fails with cause, which its caller marks
+// maybeStored, keeping its claims.
 func (d *DB) settleInserted(ctx context.Context, obs []*domain.Observation, owners []int, errs []error, maybeStored []bool, cause error) {
-	if outcomeUnknown(cause) {
-		for _, i := range owners {
-			errs[i] = cmp.Or(errs[i], cause)
-		}
-		return
-	}
 	ids := make([]int64, len(owners))
 	for k, i := range owners {
 		ids[k] = obs[i].ID
