@@ -22,7 +22,10 @@ import (
 //     API needs exchange/admin.read (GET, HEAD) or exchange/admin.write
 //     (every other method).
 //   - patient/ scopes reach only the token's patient context (the SMART
-//     launch patient); user/ scopes reach what the user may see.
+//     launch patient); user/ scopes reach what the user may see; system/
+//     scopes, which only backend clients (client_credentials) hold, reach
+//     what the practitioner or organization the client acts for may see,
+//     and only read and search it.
 //   - Search constraints (?category=, ?code=) narrow reads and searches;
 //     writes need a scope without constraints.
 
@@ -94,6 +97,10 @@ func (i Interactions) Verbs() []string {
 	return out
 }
 
+// SystemInteractions are what system/ scopes may allow: backend clients
+// read and export, they never write.
+const SystemInteractions = InteractionRead | InteractionSearch
+
 // The SMART v1 spellings of interaction sets.
 var v1Interactions = map[string]Interactions{
 	"read":  InteractionRead | InteractionSearch,
@@ -105,8 +112,12 @@ var v1Interactions = map[string]Interactions{
 // patient/Observation.rs?code=http://loinc.org|8867-4.
 type ResourceScope struct {
 	// Patient: the scope reaches the token's patient context only
-	// (patient/); otherwise what the user may see (user/).
+	// (patient/); otherwise what the user may see (user/, or system/ for
+	// a backend client's identity).
 	Patient bool
+	// System: a system/ scope, a backend client's; it reaches what user/
+	// would, with reads and searches only.
+	System bool
 	// Type is a resource type, or "*" for every type.
 	Type         string
 	Interactions Interactions
@@ -132,19 +143,22 @@ func ParseScope(scope string) (*ResourceScope, error) {
 	}
 	bad := func(why string) error { return Errorf(CodeInvalid, "%q is not a scope of this server: %s", scope, why) }
 	context, rest, ok := strings.Cut(scope, "/")
-	if !ok || (context != "patient" && context != "user") {
-		return nil, bad("scopes are openid, profile, email, fhirUser, offline_access, online_access, launch/patient, exchange/admin.read, exchange/admin.write, patient/<type>.<cruds> and user/<type>.<cruds>")
+	if !ok || (context != "patient" && context != "user" && context != "system") {
+		return nil, bad("scopes are openid, profile, email, fhirUser, offline_access, online_access, launch/patient, exchange/admin.read, exchange/admin.write, patient/<type>.<cruds>, user/<type>.<cruds> and system/<type>.<rs>")
 	}
 	rest, query, constrained := strings.Cut(rest, "?")
 	typ, verbs, ok := strings.Cut(rest, ".")
 	if !ok || !isScopeType(typ) {
 		return nil, bad("a resource scope is " + context + "/<type or *>.<interactions>")
 	}
-	rs := &ResourceScope{Patient: context == "patient", Type: typ}
+	rs := &ResourceScope{Patient: context == "patient", System: context == "system", Type: typ}
 	if v1, ok := v1Interactions[verbs]; ok {
 		rs.Interactions = v1
 	} else if rs.Interactions, ok = parseInteractions(verbs); !ok {
 		return nil, bad("the interactions are a non-empty subset of c, r, u, d, s in that order (or read, write, *)")
+	}
+	if rs.System && rs.Interactions&^SystemInteractions != 0 {
+		return nil, bad("system/ scopes read and search only: system/<type>.rs, .r or .s (or .read)")
 	}
 	if constrained {
 		var err error
@@ -223,7 +237,7 @@ func parseConstraints(query string) ([]ScopeConstraint, error) {
 // patient/*.cruds may request patient/Observation.rs?category=vital-signs)
 // and of refreshes (a refresh may narrow a grant, never widen it).
 func (rs *ResourceScope) Covers(other *ResourceScope) bool {
-	if rs.Patient != other.Patient || (rs.Type != "*" && rs.Type != other.Type) || other.Interactions&^rs.Interactions != 0 {
+	if rs.Patient != other.Patient || rs.System != other.System || (rs.Type != "*" && rs.Type != other.Type) || other.Interactions&^rs.Interactions != 0 {
 		return false
 	}
 	for _, c := range rs.Constraints {
@@ -255,6 +269,13 @@ func ScopeAllowed(allowed []string, scope string) bool {
 		ars, err := ParseScope(a)
 		return err == nil && ars != nil && ars.Covers(rs)
 	})
+}
+
+// IsSystemScope reports whether scope is a system/ scope of the
+// vocabulary: what backend clients, and only they, are granted.
+func IsSystemScope(scope string) bool {
+	rs, err := ParseScope(scope)
+	return err == nil && rs != nil && rs.System
 }
 
 // Access is what a token lets its bearer do, within the user's

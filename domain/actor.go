@@ -12,8 +12,11 @@ type Actor struct {
 	// ClientID is the OAuth client whose token the request bears; "" for
 	// the console and commands. The audit trail records it.
 	ClientID string
-	roles    map[int64]Role
-	access   *Access // nil: full access
+	// Organization is the organization a backend client acts for (see
+	// OrganizationActor); 0 for users. Such an actor has no user.
+	Organization int64
+	roles        map[int64]Role
+	access       *Access // nil: full access
 }
 
 // IsSuperuser reports whether the actor acts as super_user everywhere.
@@ -172,6 +175,36 @@ func inheritedRoles(ms []Membership, orgs []Organization) map[int64]Role {
 	}
 	return roles
 }
+
+// OrganizationActor loads the actor of a backend client's token that acts
+// for an organization rather than a practitioner: a viewer of the
+// organization and of those below it (read only, as a member without the
+// right to manage data), limited to the token's scopes. It has no user:
+// the audit trail names the organization and the client. CodeLogin when
+// the organization is gone, or the scopes are no longer understood.
+func (s *Service) OrganizationActor(ctx context.Context, organizationID int64, scopes []string) (*Actor, error) {
+	acc, err := NewAccess(scopes, 0)
+	if err != nil {
+		return nil, Errorf(CodeLogin, "the access token's scopes are not understood: %v", err)
+	}
+	if _, err := s.store.OrganizationByID(ctx, organizationID); IsCode(err, CodeNotFound) {
+		return nil, Errorf(CodeLogin, "the organization this client acts for no longer exists")
+	} else if err != nil {
+		return nil, err
+	}
+	ms := []Membership{{OrganizationID: organizationID, Role: RoleViewer}}
+	below, err := s.organizationsBelow(ctx, ms)
+	if err != nil {
+		return nil, err
+	}
+	a := &Actor{User: User{Type: UserPractitioner, IsActive: true}, Organization: organizationID, roles: inheritedRoles(ms, below)}
+	return a.WithAccess(acc), nil
+}
+
+// isSystem reports whether the actor is the system (SystemActor): an
+// operator at the command line, whom the audit trail does not record. An
+// organization's backend client has no user either, but is recorded.
+func (a *Actor) isSystem() bool { return a.User.ID == 0 && a.Organization == 0 }
 
 // SystemActor is the actor of trusted operator commands (seed, the command
 // line): a superuser that is no user.

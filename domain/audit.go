@@ -207,9 +207,12 @@ func (s *Service) auditOf(ctx context.Context, actor *Actor, action AuditAction,
 }
 
 // reference is the actor's FHIR reference: Patient/<id> for a patient
-// user with a record, else Practitioner/<user id>; "" for the system.
+// user with a record, Organization/<id> for a backend client acting for
+// an organization, else Practitioner/<user id>; "" for the system.
 func (a *Actor) reference() string {
 	switch {
+	case a.Organization != 0:
+		return "Organization/" + strconv.FormatInt(a.Organization, 10)
 	case a.User.ID == 0:
 		return ""
 	case a.Patient != nil:
@@ -224,7 +227,7 @@ func (a *Actor) reference() string {
 // patients. System actors (commands, seed) are operators at the console
 // of the database: not recorded.
 func (s *Service) audit(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, err error, entityType string, refs []string, patients []int64) {
-	if actor != nil && actor.User.ID == 0 {
+	if actor != nil && actor.isSystem() {
 		return
 	}
 	e := s.auditOf(ctx, actor, action, kind, err)
@@ -278,7 +281,7 @@ func changeKind(action AuditAction) AuditKind {
 func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err error, patients, hidden []int64) {
 	// A search that answers a read (a token's reach of one id) is part of
 	// the read, which records itself (ReadFHIR, ResourceByID).
-	if (actor != nil && actor.User.ID == 0) || q.Interaction() == InteractionRead {
+	if (actor != nil && actor.isSystem()) || q.Interaction() == InteractionRead {
 		return
 	}
 	if err == nil && len(hidden) > 0 {

@@ -1,6 +1,9 @@
 package domain
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ClientType is the OAuth 2.0 client type (RFC 6749 section 2.1).
 type ClientType string
@@ -9,6 +12,12 @@ type ClientType string
 const (
 	ClientConfidential ClientType = "confidential"
 	ClientPublic       ClientType = "public"
+	// ClientBackend is a SMART Backend Services client: a system that
+	// signs in without a user (client_credentials), authenticating with a
+	// JWT signed by its private key (private_key_jwt) whose public key it
+	// registered (a JWKS, or a JWKS URL). It acts for one practitioner or
+	// one organization, set at registration, and gets system/ scopes only.
+	ClientBackend ClientType = "backend"
 )
 
 // OAuthClient is a registered OAuth 2.0 client. The secret of a confidential
@@ -33,6 +42,16 @@ type OAuthClient struct {
 	SkipAuthorization bool  // trusted: the consent page is skipped
 	CreatedAt         time.Time
 	LastUpdated       time.Time
+
+	// A backend client's public keys: a JSON Web Key Set (JSON), or the
+	// URL it is published at; exactly one is set.
+	JWKS    string
+	JWKSURL string
+	// A backend client acts for one practitioner (ActsForUserID) or one
+	// organization (ActsForOrganizationID): its tokens reach what that
+	// practitioner may read, or what a viewer of that organization may.
+	ActsForUserID         int64
+	ActsForOrganizationID int64
 }
 
 // The ways a client authenticates at the token, introspection and
@@ -41,15 +60,20 @@ const (
 	AuthSecretBasic = "client_secret_basic"
 	AuthSecretPost  = "client_secret_post"
 	AuthNone        = "none"
+	// AuthPrivateKeyJWT is a backend client's: a JWT assertion signed
+	// with its private key (RFC 7523, SMART client-confidential-asymmetric).
+	AuthPrivateKeyJWT = "private_key_jwt"
 )
 
 // AcceptsAuthMethod reports whether the client may authenticate with the
-// method: none for a public client; for a confidential one, the method it
-// is pinned to, or either secret method.
+// method: none for a public client, private_key_jwt for a backend one; for
+// a confidential one, the method it is pinned to, or either secret method.
 func (c *OAuthClient) AcceptsAuthMethod(method string) bool {
 	switch {
 	case c.Type == ClientPublic:
 		return method == AuthNone
+	case c.Type == ClientBackend:
+		return method == AuthPrivateKeyJWT
 	case c.AuthMethodPinned:
 		return method == c.TokenEndpointAuthMethod
 	default:
@@ -120,4 +144,41 @@ type LoginSession struct {
 	AuthTime  time.Time // when the user typed their password
 	LastUsed  time.Time // the last use recorded (at most every few minutes)
 	ExpiresAt time.Time // when it ends unless used again; the sweeper deletes the record after this
+}
+
+// CheckBackendIdentity decides whether registrant may register a backend
+// client acting for the practitioner userID or the organization
+// organizationID (exactly one is set): the identity must exist, and the
+// registrant must be able to give its access away. A practitioner
+// registers a client acting as themselves, a manager one acting for their
+// organization; a superuser (or the command line) either, for anyone. A
+// client acting for a superuser reaches everything, so only a superuser
+// may register one. Returns CodeInvalid naming the field, or
+// CodeForbidden.
+func (s *Service) CheckBackendIdentity(ctx context.Context, registrant *Actor, userID, organizationID int64) error {
+	switch {
+	case (userID == 0) == (organizationID == 0):
+		return FieldErrorf("actsFor", "a backend client acts for exactly one practitioner (actsForUserId) or one organization (actsForOrganizationId)")
+	case userID != 0:
+		u, err := s.store.UserByID(ctx, userID)
+		if IsCode(err, CodeNotFound) || (err == nil && (u.Type != UserPractitioner || !u.IsActive)) {
+			return FieldErrorf("actsForUserId", "user %d is not an active practitioner", userID)
+		}
+		if err != nil {
+			return err
+		}
+		if !registrant.IsSuperuser() && registrant.User.ID != userID {
+			return Errorf(CodeForbidden, "a backend client may act for its registrant only, unless a superuser registers it")
+		}
+	default:
+		if _, err := s.store.OrganizationByID(ctx, organizationID); IsCode(err, CodeNotFound) {
+			return FieldErrorf("actsForOrganizationId", "organization %d does not exist", organizationID)
+		} else if err != nil {
+			return err
+		}
+		if !registrant.CanAdministerOrganization(organizationID) {
+			return Errorf(CodeForbidden, "only a manager of organization %d (or a superuser) may register a backend client acting for it", organizationID)
+		}
+	}
+	return nil
 }

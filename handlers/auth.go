@@ -22,7 +22,12 @@ func (s *server) authenticate(c *fiber.Ctx) error {
 	bearer, err := s.oauth.AuthenticateBearer(c.UserContext(), token)
 	if err == nil {
 		var actor *domain.Actor
-		if actor, err = s.service.TokenActor(c.UserContext(), bearer.UserID, bearer.User, bearer.Scopes, bearer.Patient); err == nil {
+		if bearer.Organization != 0 {
+			actor, err = s.service.OrganizationActor(c.UserContext(), bearer.Organization, bearer.Scopes)
+		} else {
+			actor, err = s.service.TokenActor(c.UserContext(), bearer.UserID, bearer.User, bearer.Scopes, bearer.Patient)
+		}
+		if err == nil {
 			actor.ClientID = bearer.ClientID
 			c.Locals(actorKey, actor)
 			return c.Next()

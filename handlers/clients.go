@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -31,6 +32,12 @@ type clientJSON struct {
 	SkipAuthorization       bool      `json:"skipAuthorization"`
 	UserID                  *int64    `json:"userId"`
 	CreatedAt               time.Time `json:"createdAt"`
+	// A backend client's public keys (its JWKS, or the URL they are
+	// published at) and the practitioner or organization it acts for.
+	JWKS                  json.RawMessage `json:"jwks,omitempty"`
+	JWKSURL               string          `json:"jwksUrl,omitempty"`
+	ActsForUserID         *int64          `json:"actsForUserId,omitempty"`
+	ActsForOrganizationID *int64          `json:"actsForOrganizationId,omitempty"`
 }
 
 // newClientJSON is the body of POST /api/v1/oauth_clients.
@@ -48,6 +55,12 @@ type newClientJSON struct {
 	// TokenEndpointAuthMethod pins a confidential client to
 	// client_secret_basic or client_secret_post; none: either.
 	TokenEndpointAuthMethod string `json:"tokenEndpointAuthMethod"`
+	// A backend client (clientType backend): its JWKS (an object) or JWKS
+	// URL, and the practitioner (user id) or organization it acts for.
+	JWKS                  json.RawMessage `json:"jwks"`
+	JWKSURL               string          `json:"jwksUrl"`
+	ActsForUserID         int64           `json:"actsForUserId"`
+	ActsForOrganizationID int64           `json:"actsForOrganizationId"`
 }
 
 func toClientJSON(c *domain.OAuthClient, secret string) clientJSON {
@@ -58,8 +71,21 @@ func toClientJSON(c *domain.OAuthClient, secret string) clientJSON {
 	if c.UserID != 0 {
 		out.UserID = &c.UserID
 	}
-	if slices.Contains(c.GrantTypes, "authorization_code") {
+	if c.JWKS != "" {
+		out.JWKS = json.RawMessage(c.JWKS)
+	}
+	out.JWKSURL = c.JWKSURL
+	if c.ActsForUserID != 0 {
+		out.ActsForUserID = &c.ActsForUserID
+	}
+	if c.ActsForOrganizationID != 0 {
+		out.ActsForOrganizationID = &c.ActsForOrganizationID
+	}
+	switch {
+	case slices.Contains(c.GrantTypes, "authorization_code"):
 		out.AuthorizationGrantType = "authorization-code"
+	case slices.Contains(c.GrantTypes, "client_credentials"):
+		out.AuthorizationGrantType = "client-credentials"
 	}
 	return out
 }
@@ -70,14 +96,19 @@ func (s *server) createClient(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
-	if in.AuthorizationGrantType != "" && in.AuthorizationGrantType != "authorization-code" {
-		return domain.FieldErrorf("authorizationGrantType", "only authorization-code is offered")
+	if g := in.AuthorizationGrantType; g != "" && g != "authorization-code" && !(g == "client-credentials" && in.ClientType == string(domain.ClientBackend)) {
+		return domain.FieldErrorf("authorizationGrantType", "authorization-code, or client-credentials for a backend client")
+	}
+	jwks := ""
+	if len(in.JWKS) > 0 && string(in.JWKS) != "null" {
+		jwks = string(in.JWKS)
 	}
 	client, secret, err := s.oauth.RegisterClientAs(c.UserContext(), actor(c), oauth.ClientRegistration{
 		Name: in.Name, Type: domain.ClientType(in.ClientType), RedirectURIs: in.RedirectURIs,
 		PostLogoutRedirectURIs: in.PostLogoutRedirectURIs, AllowedOrigins: in.AllowedOrigins,
 		Algorithm: in.Algorithm, SkipAuthorization: in.SkipAuthorization, Scopes: in.Scopes,
 		TokenEndpointAuthMethod: in.TokenEndpointAuthMethod,
+		JWKS:                    jwks, JWKSURL: in.JWKSURL, ActsForUserID: in.ActsForUserID, ActsForOrganizationID: in.ActsForOrganizationID,
 	})
 	if err != nil {
 		return err

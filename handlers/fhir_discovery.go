@@ -115,19 +115,20 @@ func (s *server) smartConfiguration(c *fiber.Ctx) error {
 	meta := oauth.Metadata(origin(c) + "/o")
 	discoveryHeaders(c)
 	return c.Status(fiber.StatusOK).JSON(fiber.Map{
-		"issuer":                                meta["issuer"],
-		"jwks_uri":                              meta["jwks_uri"],
-		"authorization_endpoint":                meta["authorization_endpoint"],
-		"token_endpoint":                        meta["token_endpoint"],
-		"introspection_endpoint":                meta["introspection_endpoint"],
-		"revocation_endpoint":                   meta["revocation_endpoint"],
-		"userinfo_endpoint":                     meta["userinfo_endpoint"],
-		"grant_types_supported":                 meta["grant_types_supported"],
-		"response_types_supported":              meta["response_types_supported"],
-		"code_challenge_methods_supported":      []string{"S256"},
-		"scopes_supported":                      meta["scopes_supported"],
-		"token_endpoint_auth_methods_supported": meta["token_endpoint_auth_methods_supported"],
+		"issuer":                                           meta["issuer"],
+		"jwks_uri":                                         meta["jwks_uri"],
+		"authorization_endpoint":                           meta["authorization_endpoint"],
+		"token_endpoint":                                   meta["token_endpoint"],
+		"introspection_endpoint":                           meta["introspection_endpoint"],
+		"revocation_endpoint":                              meta["revocation_endpoint"],
+		"userinfo_endpoint":                                meta["userinfo_endpoint"],
+		"grant_types_supported":                            meta["grant_types_supported"],
+		"response_types_supported":                         meta["response_types_supported"],
+		"code_challenge_methods_supported":                 []string{"S256"},
+		"scopes_supported":                                 meta["scopes_supported"],
+		"token_endpoint_auth_methods_supported":            meta["token_endpoint_auth_methods_supported"],
+		"token_endpoint_auth_signing_alg_values_supported": meta["token_endpoint_auth_signing_alg_values_supported"],
 		"capabilities": []string{"launch-standalone", "context-standalone-patient", "client-public", "client-confidential-symmetric",
-			"sso-openid-connect", "permission-patient", "permission-user", "permission-v2", "permission-offline"},
+			"client-confidential-asymmetric", "sso-openid-connect", "permission-patient", "permission-user", "permission-v2", "permission-offline"},
 	}, mediaJSON)
 }

@@ -14,9 +14,11 @@ import (
 // endpoints, as discovery advertises it: a confidential client sends its
 // secret with HTTP Basic (client_secret_basic) or in the form body
 // (client_secret_post), either one unless its registration pins one; a
-// public client sends only its client_id (none). fosite's own strategy
-// accepts only the one method a client names, and its introspection only
-// HTTP Basic, so the provider decides here for all three endpoints.
+// public client sends only its client_id (none); a backend client a JWT
+// assertion signed with its private key (private_key_jwt, backend.go).
+// fosite's own strategy accepts only the one method a client names, and
+// its introspection only HTTP Basic, so the provider decides here for all
+// three endpoints.
 
 // clientCredentials are the credentials of a request and how they came.
 type clientCredentials struct {
@@ -28,9 +30,6 @@ type clientCredentials struct {
 // RFC 6749 form-encoding undone), or client_id and client_secret in the
 // body; never both.
 func credentialsOf(r *http.Request, form url.Values) (clientCredentials, error) {
-	if form.Get("client_assertion_type") != "" || form.Get("client_assertion") != "" {
-		return clientCredentials{}, fosite.ErrInvalidClient.WithHint("Client assertions are not supported: authenticate with client_secret_basic or client_secret_post.")
-	}
 	if id, secret, ok := r.BasicAuth(); ok {
 		if form.Get("client_secret") != "" {
 			return clientCredentials{}, fosite.ErrInvalidRequest.WithHint("Authenticate with one method: HTTP Basic or client_secret in the body, not both.")
@@ -61,6 +60,9 @@ func credentialsOf(r *http.Request, form url.Values) (clientCredentials, error) 
 // client of the credentials, when they are its secret sent a way it
 // accepts (domain.OAuthClient.AcceptsAuthMethod).
 func (s *fositeStore) authenticateClient(ctx context.Context, r *http.Request, form url.Values) (fosite.Client, error) {
+	if form.Get("client_assertion_type") != "" || form.Get("client_assertion") != "" {
+		return s.authenticateAssertion(ctx, r, form) // a backend client (backend.go)
+	}
 	creds, err := credentialsOf(r, form)
 	if err != nil {
 		if c := s.refreshingPublicClient(ctx, r, form); c != nil {
@@ -82,6 +84,9 @@ func (s *fositeStore) authenticateClient(ctx context.Context, r *http.Request, f
 		return nil, fosite.ErrServerError.WithWrap(err)
 	}
 	if !c.AcceptsAuthMethod(creds.method) {
+		if c.Type == domain.ClientBackend {
+			return nil, fosite.ErrInvalidClient.WithHint("A backend client authenticates with a client assertion (private_key_jwt).")
+		}
 		if c.Type == domain.ClientPublic {
 			return nil, fosite.ErrInvalidClient.WithHint("A public client sends no secret.")
 		}

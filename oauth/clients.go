@@ -25,8 +25,18 @@ var GrantTypes = []string{"authorization_code", "refresh_token"}
 // so it can never take part in a browser flow.
 const CLIClientID = "exchange-cli"
 
-// fositeClient presents a stored client to fosite.
+// fositeClient presents a stored client to fosite: a backend client with
+// its public keys (its JWKS, or the URL fosite fetches them from).
 func fositeClient(c *domain.OAuthClient) *fosite.DefaultOpenIDConnectClient {
+	if c.Type == domain.ClientBackend {
+		fc := fositeClientOf(c)
+		fc.JSONWebKeys, fc.JSONWebKeysURI = backendClientKeys(c), c.JWKSURL
+		return fc
+	}
+	return fositeClientOf(c)
+}
+
+func fositeClientOf(c *domain.OAuthClient) *fosite.DefaultOpenIDConnectClient {
 	return &fosite.DefaultOpenIDConnectClient{
 		DefaultClient: &fosite.DefaultClient{
 			ID:            c.ID,
@@ -61,8 +71,17 @@ type ClientRegistration struct {
 	// may use either.
 	TokenEndpointAuthMethod string
 	// Scopes the client may request; empty: every scope of the vocabulary
-	// (domain.AllScopes), so that a standard SMART app works.
+	// (domain.AllScopes), so that a standard SMART app works; for a
+	// backend client, BackendScopes.
 	Scopes []string
+	// A backend client's public keys: a JSON Web Key Set, or the https URL
+	// it is published at (one of them).
+	JWKS    string
+	JWKSURL string
+	// The practitioner (a user id) or the organization a backend client
+	// acts for: one of them.
+	ActsForUserID         int64
+	ActsForOrganizationID int64
 }
 
 // MinClientSecretLength is the shortest client secret accepted when an
@@ -73,9 +92,21 @@ const MinClientSecretLength = 32
 // and, for a confidential client, its secret in clear: the only time it is
 // shown. Returns domain.CodeInvalid or domain.CodeDuplicate.
 func (p *Provider) RegisterClient(ctx context.Context, in ClientRegistration) (*domain.OAuthClient, string, error) {
+	return p.register(ctx, domain.SystemActor(), in)
+}
+
+// register stores a new client on behalf of registrant; a backend
+// client's identity must be one the registrant may give its access to
+// (domain.Service.CheckBackendIdentity).
+func (p *Provider) register(ctx context.Context, registrant *domain.Actor, in ClientRegistration) (*domain.OAuthClient, string, error) {
 	c, secret, err := p.newClient(in)
 	if err != nil {
 		return nil, "", err
+	}
+	if c.Type == domain.ClientBackend {
+		if err := p.users.CheckBackendIdentity(ctx, registrant, c.ActsForUserID, c.ActsForOrganizationID); err != nil {
+			return nil, "", err
+		}
 	}
 	if err := p.store.CreateOAuthClient(ctx, c); err != nil {
 		return nil, "", err
@@ -94,7 +125,7 @@ func (p *Provider) RegisterClientAs(ctx context.Context, actor *domain.Actor, in
 		return nil, "", domain.Errorf(domain.CodeForbidden, "only a superuser may register a trusted client")
 	}
 	in.UserID = actor.User.ID
-	return p.RegisterClient(ctx, in)
+	return p.register(ctx, actor, in)
 }
 
 // ClientsOf returns the clients an actor may see: all of them for a
@@ -147,7 +178,7 @@ func (p *Provider) RotateClientSecret(ctx context.Context, id string) (string, e
 		return "", err
 	}
 	if c.Type != domain.ClientConfidential {
-		return "", domain.Errorf(domain.CodeInvalid, "client %q is public and has no secret", id)
+		return "", domain.Errorf(domain.CodeInvalid, "client %q is %s and has no secret", id, c.Type)
 	}
 	old := *c
 	secret := randomToken(32)
@@ -200,10 +231,19 @@ func (p *Provider) newClient(in ClientRegistration) (*domain.OAuthClient, string
 	if in.Algorithm != "" && in.Algorithm != "RS256" {
 		return nil, "", domain.FieldErrorf("algorithm", "only RS256 is supported")
 	}
+	if err := p.checkScopes(c.Scopes); err != nil {
+		return nil, "", err
+	}
+	if c.Type == domain.ClientBackend {
+		return c, "", checkBackendRegistration(c, in)
+	}
+	if in.JWKS != "" || in.JWKSURL != "" || in.ActsForUserID != 0 || in.ActsForOrganizationID != 0 {
+		return nil, "", domain.FieldErrorf("clientType", "public keys and an identity to act for are a backend client's")
+	}
 	if len(c.Scopes) == 0 {
 		c.Scopes = domain.AllScopes
-	} else if err := p.checkScopes(c.Scopes); err != nil {
-		return nil, "", err
+	} else if i := slices.IndexFunc(c.Scopes, domain.IsSystemScope); i >= 0 {
+		return nil, "", domain.FieldErrorf("scopes", "%q: system/ scopes are a backend client's (client type backend)", c.Scopes[i])
 	}
 	if len(c.RedirectURIs) == 0 {
 		return nil, "", domain.FieldErrorf("redirectUris", "at least one redirect URI is required for the authorization code grant")
@@ -250,7 +290,7 @@ func (p *Provider) newClient(in ClientRegistration) (*domain.OAuthClient, string
 			return nil, "", domain.FieldErrorf("tokenEndpointAuthMethod", "must be %s or %s", domain.AuthSecretBasic, domain.AuthSecretPost)
 		}
 	default:
-		return nil, "", domain.FieldErrorf("clientType", "must be %q or %q", domain.ClientConfidential, domain.ClientPublic)
+		return nil, "", domain.FieldErrorf("clientType", "must be %q, %q or %q", domain.ClientConfidential, domain.ClientPublic, domain.ClientBackend)
 	}
 	return c, secret, nil
 }

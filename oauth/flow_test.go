@@ -551,10 +551,12 @@ func TestDiscoveryDocuments(t *testing.T) {
 		t.Fatalf("discovery: %d %v", resp.StatusCode, doc)
 	}
 	for key, want := range map[string]string{
-		"code_challenge_methods_supported":      `["S256"]`,
-		"response_types_supported":              `["code"]`,
-		"grant_types_supported":                 `["authorization_code","refresh_token"]`,
-		"id_token_signing_alg_values_supported": `["RS256"]`,
+		"code_challenge_methods_supported":                 `["S256"]`,
+		"response_types_supported":                         `["code"]`,
+		"grant_types_supported":                            `["authorization_code","refresh_token","client_credentials"]`,
+		"id_token_signing_alg_values_supported":            `["RS256"]`,
+		"token_endpoint_auth_methods_supported":            `["client_secret_basic","client_secret_post","none","private_key_jwt"]`,
+		"token_endpoint_auth_signing_alg_values_supported": `["RS384","ES384"]`,
 	} {
 		if got, _ := json.Marshal(doc[key]); string(got) != want {
 			t.Errorf("%s = %s, want %s", key, got, want)

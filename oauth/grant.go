@@ -20,6 +20,9 @@ type session struct {
 	// LaunchPatient is the patient context (launch/patient): the patient
 	// user's own record, or the one a practitioner chose. 0: none.
 	LaunchPatient int64 `json:"launchPatient,omitempty"`
+	// Organization is the organization a backend client's token acts for,
+	// when it acts for no practitioner (the session then has no subject).
+	Organization int64 `json:"organization,omitempty"`
 }
 
 var _ openid.Session = (*session)(nil)

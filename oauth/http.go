@@ -199,6 +199,9 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = narrowRefresh(ar)
 	}
+	if err == nil && ar.GetGrantTypes().ExactOne("client_credentials") {
+		err = p.backendGrant(ctx, ar)
+	}
 	if err != nil {
 		p.logServerError("token request failed", err)
 		p.metrics.tokenRefused(err)
@@ -243,8 +246,8 @@ func (p *Provider) introspect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, err := p.storage.authenticateClient(ctx, r, r.PostForm)
-	if err == nil && c.IsPublic() {
-		err = fosite.ErrInvalidClient.WithHint("Only confidential clients may introspect tokens.")
+	if err == nil && (c.IsPublic() || r.PostForm.Get("client_assertion") != "") {
+		err = fosite.ErrInvalidClient.WithHint("Only confidential clients with a secret may introspect tokens.")
 	}
 	if err != nil {
 		p.logServerError("introspection failed", err)
@@ -333,32 +336,42 @@ func (p *Provider) discovery(w http.ResponseWriter, r *http.Request) {
 // SupportedScopes are the scopes discovery lists: the named ones and the
 // resource scope wildcards. Any narrower resource scope (a type, fewer
 // interactions, ?category= or ?code= constraints, the SMART v1 .read,
-// .write and .* spellings) is accepted too.
-var SupportedScopes = append(slices.Clone(domain.NamedScopes), "patient/*.rs", "patient/*.cruds", "user/*.rs", "user/*.cruds")
+// .write and .* spellings) is accepted too. system/ scopes are backend
+// clients' only.
+var SupportedScopes = append(slices.Clone(domain.NamedScopes), "patient/*.rs", "patient/*.cruds", "user/*.rs", "user/*.cruds", "system/*.rs")
+
+// SupportedGrantTypes are the grants discovery lists: those of registered
+// clients (GrantTypes) and backend clients' client_credentials.
+var SupportedGrantTypes = append(slices.Clone(GrantTypes), "client_credentials")
+
+// TokenEndpointAuthMethods are the ways clients authenticate at the token
+// endpoint.
+var TokenEndpointAuthMethods = []string{domain.AuthSecretBasic, domain.AuthSecretPost, domain.AuthNone, domain.AuthPrivateKeyJWT}
 
 // Metadata returns the OpenID Provider Metadata for an issuer ({origin}/o);
 // the FHIR layer's SMART configuration reuses its endpoints.
 func Metadata(issuer string) map[string]any {
 	return map[string]any{
-		"issuer":                                        issuer,
-		"authorization_endpoint":                        issuer + "/authorize/",
-		"token_endpoint":                                issuer + "/token/",
-		"userinfo_endpoint":                             issuer + "/userinfo/",
-		"jwks_uri":                                      issuer + "/.well-known/jwks.json",
-		"introspection_endpoint":                        issuer + "/introspect/",
-		"revocation_endpoint":                           issuer + "/revoke_token/",
-		"response_types_supported":                      []string{"code"},
-		"response_modes_supported":                      []string{"query"},
-		"grant_types_supported":                         GrantTypes,
-		"subject_types_supported":                       []string{"public"},
-		"id_token_signing_alg_values_supported":         []string{"RS256"},
-		"scopes_supported":                              SupportedScopes,
-		"token_endpoint_auth_methods_supported":         []string{domain.AuthSecretBasic, domain.AuthSecretPost, domain.AuthNone},
-		"introspection_endpoint_auth_methods_supported": []string{domain.AuthSecretBasic, domain.AuthSecretPost},
-		"revocation_endpoint_auth_methods_supported":    []string{domain.AuthSecretBasic, domain.AuthSecretPost, domain.AuthNone},
-		"code_challenge_methods_supported":              []string{"S256"},
-		"claims_supported":                              []string{"sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "email", "name", "given_name", "family_name", "preferred_username", "fhirUser"},
-		"prompt_values_supported":                       []string{"none", "login", "consent"},
+		"issuer":                                           issuer,
+		"authorization_endpoint":                           issuer + "/authorize/",
+		"token_endpoint":                                   issuer + "/token/",
+		"userinfo_endpoint":                                issuer + "/userinfo/",
+		"jwks_uri":                                         issuer + "/.well-known/jwks.json",
+		"introspection_endpoint":                           issuer + "/introspect/",
+		"revocation_endpoint":                              issuer + "/revoke_token/",
+		"response_types_supported":                         []string{"code"},
+		"response_modes_supported":                         []string{"query"},
+		"grant_types_supported":                            SupportedGrantTypes,
+		"subject_types_supported":                          []string{"public"},
+		"id_token_signing_alg_values_supported":            []string{"RS256"},
+		"scopes_supported":                                 SupportedScopes,
+		"token_endpoint_auth_methods_supported":            TokenEndpointAuthMethods,
+		"token_endpoint_auth_signing_alg_values_supported": BackendSigningAlgorithms,
+		"introspection_endpoint_auth_methods_supported":    []string{domain.AuthSecretBasic, domain.AuthSecretPost},
+		"revocation_endpoint_auth_methods_supported":       []string{domain.AuthSecretBasic, domain.AuthSecretPost, domain.AuthNone},
+		"code_challenge_methods_supported":                 []string{"S256"},
+		"claims_supported":                                 []string{"sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "email", "name", "given_name", "family_name", "preferred_username", "fhirUser"},
+		"prompt_values_supported":                          []string{"none", "login", "consent"},
 	}
 }
 

@@ -41,6 +41,9 @@ func (p *Provider) IssueScopedAccessToken(ctx context.Context, userID int64, ttl
 	if err := p.checkScopes(scopes); err != nil {
 		return "", time.Time{}, err
 	}
+	if i := slices.IndexFunc(scopes, domain.IsSystemScope); i >= 0 {
+		return "", time.Time{}, domain.FieldErrorf("scopes", "%q: system/ scopes are a backend client's; a user's token takes user/ scopes", scopes[i])
+	}
 	u, err := p.users.UserByID(ctx, userID)
 	if err != nil {
 		return "", time.Time{}, err

@@ -48,6 +48,9 @@ type Users interface {
 	// TokenIssued records, in the audit trail, that the token endpoint
 	// issued tokens for the user to the client.
 	TokenIssued(ctx context.Context, userID int64, clientID string)
+	// CheckBackendIdentity decides whether registrant may register a
+	// backend client acting for the practitioner or the organization.
+	CheckBackendIdentity(ctx context.Context, registrant *domain.Actor, userID, organizationID int64) error
 }
 
 // Config configures a Provider.
@@ -108,7 +111,8 @@ const MinSecretKeyLength = 32
 
 // New composes the provider: authorization code with PKCE (S256 only),
 // refresh token rotation, OpenID Connect ID tokens, introspection and
-// revocation. No implicit, hybrid, password or client-credentials grant.
+// revocation, and the client_credentials grant of backend clients
+// (backend.go). No implicit, hybrid or password grant.
 func New(c Config) (*Provider, error) {
 	if len(c.SecretKey) < MinSecretKeyLength {
 		return nil, errors.New("oauth: the secret key must be at least 32 bytes")
@@ -151,6 +155,7 @@ func New(c Config) (*Provider, error) {
 		AudienceMatchingStrategy: fosite.DefaultAudienceMatchingStrategy,
 		ClientSecretsHasher:      secretHasher{},
 		MinParameterEntropy:      fosite.MinParameterEntropy,
+		JWKSFetcherStrategy:      newJWKSFetcher(c.Now),
 	}
 	cfg := &providerConfig{Config: base, patientCodeTTL: c.PatientCodeTTL, now: c.Now, proxies: c.TrustedProxies}
 	key := newSigningKey(c.SigningKey)
@@ -161,9 +166,10 @@ func New(c Config) (*Provider, error) {
 		Signer:                     &jwt.DefaultSigner{GetPrivateKey: keyGetter},
 	}
 	storage := &fositeStore{store: c.Store, users: c.Users, refreshTokenLife: RefreshTokenLifespan, authorizeCodeLife: AuthorizeCodeLifespan,
-		refreshSignature: strategy.CoreStrategy.RefreshTokenSignature}
+		refreshSignature: strategy.CoreStrategy.RefreshTokenSignature, now: c.Now}
 	base.ClientAuthenticationStrategy = storage.authenticateClient
 	provider := fosite.NewOAuth2Provider(storage, cfg)
+	storage.fosite = provider
 	for _, factory := range []compose.Factory{
 		compose.OAuth2AuthorizeExplicitFactory,
 		compose.OAuth2RefreshTokenGrantFactory,
@@ -172,6 +178,7 @@ func New(c Config) (*Provider, error) {
 		compose.OAuth2TokenIntrospectionFactory,
 		compose.OAuth2TokenRevocationFactory,
 		compose.OAuth2PKCEFactory,
+		compose.OAuth2ClientCredentialsGrantFactory,
 	} {
 		// Handlers see cfg (with its overrides); the handler lists live in base.
 		h := factory(cfg, storage, strategy)
@@ -231,6 +238,17 @@ func (c *providerConfig) GetIDTokenIssuer(ctx context.Context) string {
 	return c.Config.GetIDTokenIssuer(ctx)
 }
 
+// GetTokenURLs returns the token endpoint's URLs on the origin of the
+// request being served (with and without the trailing slash): what a
+// backend client's assertion must name as its aud.
+func (c *providerConfig) GetTokenURLs(ctx context.Context) []string {
+	if r, ok := ctx.Value(fosite.RequestContextKey).(*http.Request); ok {
+		token := c.proxies.RequestOrigin(r) + "/o/token"
+		return []string{token + "/", token}
+	}
+	return c.Config.GetTokenURLs(ctx)
+}
+
 // newSession returns the fosite session of a grant for the user. The ID
 // token carries the email only when the email scope was granted, and
 // resource (the user's FHIR resource, see fhirUser) as fhirUser only with
@@ -262,9 +280,12 @@ func emptySession() *session {
 
 // Bearer is what an access token stands for: the user it acts for, the
 // scopes granted to it and its patient context (the SMART launch patient;
-// 0: none). domain.Service.TokenActor turns it into the request's actor.
+// 0: none); or, for a backend client acting for an organization, that
+// organization and no user. domain.Service.TokenActor (OrganizationActor)
+// turns it into the request's actor.
 type Bearer struct {
-	UserID int64
+	Organization int64
+	UserID       int64
 	// User is the user as the token's check read it (it checks that the
 	// sign-in the token came from still stands); nil when it read none.
 	User     *domain.User
@@ -282,6 +303,9 @@ func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Beare
 	use, ar, err := p.oauth2.IntrospectToken(ctx, token, fosite.AccessToken, emptySession())
 	if err != nil || use != fosite.AccessToken {
 		return nil, domain.Errorf(domain.CodeLogin, "the access token is invalid, expired or revoked")
+	}
+	if s, ok := ar.GetSession().(*session); ok && s.Organization != 0 {
+		return &Bearer{Organization: s.Organization, ClientID: ar.GetClient().GetID(), Scopes: ar.GetGrantedScopes()}, nil
 	}
 	id, err := strconv.ParseInt(ar.GetSession().GetSubject(), 10, 64)
 	if err != nil {

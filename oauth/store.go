@@ -53,6 +53,14 @@ type Store interface {
 	DeleteLoginSession(ctx context.Context, id string) error
 	// Invitations returns the invitation codes of the users.
 	Invitations(ctx context.Context, userIDs []int64) ([]domain.OAuthToken, error)
+
+	// RecordClientAssertion records the jti of a backend client's
+	// assertion until it expires; domain.CodeDuplicate when it is
+	// recorded already (a replay), on any instance.
+	RecordClientAssertion(ctx context.Context, jti string, expiresAt time.Time) error
+	// ClientAssertionKnown reports whether the jti is recorded and not
+	// expired at now.
+	ClientAssertionKnown(ctx context.Context, jti string, now time.Time) (bool, error)
 }
 
 // fositeStore adapts Store to the storage interfaces of the fosite handlers
@@ -64,6 +72,10 @@ type fositeStore struct {
 	authorizeCodeLife time.Duration
 	// refreshSignature is the signature a refresh token is stored under.
 	refreshSignature func(ctx context.Context, token string) string
+	// fosite verifies backend clients' assertions (backend.go); now is
+	// the provider's clock.
+	fosite *fosite.Fosite
+	now    func() time.Time
 }
 
 var (
@@ -88,7 +100,9 @@ type storedRequest struct {
 	Session           json.RawMessage `json:"session"`
 }
 
-// GetClient implements fosite.ClientManager.
+// GetClient implements fosite.ClientManager. While a backend client's
+// assertion is checked, the client signs with the assertion's algorithm
+// (assertionAlgKey), one of those the profile accepts.
 func (s *fositeStore) GetClient(ctx context.Context, id string) (fosite.Client, error) {
 	c, err := s.store.OAuthClient(ctx, id)
 	if domain.IsCode(err, domain.CodeNotFound) {
@@ -97,17 +111,12 @@ func (s *fositeStore) GetClient(ctx context.Context, id string) (fosite.Client, 
 	if err != nil {
 		return nil, err
 	}
-	return fositeClient(c), nil
+	fc := fositeClient(c)
+	if alg, ok := ctx.Value(assertionAlgKey{}).(string); ok && c.Type == domain.ClientBackend {
+		fc.TokenEndpointAuthSigningAlgorithm = alg
+	}
+	return fc, nil
 }
-
-// ClientAssertionJWTValid implements fosite.ClientManager. Clients never
-// authenticate with JWT assertions here (no client has a JWKS), so no JTI
-// is ever known.
-func (s *fositeStore) ClientAssertionJWTValid(context.Context, string) error { return nil }
-
-// SetClientAssertionJWT implements fosite.ClientManager; see
-// ClientAssertionJWTValid.
-func (s *fositeStore) SetClientAssertionJWT(context.Context, string, time.Time) error { return nil }
 
 func (s *fositeStore) create(ctx context.Context, kind domain.OAuthTokenKind, signature string, r fosite.Requester, expires time.Time) error {
 	session, err := json.Marshal(r.GetSession())

@@ -39,6 +39,7 @@ const (
 	colLoginSessions      = "sessions"
 	colIDBlocks           = "id_blocks"
 	colInstances          = "service_instances"
+	colClientAssertions   = "client_assertions"
 )
 
 // faultMonitor, when set, watches every command the driver sends; only

@@ -82,6 +82,7 @@ var indexes = []index{
 	{colInvitationRedemptions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colLoginSessions, "user", bson.D{{Key: "userId", Value: 1}}, false}, // end a user's sessions
 	{colLoginSessions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colClientAssertions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colIDBlocks, "sequence_last", bson.D{{Key: "sequence", Value: 1}, {Key: "last", Value: 1}}, false},
 	// The audit trail: each search parameter's field first (patientIds is
 	// multikey), then the time and _id, which sort and page; the time alone

@@ -30,19 +30,27 @@ type oauthClientDoc struct {
 	SkipAuthorization       bool      `bson:"skipAuthorization"`
 	CreatedAt               time.Time `bson:"createdAt"`
 	LastUpdated             time.Time `bson:"lastUpdated"`
+	// A backend client's public keys (the JWKS as JSON text, or its URL)
+	// and the practitioner or organization it acts for.
+	JWKS                  string `bson:"jwks,omitempty"`
+	JWKSURL               string `bson:"jwksUrl,omitempty"`
+	ActsForUserID         int64  `bson:"actsForUserId,omitempty"`
+	ActsForOrganizationID int64  `bson:"actsForOrganizationId,omitempty"`
 }
 
 func toClientDoc(c *domain.OAuthClient) oauthClientDoc {
 	return oauthClientDoc{c.ID, c.Name, string(c.Type), c.SecretHash, nonNil(c.RedirectURIs), nonNil(c.PostLogoutRedirectURIs),
 		nonNil(c.AllowedOrigins), nonNil(c.GrantTypes), c.Algorithm, nonNil(c.Scopes), c.TokenEndpointAuthMethod,
-		c.AuthMethodPinned, optionalID(c.UserID), c.SkipAuthorization, c.CreatedAt, c.LastUpdated}
+		c.AuthMethodPinned, optionalID(c.UserID), c.SkipAuthorization, c.CreatedAt, c.LastUpdated,
+		c.JWKS, c.JWKSURL, c.ActsForUserID, c.ActsForOrganizationID}
 }
 
 func (x oauthClientDoc) client() *domain.OAuthClient {
 	c := &domain.OAuthClient{ID: x.ID, Name: x.Name, Type: domain.ClientType(x.ClientType), SecretHash: x.SecretHash,
 		RedirectURIs: x.RedirectURIs, PostLogoutRedirectURIs: x.PostLogoutRedirectURIs, AllowedOrigins: x.AllowedOrigins,
 		GrantTypes: x.GrantTypes, Algorithm: x.Algorithm, Scopes: x.Scopes, TokenEndpointAuthMethod: x.TokenEndpointAuthMethod,
-		AuthMethodPinned: x.AuthMethodPinned, SkipAuthorization: x.SkipAuthorization, CreatedAt: x.CreatedAt.UTC(), LastUpdated: x.LastUpdated.UTC()}
+		AuthMethodPinned: x.AuthMethodPinned, SkipAuthorization: x.SkipAuthorization, CreatedAt: x.CreatedAt.UTC(), LastUpdated: x.LastUpdated.UTC(),
+		JWKS: x.JWKS, JWKSURL: x.JWKSURL, ActsForUserID: x.ActsForUserID, ActsForOrganizationID: x.ActsForOrganizationID}
 	if x.UserID != nil {
 		c.UserID = *x.UserID
 	}
@@ -238,4 +246,30 @@ func (d *DB) DeleteOAuthTokensOfRequest(ctx context.Context, kind domain.OAuthTo
 func (d *DB) DeactivateOAuthTokensOfUser(ctx context.Context, userID int64) error {
 	_, err := d.c(colOAuthTokens).UpdateMany(ctx, bson.M{"userId": userID, "active": true}, bson.M{"$set": bson.M{"active": false}})
 	return err
+}
+
+// clientAssertionDoc is a document of client_assertions: the jti of a
+// backend client's assertion, kept until the assertion expires, so that it
+// is used once. Its _id is the jti, and the insert is what decides.
+type clientAssertionDoc struct {
+	ID        string    `bson:"_id"`
+	ExpiresAt time.Time `bson:"expiresAt"`
+}
+
+// RecordClientAssertion implements oauth.Store: a unique insert of the
+// jti, CodeDuplicate when it is there. A record past its expiry that the
+// sweeper has not removed yet still refuses: the assertion it stood for
+// is expired anyway.
+func (d *DB) RecordClientAssertion(ctx context.Context, jti string, expiresAt time.Time) error {
+	return d.insertUnique(ctx, colClientAssertions, clientAssertionDoc{ID: jti, ExpiresAt: expiresAt.UTC()}, "the client assertion's jti was used before")
+}
+
+// ClientAssertionKnown implements oauth.Store.
+func (d *DB) ClientAssertionKnown(ctx context.Context, jti string, now time.Time) (bool, error) {
+	var x clientAssertionDoc
+	err := d.findOne(ctx, colClientAssertions, bson.M{"_id": jti}, &x, "unknown jti")
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return false, nil
+	}
+	return err == nil && x.ExpiresAt.After(now), err
 }

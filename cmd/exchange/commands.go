@@ -129,12 +129,16 @@ func clientsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 	sub, args := args[0], args[1:]
 	var reg oauth.ClientRegistration
 	var redirects, logoutRedirects, origins stringList
-	var owner, scopes string
+	var owner, scopes, jwksFile, actsFor string
 	fs := newFlags("clients "+sub, io)
 	switch sub {
 	case "register":
 		fs.StringVar(&reg.Name, "name", "", "the client's name (required)")
-		kind := fs.String("type", "confidential", "confidential or public")
+		kind := fs.String("type", "confidential", "confidential, public or backend (SMART Backend Services)")
+		fs.StringVar(&jwksFile, "jwks-file", "", "a backend client's public keys: a JWKS file (RS384 or ES384 keys)")
+		fs.StringVar(&reg.JWKSURL, "jwks-url", "", "a backend client's public keys: the https URL of its JWKS")
+		fs.StringVar(&actsFor, "acts-for", "", "the practitioner (email) a backend client acts for")
+		fs.Int64Var(&reg.ActsForOrganizationID, "acts-for-organization", 0, "the organization (id) a backend client acts for, as a viewer")
 		fs.Var(&redirects, "redirect-uri", "a redirect URI (repeatable; matched exactly)")
 		fs.Var(&logoutRedirects, "post-logout-redirect-uri", "a post-logout redirect URI (repeatable)")
 		fs.Var(&origins, "allowed-origin", "an allowed origin (repeatable)")
@@ -172,6 +176,20 @@ func clientsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio
 	case "register":
 		reg.RedirectURIs, reg.PostLogoutRedirectURIs, reg.AllowedOrigins = redirects, logoutRedirects, origins
 		reg.Scopes = strings.Fields(scopes)
+		if jwksFile != "" {
+			b, err := os.ReadFile(jwksFile)
+			if err != nil {
+				return fmt.Errorf("--jwks-file: %w", err)
+			}
+			reg.JWKS = string(b)
+		}
+		if actsFor != "" {
+			u, err := a.service.UserByEmail(ctx, actsFor)
+			if err != nil {
+				return fmt.Errorf("--acts-for: %w", err)
+			}
+			reg.ActsForUserID = u.ID
+		}
 		if owner != "" {
 			u, err := a.service.UserByEmail(ctx, owner)
 			if err != nil {
