@@ -282,6 +282,7 @@ func IsSystemScope(scope string) bool {
 // permissions. A nil *Access is full access: the token names no resource
 // or admin scope.
 type Access struct {
+	scopes                []string // as granted
 	resources             []ResourceScope
 	adminRead, adminWrite bool
 	// patient is the token's patient context: what patient/ scopes reach
@@ -294,7 +295,7 @@ type Access struct {
 // when the scopes name no resource and no admin access. A scope outside
 // the vocabulary is CodeInvalid.
 func NewAccess(scopes []string, patient int64) (*Access, error) {
-	acc := &Access{patient: patient}
+	acc := &Access{patient: patient, scopes: scopes}
 	limited := false
 	for _, s := range scopes {
 		rs, err := ParseScope(s)

@@ -48,6 +48,11 @@ const (
 	AuditKindImport AuditKind = "import"       // an R4 import
 	AuditKindSignIn AuditKind = "sign-in"      // a password login
 	AuditKindToken  AuditKind = "token-issued" // an OAuth token endpoint answer
+	// A bulk export's kick-off (or deletion), its completion and each
+	// download of one of its files.
+	AuditKindExport         AuditKind = "bulk-export"
+	AuditKindExportComplete AuditKind = "bulk-export-completed"
+	AuditKindExportDownload AuditKind = "bulk-export-download"
 )
 
 // AuditSystem is the code system of the exchange's own kinds of events.
@@ -415,11 +420,23 @@ func ownViews(patient int64, own bool, events []AuditEvent) []AuditEvent {
 // about its patient); patient= narrows it to patients the actor may read.
 // Reading the trail is not itself recorded.
 func (s *Service) SearchAuditEvents(ctx context.Context, actor *Actor, q Search) (SearchResult[AuditEvent], error) {
-	ids, err := auditReach(actor)
+	plan, viewer, own, err := s.auditPlan(ctx, actor, q)
 	if err != nil {
 		return SearchResult[AuditEvent]{}, err
 	}
-	viewer, own := auditViewer(actor, q.Interaction())
+	res, err := s.store.SearchAuditEvents(ctx, plan)
+	res.Items = ownViews(viewer, own, res.Items)
+	return res, err
+}
+
+// auditPlan plans SearchAuditEvents: the plan, and whose own view of the
+// events it finds the actor reads (ownViews).
+func (s *Service) auditPlan(ctx context.Context, actor *Actor, q Search) (plan *SearchPlan, viewer int64, own bool, err error) {
+	ids, err := auditReach(actor)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	viewer, own = auditViewer(actor, q.Interaction())
 	if own {
 		// An own view finds the events by its patient alone: patient= may
 		// narrow them to others they touched (a superuser's token may read
@@ -429,22 +446,17 @@ func (s *Service) SearchAuditEvents(ctx context.Context, actor *Actor, q Search)
 	}
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
-		return SearchResult[AuditEvent]{}, err
+		return nil, 0, false, err
 	}
 	for _, j := range q.Joins() {
 		t, err := s.resolveJoin(ctx, actor, q, j)
 		if err != nil {
-			return SearchResult[AuditEvent]{}, err
+			return nil, 0, false, err
 		}
 		ids = intersect(ids, t.patients)
 	}
-	plan, err := q.Plan(Scope{PatientIDs: ids}.within(reach))
-	if err != nil {
-		return SearchResult[AuditEvent]{}, err
-	}
-	res, err := s.store.SearchAuditEvents(ctx, plan)
-	res.Items = ownViews(viewer, own, res.Items)
-	return res, err
+	plan, err = q.Plan(Scope{PatientIDs: ids}.within(reach))
+	return plan, viewer, own, err
 }
 
 // AuditEventByID returns an event of the audit trail within the actor's

@@ -335,19 +335,28 @@ func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search
 	defer func() {
 		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(o Observation) int64 { return o.PatientID }), hidden)
 	}()
-	reach, err := s.reachOf(actor, q, ofPatient)
-	if err != nil {
-		return SearchResult[Observation]{}, err
-	}
-	scope, hidden, err := s.patientScope(ctx, actor, q)
-	if err != nil {
-		return SearchResult[Observation]{}, err
-	}
-	plan, err := q.Plan(scope.within(reach))
+	plan, hidden, err := s.observationPlan(ctx, actor, q, nil)
 	if err != nil {
 		return SearchResult[Observation]{}, err
 	}
 	return s.store.SearchObservations(ctx, plan)
+}
+
+// observationPlan plans SearchObservations (and an export's part of
+// observations: the same rule), narrowed to patients when they are set.
+// hidden are the patients the search named that the actor may not read.
+func (s *Service) observationPlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, hidden []int64, err error) {
+	reach, err := s.reachOf(actor, q, ofPatient)
+	if err != nil {
+		return nil, nil, err
+	}
+	scope, hidden, err := s.patientScope(ctx, actor, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	scope.PatientIDs = intersect(scope.PatientIDs, patients)
+	plan, err = q.Plan(scope.within(reach))
+	return plan, hidden, err
 }
 
 // SearchPatients runs a search of the Patient projection.
@@ -356,19 +365,26 @@ func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (r
 	defer func() {
 		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(p Patient) int64 { return p.ID }), hidden)
 	}()
-	reach, err := s.reachOf(actor, q, func(p int64) (Reach, error) { return Reach{IDs: []int64{p}}, nil })
-	if err != nil {
-		return SearchResult[Patient]{}, err
-	}
-	scope, hidden, err := s.patientScope(ctx, actor, q)
-	if err != nil {
-		return SearchResult[Patient]{}, err
-	}
-	plan, err := q.Plan(Scope{IDs: scope.PatientIDs}.within(reach))
+	plan, hidden, err := s.patientPlan(ctx, actor, q, nil)
 	if err != nil {
 		return SearchResult[Patient]{}, err
 	}
 	return s.store.SearchPatients(ctx, plan)
+}
+
+// patientPlan plans SearchPatients, narrowed to patients when set (see
+// observationPlan).
+func (s *Service) patientPlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, hidden []int64, err error) {
+	reach, err := s.reachOf(actor, q, func(p int64) (Reach, error) { return Reach{IDs: []int64{p}}, nil })
+	if err != nil {
+		return nil, nil, err
+	}
+	scope, hidden, err := s.patientScope(ctx, actor, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	plan, err = q.Plan(Scope{IDs: intersect(scope.PatientIDs, patients)}.within(reach))
+	return plan, hidden, err
 }
 
 // relatedScope resolves the joins of a projection other than Patient: each
@@ -460,11 +476,20 @@ func (s *Service) membersOf(ctx context.Context, orgs []int64) ([]int64, error) 
 // organizations, of the organization; within the members of the actor's
 // organizations (a patient's: of their organizations).
 func (s *Service) SearchPractitioners(ctx context.Context, actor *Actor, q Search) (SearchResult[User], error) {
+	plan, err := s.practitionerPlan(ctx, actor, q)
+	if err != nil {
+		return SearchResult[User]{}, err
+	}
+	return s.store.SearchUsers(ctx, plan)
+}
+
+// practitionerPlan plans SearchPractitioners.
+func (s *Service) practitionerPlan(ctx context.Context, actor *Actor, q Search) (*SearchPlan, error) {
 	var readable []int64
 	if !actor.IsSuperuser() {
 		var err error
 		if readable, err = s.membersOf(ctx, actor.readableOrganizationIDs()); err != nil {
-			return SearchResult[User]{}, err
+			return nil, err
 		}
 		if actor.User.Type == UserPractitioner {
 			readable = append(readable, actor.User.ID)
@@ -478,13 +503,9 @@ func (s *Service) SearchPractitioners(ctx context.Context, actor *Actor, q Searc
 		return s.membersOf(ctx, orgs)
 	})
 	if err != nil {
-		return SearchResult[User]{}, err
+		return nil, err
 	}
-	plan, err := q.Plan(scope)
-	if err != nil {
-		return SearchResult[User]{}, err
-	}
-	return s.store.SearchUsers(ctx, plan)
+	return q.Plan(scope)
 }
 
 // PractitionerProjection returns a practitioner as the Practitioner
@@ -518,17 +539,22 @@ func (s *Service) PractitionerProjection(ctx context.Context, actor *Actor, id i
 // study's organization, the patient's organizations, the organization
 // itself; within the organizations the actor may see.
 func (s *Service) SearchOrganizations(ctx context.Context, actor *Actor, q Search) (SearchResult[Organization], error) {
-	scope, err := s.relatedScope(ctx, actor, q, actor.readableOrganizationIDs(), func(t joinTarget) ([]int64, error) {
-		return s.organizationsOf(ctx, t)
-	})
-	if err != nil {
-		return SearchResult[Organization]{}, err
-	}
-	plan, err := q.Plan(scope)
+	plan, err := s.organizationPlan(ctx, actor, q)
 	if err != nil {
 		return SearchResult[Organization]{}, err
 	}
 	return s.store.SearchOrganizations(ctx, plan)
+}
+
+// organizationPlan plans SearchOrganizations.
+func (s *Service) organizationPlan(ctx context.Context, actor *Actor, q Search) (*SearchPlan, error) {
+	scope, err := s.relatedScope(ctx, actor, q, actor.readableOrganizationIDs(), func(t joinTarget) ([]int64, error) {
+		return s.organizationsOf(ctx, t)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return q.Plan(scope)
 }
 
 // GroupView is a study as FHIR shows it: with its organization and the
@@ -556,17 +582,7 @@ func (s *Service) readableStudyIDs(ctx context.Context, actor *Actor) ([]int64, 
 // patient's studies, the organization's studies; within the studies the
 // actor may read.
 func (s *Service) SearchGroups(ctx context.Context, actor *Actor, q Search) (SearchResult[GroupView], error) {
-	readable, err := s.readableStudyIDs(ctx, actor)
-	if err != nil {
-		return SearchResult[GroupView]{}, err
-	}
-	scope, err := s.relatedScope(ctx, actor, q, readable, func(t joinTarget) ([]int64, error) {
-		return s.studiesOf(ctx, t)
-	})
-	if err != nil {
-		return SearchResult[GroupView]{}, err
-	}
-	plan, err := q.Plan(scope)
+	plan, err := s.groupPlan(ctx, actor, q)
 	if err != nil {
 		return SearchResult[GroupView]{}, err
 	}
@@ -576,6 +592,21 @@ func (s *Service) SearchGroups(ctx context.Context, actor *Actor, q Search) (Sea
 	}
 	groups, err := s.groupViews(ctx, res.Items)
 	return SearchResult[GroupView]{Items: groups, More: res.More, Total: res.Total}, err
+}
+
+// groupPlan plans SearchGroups.
+func (s *Service) groupPlan(ctx context.Context, actor *Actor, q Search) (*SearchPlan, error) {
+	readable, err := s.readableStudyIDs(ctx, actor)
+	if err != nil {
+		return nil, err
+	}
+	scope, err := s.relatedScope(ctx, actor, q, readable, func(t joinTarget) ([]int64, error) {
+		return s.studiesOf(ctx, t)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return q.Plan(scope)
 }
 
 func (s *Service) groupViews(ctx context.Context, studies []Study) ([]GroupView, error) {
@@ -619,6 +650,15 @@ func (s *Service) GroupByID(ctx context.Context, actor *Actor, id int64) (*Group
 // sources, those of the patient's studies, those of the organization's
 // studies. The catalogue of data sources is readable by all.
 func (s *Service) SearchDevices(ctx context.Context, actor *Actor, q Search) (SearchResult[DataSource], error) {
+	plan, err := s.devicePlan(ctx, actor, q)
+	if err != nil {
+		return SearchResult[DataSource]{}, err
+	}
+	return s.store.SearchDataSources(ctx, plan)
+}
+
+// devicePlan plans SearchDevices.
+func (s *Service) devicePlan(ctx context.Context, actor *Actor, q Search) (*SearchPlan, error) {
 	scope, err := s.relatedScope(ctx, actor, q, nil, func(t joinTarget) ([]int64, error) {
 		studies, err := s.studiesOf(ctx, t)
 		if err != nil {
@@ -631,11 +671,7 @@ func (s *Service) SearchDevices(ctx context.Context, actor *Actor, q Search) (Se
 		return idsOf(links, func(l StudyDataSource) int64 { return l.DataSourceID }), nil
 	})
 	if err != nil {
-		return SearchResult[DataSource]{}, err
+		return nil, err
 	}
-	plan, err := q.Plan(scope)
-	if err != nil {
-		return SearchResult[DataSource]{}, err
-	}
-	return s.store.SearchDataSources(ctx, plan)
+	return q.Plan(scope)
 }

@@ -806,52 +806,73 @@ func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (
 	defer func() {
 		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(r Resource) int64 { return r.SourcePatientID }), hidden)
 	}()
+	plan, hidden, err := s.resourcePlan(ctx, actor, q, nil)
+	if err != nil || plan == nil {
+		return s.emptySearch(q, err)
+	}
+	return s.store.SearchResources(ctx, plan)
+}
+
+// resourcePlan plans SearchResources, narrowed to patients when set (see
+// observationPlan). A nil plan without an error: the search finds nothing
+// (its source is one the actor may not read, or it names no store).
+func (s *Service) resourcePlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, hidden []int64, err error) {
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
-		return SearchResult[Resource]{}, err
+		return nil, nil, err
 	}
 	sel := q.Store()
 	scope := Scope{}
 	switch {
 	case sel.Kind != StoreImported:
-		return s.emptySearch(q)
+		return nil, nil, nil
 	case sel.SourceID != 0:
 		_, err := s.FHIRSourceByID(ctx, actor, sel.SourceID)
 		if IsCode(err, CodeNotFound) {
-			return s.emptySearch(q)
+			return nil, nil, nil
 		}
 		if err != nil {
-			return SearchResult[Resource]{}, err
+			return nil, nil, err
 		}
 		scope.SourceIDs = []int64{sel.SourceID}
 	case !actor.IsSuperuser():
-		sources, err := s.ListFHIRSources(ctx, actor, everything)
-		if err != nil {
-			return SearchResult[Resource]{}, err
-		}
-		scope.SourceIDs = []int64{}
-		for _, src := range sources.Items {
-			scope.SourceIDs = append(scope.SourceIDs, src.ID)
+		if scope.SourceIDs, err = s.readableSourceIDs(ctx, actor); err != nil {
+			return nil, nil, err
 		}
 	}
 	for _, j := range q.Joins() {
 		t, err := s.resolveJoin(ctx, actor, q, j)
 		if err != nil {
-			return SearchResult[Resource]{}, err
+			return nil, nil, err
 		}
 		hidden = append(hidden, t.hidden...)
 		scope.PatientIDs = intersect(scope.PatientIDs, t.patients)
 	}
-	plan, err := q.Plan(scope.within(reach))
+	scope.PatientIDs = intersect(scope.PatientIDs, patients)
+	plan, err = q.Plan(scope.within(reach))
+	return plan, hidden, err
+}
+
+// readableSourceIDs returns the FHIR sources the actor may read (a
+// non-superuser: never nil).
+func (s *Service) readableSourceIDs(ctx context.Context, actor *Actor) ([]int64, error) {
+	sources, err := s.ListFHIRSources(ctx, actor, everything)
 	if err != nil {
-		return SearchResult[Resource]{}, err
+		return nil, err
 	}
-	return s.store.SearchResources(ctx, plan)
+	ids := []int64{}
+	for _, src := range sources.Items {
+		ids = append(ids, src.ID)
+	}
+	return ids, nil
 }
 
 // emptySearch answers a search that can find nothing without asking the
-// store: a total of 0 when one is wanted.
-func (s *Service) emptySearch(q Search) (SearchResult[Resource], error) {
+// store: a total of 0 when one is wanted; or the error that ended it.
+func (s *Service) emptySearch(q Search, cause error) (SearchResult[Resource], error) {
+	if cause != nil {
+		return SearchResult[Resource]{}, cause
+	}
 	plan, err := q.Plan(Scope{})
 	if err != nil {
 		return SearchResult[Resource]{}, err

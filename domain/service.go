@@ -40,6 +40,11 @@ type Service struct {
 	log          *slog.Logger
 	signIns      keyLocks // sign-in attempts in progress, by account and address
 	throttleKey  []byte   // the HMAC key of the sign-in throttle's account keys
+	// Bulk export: the searches and files of jobs, and the wake-up of this
+	// process's ExportRunner when a job is queued here.
+	exportSearches ExportSearches
+	exportFiles    ExportFiles
+	exportWake     chan struct{}
 }
 
 // Config is what a Service is made of.
@@ -79,6 +84,10 @@ type Config struct {
 	// database counts an account's failures together. nil: a random key
 	// of this service, whose counts no other instance shares (tests).
 	ThrottleKey []byte
+	// ExportSearches and ExportFiles serve bulk exports; without them
+	// $export is not offered (CodeNotSupported).
+	ExportSearches ExportSearches
+	ExportFiles    ExportFiles
 }
 
 // NewService returns a Service as configured.
@@ -104,7 +113,16 @@ func NewService(c Config) *Service {
 	}
 	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
 		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, maxDataPoint: c.MaxDataPointBytes,
-		auditor: c.Auditor, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey}
+		auditor: c.Auditor, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey,
+		exportSearches: c.ExportSearches, exportFiles: c.ExportFiles, exportWake: make(chan struct{}, 1)}
+}
+
+// wakeExports tells this process's ExportRunner that a job is queued.
+func (s *Service) wakeExports() {
+	select {
+	case s.exportWake <- struct{}{}:
+	default:
+	}
 }
 
 // Now returns the service clock's time in UTC.

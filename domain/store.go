@@ -26,6 +26,8 @@ type Store interface {
 	CredentialStore
 	InvitationStore
 	AuditStore
+	ExportStore
+	ExportStreams
 }
 
 // AuditStore reads the audit trail (an Auditor writes it).

@@ -86,6 +86,12 @@ type Query struct {
 	asked, canonical string
 	// read marks the search for one id that answers a read (ByID).
 	read bool
+	// stream marks the search of an export's part (ExportSearch): its
+	// plan reads the whole result, in no order.
+	stream bool
+	// alternatives are an export's type filters: a record must match the
+	// clauses of one of them (none: no filter).
+	alternatives [][]Clause
 }
 
 // ignoredParams are parameters of the request, not of the search.
@@ -354,6 +360,52 @@ func (t *Translator) ByID(resourceType, id string) (domain.Search, error) {
 	}
 	q.read = true
 	return q, nil
+}
+
+// ExportSearch parses the search of a part of a bulk export: the type's
+// query, and the export's type filters for it, of which a record must
+// match one (each is parsed in the query's store, strictly: an unknown
+// parameter is an error; a filter may not join other records). Its plan
+// streams the whole result, without sort or page. It implements
+// domain.ExportSearches.
+func (t *Translator) ExportSearch(resourceType string, query url.Values, filters []url.Values) (domain.Search, error) {
+	q, err := t.Parse(resourceType, query, true)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range filters {
+		in := url.Values{}
+		for k, v := range f {
+			in[k] = v
+		}
+		for _, k := range []string{"_source", "_source:below"} {
+			if v, ok := query[k]; ok {
+				in[k] = v
+			}
+		}
+		fq, err := t.Parse(resourceType, in, true)
+		if err != nil {
+			return nil, err
+		}
+		if len(fq.joins) > 0 {
+			return nil, domain.Errorf(domain.CodeInvalid, "a type filter may not name patients, organizations or studies")
+		}
+		q.alternatives = append(q.alternatives, fq.clauses)
+	}
+	q.stream = true
+	return q, nil
+}
+
+// ImportedType reports whether the imported store keeps the type, and
+// whether it has a patient parameter there: whether it is in the Patient
+// compartment. It implements domain.ExportSearches.
+func (t *Translator) ImportedType(resourceType string) (ok, patient bool) {
+	if !t.catalog.Keeps(resourceType) {
+		return false, false
+	}
+	r, _ := t.catalog.Lookup(resourceType)
+	p, has := r.param("patient")
+	return true, has && p.appliesTo(domain.StoreImported)
 }
 
 // ResourceType returns the searched type.

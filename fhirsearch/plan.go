@@ -56,6 +56,9 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 			field, cond, simple := importedCondition(c, q.t.now())
 			b.add(field, cond, simple)
 		}
+		if len(q.alternatives) > 0 {
+			b.and = append(b.and, q.alternativesCondition(importedCondition))
+		}
 	case q.store.Kind == domain.StoreNone || !r.Native():
 		// _source named no store, or the type has no native store.
 		if collection == "" {
@@ -84,6 +87,9 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 			field, cond, simple := clauseCondition(c, q.t.now())
 			b.add(field, cond, simple)
 		}
+		if len(q.alternatives) > 0 {
+			b.and = append(b.and, q.alternativesCondition(clauseCondition))
+		}
 	}
 	if scope.Reach != nil {
 		b.and = append(b.and, q.reachCondition(scope.Reach))
@@ -91,6 +97,15 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 	top, and := b.finish(prefix)
 	filter := withAnd(top, and)
 
+	if q.stream {
+		// An export's part: every match, in the order the database finds
+		// them (a sort would hold them all in FerretDB's memory).
+		plan := &domain.SearchPlan{Collection: collection, Pipeline: []any{bson.D{{Key: "$match", Value: filter}}}}
+		if proj := q.projection(); len(proj) > 0 {
+			plan.Pipeline = append(plan.Pipeline, bson.D{{Key: "$project", Value: proj}})
+		}
+		return plan, nil
+	}
 	plan := &domain.SearchPlan{Collection: collection, PageSize: q.count}
 	if q.summaryCount || q.total {
 		plan.Filter = filter
@@ -111,6 +126,28 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 		plan.Pipeline = append(plan.Pipeline, bson.D{{Key: "$project", Value: proj}})
 	}
 	return plan, nil
+}
+
+// alternativesCondition is an export's type filters: a $or of one $and
+// per filter, of its clauses' conditions (cond translates a clause in the
+// query's store).
+func (q *Query) alternativesCondition(cond func(Clause, time.Time) (string, any, bool)) any {
+	alts := bson.A{}
+	for _, clauses := range q.alternatives {
+		all := bson.A{}
+		for _, c := range clauses {
+			field, c, simple := cond(c, q.t.now())
+			if simple {
+				c = bson.M{field: c}
+			}
+			all = append(all, c)
+		}
+		if len(all) == 0 {
+			return bson.M{} // a filter without parameters matches everything
+		}
+		alts = append(alts, bson.M{"$and": all})
+	}
+	return orOf(alts)
 }
 
 // matchBuilder gathers the conditions of a $match: simple ones (one field,

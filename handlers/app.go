@@ -48,6 +48,9 @@ type Config struct {
 	// Console is the web console served under /console/ (package
 	// console); nil: not served.
 	Console http.Handler
+	// Exports are the bulk export settings (EXPORT_QUEUE,
+	// EXPORT_RETENTION); zero: domain.DefaultExportLimits.
+	Exports domain.ExportLimits
 }
 
 // server carries the dependencies of the route handlers.
@@ -66,6 +69,8 @@ type server struct {
 	// capabilityResources are the CapabilityStatement's resource entries,
 	// rendered on first use.
 	capabilityResources func() (json.RawMessage, error)
+	exportLimits        domain.ExportLimits
+	polls               polls // of export jobs' status, for 429
 }
 
 // New returns the Fiber application with every route.
@@ -79,6 +84,9 @@ func New(c Config) *fiber.App {
 	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, catalog: c.Search.Catalog(), schemas: c.Schemas, ping: c.Ping,
 		loaded: c.Loaded, log: c.Logger, metrics: newMetrics(c.Metrics, c.Search.Catalog()), proxies: c.TrustedProxies}
 	s.native = s.nativeTypes()
+	if s.exportLimits = c.Exports; s.exportLimits == (domain.ExportLimits{}) {
+		s.exportLimits = domain.DefaultExportLimits
+	}
 	s.capabilityResources = sync.OnceValues(func() (json.RawMessage, error) { return capabilityResources(s.catalog) })
 	app := fiber.New(fiber.Config{
 		AppName:               "exchange",
@@ -108,6 +116,8 @@ func New(c Config) *fiber.App {
 		app.All("/console", console)
 		app.All("/console/*", console)
 	}
+	s.registerExportFiles(app, fhirCanonical)
+	s.registerExportFiles(app, fhirAlias)
 	s.registerFHIR(app, fhirCanonical)
 	s.registerFHIR(app, fhirAlias)
 	s.registerImport(app)

@@ -35,6 +35,7 @@ func (s *server) registerFHIR(app *fiber.App, prefix string) {
 	discovery("/.well-known/smart-configuration", s.smartConfiguration)
 
 	api := g.Group("", s.authenticate)
+	s.registerExport(api)
 	api.Post("/", s.fhirBatch)
 	api.Get("/:type", s.fhirSearch)
 	api.Post("/:type", s.fhirCreate)
@@ -65,7 +66,7 @@ func (s *server) fhirCORS(c *fiber.Ctx) error {
 	h.Set(fiber.HeaderAccessControlAllowOrigin, "*")
 	h.Set(fiber.HeaderAccessControlAllowMethods, "GET, POST, PUT, PATCH, DELETE")
 	h.Set(fiber.HeaderAccessControlAllowHeaders, "Authorization, Content-Type, Accept, Prefer, If-Match, X-SERVICE-FHIR-Source-ID")
-	h.Set(fiber.HeaderAccessControlExposeHeaders, "Location, ETag, Last-Modified")
+	h.Set(fiber.HeaderAccessControlExposeHeaders, "Location, ETag, Last-Modified, Content-Location, X-Progress, Retry-After, Expires")
 	if c.Method() == fiber.MethodOptions {
 		h.Set(fiber.HeaderAccessControlMaxAge, "86400")
 		return c.SendStatus(fiber.StatusNoContent)

@@ -75,6 +75,11 @@ var auditKinds = map[domain.AuditKind]struct{ category, code fhirCoding }{
 	domain.AuditKindImport: {restCategory, fhirCoding{System: domain.AuditSystem, Code: "import", Display: "R4 import"}},
 	domain.AuditKindSignIn: {authCategory, fhirCoding{System: dicomSystem, Code: "110122", Display: "Login"}},
 	domain.AuditKindToken:  {authCategory, fhirCoding{System: domain.AuditSystem, Code: "token-issued", Display: "OAuth token issued"}},
+	domain.AuditKindExport: {restCategory, fhirCoding{System: domain.AuditSystem, Code: "bulk-export", Display: "Bulk Data export"}},
+	domain.AuditKindExportComplete: {restCategory, fhirCoding{System: domain.AuditSystem, Code: "bulk-export-completed",
+		Display: "Bulk Data export completed"}},
+	domain.AuditKindExportDownload: {restCategory, fhirCoding{System: domain.AuditSystem, Code: "bulk-export-download",
+		Display: "Bulk Data export file downloaded"}},
 }
 
 var (

@@ -52,6 +52,9 @@ func capabilityResources(catalog *fhirsearch.Catalog) (json.RawMessage, error) {
 			params = append(params, param)
 		}
 		entry := fiber.Map{"type": r.Type, "documentation": r.Doc, "interaction": interactions, "searchParam": params}
+		if op, ok := bulkExportOperations[r.Type]; ok {
+			entry["operation"] = []fiber.Map{{"name": "export", "definition": op}}
+		}
 		if slices.Contains(r.Interactions, "update") {
 			// If-Match is honoured; a PUT never creates (ids are assigned).
 			entry["versioning"], entry["updateCreate"] = "versioned-update", false
@@ -59,6 +62,19 @@ func capabilityResources(catalog *fhirsearch.Catalog) (json.RawMessage, error) {
 		resources = append(resources, entry)
 	}
 	return marshalJSON(resources)
+}
+
+// The Bulk Data Access definitions this server implements: the
+// CapabilityStatement it instantiates, and the $export operations at the
+// system level and on Patient and Group.
+const (
+	bulkDataCapabilities = "http://hl7.org/fhir/uv/bulkdata/CapabilityStatement/bulk-data"
+	bulkDataExport       = "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/export"
+)
+
+var bulkExportOperations = map[string]string{
+	"Patient": "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/patient-export",
+	"Group":   "http://hl7.org/fhir/uv/bulkdata/OperationDefinition/group-export",
 }
 
 // capabilityStatement describes the FHIR interface, generated from
@@ -82,6 +98,7 @@ func (s *server) capabilityStatement(c *fiber.Ctx) error {
 		"publisher":      "Clinical data exchange",
 		"description":    "Open mHealth data points shared under per-study consent, served as FHIR R5.",
 		"kind":           "instance",
+		"instantiates":   []string{bulkDataCapabilities},
 		"software":       fiber.Map{"name": "exchange", "version": softwareVersion},
 		"implementation": fiber.Map{"description": "Clinical data exchange", "url": base + fhirCanonical},
 		"fhirVersion":    "5.0.0",
@@ -105,6 +122,7 @@ func (s *server) capabilityStatement(c *fiber.Ctx) error {
 			},
 			"resource":    resources,
 			"interaction": []fiber.Map{{"code": "batch"}},
+			"operation":   []fiber.Map{{"name": "export", "definition": bulkDataExport}},
 		}},
 	})
 }

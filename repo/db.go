@@ -40,6 +40,7 @@ const (
 	colIDBlocks           = "id_blocks"
 	colInstances          = "service_instances"
 	colClientAssertions   = "client_assertions"
+	colExportJobs         = "export_jobs"
 )
 
 // faultMonitor, when set, watches every command the driver sends; only

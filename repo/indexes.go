@@ -83,6 +83,11 @@ var indexes = []index{
 	{colLoginSessions, "user", bson.D{{Key: "userId", Value: 1}}, false}, // end a user's sessions
 	{colLoginSessions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colClientAssertions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	// Export jobs: the queue (state, then age), an owner's unfinished jobs,
+	// the expired ones. Their files' GridFS indexes are the driver's.
+	{colExportJobs, "state_createdAt", bson.D{{Key: "state", Value: 1}, {Key: "createdAt", Value: 1}}, false},
+	{colExportJobs, "owner_state", bson.D{{Key: "owner.userId", Value: 1}, {Key: "owner.clientId", Value: 1}, {Key: "state", Value: 1}}, false},
+	{colExportJobs, "state_expiresAt", bson.D{{Key: "state", Value: 1}, {Key: "expiresAt", Value: 1}}, false},
 	{colIDBlocks, "sequence_last", bson.D{{Key: "sequence", Value: 1}, {Key: "last", Value: 1}}, false},
 	// The audit trail: each search parameter's field first (patientIds is
 	// multikey), then the time and _id, which sort and page; the time alone

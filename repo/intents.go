@@ -457,8 +457,15 @@ func (d *DB) abandoned(ctx context.Context, in *intentDoc, now time.Time, exclus
 	case in.Instance == d.lease.id:
 		return false, nil
 	}
+	return d.leaseLapsed(ctx, in.Instance, now)
+}
+
+// leaseLapsed reports whether the process holding the instance lease is
+// gone: its lease is removed, or unrenewed for leaseTimeout. What the
+// process was doing (a write, an export job) can no longer be running.
+func (d *DB) leaseLapsed(ctx context.Context, instance string, now time.Time) (bool, error) {
 	var owner instanceDoc
-	err := d.c(colInstances).FindOne(ctx, bson.M{"_id": in.Instance}).Decode(&owner)
+	err := d.c(colInstances).FindOne(ctx, bson.M{"_id": instance}).Decode(&owner)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return true, nil
 	}

@@ -93,6 +93,7 @@ var knownCollections = map[string]bool{
 	colConsents: true, colDataSources: true, colStudyDataSources: true, colFHIRSources: true, colOAuthClients: true,
 	colOAuthTokens: true, colLoginThrottle: true, colIDBlocks: true, colObservations: true, colObservationIdentifier: true,
 	colResources: true, colAuditEvents: true, colInvitationRedemptions: true, colClientAssertions: true,
+	colExportJobs: true, colExportFiles: true, colExportChunks: true,
 }
 
 // collectionLabel is the collection a command works on: the value of its

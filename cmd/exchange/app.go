@@ -120,6 +120,13 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 	}
 	a.search = fhirsearch.NewTranslator(a.catalog, cursorKey, s.FHIRSourceBase, nil)
 	config.Searches = a.search
+	if !command {
+		config.ExportSearches = a.search
+		if config.ExportFiles, err = a.exportFiles(); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	a.service = domain.NewService(config)
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
@@ -167,6 +174,18 @@ func (a *app) openModels(config *domain.Config) error {
 	config.Validator, config.Indexer = validator, a.catalog
 	config.Converter, err = openImporter(s, defs, log)
 	return err
+}
+
+// exportFiles is where bulk exports keep their files: in GridFS on
+// MongoDB, where several instances serve one database and each must read
+// every job's files; under DATA_DIR with the embedded database, which one
+// process serves, and whose in-memory sorts GridFS downloads would pay
+// for (repo/exportfiles.go).
+func (a *app) exportFiles() (domain.ExportFiles, error) {
+	if a.embedded == nil {
+		return a.db.ExportFilesInGridFS(), nil
+	}
+	return repo.NewDirExportFiles(filepath.Join(a.settings.DataDir, "exports"))
 }
 
 // registerer is where the server's layers register their series; nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"exchange/console"
+	"exchange/domain"
 	"exchange/handlers"
 	"exchange/repo"
 )
@@ -51,7 +52,7 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	}
 	defer stopMetrics()
 	web := handlers.New(handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping,
-		Loaded: a.loaded, Metrics: a.metrics, MetricsHandler: metrics, Logger: log, TrustedProxies: s.TrustedProxies,
+		Loaded: a.loaded, Metrics: a.metrics, MetricsHandler: metrics, Logger: log, TrustedProxies: s.TrustedProxies, Exports: s.Exports,
 		Console: console.New(console.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas,
 			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log})})
 
@@ -64,6 +65,11 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	if s.AuditRetention > 0 {
 		go expireAuditEvents(background, a.db, s.AuditRetention, log)
 	}
+	exports := &domain.ExportRunner{Service: a.service, Encoder: handlers.ExportEncoder{}, Concurrency: s.ExportConcurrency,
+		Limits: s.Exports, Log: log}
+	exportsDone := make(chan struct{})
+	go func() { exports.Run(background); close(exportsDone) }()
+	defer func() { stopBackground(); <-exportsDone }() // running jobs handed back before the database closes
 
 	served := make(chan error, 1)
 	go func() { served <- handlers.Serve(web, ln) }()

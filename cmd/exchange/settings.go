@@ -63,6 +63,10 @@ type settings struct {
 	// GoMemLimitSet says GOMEMLIMIT is set: the embedded mode's default
 	// limit then stays out of the way.
 	GoMemLimitSet bool
+	// ExportConcurrency is how many bulk export jobs this process runs at
+	// once; Exports the queue's size and the files' retention.
+	ExportConcurrency int
+	Exports           domain.ExportLimits
 }
 
 // Defaults of the operations settings (the README's settings table).
@@ -223,7 +227,39 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 	if err := loadOperations(s, get); err != nil {
 		return nil, err
 	}
+	if err := loadExports(s, get); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// defaultExportConcurrency is EXPORT_CONCURRENCY's default: one job at a
+// time per process, so an export never takes both cores of a small host.
+const defaultExportConcurrency = 1
+
+// loadExports reads the settings of bulk export.
+func loadExports(s *settings, get func(name, def string) string) error {
+	s.Exports = domain.DefaultExportLimits
+	for _, n := range []struct {
+		name string
+		def  int
+		dest *int
+	}{
+		{"EXPORT_CONCURRENCY", defaultExportConcurrency, &s.ExportConcurrency},
+		{"EXPORT_QUEUE", domain.DefaultExportLimits.Queue, &s.Exports.Queue},
+	} {
+		v := get(n.name, strconv.Itoa(n.def))
+		var err error
+		if *n.dest, err = strconv.Atoi(v); err != nil || *n.dest < 1 {
+			return fmt.Errorf("%s: %q is not a positive whole number", n.name, v)
+		}
+	}
+	v := get("EXPORT_RETENTION", "2h")
+	var err error
+	if s.Exports.Retention, err = parseDays(v); err != nil || s.Exports.Retention < time.Minute {
+		return fmt.Errorf("EXPORT_RETENTION: %q is not a duration of at least a minute (such as 2h, 1d or 7200)", v)
+	}
+	return nil
 }
 
 // loadOperations reads the settings of logs, metrics, the audit trail and

@@ -226,6 +226,24 @@ type Options struct {
 	// Store wraps the database the domain service uses (a test that
 	// makes another request's change at a chosen read); nil: the database.
 	Store func(*repo.DB) domain.Store
+	// Exports runs an export runner beside the server; nil: $export
+	// queues jobs that nothing runs.
+	Exports *Exports
+	// Database is the database to serve, shared with another Env (two
+	// instances); nil: a new one named after the test.
+	Database *repo.DB
+}
+
+// Exports are the settings of a test's bulk export runner.
+type Exports struct {
+	// GridFS keeps the files in the database (as on MongoDB); else in a
+	// directory of the test (as with the embedded database).
+	GridFS bool
+	Limits domain.ExportLimits
+	// Settle and FileResources are the runner's (domain.ExportRunner);
+	// zero: 50 ms, and its default.
+	Settle        time.Duration
+	FileResources int
 }
 
 // Start runs the exchange over a new database named after the test, and
@@ -243,7 +261,10 @@ func StartWith(t testing.TB, o Options) *Env {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	db := repotest.NewDBWith(t, o.DB)
+	db := o.Database
+	if db == nil {
+		db = repotest.NewDBWith(t, o.DB)
+	}
 	clock := &Clock{}
 	validator, catalog := R5(t)
 	search := fhirsearch.NewTranslator(catalog, []byte("test cursor key"), SourceBase, clock.Now)
@@ -260,8 +281,16 @@ func StartWith(t testing.TB, o Options) *Env {
 	if o.Store != nil {
 		store = o.Store(db)
 	}
+	exportFiles, err := repo.NewDirExportFiles(filepath.Join(t.TempDir(), "exports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Exports != nil && o.Exports.GridFS {
+		exportFiles = db.ExportFilesInGridFS()
+	}
 	svc := domain.NewService(domain.Config{Store: store, Schemas: Schemas(t), SourceBase: SourceBase,
-		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log})
+		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log,
+		ExportSearches: search, ExportFiles: exportFiles})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
@@ -274,8 +303,12 @@ func StartWith(t testing.TB, o Options) *Env {
 	if o.Ping == nil {
 		o.Ping = db.Ping
 	}
+	var limits domain.ExportLimits
+	if o.Exports != nil {
+		limits = o.Exports.Limits
+	}
 	config := handlers.Config{Service: svc, OAuth: provider, Ping: o.Ping, Loaded: o.Loaded, Schemas: Schemas(t), Logger: log,
-		TrustedProxies: proxies, Search: search,
+		TrustedProxies: proxies, Search: search, Exports: limits,
 		Console: console.New(console.Config{Service: svc, OAuth: provider, Search: search, Schemas: Schemas(t),
 			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: log})}
 	if o.Metrics != nil {
@@ -288,7 +321,23 @@ func StartWith(t testing.TB, o Options) *Env {
 		t.Fatal(err)
 	}
 	go func() { _ = handlers.Serve(app, ln) }()
+	stopExports := func() {}
+	if o.Exports != nil {
+		runner := &domain.ExportRunner{Service: svc, Encoder: handlers.ExportEncoder{}, Limits: limits, Settle: o.Exports.Settle,
+			FileResources: o.Exports.FileResources, Poll: 50 * time.Millisecond, Log: log}
+		if runner.Settle == 0 {
+			runner.Settle = 50 * time.Millisecond
+		}
+		if runner.Limits == (domain.ExportLimits{}) {
+			runner.Limits = domain.DefaultExportLimits
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { runner.Run(ctx); close(done) }()
+		stopExports = func() { cancel(); <-done }
+	}
 	t.Cleanup(func() {
+		stopExports()
 		_ = app.ShutdownWithTimeout(5 * time.Second)
 		if seen := f.all(); len(seen) > 0 {
 			t.Errorf("the exchange had %d faults (5xx answers or error logs), which no input may cause: %s", len(seen), strings.Join(seen, "; "))
