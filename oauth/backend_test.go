@@ -245,7 +245,7 @@ func TestBackendClientRegistration(t *testing.T) {
 		{"acting for a colleague", func(r *oauth.ClientRegistration) { r.ActsForUserID = other.ID }, domain.CodeForbidden},
 		{"acting for a superuser", func(r *oauth.ClientRegistration) { r.ActsForUserID = boss.ID }, domain.CodeForbidden},
 		{"acting for an organization they do not manage", func(r *oauth.ClientRegistration) { r.ActsForUserID, r.ActsForOrganizationID = 0, org }, domain.CodeForbidden},
-		{"acting for an organization that does not exist", func(r *oauth.ClientRegistration) { r.ActsForUserID, r.ActsForOrganizationID = 0, org + 100 }, domain.CodeInvalid},
+		{"acting for an organization that does not exist", func(r *oauth.ClientRegistration) { r.ActsForUserID, r.ActsForOrganizationID = 0, org+100 }, domain.CodeInvalid},
 		{"acting for a practitioner and an organization", func(r *oauth.ClientRegistration) { r.ActsForOrganizationID = org }, domain.CodeInvalid},
 		{"acting for nobody", func(r *oauth.ClientRegistration) { r.ActsForUserID = 0 }, domain.CodeInvalid},
 		{"a private key", func(r *oauth.ClientRegistration) {
