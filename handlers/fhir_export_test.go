@@ -482,3 +482,89 @@ func TestBulkExportQueue(t *testing.T) {
 		t.Errorf("a kick-off beyond the owner's share: %d", resp.StatusCode)
 	}
 }
+
+// TestExportPermissionMatrix: who may kick off each level of $export, and
+// that a job's status, files and deletion are its owner's alone (anyone
+// else: 404, as for a job that does not exist). The actors are the
+// permission matrix's.
+func TestExportPermissionMatrix(t *testing.T) {
+	w := newWorldWith(t, handlerstest.Options{Exports: &handlerstest.Exports{}})
+	kickOff := func(path, token string) (int, string) {
+		resp, _ := fxDo(t, w.env, "GET", path, map[string]string{"Authorization": "Bearer " + token, "Prefer": "respond-async"}, "")
+		loc := resp.Header.Get("Content-Location")
+		if resp.StatusCode == http.StatusAccepted { // out of the owner's share of the queue again
+			fxDo(t, w.env, "DELETE", strings.TrimPrefix(loc, w.env.URL), map[string]string{"Authorization": "Bearer " + token}, "")
+		}
+		return resp.StatusCode, loc
+	}
+	for _, row := range []struct {
+		name, path, want string
+	}{
+		{"system $export", "/FHIR/R5/$export", "202 403 403 403 403 403 403 401 401"},
+		{"Patient/$export", "/FHIR/R5/Patient/$export", "202 202 202 202 202 202 202 401 401"},
+		{"Group/$export", fmt.Sprintf("/FHIR/R5/Group/%d/$export", w.study.ID), "202 202 202 202 404 202 404 401 401"},
+	} {
+		want := strings.Fields(row.want)
+		for i, actor := range matrixActors {
+			if got, _ := kickOff(row.path, w.tokens[actor]); fmt.Sprint(got) != want[i] {
+				t.Errorf("%s as %s: %d, want %s", row.name, actor, got, want[i])
+			}
+		}
+	}
+	// The member's job, completed: only the member polls, downloads and
+	// deletes it.
+	resp, _ := fxDo(t, w.env, "GET", fmt.Sprintf("/FHIR/R5/Group/%d/$export?_type=Patient", w.study.ID),
+		map[string]string{"Authorization": "Bearer " + w.tokens["member"]}, "")
+	status := resp.Header.Get("Content-Location")
+	var file string
+	for deadline := time.Now().Add(30 * time.Second); file == "" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if resp, body := fxGetAbs(t, status, w.tokens["member"], nil); resp.StatusCode == http.StatusOK {
+			file = fmt.Sprint(fxObj(fxArr(fxDecode(t, body)["output"])[0])["url"])
+		}
+	}
+	if file == "" {
+		t.Fatal("the member's export did not complete")
+	}
+	for _, row := range []struct {
+		name, method, url, want string
+	}{
+		{"status", "GET", status, "404 404 200 404 404 404 404 401 401"},
+		{"file", "GET", file, "404 404 200 404 404 404 404 401 401"},
+		{"DELETE", "DELETE", status, "404 404 202 404 404 404 404 401 401"},
+	} {
+		want := strings.Fields(row.want)
+		for i, actor := range matrixActors {
+			if actor == "member" && row.method == "GET" {
+				time.Sleep(time.Second) // as Retry-After asks
+			}
+			resp, _ := fxDo(t, w.env, row.method, strings.TrimPrefix(row.url, w.env.URL), map[string]string{"Authorization": "Bearer " + w.tokens[actor]}, "")
+			if fmt.Sprint(resp.StatusCode) != want[i] {
+				t.Errorf("%s of the member's export as %s: %d, want %s", row.name, actor, resp.StatusCode, want[i])
+			}
+		}
+	}
+}
+
+// TestBulkExportAcrossInstances: two instances on one database, files in
+// GridFS: each answers any job's status and serves its files, and of the
+// two runners one runs each job.
+func TestBulkExportAcrossInstances(t *testing.T) {
+	w := exporting(t, handlerstest.Options{Exports: &handlerstest.Exports{GridFS: true, FileResources: 2}})
+	w.exportData(t)
+	other := handlerstest.StartWith(t, handlerstest.Options{Database: w.env.DB, Exports: &handlerstest.Exports{GridFS: true, FileResources: 2}})
+	doc := w.tok["doc"]
+	var statuses []string
+	for range 3 {
+		resp, loc := w.kickOff(t, "GET", fmt.Sprintf("/Group/%d/$export?_type=Patient,Observation", w.s1.ID), doc, nil, "")
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("%d", resp.StatusCode)
+		}
+		statuses = append(statuses, strings.Replace(loc, w.env.URL, other.URL, 1))
+	}
+	for _, status := range statuses {
+		got := w.exported(t, w.exportManifest(t, status, doc), doc) // through the other instance
+		if len(got["Patient"]) != 3 || len(got["Observation"]) != 3 {
+			t.Errorf("%d patients and %d observations, want 3 and 3", len(got["Patient"]), len(got["Observation"]))
+		}
+	}
+}
