@@ -46,6 +46,9 @@ type Config struct {
 	// explained on the OAuth clients page; "" when none is configured.
 	GatewayClientID string
 	Logger          *slog.Logger
+	// Exports are the bulk export settings (EXPORT_QUEUE); zero:
+	// domain.DefaultExportLimits.
+	Exports domain.ExportLimits
 }
 
 // Console serves the pages under Prefix.
@@ -153,6 +156,11 @@ func (c *Console) signedInRoutes() map[string]handler {
 		"GET /console/clients/{$}":                                     c.clients,
 		"POST /console/clients/{$}":                                    c.registerClient,
 		"POST /console/clients/{id}/rotate":                            c.rotateClient,
+		"POST /console/studies/{id}/export":                            c.exportStudy,
+		"POST /console/patients/{id}/export":                           c.exportPatient,
+		"GET /console/exports/{job}/{$}":                               c.exportJob,
+		"GET /console/exports/{job}/{file}":                            c.exportFile,
+		"POST /console/exports/{job}/delete":                           c.deleteExport,
 	}
 }
 
@@ -291,14 +299,15 @@ func formVersion(r *http.Request) (time.Time, error) {
 // notices are the messages a form's redirect names with done=: fixed
 // texts, so nothing from the request is echoed.
 var notices = map[string]string{
-	"saved":      "Saved.",
-	"created":    "Created.",
-	"added":      "Added.",
-	"removed":    "Removed.",
-	"enrolled":   "The patient is enrolled.",
-	"unenrolled": "The patient is no longer enrolled.",
-	"cancelled":  "The invitation is cancelled: its link no longer works.",
-	"answered":   "Thank you: your answer is saved. You can change it at any time.",
+	"saved":         "Saved.",
+	"created":       "Created.",
+	"added":         "Added.",
+	"removed":       "Removed.",
+	"enrolled":      "The patient is enrolled.",
+	"unenrolled":    "The patient is no longer enrolled.",
+	"cancelled":     "The invitation is cancelled: its link no longer works.",
+	"answered":      "Thank you: your answer is saved. You can change it at any time.",
+	"exportDeleted": "The export and its files are deleted.",
 }
 
 // seeOther answers a successful form with a redirect to a page (Post,

@@ -79,6 +79,9 @@ type fixture struct {
 	source                      *domain.FHIRSource
 	client                      *domain.OAuthClient
 	callers                     map[string]*caller
+	// export is a completed export of the study by the member, and
+	// exportFile one of its files.
+	export, exportFile string
 }
 
 func newFixture(t *testing.T) *fixture { t.Helper(); return newFixtureWith(t, handlerstest.Options{}) }
@@ -86,6 +89,9 @@ func newFixture(t *testing.T) *fixture { t.Helper(); return newFixtureWith(t, ha
 // newFixtureWith is newFixture with the exchange's settings.
 func newFixtureWith(t *testing.T, o handlerstest.Options) *fixture {
 	t.Helper()
+	if o.Exports == nil {
+		o.Exports = &handlerstest.Exports{}
+	}
 	env := handlerstest.StartWith(t, o)
 	ctx := context.Background()
 	svc, sys := env.Service, domain.SystemActor()
@@ -149,7 +155,34 @@ func newFixtureWith(t *testing.T, o handlerstest.Options) *fixture {
 		"patient": "pat@example.org", "other patient": "quinn@example.org", "anonymous": ""} {
 		f.callers[name] = signIn(t, env, name, email)
 	}
+	f.export, f.exportFile = completedExport(t, env, f.member.ID, f.study.ID)
 	return f
+}
+
+// completedExport runs an export of the study as the user (in the
+// console: no client) to its end, and returns its id and a file's name.
+func completedExport(t *testing.T, env *handlerstest.Env, userID, studyID int64) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	actor, err := env.Service.Actor(ctx, userID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := env.Service.StartExport(ctx, actor, domain.ExportRequest{Level: domain.ExportGroup, GroupID: studyID, Format: domain.ExportFHIR},
+		domain.DefaultExportLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if j, err = env.Service.ExportJobFor(ctx, actor, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		if j.State == domain.ExportCompleted && len(j.Outputs) > 0 {
+			return j.ID, j.Outputs[0].Name
+		}
+	}
+	t.Fatalf("the export is %s after 30 s", j.State)
+	return "", ""
 }
 
 // everyone are the signed-in callers.
@@ -186,8 +219,14 @@ func pageCases(f *fixture) []pageCase {
 		{"/console/sources/", everyone, nil},
 		{fmt.Sprintf("/console/fhir-sources/%d/", f.source.ID), readers, others},
 		{"/console/clients/", []string{"superuser"}, nil},
+		// An export is its owner's alone; to anyone else it does not exist.
+		{"/console/exports/" + f.export + "/", []string{"member"}, notMember},
+		{"/console/exports/" + f.export + "/" + f.exportFile, []string{"member"}, notMember},
 	}
 }
+
+// notMember are the signed-in callers but the member.
+var notMember = []string{"superuser", "manager", "viewer", "outsider", "patient", "other patient"}
 
 // TestPagePermissions: each page answers every kind of user as the
 // permission model says (readers 200, others the API's 403), and sends a
@@ -282,6 +321,10 @@ func formCases(f *fixture) []formCase {
 		{fixed("/console/clients/"), form{"name": {"App"}, "type": {"public"}, "grant": {"authorization_code"}, "redirectUris": {"https://app.example.test/cb"}, "algorithm": {"RS256"}},
 			[]string{"manager", "patient"}, "superuser", http.StatusCreated, nil},
 		{fixed("/console/clients/" + f.client.ID + "/rotate"), nil, []string{"manager", "patient"}, "superuser", http.StatusOK, nil},
+		{fixed(study + "/export"), nil, []string{"outsider", "other patient"}, "viewer", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
+		{fixed(patient + "/export"), nil, []string{"outsider", "other patient"}, "patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
+		{fixed("/console/exports/" + f.export + "/delete"), nil, notMember, "member", http.StatusSeeOther,
+			map[string]int{"superuser": 404, "manager": 404, "viewer": 404, "outsider": 404, "patient": 404, "other patient": 404}},
 	}
 }
 
@@ -341,7 +384,8 @@ func TestWriteControlsFollowPermissions(t *testing.T) {
 		_, page := f.callers[name].b.Do("GET", f.env.URL+path, nil)
 		var out []string
 		for _, m := range forms.FindAllStringSubmatch(page, -1) {
-			if m[1] != "/o/logout/" {
+			// An export reads: a viewer may start one.
+			if m[1] != "/o/logout/" && !strings.HasSuffix(m[1], "/export") {
 				out = append(out, m[1])
 			}
 		}

@@ -97,9 +97,8 @@ const (
 // errExportStopped ends a run whose job was deleted meanwhile.
 var errExportStopped = errors.New("the export was deleted while it ran")
 
-// Run claims and runs jobs until ctx ends; then it hands back the jobs it
-// was running (queued again, to be resumed here or elsewhere).
-func (r *ExportRunner) Run(ctx context.Context) {
+// defaults fills in the settings left zero.
+func (r *ExportRunner) defaults() {
 	if r.Concurrency <= 0 {
 		r.Concurrency = 1
 	}
@@ -115,6 +114,12 @@ func (r *ExportRunner) Run(ctx context.Context) {
 	if r.Log == nil {
 		r.Log = slog.Default()
 	}
+}
+
+// Run claims and runs jobs until ctx ends; then it hands back the jobs it
+// was running (queued again, to be resumed here or elsewhere).
+func (r *ExportRunner) Run(ctx context.Context) {
+	r.defaults()
 	s := r.Service
 	slots := make(chan struct{}, r.Concurrency)
 	var running sync.WaitGroup
@@ -144,7 +149,7 @@ func (r *ExportRunner) Run(ctx context.Context) {
 			running.Add(1)
 			go func() {
 				defer func() { <-slots; running.Done() }()
-				r.run(ctx, j)
+				r.RunJob(ctx, j)
 			}()
 		}
 		select {
@@ -190,9 +195,11 @@ func (r *ExportRunner) sweep(ctx context.Context) {
 	}
 }
 
-// run runs one claimed job to its end: completed, failed, stopped by its
-// deletion, or interrupted by ctx (then Run hands it back).
-func (r *ExportRunner) run(ctx context.Context, j *ExportJob) {
+// RunJob runs one claimed job to its end: completed, failed, stopped by
+// its deletion, or interrupted by ctx (then Run hands it back). Run calls
+// it for each job it claims; a benchmark, for a job of its own.
+func (r *ExportRunner) RunJob(ctx context.Context, j *ExportJob) {
+	r.defaults()
 	s := r.Service
 	log := r.Log.With("job", j.ID)
 	err := r.runParts(ctx, j)

@@ -54,7 +54,7 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	web := handlers.New(handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping,
 		Loaded: a.loaded, Metrics: a.metrics, MetricsHandler: metrics, Logger: log, TrustedProxies: s.TrustedProxies, Exports: s.Exports,
 		Console: console.New(console.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas,
-			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log})})
+			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log, Exports: s.Exports})})
 
 	background, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()

@@ -25,3 +25,13 @@
     if (question && !window.confirm(question)) event.preventDefault();
   });
 })();
+
+// <element data-refresh="N">: reloads the page after N seconds (a page
+// following a job until it ends).
+(function () {
+  'use strict';
+  var el = document.querySelector('[data-refresh]');
+  if (!el) return;
+  var seconds = parseInt(el.getAttribute('data-refresh'), 10);
+  if (seconds > 0) window.setTimeout(function () { window.location.reload(); }, seconds * 1000);
+})();

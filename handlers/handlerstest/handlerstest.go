@@ -310,7 +310,7 @@ func StartWith(t testing.TB, o Options) *Env {
 	config := handlers.Config{Service: svc, OAuth: provider, Ping: o.Ping, Loaded: o.Loaded, Schemas: Schemas(t), Logger: log,
 		TrustedProxies: proxies, Search: search, Exports: limits,
 		Console: console.New(console.Config{Service: svc, OAuth: provider, Search: search, Schemas: Schemas(t),
-			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: log})}
+			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: log, Exports: limits})}
 	if o.Metrics != nil {
 		config.Metrics, config.MetricsHandler = o.Metrics, telemetry.MetricsHandler(o.Metrics, o.MetricsToken)
 	}
