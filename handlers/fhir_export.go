@@ -271,6 +271,9 @@ func (s *server) exportStatus(c *fiber.Ctx) error {
 				"polled sooner than Retry-After asked", "")))
 		}
 		c.Set("X-Progress", j.ExportProgress())
+		// Where to poll next, as the kick-off said: clients that read an
+		// answer's Content-Location (or its body) for it find it here.
+		c.Set("Content-Location", fhirBase(c)+exportStatusPath+j.ID)
 		return writeFHIR(c, fiber.StatusAccepted, outcomeOf(fhirIssue("information", "informational", j.ExportProgress(), "")))
 	case domain.ExportFailed:
 		code := j.FailureCode

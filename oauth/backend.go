@@ -28,7 +28,8 @@ import (
 // a user, with the client_credentials grant, and authenticates with a JWT
 // it signed with its private key (private_key_jwt, RFC 7523). fosite
 // verifies the assertion (signature against the client's registered JWKS
-// or JWKS URL, iss = sub = client id, aud = the token URL, a jti not seen
+// or JWKS URL, iss = sub = client id, aud = the token URL (or the issuer,
+// GetTokenURLs), a jti not seen
 // before); this file adds what the SMART profile asks beyond it:
 //
 //   - RS384 or ES384 only, and a key of the matching type and strength;

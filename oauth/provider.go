@@ -238,13 +238,14 @@ func (c *providerConfig) GetIDTokenIssuer(ctx context.Context) string {
 	return c.Config.GetIDTokenIssuer(ctx)
 }
 
-// GetTokenURLs returns the token endpoint's URLs on the origin of the
-// request being served (with and without the trailing slash): what a
-// backend client's assertion must name as its aud.
+// GetTokenURLs returns what a backend client's assertion may name as its
+// aud, on the origin of the request being served: the token endpoint's
+// URL (with and without the trailing slash), as SMART asks, or the
+// issuer, as RFC 7523bis recommends and openid-client sends.
 func (c *providerConfig) GetTokenURLs(ctx context.Context) []string {
 	if r, ok := ctx.Value(fosite.RequestContextKey).(*http.Request); ok {
-		token := c.proxies.RequestOrigin(r) + "/o/token"
-		return []string{token + "/", token}
+		issuer := c.proxies.RequestOrigin(r) + "/o"
+		return []string{issuer + "/token/", issuer + "/token", issuer}
 	}
 	return c.Config.GetTokenURLs(ctx)
 }
