@@ -16,6 +16,9 @@ type clientsPage struct {
 	Secret   *issuedSecret
 	Trusted  bool // the user may register trusted clients
 	Rotating map[string]bool
+	// Managed are the organizations the user manages: what a backend
+	// client the user registers may act for, besides the user.
+	Managed []domain.Organization
 }
 
 // issuedSecret is a client secret shown once, after it was generated.
@@ -42,6 +45,15 @@ func (c *Console) renderClients(w http.ResponseWriter, r *http.Request, s *sessi
 	start := min(int(p.Offset()), len(all))
 	page := clientsPage{Clients: all[start:min(start+p.Size, len(all))], Pager: pagerOf(r, p, int64(len(all))),
 		Gateway: c.GatewayClientID, Console: oauth.ConsoleClientID, Secret: secret, Trusted: s.actor.IsSuperuser()}
+	orgs, err := c.readableOrganizations(r.Context(), s.actor)
+	if err != nil {
+		return err
+	}
+	for _, o := range orgs {
+		if s.actor.CanAdministerOrganization(o.ID) {
+			page.Managed = append(page.Managed, o)
+		}
+	}
 	c.render(w, r, s, status, "clients.html", "OAuth clients", "clients", page)
 	return nil
 }
@@ -61,6 +73,31 @@ func (c *Console) registerClient(w http.ResponseWriter, r *http.Request, s *sess
 		return err
 	}
 	return c.renderClients(w, r, s, http.StatusCreated, &issuedSecret{ClientID: client.ID, Name: client.Name, Secret: secret, New: true})
+}
+
+// registerBackendClient registers a SMART backend service: its public
+// keys (a JWKS, or the URL it is published at) and whom it acts for, the
+// user or an organization they manage. It has no secret to show.
+func (c *Console) registerBackendClient(w http.ResponseWriter, r *http.Request, s *session) error {
+	reg := oauth.ClientRegistration{Name: r.PostFormValue("name"), Type: domain.ClientBackend,
+		JWKS: strings.TrimSpace(r.PostFormValue("jwks")), JWKSURL: strings.TrimSpace(r.PostFormValue("jwksUrl"))}
+	switch actsFor := r.PostFormValue("actsFor"); {
+	case actsFor == "me":
+		reg.ActsForUserID = s.actor.User.ID
+	case strings.HasPrefix(actsFor, "organization:"):
+		id, ok := domain.ParseID(strings.TrimPrefix(actsFor, "organization:"))
+		if !ok {
+			return domain.FieldErrorf("actsFor", "choose yourself or an organization you manage")
+		}
+		reg.ActsForOrganizationID = id
+	default:
+		return domain.FieldErrorf("actsFor", "choose yourself or an organization you manage")
+	}
+	client, _, err := c.OAuth.RegisterClientAs(r.Context(), s.actor, reg)
+	if err != nil {
+		return err
+	}
+	return c.renderClients(w, r, s, http.StatusCreated, &issuedSecret{ClientID: client.ID, Name: client.Name, New: true})
 }
 
 func (c *Console) rotateClient(w http.ResponseWriter, r *http.Request, s *session) error {

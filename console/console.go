@@ -156,6 +156,7 @@ func (c *Console) signedInRoutes() map[string]handler {
 		"GET /console/clients/{$}":                                     c.clients,
 		"POST /console/clients/{$}":                                    c.registerClient,
 		"POST /console/clients/{id}/rotate":                            c.rotateClient,
+		"POST /console/clients/backend":                                c.registerBackendClient,
 		"POST /console/studies/{id}/export":                            c.exportStudy,
 		"POST /console/patients/{id}/export":                           c.exportPatient,
 		"GET /console/exports/{job}/{$}":                               c.exportJob,

@@ -82,6 +82,8 @@ type fixture struct {
 	// export is a completed export of the study by the member, and
 	// exportFile one of its files.
 	export, exportFile string
+	// jwks is the public key set of a backend client to register.
+	jwks string
 }
 
 func newFixture(t *testing.T) *fixture { t.Helper(); return newFixtureWith(t, handlerstest.Options{}) }
@@ -156,6 +158,7 @@ func newFixtureWith(t *testing.T, o handlerstest.Options) *fixture {
 		f.callers[name] = signIn(t, env, name, email)
 	}
 	f.export, f.exportFile = completedExport(t, env, f.member.ID, f.study.ID)
+	f.jwks = handlerstest.NewBackendKey(t, "ES384").JWKS(t)
 	return f
 }
 
@@ -321,6 +324,7 @@ func formCases(f *fixture) []formCase {
 		{fixed("/console/clients/"), form{"name": {"App"}, "type": {"public"}, "grant": {"authorization_code"}, "redirectUris": {"https://app.example.test/cb"}, "algorithm": {"RS256"}},
 			[]string{"manager", "patient"}, "superuser", http.StatusCreated, nil},
 		{fixed("/console/clients/" + f.client.ID + "/rotate"), nil, []string{"manager", "patient"}, "superuser", http.StatusOK, nil},
+		{fixed("/console/clients/backend"), form{"name": {"Pipeline"}, "jwks": {f.jwks}, "actsFor": {"me"}}, []string{"manager", "patient"}, "superuser", http.StatusCreated, nil},
 		{fixed(study + "/export"), nil, []string{"outsider", "other patient"}, "viewer", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
 		{fixed(patient + "/export"), nil, []string{"outsider", "other patient"}, "patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
 		{fixed("/console/exports/" + f.export + "/delete"), nil, notMember, "member", http.StatusSeeOther,

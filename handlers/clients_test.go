@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -65,5 +66,31 @@ func TestOAuthClientsAPI(t *testing.T) {
 	}
 	if resp, _ := env.GetJSON(t, "/api/v1/oauth_clients", patient); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("patient list: %d", resp.StatusCode)
+	}
+}
+
+// TestBackendClientsAPI: a backend client registered through the admin
+// API with its JWKS, acting for its registrant; its keys and identity are
+// listed, it has no secret; it may not act for someone else.
+func TestBackendClientsAPI(t *testing.T) {
+	env := handlerstest.Start(t)
+	staffUser, err := env.Service.CreateUser(context.Background(), domain.NewUser{Email: "staff@example.org", Type: domain.UserPractitioner, IsStaff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staff := env.Token(t, staffUser.ID)
+	other := env.Practitioner(t, "other@example.org", false)
+	key := handlerstest.NewBackendKey(t, "RS384")
+	body := map[string]any{"name": "Pipeline", "clientType": "backend", "authorizationGrantType": "client-credentials",
+		"jwks": json.RawMessage(key.JWKS(t)), "actsForUserId": staffUser.ID}
+	resp, created := env.Send(t, "POST", "/api/v1/oauth_clients", staff, body)
+	if resp.StatusCode != http.StatusCreated || created["clientSecret"] != nil || created["authorizationGrantType"] != "client-credentials" ||
+		created["tokenEndpointAuthMethod"] != "private_key_jwt" || created["actsForUserId"] != float64(staffUser.ID) || created["jwks"] == nil {
+		t.Fatalf("create: %d %v", resp.StatusCode, created)
+	}
+	env.BackendToken(t, key, created["clientId"].(string), "system/*.rs")
+	body["actsForUserId"] = other.ID
+	if resp, out := env.Send(t, "POST", "/api/v1/oauth_clients", staff, body); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a backend client acting for a colleague: %d %v", resp.StatusCode, out)
 	}
 }

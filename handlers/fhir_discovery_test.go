@@ -76,6 +76,15 @@ func TestFHIRCapabilityStatement(t *testing.T) {
 		}
 		types[rt] = fxObj(r)
 	}
+	// Bulk Data: the statement instantiates the Bulk Data one and declares
+	// $export at the system level and on Patient and Group.
+	const bulk = "http://hl7.org/fhir/uv/bulkdata/"
+	operation := func(v any) string { return fmt.Sprint(fxObj(fxArr(v)[0])["definition"]) }
+	if fmt.Sprint(cs["instantiates"]) != "["+bulk+"CapabilityStatement/bulk-data]" || operation(server["operation"]) != bulk+"OperationDefinition/export" ||
+		operation(types["Patient"]["operation"]) != bulk+"OperationDefinition/patient-export" ||
+		operation(types["Group"]["operation"]) != bulk+"OperationDefinition/group-export" {
+		t.Errorf("Bulk Data: instantiates %v, operations %v, %v, %v", cs["instantiates"], server["operation"], types["Patient"]["operation"], types["Group"]["operation"])
+	}
 	common := map[string]string{"_id": "token", "_lastUpdated": "date", "_source": "uri", "_sort": "", "_count": "number",
 		"_summary": "", "_total": "", "_elements": ""}
 	joins := map[string]string{"patient": "reference", "patient.organization": "reference", "patient.identifier": "token",
@@ -241,10 +250,22 @@ func TestFHIRSmartConfiguration(t *testing.T) {
 			t.Errorf("scopes_supported %v", s)
 		}
 		capabilities := strs("capabilities")
-		for _, c := range []string{"launch-standalone", "client-public", "client-confidential-symmetric", "sso-openid-connect", "permission-offline"} {
+		for _, c := range []string{"launch-standalone", "client-public", "client-confidential-symmetric", "client-confidential-asymmetric",
+			"sso-openid-connect", "permission-offline"} {
 			if !slices.Contains(capabilities, c) {
 				t.Errorf("capabilities %v lack %s", capabilities, c)
 			}
+		}
+		// SMART Backend Services: private_key_jwt with RS384 or ES384, the
+		// client_credentials grant and system/ scopes.
+		if m := strs("token_endpoint_auth_methods_supported"); !slices.Contains(m, "private_key_jwt") || !slices.Contains(m, "client_secret_basic") {
+			t.Errorf("token_endpoint_auth_methods_supported %v", m)
+		}
+		if a := strs("token_endpoint_auth_signing_alg_values_supported"); !slices.Equal(a, []string{"RS384", "ES384"}) {
+			t.Errorf("token_endpoint_auth_signing_alg_values_supported %v", a)
+		}
+		if !slices.Contains(strs("grant_types_supported"), "client_credentials") || !slices.Contains(strs("scopes_supported"), "system/*.rs") {
+			t.Errorf("grant_types_supported %v, scopes_supported %v", strs("grant_types_supported"), strs("scopes_supported"))
 		}
 	}
 	// The endpoints it names answer.

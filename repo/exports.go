@@ -197,9 +197,21 @@ func (d *DB) UpdateExportJob(ctx context.Context, j *domain.ExportJob) error {
 	defer stripe.Unlock()
 	x := toExportJobDoc(j)
 	x.Version = j.Version + 1
-	set := bson.M{"state": x.State, "startedAt": x.StartedAt, "finishedAt": x.FinishedAt, "expiresAt": x.ExpiresAt, "parts": x.Parts,
-		"planned": x.Planned, "partsDone": x.PartsDone, "outputs": x.Outputs, "count": x.Count, "failure": x.Failure, "failureCode": x.FailureCode, "version": x.Version}
-	res, err := d.c(colExportJobs).UpdateOne(ctx, bson.M{"_id": j.ID, "version": j.Version}, bson.M{"$set": set})
+	set := bson.M{"state": x.State, "parts": x.Parts, "planned": x.Planned, "partsDone": x.PartsDone, "outputs": x.Outputs,
+		"count": x.Count, "failure": x.Failure, "failureCode": x.FailureCode, "version": x.Version}
+	unset := bson.M{}
+	for name, t := range map[string]time.Time{"startedAt": x.StartedAt, "finishedAt": x.FinishedAt, "expiresAt": x.ExpiresAt} {
+		if t.IsZero() {
+			unset[name] = ""
+		} else {
+			set[name] = t
+		}
+	}
+	update := bson.M{"$set": set}
+	if len(unset) > 0 {
+		update["$unset"] = unset
+	}
+	res, err := d.c(colExportJobs).UpdateOne(ctx, bson.M{"_id": j.ID, "version": j.Version}, update)
 	if err != nil {
 		return err
 	}
@@ -375,13 +387,29 @@ func (d *DB) BeginExportDownload(ctx context.Context, jobID string) (string, err
 	return dl.ID, nil
 }
 
-// EndExportDownload implements domain.ExportStore.
+// EndExportDownload implements domain.ExportStore: the download's entry
+// is pulled as it is stored, whole (FerretDB's $pull matches values, not
+// conditions).
 func (d *DB) EndExportDownload(ctx context.Context, jobID, downloadID string) error {
 	stripe := d.recordWrites.ofString(jobID)
 	stripe.Lock()
 	defer stripe.Unlock()
-	_, err := d.c(colExportJobs).UpdateOne(ctx, bson.M{"_id": jobID}, bson.M{"$pull": bson.M{"downloads": bson.M{"id": downloadID}}})
-	return err
+	var x exportJobDoc
+	err := d.findOne(ctx, colExportJobs, bson.M{"_id": jobID}, &x, "export "+jobID+" does not exist")
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, dl := range x.Downloads {
+		if dl.ID == downloadID {
+			dl.At = dl.At.UTC()
+			_, err = d.c(colExportJobs).UpdateOne(ctx, bson.M{"_id": jobID}, bson.M{"$pull": bson.M{"downloads": dl}})
+			return err
+		}
+	}
+	return nil
 }
 
 // streamBatch is how many records a stream hands over at once: enough to
