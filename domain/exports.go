@@ -358,6 +358,9 @@ func (s *Service) checkExportRequest(ctx context.Context, actor *Actor, req *Exp
 	var types []string
 	for _, t := range req.Types {
 		native := slices.Contains(levelTypes, t) || (req.Level == ExportSystem && t == "AuditEvent" && req.Format != ExportOMH)
+		if t == "AuditEvent" && native && !actor.IsSuperuser() {
+			return Errorf(CodeForbidden, "the audit trail is exported by superusers only")
+		}
 		if !native {
 			if req.Format == ExportOMH {
 				return FieldErrorf("_type", "%s: the %s format holds native Observations only", t, ExportOMH)
