@@ -41,6 +41,11 @@ func TestParseScope(t *testing.T) {
 			Constraints: []domain.ScopeConstraint{{Param: "code", Values: []string{"http://loinc.org|8867-4"}}}}},
 		{"user/*.rs?code=|x,http://loinc.org|", &domain.ResourceScope{Type: "*", Interactions: rs,
 			Constraints: []domain.ScopeConstraint{{Param: "code", Values: []string{"|x", "http://loinc.org|"}}}}},
+		// Backend services' system/ scopes read and search only.
+		{"system/*.rs", &domain.ResourceScope{System: true, Type: "*", Interactions: rs}},
+		{"system/Observation.read", &domain.ResourceScope{System: true, Type: "Observation", Interactions: rs}},
+		{"system/Patient.s?code=x", &domain.ResourceScope{System: true, Type: "Patient", Interactions: domain.InteractionSearch,
+			Constraints: []domain.ScopeConstraint{{Param: "code", Values: []string{"x"}}}}},
 	} {
 		got, err := domain.ParseScope(tc.scope)
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
@@ -48,7 +53,8 @@ func TestParseScope(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{
-		"", "foo", "launch", "launch/encounter", "Openid", "openid ", "system/*.rs", "Patient/Observation.rs",
+		"", "foo", "launch", "launch/encounter", "Openid", "openid ", "system/*.cruds", "system/Observation.c", "system/*.write",
+		"system/*.*", "System/*.rs", "Patient/Observation.rs",
 		"patient/Observation", "patient/Observation.", "patient/.rs", "patient/observation.rs", "patient/Obs-ervation.rs",
 		"patient/Observation.sr", "patient/Observation.rr", "patient/Observation.x", "patient/Observation.reads",
 		"patient/Observation.rs?", "patient/Observation.rs?status=final", "patient/Observation.rs?code",
@@ -75,6 +81,9 @@ func TestScopeAllowed(t *testing.T) {
 		{domain.AllScopes, "user/Patient.r", true},
 		{domain.AllScopes, "exchange/admin.write", true},
 		{domain.AllScopes, "system/*.rs", false},
+		{[]string{"user/*.cruds"}, "system/Observation.rs", false},
+		{[]string{"system/*.rs"}, "system/Observation.rs?code=x", true},
+		{[]string{"system/*.rs"}, "user/Observation.rs", false},
 		{[]string{"patient/*.cruds"}, "patient/Observation.rs?" + lab, true},
 		{[]string{"patient/*.cruds"}, "user/Observation.rs", false}, // another context
 		{[]string{"patient/*.read"}, "patient/Observation.s", true},
