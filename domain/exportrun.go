@@ -204,9 +204,14 @@ func (r *ExportRunner) RunJob(ctx context.Context, j *ExportJob) {
 	log := r.Log.With("job", j.ID)
 	err := r.runParts(ctx, j)
 	switch {
-	case err == nil:
+	case err == nil, ctx.Err() != nil:
 		return
-	case errors.Is(err, errExportStopped), ctx.Err() != nil:
+	case errors.Is(err, errExportStopped):
+		// Deleted while it ran: the sweep removes its files once this
+		// process no longer holds it.
+		if err := s.store.ReleaseExportJob(ctx, j.ID); err != nil {
+			log.Warn("releasing a deleted export failed", "error", err)
+		}
 		return
 	}
 	code, failure := ErrorCode(err), Sentence(ErrorMessage(err))

@@ -222,6 +222,9 @@ type ExportStore interface {
 	// ExportJobsToRemove returns deleted jobs, and finished jobs expired
 	// by now, that no live download reads.
 	ExportJobsToRemove(ctx context.Context, now time.Time) ([]ExportJob, error)
+	// ReleaseExportJob gives up this process's hold on a job it stopped
+	// running (deleted meanwhile), so that its files may be removed.
+	ReleaseExportJob(ctx context.Context, id string) error
 	// RemoveExportJob deletes the job's record (its files are gone).
 	RemoveExportJob(ctx context.Context, id string) error
 	// BeginExportDownload records that this process serves a download of
@@ -400,7 +403,7 @@ func (s *Service) checkExportRequest(ctx context.Context, actor *Actor, req *Exp
 				return FieldErrorf("_typeFilter", "%q: %s shapes a search's answer, not which resources match", f, k)
 			}
 		}
-		q, err := s.exportSearches.ExportSearch(t, s.partQuery(t, !slices.Contains(exportNativeTypes, t) || values.Has("_source")), []url.Values{values})
+		q, err := s.exportSearches.ExportSearch(t, s.partQuery(t, !slices.Contains(exportNativeTypes, t)), []url.Values{values})
 		if err != nil {
 			return FieldErrorf("_typeFilter", "%q: %s", f, ErrorMessage(err))
 		}

@@ -336,8 +336,8 @@ func (d *DB) ExportJobsToRemove(ctx context.Context, now time.Time) ([]domain.Ex
 		x := &deleted[i]
 		if x.Instance != "" {
 			// Deleted while it ran: its process stops at its next progress
-			// write; once it is gone its lease is left behind.
-			if lapsed, err := d.leaseLapsed(ctx, x.Instance, now); err != nil || !lapsed && x.Instance != d.lease.id {
+			// write and releases it (ReleaseExportJob), or dies.
+			if lapsed, err := d.leaseLapsed(ctx, x.Instance, now); err != nil || !lapsed {
 				continue
 			}
 		}
@@ -357,6 +357,15 @@ func (d *DB) ExportJobsToRemove(ctx context.Context, now time.Time) ([]domain.Ex
 		}
 	}
 	return out, nil
+}
+
+// ReleaseExportJob implements domain.ExportStore.
+func (d *DB) ReleaseExportJob(ctx context.Context, id string) error {
+	stripe := d.recordWrites.ofString(id)
+	stripe.Lock()
+	defer stripe.Unlock()
+	_, err := d.c(colExportJobs).UpdateOne(ctx, bson.M{"_id": id, "instance": d.lease.id}, bson.M{"$set": bson.M{"instance": ""}})
+	return err
 }
 
 // RemoveExportJob implements domain.ExportStore.

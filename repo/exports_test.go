@@ -184,3 +184,28 @@ func TestExportFilesWholeOrAbsent(t *testing.T) {
 		t.Errorf("%d chunks left (%v)", n, err)
 	}
 }
+
+// TestADeletedRunningJobIsRemovedOnceReleased: a job deleted while it runs
+// keeps its files until the process running it lets it go.
+func TestADeletedRunningJobIsRemovedOnceReleased(t *testing.T) {
+	ctx := context.Background()
+	db := repotest.NewDB(t)
+	newExportJob(t, db, "job-c")
+	j, err := db.ClaimExportJob(ctx, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.State = domain.ExportDeleted
+	if err := db.UpdateExportJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, err := db.ExportJobsToRemove(ctx, time.Now()); err != nil || len(jobs) != 0 {
+		t.Fatalf("removed while it runs: %v %v", jobs, err)
+	}
+	if err := db.ReleaseExportJob(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, err := db.ExportJobsToRemove(ctx, time.Now()); err != nil || len(jobs) != 1 {
+		t.Fatalf("released: %v %v", jobs, err)
+	}
+}
