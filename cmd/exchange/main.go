@@ -99,7 +99,7 @@ const usage = `usage: exchange [command] [flags]
 
 commands:
   serve            run the service (default)
-  seed             load the demo data; --flush empties the database first
+  seed             load the demo data; --observations adds a month of readings, --flush empties the database first
   createsuperuser  create a superuser: --email E [--password P]
   changepassword   set a user's password, ending their sessions and tokens: --email E [--password P]
   clients          register | list | rotate-secret OAuth clients

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"text/tabwriter"
+	"time"
 
 	"exchange/domain"
 	"exchange/oauth"
@@ -137,6 +138,7 @@ var seedFHIRSources = []struct{ patient, label, dataSource string }{
 func seedCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
 	fs := newFlags("seed", io)
 	flush := fs.Bool("flush", false, "delete all data first (every collection of the database)")
+	observations := fs.Bool("observations", false, "also load a month of demo observations up to today")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -158,6 +160,13 @@ func seedCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, a
 		return fmt.Errorf("seed: %w", err)
 	}
 	printDemoLogins(io, s)
+	if *observations {
+		added, err := seedObservations(ctx, a.service, time.Now())
+		if err != nil {
+			return fmt.Errorf("seed observations: %w", err)
+		}
+		fmt.Fprintf(io.out, "Demo observations: %d added (the %d days up to today).\n", added, demoObservationDays)
+	}
 	return nil
 }
 

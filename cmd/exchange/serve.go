@@ -176,7 +176,7 @@ func printBanner(ctx context.Context, a *app, io stdio, base string) {
 		return
 	}
 	if n, err := a.service.CountUsers(ctx); err == nil && n == 0 {
-		fmt.Fprintln(out, "  No users yet. Load the demo data with `go run ./cmd/exchange seed`,")
+		fmt.Fprintln(out, "  No users yet. Load the demo data with `go run ./cmd/exchange seed --observations`,")
 		fmt.Fprintln(out, "  or create your own login with `go run ./cmd/exchange createsuperuser --email you@example.org`.")
 		return
 	}
