@@ -16,7 +16,7 @@ import (
 )
 
 // Config is what the gateway needs; cmd/gateway fills it from the
-// environment (the README's settings table names each variable).
+// environment (docs/mcp-gateway.md's settings table names each variable).
 type Config struct {
 	// ServiceURL is where the gateway reaches the exchange
 	// (SERVICE_BASE_URL).

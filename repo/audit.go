@@ -18,7 +18,7 @@ import (
 const colAuditEvents = "audit_events"
 
 // auditDoc is a document of audit_events; the field names are those
-// fhirsearch's configuration table searches (the README documents them).
+// fhirsearch's configuration table searches (docs/document-model.md documents them).
 type auditDoc struct {
 	ID          int64     `bson:"_id"`
 	LastUpdated time.Time `bson:"lastUpdated"` // when the event was recorded

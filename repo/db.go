@@ -17,7 +17,7 @@ import (
 	"exchange/domain"
 )
 
-// The collections. Their documents are described in the README.
+// The collections. Their documents are described in docs/document-model.md.
 const (
 	colCounters           = "counters"
 	colUsers              = "users"

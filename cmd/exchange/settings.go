@@ -21,7 +21,7 @@ import (
 )
 
 // settings are the service's environment variables, parsed and checked. The
-// README's settings table documents each one.
+// settings table of docs/settings.md documents each one.
 type settings struct {
 	Port              int
 	MongoURI          string
@@ -65,7 +65,7 @@ type settings struct {
 	GoMemLimitSet bool
 }
 
-// Defaults of the operations settings (the README's settings table).
+// Defaults of the operations settings (docs/settings.md).
 const (
 	defaultAuditBuffer         = 10000
 	defaultEmbeddedSearchSlots = 2
