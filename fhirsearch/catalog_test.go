@@ -196,7 +196,7 @@ func TestR5KindsPipelines(t *testing.T) {
 		{"Questionnaire", "url=http://hl7.org/fhir/Questionnaire/3141",
 			`{"$and":[{"search":{"$in":["url|http://hl7.org/fhir/Questionnaire/3141"]}}],"resourceType":"Questionnaire","sourceId":{"$in":[7]}}`},
 		{"Claim", "created=ge2014&_sort=-created",
-			`{"$and":[{"dates.created.end":{"$gte":{"$date":"2014-01-01T00:00:00Z"}}}],"resourceType":"Claim","sourceId":{"$in":[7]}}`},
+			`{"$and":[{"dates.created.end":{"$gte":{"$date":"2014-01-01T00:00:00Z"}}}],"resourceType":"Claim","sortAsc":{"$lt":{"$date":"9999-12-31T23:59:59.999Z"}},"sourceId":{"$in":[7]}}`},
 	} {
 		v, err := url.ParseQuery(tc.query + "&_source:below=" + url.QueryEscape(sourceBase+"/"))
 		if err != nil {

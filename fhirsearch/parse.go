@@ -154,6 +154,8 @@ func (t *Translator) Parse(resourceType string, query url.Values, strict bool) (
 		}
 	}
 	q.asked = asked.Encode()
+	q.defaultSort()
+	q.boundedSort()
 	asked.Set("_type", r.Type)
 	q.canonical = asked.Encode()
 	if c := query.Get(CursorParam); c != "" {

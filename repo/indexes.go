@@ -58,6 +58,14 @@ var indexes = []index{
 	{colObservations, "patient_date_desc", bson.D{{Key: "patientId", Value: 1}, {Key: "sortDesc", Value: -1}, {Key: "_id", Value: -1}}, false},
 	{colObservations, "patient_lastUpdated", bson.D{{Key: "patientId", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
 	{colObservations, "patient_id", bson.D{{Key: "patientId", Value: 1}, {Key: "_id", Value: 1}}, false},
+	// A date range bounds the start of the spans (the sort key) per span
+	// class, one scan each (fhirsearch/bounds.go), in either direction; the
+	// other sort keys with the code; an identifier, nearly unique.
+	{colObservations, "patient_code_span_date", bson.D{{Key: "patientId", Value: 1}, {Key: "codeTokens", Value: 1}, {Key: "spanClass", Value: 1}, {Key: "sortAsc", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_span_date", bson.D{{Key: "patientId", Value: 1}, {Key: "spanClass", Value: 1}, {Key: "sortAsc", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_code_id", bson.D{{Key: "patientId", Value: 1}, {Key: "codeTokens", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_code_lastUpdated", bson.D{{Key: "patientId", Value: 1}, {Key: "codeTokens", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_identifier", bson.D{{Key: "patientId", Value: 1}, {Key: "identifierTokens", Value: 1}, {Key: "_id", Value: 1}}, false},
 	{colObservations, "dataSource", bson.D{{Key: "dataSourceId", Value: 1}}, false}, // may a data source go (DeleteDataSource)
 	{colObservationIdentifier, "system_value_unique", bson.D{{Key: "system", Value: 1}, {Key: "value", Value: 1}}, true},
 	{colObservationIdentifier, "observation", bson.D{{Key: "observationId", Value: 1}}, false},
