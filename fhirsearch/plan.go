@@ -20,7 +20,7 @@ var matchNothing = bson.M{"_id": bson.M{"$in": bson.A{}}}
 // never shows: never fetched. An observation's index keys (its search
 // tokens and sort keys) are a third of what a page would read otherwise.
 var hidden = map[string][]string{
-	"observations":     {"omh", "codeTokens", "identifierTokens", "sortAsc", "sortDesc", SpanClassField, "lastUpdated"},
+	"observations":     {"omh", "codeTokens", "identifierTokens", "sortAsc", "sortDesc", SpanClassField, "valueNumber", "valueUnit", "lastUpdated"},
 	"users":            {"passwordHash"},
 	importedCollection: {"resource"}, // the parsed form kept for analysts; the JSON is served
 }

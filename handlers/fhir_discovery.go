@@ -52,6 +52,9 @@ func capabilityResources(catalog *fhirsearch.Catalog) (json.RawMessage, error) {
 			params = append(params, param)
 		}
 		entry := fiber.Map{"type": r.Type, "documentation": r.Doc, "interaction": interactions, "searchParam": params}
+		if r.Type == "Observation" {
+			entry["operation"] = []fiber.Map{statsOperation}
+		}
 		if slices.Contains(r.Interactions, "update") {
 			// If-Match is honoured; a PUT never creates (ids are assigned).
 			entry["versioning"], entry["updateCreate"] = "versioned-update", false

@@ -56,6 +56,7 @@ func hiddenProbes(w *scopeWorld) []hiddenProbe {
 		p("GET", "/Patient?patient={v}", ""),
 		p("GET", "/Observation?patient={v}", ""),
 		p("GET", "/Observation?patient=Patient/{v}&_summary=count", ""),
+		p("GET", "/Observation/$stats?patient={v}", ""),
 		p("GET", "/Observation?subject=Patient/{v}", ""),
 		p("GET", "/Observation?patient={v}&patient._has:Group:member:_id="+strconv.FormatInt(w.study.ID, 10), ""),
 		p("GET", "/Practitioner?patient={v}", ""),

@@ -228,6 +228,13 @@ func scopeRows() map[string]scopeRow {
 			"pt.obs": "[bpP]", "ctx.rs": "[bpP]", "user.rs": "[bpP hrO]", "hr.only": "[hrO]", "cruds": "[bpP hrO]", "ctx.cruds": "[bpP]", "super.ctx": "[bpP]"}, denied},
 		"count Observations": {"GET", get("/Observation?_summary=count"), map[string]string{
 			"pt.obs": "total 2", "ctx.rs": "total 2", "user.rs": "total 3", "hr.only": "total 2", "cruds": "total 3", "ctx.cruds": "total 2", "super.ctx": "total 2"}, denied},
+		// Observation/$stats: what the same search counts, per code.
+		"summarize Observations": {"GET", get("/Observation/$stats"), map[string]string{
+			"pt.obs": "stats 2", "ctx.rs": "stats 2", "user.rs": "stats 3", "hr.only": "stats 2", "cruds": "stats 3", "ctx.cruds": "stats 2", "super.ctx": "stats 2"}, denied},
+		"summarize another patient's Observations": {"GET", get("/Observation/$stats?patient=Patient/{O}"), map[string]string{
+			"pt.obs": "stats 0", "ctx.rs": "stats 0", "user.rs": "stats 1", "hr.only": "stats 1", "cruds": "stats 1", "ctx.cruds": "stats 0", "super.ctx": "stats 0"}, denied},
+		"summarize a study's Observations": {"GET", get("/Observation/$stats?patient._has:Group:member:_id={study}"), map[string]string{
+			"pt.obs": "stats 2", "ctx.rs": "stats 2", "user.rs": "stats 3", "hr.only": "stats 2", "cruds": "stats 3", "ctx.cruds": "stats 2", "super.ctx": "stats 2"}, denied},
 		"search a study's Observations": {"GET", get("/Observation?patient._has:Group:member:_id={study}"), map[string]string{
 			"pt.obs": "[hrP bpP]", "ctx.rs": "[hrP bpP]", "user.rs": "[hrP bpP hrO]", "hr.only": "[hrP hrO]", "cruds": "[hrP bpP hrO]", "ctx.cruds": "[hrP bpP]", "super.ctx": "[hrP bpP]"}, denied},
 		"read an Observation": {"GET", get("/Observation/{hrP}"), map[string]string{
@@ -396,6 +403,23 @@ func (w *scopeWorld) checkFHIR(t *testing.T, name string, row scopeRow, token, w
 	}
 	kind, arg, _ := strings.Cut(want, " ")
 	switch {
+	case kind == "stats":
+		if resp.StatusCode != http.StatusOK {
+			fail("%d, want 200 (%v)", resp.StatusCode, out)
+			return
+		}
+		total := 0.0
+		for _, p := range fxArr(out["parameter"]) {
+			for _, part := range fxArr(fxObj(p)["part"]) {
+				if fxObj(part)["name"] == "count" {
+					n, _ := strconv.ParseFloat(fxObj(part)["valueInteger64"].(string), 64)
+					total += n
+				}
+			}
+		}
+		if got := fmt.Sprint(total); got != arg {
+			fail("$stats counts %s, want %s (%v)", got, arg, out)
+		}
 	case strings.HasPrefix(want, "["), kind == "total":
 		if resp.StatusCode != http.StatusOK {
 			fail("%d, want 200 (%v)", resp.StatusCode, out)

@@ -76,3 +76,14 @@ func InterruptedPatientUpdate(ctx context.Context, d *DB, old, p *domain.Patient
 	}
 	return d.claimIdentifiers(ctx, in, p.ID, added)
 }
+
+// ObservationStatsScan is the embedded database's way of summarizing, run
+// on any server (DB.ObservationStats picks the aggregation on MongoDB).
+func (d *DB) ObservationStatsScan(ctx context.Context, plan *domain.SearchPlan) (domain.ObservationSummary, error) {
+	return d.observationStatsScan(ctx, plan)
+}
+
+// ObservationStatsGroup is MongoDB's way of summarizing.
+func (d *DB) ObservationStatsGroup(ctx context.Context, plan *domain.SearchPlan) (domain.ObservationSummary, error) {
+	return d.observationStatsGroup(ctx, plan)
+}

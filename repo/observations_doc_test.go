@@ -54,6 +54,9 @@ func toObservationDoc(o *domain.Observation) observationDoc {
 	for _, id := range o.Identifiers {
 		x.Identifiers = append(x.Identifiers, codedValueDoc{id.System, id.Value})
 	}
+	if v, unit, ok := omh.SingleQuantity(o.DataPoint); ok {
+		x.ValueNumber, x.ValueUnit = &v, unit
+	}
 	if tf := o.Effective; tf != nil {
 		start, end := tf.Start.UTC(), tf.End.UTC()
 		x.Start, x.End, x.SortAsc, x.SortDesc = &start, &end, start, start

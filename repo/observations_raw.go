@@ -438,6 +438,10 @@ func observationBSON(o *domain.Observation) (bson.Raw, error) {
 	b = appendTime(b, "sortAsc", sortAsc)
 	b = appendTime(b, "sortDesc", sortDesc)
 	b = bsoncore.AppendInt32Element(b, fhirsearch.SpanClassField, spanClass)
+	if v, unit, ok := omh.SingleQuantity(o.DataPoint); ok {
+		b = bsoncore.AppendDoubleElement(b, "valueNumber", v)
+		b = bsoncore.AppendStringElement(b, "valueUnit", unit)
+	}
 	b = appendTime(b, "lastUpdated", o.LastUpdated)
 	b = bsoncore.AppendInt64Element(b, "lastUpdatedMicros", o.LastUpdated.UnixMicro())
 	b, err := bsoncore.AppendDocumentEnd(b, start)
