@@ -45,7 +45,11 @@ type Config struct {
 	// GatewayClientID is the MCP gateway's client (MCP_OAUTH_CLIENT_ID),
 	// explained on the OAuth clients page; "" when none is configured.
 	GatewayClientID string
-	Logger          *slog.Logger
+	// Capacity says whether the store is past the size it serves
+	// comfortably (the embedded database), shown to staff on the home
+	// page; nil: it has no such size.
+	Capacity func() *domain.StoreCapacity
+	Logger   *slog.Logger
 }
 
 // Console serves the pages under Prefix.

@@ -24,6 +24,8 @@ type homePage struct {
 	Consents *domain.ConsentOverview
 	Mine     []oauth.Invitation
 	Clients  map[string]string // client names by id
+	// Capacity is set when the store is past its comfortable size.
+	Capacity *domain.StoreCapacity
 }
 
 // pendingInvitation is an invitation not redeemed yet, with its patient.
@@ -38,6 +40,9 @@ func (c *Console) home(w http.ResponseWriter, r *http.Request, s *session) error
 		return c.patientHome(w, r, s)
 	}
 	var page homePage
+	if c.Capacity != nil {
+		page.Capacity = c.Capacity()
+	}
 	orgs, err := c.Service.ListOrganizations(ctx, s.actor, nil, domain.Page{Number: 1, Size: homeLimit})
 	if err != nil {
 		return err

@@ -34,6 +34,9 @@ type Config struct {
 	// "omh-schemas", "r5-definitions", "r4-maps") and whether it is in
 	// place.
 	Loaded map[string]bool
+	// Capacity says, for /ready, whether the store is past the size it
+	// serves comfortably; nil: it has no such size (MongoDB).
+	Capacity func() *domain.StoreCapacity
 	// Metrics receives the HTTP layer's series; nil: a registry of its own
 	// (tests).
 	Metrics prometheus.Registerer
@@ -52,17 +55,18 @@ type Config struct {
 
 // server carries the dependencies of the route handlers.
 type server struct {
-	service *domain.Service
-	oauth   *oauth.Provider
-	search  *fhirsearch.Translator
-	catalog *fhirsearch.Catalog // the types served: search's
-	schemas *omh.Registry
-	ping    func(ctx context.Context) error
-	loaded  map[string]bool
-	log     *slog.Logger
-	metrics *metrics
-	native  map[string]nativeType // by FHIR type
-	proxies oauth.TrustedProxies
+	service  *domain.Service
+	oauth    *oauth.Provider
+	search   *fhirsearch.Translator
+	catalog  *fhirsearch.Catalog // the types served: search's
+	schemas  *omh.Registry
+	ping     func(ctx context.Context) error
+	capacity func() *domain.StoreCapacity
+	loaded   map[string]bool
+	log      *slog.Logger
+	metrics  *metrics
+	native   map[string]nativeType // by FHIR type
+	proxies  oauth.TrustedProxies
 	// capabilityResources are the CapabilityStatement's resource entries,
 	// rendered on first use.
 	capabilityResources func() (json.RawMessage, error)
@@ -76,7 +80,7 @@ func New(c Config) *fiber.App {
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
 	}
-	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, catalog: c.Search.Catalog(), schemas: c.Schemas, ping: c.Ping,
+	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, catalog: c.Search.Catalog(), schemas: c.Schemas, ping: c.Ping, capacity: c.Capacity,
 		loaded: c.Loaded, log: c.Logger, metrics: newMetrics(c.Metrics, c.Search.Catalog()), proxies: c.TrustedProxies}
 	s.native = s.nativeTypes()
 	s.capabilityResources = sync.OnceValues(func() (json.RawMessage, error) { return capabilityResources(s.catalog) })
@@ -212,6 +216,10 @@ func (s *server) ready(c *fiber.Ctx) error {
 		if !ok {
 			report[name], status = "missing", fiber.StatusServiceUnavailable
 		}
+	}
+	if s.capacity != nil && s.capacity() != nil {
+		// Still ready: it serves, ever slower. No count: /ready is public.
+		report["embeddedDatabase"] = "past its comfortable size: searches slow down with every observation; move to MongoDB (MONGODB_URI)"
 	}
 	if status != fiber.StatusOK {
 		report["status"] = "unavailable"

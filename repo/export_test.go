@@ -87,3 +87,11 @@ func (d *DB) ObservationStatsScan(ctx context.Context, plan *domain.SearchPlan) 
 func (d *DB) ObservationStatsGroup(ctx context.Context, plan *domain.SearchPlan) (domain.ObservationSummary, error) {
 	return d.observationStatsGroup(ctx, plan)
 }
+
+// SetWALLimit sets the write-ahead log's bound of the embedded databases
+// started next, and returns the undo.
+func SetWALLimit(n int64) func() {
+	old := walLimit
+	walLimit = n
+	return func() { walLimit = old }
+}
