@@ -62,8 +62,11 @@ func newWorldWith(t *testing.T, o handlerstest.Options) *world {
 	svc, ctx := env.Service, w.ctx
 	w.orgA = must(svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"}))
 	orgB := must(svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"}))
+	// Practitioners have a password, so that the scope matrix can sign
+	// one in through the OAuth flow.
 	practitioner := func(name string, org int64, role domain.Role, superuser bool) *domain.User {
-		u := must(svc.CreateUser(ctx, domain.NewUser{Email: name + "@example.org", Type: domain.UserPractitioner, IsSuperuser: superuser, FirstName: name}))
+		u := must(svc.CreateUser(ctx, domain.NewUser{Email: name + "@example.org", Password: handlerstest.Password, Type: domain.UserPractitioner,
+			IsSuperuser: superuser, FirstName: name}))
 		if org != 0 {
 			if err := svc.AddMember(ctx, sys, org, u.ID, role); err != nil {
 				t.Fatal(err)

@@ -274,8 +274,10 @@ type Bearer struct {
 }
 
 // AuthenticateBearer returns what an access token stands for. Refresh
-// tokens and unknown, expired or revoked tokens are refused with
-// domain.CodeLogin.
+// tokens, unknown, expired or revoked tokens, and tokens whose grant is no
+// longer within their client's registration (withinCeiling: a client whose
+// registration was narrowed, such as the gateway's by `exchange seed`,
+// keeps no token granted beyond it) are refused with domain.CodeLogin.
 func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Bearer, error) {
 	var user *domain.User
 	ctx = context.WithValue(ctx, userReadKey{}, &user)
@@ -286,6 +288,9 @@ func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Beare
 	id, err := strconv.ParseInt(ar.GetSession().GetSubject(), 10, 64)
 	if err != nil {
 		return nil, domain.Errorf(domain.CodeLogin, "the access token has no user")
+	}
+	if !withinCeiling(ar.GetGrantedScopes(), ar.GetClient().GetScopes()) {
+		return nil, domain.Errorf(domain.CodeLogin, "the access token's scopes are beyond what its client is registered for")
 	}
 	b := &Bearer{UserID: id, ClientID: ar.GetClient().GetID(), Scopes: ar.GetGrantedScopes()}
 	if user != nil && user.ID == id {

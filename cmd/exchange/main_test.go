@@ -167,15 +167,56 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
+// programVars are the settings of the program over a data directory, on
+// free ports, with the standards of the worktree.
+func programVars(dataDir string) map[string]string {
+	standards := filepath.Join("..", "..", "standards")
+	return map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0",
+		"FHIR_PACKAGES_DIR": filepath.Join(standards, "fhir-packages"), "FHIR_XVER_PACKAGE_DIR": filepath.Join(standards, "fhir", "xver-r4-r5", "maps"),
+		"OMH_SCHEMA_DIR": filepath.Join(standards, "omh", "schemas")}
+}
+
+// TestSeedRepairsTheGatewayClient: seed registers the MCP gateway's client
+// for its read-only scopes only, and narrows a registration made before
+// for every scope (trusted, as earlier versions of seed made it).
+func TestSeedRepairsTheGatewayClient(t *testing.T) {
+	vars := programVars(t.TempDir())
+	vars["MCP_OAUTH_CLIENT_ID"], vars["MCP_OAUTH_CLIENT_SECRET"] = "gateway", "gateway-secret-0123456789abcdefghijklmnop"
+	vars["MCP_OAUTH_REDIRECT_URI"] = "https://mcp.example.org/oauth/callback"
+	ctx := context.Background()
+	scopesOf := func() string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := run(ctx, []string{"clients", "list"}, env(vars), nil, &out, io.Discard); err != nil {
+			t.Fatalf("clients list: %v", err)
+		}
+		m := regexp.MustCompile(`(?m)^gateway\s.*?https://mcp\.example\.org/oauth/callback\s+(.*)$`).FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("clients list has no gateway client:\n%s", out.String())
+		}
+		return strings.TrimSpace(m[1])
+	}
+	if err := run(ctx, []string{"clients", "register", "--id", "gateway", "--name", "MCP gateway", "--trusted", "--secret", vars["MCP_OAUTH_CLIENT_SECRET"],
+		"--redirect-uri", vars["MCP_OAUTH_REDIRECT_URI"]}, env(vars), nil, io.Discard, io.Discard); err != nil {
+		t.Fatalf("clients register: %v", err)
+	}
+	if got := scopesOf(); !strings.Contains(got, "user/*.cruds") {
+		t.Fatalf("the registration before seed: %q", got)
+	}
+	if err := run(ctx, []string{"seed"}, env(vars), nil, io.Discard, io.Discard); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	if got, want := scopesOf(), strings.Join(oauth.GatewayScopes, " "); got != want {
+		t.Errorf("the gateway's client after seed allows %q, want %q", got, want)
+	}
+}
+
 // The whole program, as a user runs it: seed, a token for a script, then
 // the server on a free port over the same data directory, shut down by
 // its context as by SIGTERM.
 func TestProgram(t *testing.T) {
 	dataDir := t.TempDir()
-	standards := filepath.Join("..", "..", "standards")
-	vars := map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0",
-		"FHIR_PACKAGES_DIR": filepath.Join(standards, "fhir-packages"), "FHIR_XVER_PACKAGE_DIR": filepath.Join(standards, "fhir", "xver-r4-r5", "maps"),
-		"OMH_SCHEMA_DIR": filepath.Join(standards, "omh", "schemas")}
+	vars := programVars(dataDir)
 	getenv := env(vars)
 	ctx := context.Background()
 

@@ -308,7 +308,10 @@ func seedPatientRecord(ctx context.Context, svc *domain.Service, sys *domain.Act
 }
 
 // seedClients registers the local test client and, when its settings are
-// present, the MCP gateway's confidential client (trusted: no consent page).
+// present, the MCP gateway's confidential client (trusted: no consent page),
+// registered for oauth.GatewayScopes only: seeding again repairs a
+// registration that allows more, and the tokens granted under it stop
+// working.
 func seedClients(ctx context.Context, op *oauth.Provider, s *settings) error {
 	if _, err := op.SaveClient(ctx, oauth.ClientRegistration{
 		ID: demoClientID, Name: "Exchange local test client", Type: domain.ClientPublic,
@@ -321,7 +324,7 @@ func seedClients(ctx context.Context, op *oauth.Provider, s *settings) error {
 	}
 	if _, err := op.SaveClient(ctx, oauth.ClientRegistration{
 		ID: s.MCPClientID, Secret: s.MCPClientSecret, Name: "MCP gateway", Type: domain.ClientConfidential,
-		RedirectURIs: []string{s.MCPRedirectURI}, SkipAuthorization: true,
+		RedirectURIs: []string{s.MCPRedirectURI}, SkipAuthorization: true, Scopes: oauth.GatewayScopes,
 	}); err != nil {
 		return fmt.Errorf("MCP gateway client %s: %w", s.MCPClientID, err)
 	}
