@@ -61,6 +61,7 @@ type clientRequest struct {
 type pendingAuthorization struct {
 	clientRequest
 	Verifier string `json:"v"` // the gateway's PKCE verifier at the service
+	Binding  string `json:"b"` // the hash of the browser's flow cookie (binding.go)
 }
 
 // codeGrant is sealed into the gateway's authorization code (kindCode).
@@ -258,6 +259,11 @@ var pkceChallengePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{43}$`)
 // like to be passed on to the client (anything else: access_denied).
 var errorCodePattern = regexp.MustCompile(`^[a-z_]{1,64}$`)
 
+// errorDescriptionPattern is what an error_description from the service
+// must look like to be passed on: the characters RFC 6749 4.1.2.1 allows,
+// at most 300 of them (anything else is dropped).
+var errorDescriptionPattern = regexp.MustCompile(`^[\x20-\x21\x23-\x5B\x5D-\x7E]{0,300}$`)
+
 // acceptedResource reports whether a resource parameter (RFC 8707) names
 // this gateway: its MCP endpoint or its origin.
 func (g *Gateway) acceptedResource(resource string) bool {
@@ -308,10 +314,12 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
 
 // forward sends the browser to the service's login with the gateway's own
 // client, PKCE and a sealed state that remembers the client's request:
-// only ever for a request the user approved.
+// only ever for a request the user approved, and bound to this browser
+// (binding.go).
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, req clientRequest) {
 	verifier := oauth2.GenerateVerifier()
-	sealed, err := g.seal.seal(kindState, stateLifetime, pendingAuthorization{clientRequest: req, Verifier: verifier})
+	binding := g.bindFlow(w, r)
+	sealed, err := g.seal.seal(kindState, stateLifetime, pendingAuthorization{clientRequest: req, Verifier: verifier, Binding: binding})
 	if err != nil {
 		g.log.Error("sealing an authorization state failed", "error", err)
 		redirectError(w, r, req.RedirectURI, req.State, "server_error", "")
@@ -326,7 +334,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, req clientRequ
 }
 
 // callback receives the service's answer, and hands the client a code of
-// its own that holds the service's code.
+// its own that holds the service's code. It answers only the browser the
+// flow was forwarded from, once (binding.go); anywhere else it shows an
+// error page and redirects nowhere, errors included, so neither a code nor
+// a crafted error reaches the redirect URI of whoever started the flow.
 func (g *Gateway) callback(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var p pendingAuthorization
@@ -334,12 +345,23 @@ func (g *Gateway) callback(w http.ResponseWriter, r *http.Request) {
 		errorPage(w, http.StatusBadRequest, "Sign-in expired", "This sign-in is "+err.Error()+". Go back to your application and connect again.")
 		return
 	}
+	if !g.finishFlow(w, r, p.Binding) {
+		g.log.Warn("refused a sign-in callback from a browser that did not start the flow, or that finished it already")
+		errorPage(w, http.StatusForbidden, "This sign-in was not started in this browser",
+			"Nothing was shared: no application received access. This sign-in was started in another browser, or it was finished already. "+
+				"If you are connecting an assistant, start again from the assistant. If someone sent you this link, do not use it.")
+		return
+	}
 	if e := q.Get("error"); e != "" {
 		code := "access_denied"
 		if errorCodePattern.MatchString(e) {
 			code = e
 		}
-		redirectError(w, r, p.RedirectURI, p.State, code, q.Get("error_description"))
+		desc := q.Get("error_description")
+		if !errorDescriptionPattern.MatchString(desc) {
+			desc = ""
+		}
+		redirectError(w, r, p.RedirectURI, p.State, code, desc)
 		return
 	}
 	if q.Get("code") == "" {
