@@ -18,8 +18,9 @@
 //     its refresh token rotation apply unchanged. A forwarded flow is
 //     bound to the browser that approved it (binding.go): the callback
 //     answers only a browser holding the flow's cookie, once, and anywhere
-//     else shows an error page and redirects nowhere.
-//     docs/gateway-security.md reviews every sealed value and
+//     else shows an error page and redirects nowhere. The gateway asks the
+//     exchange for read scopes only, and hands a client no token granted
+//     more. docs/gateway-security.md reviews every sealed value and
 //     cookie: what each is bound to, how long it lives, where it is
 //     checked.
 //   - The user's consent to each client (approval.go): the exchange trusts

@@ -127,7 +127,8 @@ func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 	// The gateway's client at the service, so /health finds its
 	// credentials accepted.
 	if _, err := svc.OAuth.SaveClient(context.Background(), oauth.ClientRegistration{ID: vars["SERVICE_CLIENT_ID"], Secret: vars["SERVICE_CLIENT_SECRET"],
-		Name: "MCP gateway", Type: domain.ClientConfidential, RedirectURIs: []string{defaultResourceURL + "/oauth/callback"}, SkipAuthorization: true}); err != nil {
+		Name: "MCP gateway", Type: domain.ClientConfidential, RedirectURIs: []string{defaultResourceURL + "/oauth/callback"}, SkipAuthorization: true,
+		Scopes: oauth.GatewayScopes}); err != nil {
 		t.Fatal(err)
 	}
 	delete(vars, "MCP_RESOURCE_URL")
