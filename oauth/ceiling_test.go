@@ -2,6 +2,7 @@ package oauth_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
@@ -115,5 +116,34 @@ func TestNarrowedRegistrationEndsWiderTokens(t *testing.T) {
 	}
 	if status, _ := fhirStatus(t, env, read.AccessToken, "Patient"); status != http.StatusOK {
 		t.Errorf("the read token, within the narrowed registration: %d", status)
+	}
+}
+
+// TestInvitationOfAClientRegisteredForLess: a patient's invitation grants
+// the identity scopes, which act with the patient's full access; for an
+// app registered for less, it grants the access the app is registered
+// for, so its token is within the registration and works.
+func TestInvitationOfAClientRegisteredForLess(t *testing.T) {
+	env := handlerstest.Start(t)
+	ctx := context.Background()
+	patient := env.Patient(t, "pat@example.org")
+	client, _ := env.Client(t, oauth.ClientRegistration{Name: "Patient app", Type: domain.ClientPublic, RedirectURIs: []string{redirectURI},
+		Scopes: []string{"openid", "offline_access", "patient/Observation.rs", "patient/Patient.r"}})
+	code, err := env.OAuth.IssuePatientCode(ctx, patient.UserID, client.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := oauthConfig(env, client.ID, "").Exchange(ctx, code.Code, oauth2.VerifierOption(handlerstest.PatientVerifier))
+	if err != nil {
+		t.Fatalf("redeeming the invitation: %v", err)
+	}
+	if got := tok.Extra("scope"); got != "openid offline_access patient/Observation.rs patient/Patient.r" {
+		t.Errorf("the invitation's grant: %v", got)
+	}
+	if status, _ := fhirStatus(t, env, tok.AccessToken, fmt.Sprintf("Patient/%d", patient.ID)); status != http.StatusOK {
+		t.Errorf("reading her own record: %d", status)
+	}
+	if status, _ := fhirStatus(t, env, tok.AccessToken, "Condition"); status != http.StatusForbidden {
+		t.Errorf("searching what the registration does not name: %d", status)
 	}
 }

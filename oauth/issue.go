@@ -165,14 +165,25 @@ func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID 
 		"code_challenge_method": {"S256"},
 	}
 	// The patient's app gets the identity scopes its client may request:
-	// full access to the patient's own data, as the invitation promises.
+	// full access to the patient's own data, as the invitation promises;
+	// a client registered for less gets the access it is registered for,
+	// as full access would be beyond its registration (withinCeiling).
 	var scopes []string
 	for _, s := range invitationScopes {
 		if domain.ScopeAllowed(client.Scopes, s) {
 			scopes = append(scopes, s)
-			ar.AppendRequestedScope(s)
-			ar.GrantScope(s)
 		}
+	}
+	if !withinCeiling(scopes, client.Scopes) {
+		for _, s := range client.Scopes {
+			if !fullAccess([]string{s}) {
+				scopes = append(scopes, s)
+			}
+		}
+	}
+	for _, s := range scopes {
+		ar.AppendRequestedScope(s)
+		ar.GrantScope(s)
 	}
 	ar.Form.Set("scope", strings.Join(scopes, " "))
 	ar.GrantAudience(clientID)
