@@ -40,6 +40,10 @@ type Service struct {
 	log          *slog.Logger
 	signIns      keyLocks // sign-in attempts in progress, by account and address
 	throttleKey  []byte   // the HMAC key of the sign-in throttle's account keys
+	// fileProviders are IDENTITY_PROVIDERS_FILE's identity providers;
+	// secretsKey seals the client secrets of the others.
+	fileProviders []IdentityProvider
+	secretsKey    []byte
 }
 
 // Config is what a Service is made of.
@@ -79,6 +83,13 @@ type Config struct {
 	// database counts an account's failures together. nil: a random key
 	// of this service, whose counts no other instance shares (tests).
 	ThrottleKey []byte
+	// IdentityProviders are those of IDENTITY_PROVIDERS_FILE, normalized
+	// (IdentityProvider.Normalize); read-only.
+	IdentityProviders []IdentityProvider
+	// SecretsKey (32 bytes, derived from SECRET_KEY) seals the client
+	// secrets of identity providers configured through the admin API. nil:
+	// a random key of this service (tests).
+	SecretsKey []byte
 }
 
 // NewService returns a Service as configured.
@@ -102,9 +113,17 @@ func NewService(c Config) *Service {
 		c.ThrottleKey = make([]byte, 32)
 		_, _ = rand.Read(c.ThrottleKey) // never fails (crypto/rand)
 	}
+	if c.SecretsKey == nil {
+		c.SecretsKey = make([]byte, 32)
+		_, _ = rand.Read(c.SecretsKey) // never fails (crypto/rand)
+	}
+	for i := range c.IdentityProviders {
+		c.IdentityProviders[i].FromFile = true
+	}
 	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
 		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, maxDataPoint: c.MaxDataPointBytes,
-		auditor: c.Auditor, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey}
+		auditor: c.Auditor, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey,
+		fileProviders: c.IdentityProviders, secretsKey: c.SecretsKey}
 }
 
 // Now returns the service clock's time in UTC.

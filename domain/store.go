@@ -26,6 +26,7 @@ type Store interface {
 	CredentialStore
 	InvitationStore
 	AuditStore
+	FederationStore
 }
 
 // AuditStore reads the audit trail (an Auditor writes it).

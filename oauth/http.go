@@ -39,6 +39,12 @@ func (p *Provider) Handler() http.Handler {
 	route("GET,POST", "/o/login/", p.login)
 	route("POST", "/o/logout/", p.logout)
 	route("GET,POST", "/o/applications/register/", p.registerApplication)
+	route("POST", "/o/login/{provider}/", p.startFederated)
+	route("GET", "/o/login/{provider}/callback", p.oidcCallback)
+	route("GET", "/o/saml/{provider}/metadata", p.samlMetadata)
+	route("POST", "/o/saml/{provider}/acs", p.samlACS)
+	route("GET", "/o/saml/{provider}/finish", p.samlFinish)
+	route("POST,OPTIONS", "/o/token-exchange", cors(p.tokenExchangeHandler))
 	return mux
 }
 
@@ -399,6 +405,11 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := loginPage{Next: next, Email: r.PostFormValue("email")}
+	if !p.passwordSignIn {
+		page.Error = "Signing in with a password is turned off here: sign in with your institution."
+		p.renderLogin(w, r, http.StatusForbidden, page)
+		return
+	}
 	if !csrfValid(r) {
 		page.Error = "This form has expired. Please sign in again."
 		p.renderLogin(w, r, http.StatusForbidden, page)

@@ -27,6 +27,10 @@ type loginPage struct {
 	ClientName string // set when the login is part of an authorization
 	Email      string
 	Error      string
+	// Password offers the password form; Providers the identity
+	// providers' buttons (renderLogin sets both).
+	Password  bool
+	Providers []loginProvider
 }
 
 type consentPage struct {
@@ -172,6 +176,7 @@ func (p *Provider) render(w http.ResponseWriter, r *http.Request, status int, na
 }
 
 func (p *Provider) renderLogin(w http.ResponseWriter, r *http.Request, status int, d loginPage) {
+	d.Password, d.Providers = p.passwordSignIn, p.loginProviders(r.Context())
 	p.render(w, r, status, "login.html", "Sign in", d)
 }
 

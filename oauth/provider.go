@@ -48,6 +48,20 @@ type Users interface {
 	// TokenIssued records, in the audit trail, that the token endpoint
 	// issued tokens for the user to the client.
 	TokenIssued(ctx context.Context, userID int64, clientID string)
+
+	// IdentityProviders and IdentityProviderByID are the identity
+	// providers staff sign in with, client secrets included.
+	IdentityProviders(ctx context.Context) ([]domain.IdentityProvider, error)
+	IdentityProviderByID(ctx context.Context, id string) (*domain.IdentityProvider, error)
+	// SignInFederated returns the account of an identity a provider
+	// asserted; CodeLogin, with a message for the person, when refused.
+	SignInFederated(ctx context.Context, p *domain.IdentityProvider, id domain.FederatedIdentity) (*domain.User, error)
+	// FederatedSignInRefused records a provider's answer refused before
+	// it named anyone (it did not verify).
+	FederatedSignInRefused(ctx context.Context, p *domain.IdentityProvider, err error)
+	// ExchangedPractitioner returns the practitioner an EHR's verified ID
+	// token names as fhirUser, for a token exchange by the client.
+	ExchangedPractitioner(ctx context.Context, issuer, fhirUser, clientID string) (*domain.User, error)
 }
 
 // Config configures a Provider.
@@ -82,6 +96,17 @@ type Config struct {
 	// package issues itself; nil means time.Now. fosite's own expiry checks
 	// use the wall clock.
 	Now func() time.Time
+	// PasswordSignInOff hides the login page's password form and refuses
+	// its posts (PASSWORD_SIGN_IN=false): staff sign in through identity
+	// providers only.
+	PasswordSignInOff bool
+	// TokenExchange configures /o/token-exchange; without trusted issuers
+	// it refuses every request.
+	TokenExchange TokenExchangeConfig
+	// HTTPClient reaches identity providers and EHRs (discovery, key sets,
+	// SAML metadata, code exchanges); nil: a client with a 10-second
+	// timeout.
+	HTTPClient *http.Client
 }
 
 // Provider is the authorization server. Its Handler serves /o/.
@@ -101,6 +126,9 @@ type Provider struct {
 	proxies          TrustedProxies
 
 	sessionLifetime, sessionIdleTimeout time.Duration
+	passwordSignIn                      bool
+	federation                          *federation
+	exchange                            *tokenExchange
 }
 
 // MinSecretKeyLength is the shortest SECRET_KEY accepted.
@@ -193,6 +221,8 @@ func New(c Config) (*Provider, error) {
 		key: key, patientChallenge: c.PatientCodeChallenge, types: types,
 		log: c.Logger, metrics: newMetrics(c.Metrics), now: c.Now, pages: pageTemplates, proxies: c.TrustedProxies,
 		sessionLifetime: c.SessionLifetime, sessionIdleTimeout: c.SessionIdleTimeout,
+		passwordSignIn: !c.PasswordSignInOff, federation: newFederation(c.HTTPClient, c.SigningKey, c.Now),
+		exchange: newTokenExchange(c.TokenExchange, c.HTTPClient, c.Now),
 	}, nil
 }
 

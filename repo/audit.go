@@ -28,6 +28,9 @@ type auditDoc struct {
 	UserID      int64     `bson:"userId,omitempty"`
 	Agent       string    `bson:"agent,omitempty"`
 	ClientID    string    `bson:"clientId,omitempty"`
+	// IdentityProvider: who vouched for the user (a federated sign-in's
+	// provider, an exchanged ID token's issuer).
+	IdentityProvider string `bson:"identityProvider,omitempty"`
 	RequestID   string    `bson:"requestId,omitempty"`
 	Address     string    `bson:"address,omitempty"`
 	EntityTypes []string  `bson:"entityTypes"`
@@ -38,14 +41,14 @@ type auditDoc struct {
 
 func toAuditDoc(e domain.AuditEvent) auditDoc {
 	return auditDoc{ID: e.ID, LastUpdated: e.Recorded.UTC().Truncate(time.Millisecond), Action: string(e.Action), Kind: string(e.Kind),
-		Outcome: string(e.Outcome), UserID: e.UserID, Agent: e.Agent, ClientID: e.ClientID, RequestID: e.RequestID,
+		Outcome: string(e.Outcome), UserID: e.UserID, Agent: e.Agent, ClientID: e.ClientID, IdentityProvider: e.IdentityProvider, RequestID: e.RequestID,
 		Address: e.Address, EntityTypes: nonNil(e.EntityTypes), Entities: nonNil(e.Entities), Query: e.Query,
 		PatientIDs: nonNilIDs(e.PatientIDs)}
 }
 
 func (x auditDoc) event() domain.AuditEvent {
 	return domain.AuditEvent{ID: x.ID, Recorded: x.LastUpdated, Action: domain.AuditAction(x.Action), Kind: domain.AuditKind(x.Kind),
-		Outcome: domain.Code(x.Outcome), UserID: x.UserID, Agent: x.Agent, ClientID: x.ClientID, RequestID: x.RequestID,
+		Outcome: domain.Code(x.Outcome), UserID: x.UserID, Agent: x.Agent, ClientID: x.ClientID, IdentityProvider: x.IdentityProvider, RequestID: x.RequestID,
 		Address: x.Address, EntityTypes: x.EntityTypes, Entities: x.Entities, Query: x.Query, PatientIDs: x.PatientIDs}
 }
 

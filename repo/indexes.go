@@ -90,6 +90,11 @@ var indexes = []index{
 	{colInvitationRedemptions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colLoginSessions, "user", bson.D{{Key: "userId", Value: 1}}, false}, // end a user's sessions
 	{colLoginSessions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colUsers, "identifier", bson.D{{Key: "identifier", Value: 1}}, false}, // a token exchange's practitioner
+	{colIdentityLinks, "user", bson.D{{Key: "userId", Value: 1}}, false},
+	{colIdentityInvitations, "provider_email", bson.D{{Key: "provider", Value: 1}, {Key: "email", Value: 1}}, false},
+	{colPendingSignIns, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colUsedAssertions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colIDBlocks, "sequence_last", bson.D{{Key: "sequence", Value: 1}, {Key: "last", Value: 1}}, false},
 	// The audit trail: each search parameter's field first (patientIds is
 	// multikey), then the time and _id, which sort and page; the time alone
