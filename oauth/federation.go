@@ -213,7 +213,11 @@ func (p *Provider) federatedError(w http.ResponseWriter, r *http.Request, next s
 		p.log.Error("federated sign-in failed", "error", err)
 		status, text = http.StatusInternalServerError, "The sign-in failed on our side. Please try again later."
 	}
-	p.render(w, r, status, "federated-error.html", "Sign-in refused", federatedErrorPage{Text: text, Again: "/o/login/?next=" + url.QueryEscape(next)})
+	again := "/o/login/"
+	if next != "" {
+		again += "?next=" + url.QueryEscape(next)
+	}
+	p.render(w, r, status, "federated-error.html", "Sign-in refused", federatedErrorPage{Text: text, Again: again})
 }
 
 // federatedErrorPage is a federated sign-in's refusal.

@@ -226,6 +226,12 @@ type Options struct {
 	// Store wraps the database the domain service uses (a test that
 	// makes another request's change at a chosen read); nil: the database.
 	Store func(*repo.DB) domain.Store
+	// IdentityProviders are IDENTITY_PROVIDERS_FILE's; PasswordSignInOff
+	// is PASSWORD_SIGN_IN=false; TokenExchange is
+	// TOKEN_EXCHANGE_TRUSTED_ISSUERS and TOKEN_EXCHANGE_AUDIENCE.
+	IdentityProviders []domain.IdentityProvider
+	PasswordSignInOff bool
+	TokenExchange     oauth.TokenExchangeConfig
 }
 
 // Start runs the exchange over a new database named after the test, and
@@ -261,12 +267,13 @@ func StartWith(t testing.TB, o Options) *Env {
 		store = o.Store(db)
 	}
 	svc := domain.NewService(domain.Config{Store: store, Schemas: Schemas(t), SourceBase: SourceBase,
-		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log})
+		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log,
+		IdentityProviders: o.IdentityProviders})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
 		Logger: log, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
-		ResourceTypes: catalog.TypeNames(),
+		ResourceTypes: catalog.TypeNames(), PasswordSignInOff: o.PasswordSignInOff, TokenExchange: o.TokenExchange,
 	})
 	if err != nil {
 		t.Fatal(err)
