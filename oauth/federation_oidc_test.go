@@ -191,7 +191,9 @@ func TestFederatedSignInRefusals(t *testing.T) {
 		}, "did not verify"},
 		{"alg none", func(p *oauthtest.OIDCProvider) { p.Mint = oauthtest.Unsigned }, "did not verify"},
 		{"HS256 with the client secret", func(p *oauthtest.OIDCProvider) {
-			p.Mint = func(c map[string]any) string { return oauthtest.Sign([]byte(idpClientSecret+idpClientSecret), p.KeyID, jose.HS256, c) }
+			p.Mint = func(c map[string]any) string {
+				return oauthtest.Sign([]byte(idpClientSecret+idpClientSecret), p.KeyID, jose.HS256, c)
+			}
 		}, "did not verify"},
 		{"wrong audience", func(p *oauthtest.OIDCProvider) { p.Claims = func(c map[string]any) { c["aud"] = "another-client" } }, "did not verify"},
 		{"expired", func(p *oauthtest.OIDCProvider) {
@@ -200,7 +202,9 @@ func TestFederatedSignInRefusals(t *testing.T) {
 		{"issued in the future", func(p *oauthtest.OIDCProvider) {
 			p.Claims = func(c map[string]any) { c["iat"] = time.Now().Add(time.Hour).Unix() }
 		}, "issued in the future"},
-		{"unknown issuer", func(p *oauthtest.OIDCProvider) { p.Claims = func(c map[string]any) { c["iss"] = "https://evil.example" } }, "did not verify"},
+		{"unknown issuer", func(p *oauthtest.OIDCProvider) {
+			p.Claims = func(c map[string]any) { c["iss"] = "https://evil.example" }
+		}, "did not verify"},
 		{"missing nonce", func(p *oauthtest.OIDCProvider) { p.Claims = func(c map[string]any) { delete(c, "nonce") } }, "nonce does not match"},
 		{"another sign-in's nonce", func(p *oauthtest.OIDCProvider) { p.Claims = func(c map[string]any) { c["nonce"] = "replayed-nonce" } }, "nonce does not match"},
 		{"answer names another issuer (mix-up)", func(p *oauthtest.OIDCProvider) {

@@ -301,4 +301,3 @@ func TestSAMLAttributeMapping(t *testing.T) {
 		t.Errorf("links %+v", links)
 	}
 }
-

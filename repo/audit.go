@@ -30,13 +30,13 @@ type auditDoc struct {
 	ClientID    string    `bson:"clientId,omitempty"`
 	// IdentityProvider: who vouched for the user (a federated sign-in's
 	// provider, an exchanged ID token's issuer).
-	IdentityProvider string `bson:"identityProvider,omitempty"`
-	RequestID   string    `bson:"requestId,omitempty"`
-	Address     string    `bson:"address,omitempty"`
-	EntityTypes []string  `bson:"entityTypes"`
-	Entities    []string  `bson:"entities"`
-	Query       string    `bson:"query,omitempty"`
-	PatientIDs  []int64   `bson:"patientIds"`
+	IdentityProvider string   `bson:"identityProvider,omitempty"`
+	RequestID        string   `bson:"requestId,omitempty"`
+	Address          string   `bson:"address,omitempty"`
+	EntityTypes      []string `bson:"entityTypes"`
+	Entities         []string `bson:"entities"`
+	Query            string   `bson:"query,omitempty"`
+	PatientIDs       []int64  `bson:"patientIds"`
 }
 
 func toAuditDoc(e domain.AuditEvent) auditDoc {
