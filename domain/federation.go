@@ -94,6 +94,9 @@ type IdentityProvider struct {
 
 	FromFile    bool
 	LastUpdated time.Time
+	// ClientSecretSet says, where ClientSecret is left out (a superuser's
+	// view), whether there is one.
+	ClientSecretSet bool
 }
 
 // ClaimMap names where an identity's parts are asserted. For SAML, Subject

@@ -74,7 +74,7 @@ func (s *Service) IdentityProvidersOf(ctx context.Context, actor *Actor) ([]Iden
 	}
 	ps, err := s.IdentityProviders(ctx)
 	for i := range ps {
-		ps[i].ClientSecret = ""
+		ps[i].ClientSecretSet, ps[i].ClientSecret = ps[i].ClientSecret != "", ""
 	}
 	return ps, err
 }
@@ -95,7 +95,7 @@ func (s *Service) IdentityProviderOf(ctx context.Context, actor *Actor, id strin
 			return nil, err
 		}
 	}
-	p.ClientSecret = ""
+	p.ClientSecretSet, p.ClientSecret = p.ClientSecret != "", ""
 	return p, nil
 }
 
@@ -127,7 +127,7 @@ func (s *Service) CreateIdentityProvider(ctx context.Context, actor *Actor, p Id
 	if err := s.store.CreateIdentityProvider(ctx, &stored); err != nil {
 		return nil, err
 	}
-	p.LastUpdated, p.ClientSecret = stored.LastUpdated, ""
+	p.LastUpdated, p.ClientSecretSet, p.ClientSecret = stored.LastUpdated, p.ClientSecret != "", ""
 	return &p, nil
 }
 
@@ -164,7 +164,7 @@ func (s *Service) UpdateIdentityProvider(ctx context.Context, actor *Actor, id s
 		if err := s.store.UpdateIdentityProvider(ctx, old, &stored); err != nil {
 			return nil, err
 		}
-		next.LastUpdated, next.ClientSecret = stored.LastUpdated, ""
+		next.LastUpdated, next.ClientSecretSet, next.ClientSecret = stored.LastUpdated, stored.ClientSecret != "", ""
 		return &next, nil
 	}, "identity provider %s", id)
 }

@@ -186,6 +186,15 @@ func New(c Config) *fiber.App {
 
 	api.Get("/oauth_clients", s.listClients)
 	api.Post("/oauth_clients", s.createClient)
+
+	api.Get("/identity_providers", s.listIdentityProviders)
+	api.Post("/identity_providers", s.createIdentityProvider)
+	api.Get("/identity_providers/:id", s.getIdentityProvider)
+	api.Patch("/identity_providers/:id", s.updateIdentityProvider)
+	api.Delete("/identity_providers/:id", s.deleteIdentityProvider)
+	api.Get("/identity_providers/:id/invitations", s.listIdentityInvitations)
+	api.Post("/identity_providers/:id/invitations", s.inviteToIdentityProvider)
+	api.Delete("/identity_providers/:id/invitations/:email", s.cancelIdentityInvitation)
 	return app
 }
 

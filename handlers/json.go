@@ -68,6 +68,8 @@ type practitionerJSON struct {
 	userJSON
 	Organizations []practitionerOrganizationJSON `json:"organizations"`
 	LastUpdated   time.Time                      `json:"lastUpdated"`
+	// Identifier is the practitioner's id at the EHR (token exchange).
+	Identifier *string `json:"identifier"`
 }
 
 type practitionerOrganizationJSON struct {
@@ -78,6 +80,9 @@ type practitionerOrganizationJSON struct {
 
 func toPractitionerJSON(p domain.Practitioner) practitionerJSON {
 	out := practitionerJSON{userJSON: toUserJSON(p.User), Organizations: []practitionerOrganizationJSON{}, LastUpdated: p.User.LastUpdated}
+	if p.User.Identifier != "" {
+		out.Identifier = &p.User.Identifier
+	}
 	for _, m := range p.Memberships {
 		out.Organizations = append(out.Organizations, practitionerOrganizationJSON{ID: m.Organization.ID, Name: m.Organization.Name, Role: roleJSON(m.Role)})
 	}

@@ -352,7 +352,39 @@ func matrixRows(w *world) map[string]matrixRow {
 		"POST OAuth client": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/oauth_clients", map[string]any{"name": w.name("App "), "clientType": "public", "redirectUris": []string{"https://app.example.org/cb"}}
 		}, onlySuper},
+		"GET identity providers": {"GET", at("/api/v1/identity_providers"), swap(onlySuper, "201", "200")},
+		"POST identity provider": {"POST", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers", map[string]any{"id": w.name("idp-"), "kind": "oidc", "name": "University",
+				"issuer": "https://login.uni.example", "clientId": "exchange"}
+		}, onlySuper},
+		"GET identity provider": {"GET", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider(), nil
+		}, swap(onlySuper, "201", "200")},
+		"PATCH identity provider": {"PATCH", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider(), map[string]any{"name": "Campus"}
+		}, swap(onlySuper, "201", "200")},
+		"DELETE identity provider": {"DELETE", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider(), nil
+		}, swap(onlySuper, "201", "204")},
+		"GET identity invitations": {"GET", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider() + "/invitations", nil
+		}, swap(onlySuper, "201", "200")},
+		"POST identity invitation": {"POST", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider() + "/invitations", map[string]any{"email": "new@uni.example"}
+		}, onlySuper},
+		"DELETE identity invitation": {"DELETE", func(w *world, _ string) (string, any) {
+			id := w.newIdentityProvider()
+			must(w.env.Service.InviteToIdentityProvider(w.ctx, sys, id, "new@uni.example"))
+			return "/api/v1/identity_providers/" + id + "/invitations/new@uni.example", nil
+		}, swap(onlySuper, "201", "204")},
 	}
+}
+
+// newIdentityProvider configures an identity provider and returns its id.
+func (w *world) newIdentityProvider() string {
+	p := must(w.env.Service.CreateIdentityProvider(w.ctx, sys, domain.IdentityProvider{ID: w.name("idp-"), Kind: domain.IdentityOIDC,
+		Name: "University", Issuer: "https://login.uni.example", ClientID: "exchange", ClientSecret: "secret"}))
+	return p.ID
 }
 
 // versionedPatches are the matrix's rows of the PATCH routes whose
