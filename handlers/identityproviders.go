@@ -41,11 +41,11 @@ type identityProviderJSON struct {
 	LinkVerifiedEmail   bool       `json:"linkVerifiedEmail"`
 
 	// Answers only.
-	ClientSecretSet     bool       `json:"clientSecretSet"`
-	Source              string     `json:"source,omitempty"` // "file" or "api"
-	RedirectURI         string     `json:"redirectUri,omitempty"`
-	ServiceProviderURL  string     `json:"serviceProviderMetadataUrl,omitempty"`
-	LastUpdated         *time.Time `json:"lastUpdated,omitempty"`
+	ClientSecretSet    bool       `json:"clientSecretSet"`
+	Source             string     `json:"source,omitempty"` // "file" or "api"
+	RedirectURI        string     `json:"redirectUri,omitempty"`
+	ServiceProviderURL string     `json:"serviceProviderMetadataUrl,omitempty"`
+	LastUpdated        *time.Time `json:"lastUpdated,omitempty"`
 }
 
 type claimsJSON struct {
