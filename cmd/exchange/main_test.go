@@ -99,6 +99,11 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		{"AUDIT_BUFFER", "0"},
 		{"EMBEDDED_SEARCH_SLOTS", "many"},
 		{"EMBEDDED_SEARCH_QUEUE", "0"},
+		{"IDENTITY_PROVIDERS_FILE", "/nonexistent/providers.json"},
+		{"IDENTITY_PROVIDERS_FILE", badProvidersFile(t)},
+		{"PASSWORD_SIGN_IN", "maybe"},
+		{"TOKEN_EXCHANGE_TRUSTED_ISSUERS", "http://ehr.example.org"},
+		{"TOKEN_EXCHANGE_TRUSTED_ISSUERS", "https://ehr.example.org"}, // without its audience
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), nil, env(map[string]string{tc.name: tc.value, "DATA_DIR": t.TempDir()}), nil, &stdout, &stderr)
@@ -397,5 +402,33 @@ func TestKeptFileIsCreatedOnceAndKept(t *testing.T) {
 	second, err := keptFile(path, gen)
 	if err != nil || string(first) != string(second) || calls != 1 {
 		t.Errorf("kept %q then %q after %d generations, %v", first, second, calls, err)
+	}
+}
+
+// badProvidersFile writes an IDENTITY_PROVIDERS_FILE whose provider has
+// an http issuer.
+func badProvidersFile(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "providers.json")
+	if err := os.WriteFile(path, []byte(`[{"id": "uni", "kind": "oidc", "name": "Uni", "issuer": "http://login.uni.example", "clientId": "x"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSignInSettings(t *testing.T) {
+	s, err := loadSettings(env(nil))
+	if err != nil || !s.PasswordSignIn || len(s.IdentityProviders) != 0 || len(s.TokenExchange.TrustedIssuers) != 0 {
+		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	path := filepath.Join(t.TempDir(), "providers.json")
+	if err := os.WriteFile(path, []byte(`[{"id": "uni", "kind": "oidc", "name": "Uni", "issuer": "https://login.uni.example", "clientId": "x", "clientSecret": "y"},
+  {"id": "campus", "kind": "saml", "name": "Campus", "metadataUrl": "https://idp.campus.example/metadata", "firstSignIn": "create"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = loadSettings(env(map[string]string{"IDENTITY_PROVIDERS_FILE": path, "PASSWORD_SIGN_IN": "false",
+		"TOKEN_EXCHANGE_TRUSTED_ISSUERS": "https://ehr.example.org/, http://127.0.0.1:8080", "TOKEN_EXCHANGE_AUDIENCE": "smart-app"}))
+	if err != nil || s.PasswordSignIn || len(s.IdentityProviders) != 2 || s.IdentityProviders[0].FirstSignIn != "invited" ||
+		s.IdentityProviders[1].FirstSignIn != "create" || len(s.TokenExchange.TrustedIssuers) != 2 || s.TokenExchange.Audience != "smart-app" {
+		t.Fatalf("set: %+v %v", s, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"exchange/domain"
+	"exchange/handlers"
 	"exchange/oauth"
 	"exchange/omh"
 	"exchange/telemetry"
@@ -63,6 +64,12 @@ type settings struct {
 	// GoMemLimitSet says GOMEMLIMIT is set: the embedded mode's default
 	// limit then stays out of the way.
 	GoMemLimitSet bool
+	// IdentityProviders are IDENTITY_PROVIDERS_FILE's; PasswordSignIn is
+	// PASSWORD_SIGN_IN; TokenExchange is TOKEN_EXCHANGE_TRUSTED_ISSUERS
+	// and TOKEN_EXCHANGE_AUDIENCE.
+	IdentityProviders []domain.IdentityProvider
+	PasswordSignIn    bool
+	TokenExchange     oauth.TokenExchangeConfig
 }
 
 // Defaults of the operations settings (docs/settings.md).
@@ -223,7 +230,41 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 	if err := loadOperations(s, get); err != nil {
 		return nil, err
 	}
+	if err := loadSignIn(s, get); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// loadSignIn reads the settings of institutional sign-in: the identity
+// providers' file, whether passwords sign in, and the token exchange.
+func loadSignIn(s *settings, get func(name, def string) string) error {
+	if path := get("IDENTITY_PROVIDERS_FILE", ""); path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("IDENTITY_PROVIDERS_FILE: %v", err)
+		}
+		defer f.Close()
+		if s.IdentityProviders, err = handlers.DecodeIdentityProviders(f); err != nil {
+			return fmt.Errorf("IDENTITY_PROVIDERS_FILE: %s: %v", path, err)
+		}
+	}
+	var err error
+	if s.PasswordSignIn, err = strconv.ParseBool(get("PASSWORD_SIGN_IN", "true")); err != nil {
+		return fmt.Errorf("PASSWORD_SIGN_IN: %q is not true or false", get("PASSWORD_SIGN_IN", ""))
+	}
+	issuers := strings.FieldsFunc(get("TOKEN_EXCHANGE_TRUSTED_ISSUERS", ""), func(r rune) bool { return r == ',' || r == ' ' })
+	for _, iss := range issuers {
+		u, err := url.Parse(iss)
+		if err != nil || u.Host == "" || !(u.Scheme == "https" || (u.Scheme == "http" && domain.IsLoopbackHost(u.Hostname()))) {
+			return fmt.Errorf("TOKEN_EXCHANGE_TRUSTED_ISSUERS: %q is not an https URL (http only on a loopback address)", iss)
+		}
+	}
+	s.TokenExchange = oauth.TokenExchangeConfig{TrustedIssuers: issuers, Audience: get("TOKEN_EXCHANGE_AUDIENCE", "")}
+	if (len(issuers) == 0) != (s.TokenExchange.Audience == "") {
+		return errors.New("TOKEN_EXCHANGE_TRUSTED_ISSUERS and TOKEN_EXCHANGE_AUDIENCE: set both, or neither")
+	}
+	return nil
 }
 
 // loadOperations reads the settings of logs, metrics, the audit trail and
