@@ -157,6 +157,11 @@ func (c *Console) signedInRoutes() map[string]handler {
 		"GET /console/clients/{$}":                                     c.clients,
 		"POST /console/clients/{$}":                                    c.registerClient,
 		"POST /console/clients/{id}/rotate":                            c.rotateClient,
+		"GET /console/identity-providers/{$}":                          c.identityProviders,
+		"POST /console/identity-providers/{$}":                         c.createIdentityProvider,
+		"POST /console/identity-providers/{id}/remove":                 c.removeIdentityProvider,
+		"POST /console/identity-providers/{id}/invitations":            c.inviteToIdentityProvider,
+		"POST /console/identity-providers/{id}/invitations/remove":     c.cancelIdentityInvitation,
 	}
 }
 
@@ -303,6 +308,7 @@ var notices = map[string]string{
 	"unenrolled": "The patient is no longer enrolled.",
 	"cancelled":  "The invitation is cancelled: its link no longer works.",
 	"answered":   "Thank you: your answer is saved. You can change it at any time.",
+	"invited":    "Invited: the first sign-in through the provider with that verified address opens its account.",
 }
 
 // seeOther answers a successful form with a redirect to a page (Post,

@@ -186,6 +186,7 @@ func pageCases(f *fixture) []pageCase {
 		{"/console/sources/", everyone, nil},
 		{fmt.Sprintf("/console/fhir-sources/%d/", f.source.ID), readers, others},
 		{"/console/clients/", []string{"superuser"}, nil},
+		{"/console/identity-providers/", []string{"superuser"}, nil},
 	}
 }
 
@@ -282,6 +283,11 @@ func formCases(f *fixture) []formCase {
 		{fixed("/console/clients/"), form{"name": {"App"}, "type": {"public"}, "grant": {"authorization_code"}, "redirectUris": {"https://app.example.test/cb"}, "algorithm": {"RS256"}},
 			[]string{"manager", "patient"}, "superuser", http.StatusCreated, nil},
 		{fixed("/console/clients/" + f.client.ID + "/rotate"), nil, []string{"manager", "patient"}, "superuser", http.StatusOK, nil},
+		{fixed("/console/identity-providers/"), form{"kind": {"saml"}, "id": {"campus"}, "name": {"Campus"}, "metadataUrl": {"https://idp.campus.example/metadata"},
+			"firstSignIn": {"create"}, "allowedEmailDomains": {"campus.example, example.edu"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		{fixed("/console/identity-providers/campus/invitations"), form{"email": {"new@campus.example"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		{fixed("/console/identity-providers/campus/invitations/remove"), form{"email": {"new@campus.example"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		{fixed("/console/identity-providers/campus/remove"), nil, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
 	}
 }
 
