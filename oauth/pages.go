@@ -96,6 +96,7 @@ var scopeTexts = map[string]string{
 	domain.ScopeOnlineAccess:  "Keep access while you are signed in",
 	domain.ScopeAdminRead:     "Read the administration data you can see: organizations, members, studies, patients, consents and data sources",
 	domain.ScopeAdminWrite:    "Change the administration data you may change: organizations, members, studies, patients, consents and data sources",
+	domain.ScopeMCP:           "Let AI assistants read, through the MCP gateway, the health and administration data you can see (they cannot change anything)",
 }
 
 // describeScopes puts requested scopes in plain words for the consent
