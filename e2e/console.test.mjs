@@ -92,7 +92,7 @@ async function signIn(page, email, pass = password) {
   await page.waitForURL(/\/o\/login\//);
   await page.getByLabel('Email address').fill(email);
   await page.getByLabel('Password').fill(pass);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
   await page.waitForURL(`${base}/console/`);
 }
 
@@ -185,7 +185,7 @@ describe('web console', () => {
     await page.waitForURL(/\/o\/login\/\?next=/);
     await page.getByLabel('Email address').fill(patientEmail);
     await page.getByLabel('Password').fill(patientPassword);
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
     await page.waitForURL(`${base}/console/`);
     await audit(page, 'patient-consent-requests');
 

@@ -247,7 +247,7 @@ export async function signIn(page, email, password) {
   await page.getByLabel('Password').fill(password);
   const [response] = await Promise.all([
     page.waitForResponse((r) => new URL(r.url()).pathname === '/o/login/' && r.request().method() === 'POST'),
-    page.getByRole('button', { name: 'Sign in' }).click(),
+    page.getByRole('button', { name: 'Sign in', exact: true }).click(),
   ]);
   return response;
 }

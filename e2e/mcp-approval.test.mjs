@@ -89,7 +89,7 @@ async function routedContext() {
 async function signIn(page, user) {
   await page.getByLabel('Email address').fill(user.email);
   await page.getByLabel('Password').fill(user.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
   await page.waitForLoadState();
 }
 
