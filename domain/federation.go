@@ -452,28 +452,34 @@ func signInAccount(u *User) error {
 }
 
 // createFederatedUser creates the practitioner of a first sign-in: no
-// password, no organization.
+// password, no organization. Sign-ins of the same identity racing it (a
+// second tab, another instance) end with the one account: the one whose
+// link was stored first, whose user is stored by whichever gets there.
 func (s *Service) createFederatedUser(ctx context.Context, id FederatedIdentity, email string, link *IdentityLink) (*User, error) {
-	u, err := s.newUser(NewUser{Email: email, FirstName: truncated(id.GivenName, LimitName.Max), LastName: truncated(id.FamilyName, LimitName.Max), Type: UserPractitioner})
-	if err != nil {
-		return nil, err
-	}
-	if link.UserID != 0 {
-		u.ID = link.UserID
-	}
-	err = s.store.CreateLinkedUser(ctx, u, link)
-	if IsCode(err, CodeDuplicate) {
-		// Another sign-in of the same identity (a second tab) may have
-		// got there first; else the email is another account's.
-		if l, lerr := s.store.IdentityLink(ctx, id.Issuer, id.Subject); lerr == nil {
-			if again, uerr := s.store.UserByID(ctx, l.UserID); uerr == nil {
-				return again, nil
-			}
+	for range createAttempts {
+		u, err := s.newUser(NewUser{Email: email, FirstName: truncated(id.GivenName, LimitName.Max), LastName: truncated(id.FamilyName, LimitName.Max), Type: UserPractitioner})
+		if err != nil {
+			return nil, err
 		}
-		return nil, Errorf(CodeLogin, "an account with the email address %s exists here; ask an administrator to invite this address", email)
+		err = s.store.CreateLinkedUser(ctx, u, link)
+		if !IsCode(err, CodeDuplicate) {
+			return u, err
+		}
+		stored, lerr := s.store.IdentityLink(ctx, id.Issuer, id.Subject)
+		if lerr != nil {
+			break // the email is another account's
+		}
+		if again, uerr := s.store.UserByID(ctx, stored.UserID); uerr == nil {
+			return again, nil
+		}
+		link = stored // its user is not stored yet: store it, under the link's id
 	}
-	return u, err
+	return nil, Errorf(CodeLogin, "an account with the email address %s exists here; ask an administrator to invite this address", email)
 }
+
+// createAttempts bounds how often a first sign-in tries again after
+// another sign-in of the same identity got there first.
+const createAttempts = 3
 
 // truncated cuts s to at most n characters: a provider's long name must
 // not refuse the sign-in.

@@ -3,9 +3,7 @@ package oauth
 import (
 	"context"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"net/http"
 	"net/url"
 	"sync"
@@ -231,10 +229,4 @@ type federatedErrorPage struct {
 // gateway, not a refusal of the person.
 func unavailable(what string, err error) error {
 	return &domain.Error{Code: domain.CodeUnavailable, Message: what + ": " + err.Error()}
-}
-
-// stateHash is how a state is named in logs that must not carry it.
-func stateHash(state string) string {
-	sum := sha256.Sum256([]byte(state))
-	return hex.EncodeToString(sum[:4])
 }
