@@ -303,39 +303,74 @@ func (d *DB) CreatePendingSignIn(ctx context.Context, p *domain.PendingSignIn) e
 		Verifier: p.Verifier, RequestID: p.RequestID, Next: p.Next, ExpiresAt: p.ExpiresAt.UTC()}, "the sign-in already exists")
 }
 
+// acceptedKey is the _id of the record of a sign-in's acceptance: a
+// record of its own, claimed by insert (unique by _id), because FerretDB
+// applies a conditional update as a read then a write, which two callers
+// may both pass.
+func acceptedKey(id string) string { return id + "/accepted" }
+
 // PendingSignIn returns a sign-in in progress that has not expired by
-// now; CodeNotFound otherwise.
+// now, with its acceptance if it has one; CodeNotFound otherwise.
 func (d *DB) PendingSignIn(ctx context.Context, id string, now time.Time) (*domain.PendingSignIn, error) {
 	var x pendingSignInDoc
 	if err := d.findOne(ctx, colPendingSignIns, bson.M{"_id": id, "expiresAt": bson.M{"$gt": now.UTC()}}, &x, "no such sign-in in progress"); err != nil {
 		return nil, err
 	}
-	return x.pending(), nil
+	p := x.pending()
+	return p, d.readAcceptance(ctx, p)
+}
+
+// readAcceptance sets the user and time a sign-in was accepted for, if
+// it was.
+func (d *DB) readAcceptance(ctx context.Context, p *domain.PendingSignIn) error {
+	var a pendingSignInDoc
+	err := d.c(colPendingSignIns).FindOne(ctx, bson.M{"_id": acceptedKey(p.ID)}).Decode(&a)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil
+	}
+	p.UserID, p.AuthTime = a.UserID, a.AuthTime.UTC()
+	return err
 }
 
 // TakePendingSignIn removes a sign-in in progress that has not expired by
-// now and returns it: of several instances taking it at once, one gets
-// it, the others CodeNotFound.
+// now and returns it, with its acceptance: of several instances taking it
+// at once, one gets it, the others CodeNotFound. The one whose delete
+// removed the record gets it (FerretDB's findAndModify is a read then a
+// write, which two callers may both pass; a delete by _id removes a
+// record once).
 func (d *DB) TakePendingSignIn(ctx context.Context, id string, now time.Time) (*domain.PendingSignIn, error) {
 	var x pendingSignInDoc
-	err := d.c(colPendingSignIns).FindOneAndDelete(ctx, bson.M{"_id": id}).Decode(&x)
+	err := d.c(colPendingSignIns).FindOne(ctx, bson.M{"_id": id}).Decode(&x)
+	if err == nil {
+		var res *mongo.DeleteResult
+		if res, err = d.c(colPendingSignIns).DeleteOne(ctx, bson.M{"_id": id}); err == nil && res.DeletedCount == 0 {
+			err = mongo.ErrNoDocuments
+		}
+	}
 	if errors.Is(err, mongo.ErrNoDocuments) || (err == nil && !x.ExpiresAt.After(now)) {
 		return nil, domain.Errorf(domain.CodeNotFound, "no such sign-in in progress")
 	}
 	if err != nil {
 		return nil, err
 	}
-	return x.pending(), nil
+	p := x.pending()
+	if err := d.readAcceptance(ctx, p); err != nil {
+		return nil, err
+	}
+	_, err = d.c(colPendingSignIns).DeleteOne(ctx, bson.M{"_id": acceptedKey(id)})
+	return p, err
 }
 
 // AcceptPendingSignIn records the user a sign-in in progress was accepted
 // for, once: CodeNotFound if it is gone, expired or accepted already.
 func (d *DB) AcceptPendingSignIn(ctx context.Context, id string, userID int64, authTime, now time.Time) error {
-	res, err := d.c(colPendingSignIns).UpdateOne(ctx,
-		bson.M{"_id": id, "expiresAt": bson.M{"$gt": now.UTC()}, "userId": bson.M{"$exists": false}},
-		bson.M{"$set": bson.M{"userId": userID, "authTime": authTime.UTC()}})
-	if err == nil && res.MatchedCount == 0 {
-		return domain.Errorf(domain.CodeNotFound, "no such sign-in in progress")
+	var x pendingSignInDoc
+	if err := d.findOne(ctx, colPendingSignIns, bson.M{"_id": id, "expiresAt": bson.M{"$gt": now.UTC()}}, &x, "no such sign-in in progress"); err != nil {
+		return err
+	}
+	err := d.insertUnique(ctx, colPendingSignIns, pendingSignInDoc{ID: acceptedKey(id), UserID: userID, AuthTime: authTime.UTC(), ExpiresAt: x.ExpiresAt}, "")
+	if domain.IsCode(err, domain.CodeDuplicate) {
+		return domain.Errorf(domain.CodeNotFound, "the sign-in was accepted already")
 	}
 	return err
 }
