@@ -95,4 +95,3 @@ func TestAssertionIsUsedOnce(t *testing.T) {
 		t.Errorf("sweep: %d %v", n, err)
 	}
 }
-
