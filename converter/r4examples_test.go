@@ -209,7 +209,9 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 		if o.refused = err; err == nil {
 			checkCompact(t, file, res.Resource)
 			o.r5Type = res.Type
-			o.issues, err = v.Validate(res.Resource)
+			if o.issues, err = v.Validate(res.Resource); err != nil {
+				t.Errorf("%s: %v", file, err)
+			}
 		}
 		return o
 	}

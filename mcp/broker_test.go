@@ -400,10 +400,10 @@ func TestRegistrationRedirectRules(t *testing.T) {
 		{"https://user:pw@client.example.com/cb", false},
 		{"https://@client.example.com/cb", false}, // empty userinfo
 		{"https://claude.ai%2f@attacker.example/cb", false},
-		{"https://:443/cb", false},              // no host
-		{"https:attacker.example/cb", false},    // opaque
-		{"https://clаude.ai/cb", false},         // a Cyrillic а: a look-alike host
-		{"https://attacker.example/‮cb", false}, // a bidirectional override
+		{"https://:443/cb", false},                   // no host
+		{"https:attacker.example/cb", false},         // opaque
+		{"https://clаude.ai/cb", false},              // a Cyrillic а: a look-alike host
+		{"https://attacker.example/\u202ecb", false}, // a bidirectional override
 		{"https://attacker.example/c b", false},
 		{"https://attacker.example:99999/cb", false},
 		{"https://attacker.example:0/cb", false},

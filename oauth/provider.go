@@ -246,7 +246,7 @@ type patientCodeKey struct{}
 // adds the lifespan to the wall clock).
 func (c *providerConfig) GetAuthorizeCodeLifespan(ctx context.Context) time.Duration {
 	if ctx.Value(patientCodeKey{}) != nil {
-		return c.now().Add(c.patientCodeTTL).Sub(time.Now())
+		return time.Until(c.now().Add(c.patientCodeTTL))
 	}
 	return c.Config.GetAuthorizeCodeLifespan(ctx)
 }
