@@ -210,6 +210,7 @@ type view struct {
 	Actor   *domain.Actor
 	Notice  string // what the last form did
 	Page    any
+	Form    *formState // the form that was refused, if any
 }
 
 // IsPatient reports whether the user is a patient (the patients' pages).
@@ -232,7 +233,16 @@ func parsePages() map[string]*template.Template {
 // render writes a page. Pages are never cached: they show health data,
 // secrets or what a user may do.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, s *session, status int, name, title, section string, data any) {
-	v := view{Title: title, Section: section, Page: data, Notice: notices[r.URL.Query().Get("done")]}
+	c.renderForm(w, r, s, status, name, title, section, data, nil)
+}
+
+// renderForm writes a page with one of its forms refused (form: nil for
+// none), answered with the refusal's status.
+func (c *Console) renderForm(w http.ResponseWriter, r *http.Request, s *session, status int, name, title, section string, data any, form *formState) {
+	if form != nil {
+		status = form.Status
+	}
+	v := view{Title: title, Section: section, Page: data, Form: form, Notice: notices[r.URL.Query().Get("done")]}
 	if s != nil {
 		v.CSRF, v.Actor = s.csrf, s.actor
 	} else {
@@ -398,6 +408,10 @@ var funcs = template.FuncMap{
 	// version writes a record's LastUpdated into an edit form (formVersion).
 	"version": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 	"role":    roleName,
+	// orgType and sourceType name an organization's and a data source's
+	// type in words.
+	"orgType":    orgTypeName,
+	"sourceType": sourceTypeName,
 }
 
 // patientName is a patient's name as the pages show it.
