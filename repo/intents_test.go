@@ -423,6 +423,9 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 // insert, writes nothing (TestAWriteWhoseIntentIsCutOnTheWireWritesNothing
 // cuts it).
 func TestARefusedForwardWriteIsRolledForward(t *testing.T) {
+	if testing.Short() {
+		t.Skip("faults on the wire: not in the short tier")
+	}
 	ctx := context.Background()
 	const theMarks = 2 // the write's second command, after its intent's insert
 	for _, c := range []struct {
