@@ -231,3 +231,16 @@ func (w *admWorld) call(t *testing.T, method, path, token string, body any, stat
 	t.Helper()
 	return admCall(t, w.env, method, path, token, body, status, fields...)
 }
+
+// wantStatus checks only the status of a request (and the error shape).
+func (w *admWorld) wantStatus(t *testing.T, method, path, token string, body any, status int) {
+	t.Helper()
+	resp, out := w.env.Send(t, method, path, token, body)
+	if resp.StatusCode != status {
+		t.Errorf("%s %s: %d %v, want %d", method, path, resp.StatusCode, out, status)
+		return
+	}
+	if status >= 400 {
+		admCheckDetail(t, method+" "+path, out)
+	}
+}
