@@ -58,6 +58,10 @@ func TestRefusedFormsKeepWhatWasTyped(t *testing.T) {
 			url.Values{"name": {"Typed app name"}, "type": {"public"}, "grant": {"authorization_code"}, "algorithm": {"RS256"},
 				"redirectUris": {"http://app.example.org/cb"}},
 			http.StatusBadRequest, "c-redirect", []string{"Typed app name", "http://app.example.org/cb"}, nil},
+		{"an identity provider's malformed id", "superuser", "/console/identity-providers/",
+			url.Values{"kind": {"oidc"}, "id": {"Not An Id"}, "name": {"Typed provider"}, "issuer": {"https://idp.example.org"},
+				"clientId": {"typed-client"}, "clientSecret": {"never shown again"}, "firstSignIn": {"invited"}},
+			http.StatusBadRequest, "p-id", []string{"Not An Id", "Typed provider", "typed-client"}, nil},
 		// The invitation's choices are one group, each on its line; the
 		// choice made stays made.
 		{"an app invitation without the app", "manager", patient + "invitations",
@@ -74,6 +78,9 @@ func TestRefusedFormsKeepWhatWasTyped(t *testing.T) {
 			}
 			if !strings.Contains(page, `<form method="post"`) || !besideField(page, tc.field) {
 				t.Errorf("the answer has no reason beside #%s:\n%s", tc.field, page)
+			}
+			if strings.Contains(page, "never shown again") {
+				t.Error("the answer shows a secret that was typed")
 			}
 			for _, want := range tc.also {
 				if !strings.Contains(page, want) {
