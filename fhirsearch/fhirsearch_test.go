@@ -148,7 +148,7 @@ func TestPlansWithoutEntries(t *testing.T) {
 		t.Errorf("_total=accurate: %+v", plan)
 	}
 	plan, _ = parse(t, "Observation", "_elements=code,status").Plan(domain.Scope{})
-	if got := canon(t, plan.Pipeline[3].(bson.D)[0].Value); got != `{"codeTokens":0,"identifierTokens":0,"lastUpdated":0,"omh":0,"payload":0,"sortAsc":0,"sortDesc":0}` {
+	if got := canon(t, plan.Pipeline[3].(bson.D)[0].Value); got != `{"codeTokens":0,"identifierTokens":0,"lastUpdated":0,"omh":0,"payload":0,"sortAsc":0,"sortDesc":0,"spanClass":0,"valueNumber":0,"valueUnit":0}` {
 		t.Errorf("_elements without the value: $project %s", got)
 	}
 }
