@@ -116,12 +116,12 @@ func New(c Config) *fiber.App {
 	s.registerFHIR(app, fhirAlias)
 	s.registerImport(app)
 
-	api := app.Group("/api/v1", s.authenticate, s.adminScope)
+	api := adminRoutes{app.Group("/api/v1", s.authenticate, s.adminScope)}
 	api.Get("/users/profile", s.profile)
-	api.Get("/users", s.listUsers)
+	api.Get("/users", accepts("email"), s.listUsers)
 	api.Patch("/users/:id", s.updateUser)
 
-	api.Get("/organizations", s.listOrganizations)
+	api.Get("/organizations", accepts("partOf"), s.listOrganizations)
 	api.Post("/organizations", s.createOrganization)
 	api.Get("/organizations/:id", readWith(s.service.Organization, writeOrganization))
 	api.Patch("/organizations/:id", s.updateOrganization)
@@ -133,12 +133,12 @@ func New(c Config) *fiber.App {
 	api.Delete("/organizations/:id/users/:userId", unlink("userId", s.service.RemoveMember))
 	api.Get("/organizations/:id/studies", listOf(pathID("id"), s.service.ListStudies, toStudyJSON))
 
-	api.Get("/practitioners", listOf(queryIDOf("organizationId"), s.service.ListPractitioners, toPractitionerJSON))
+	api.Get("/practitioners", accepts("organizationId"), listOf(queryIDOf("organizationId"), s.service.ListPractitioners, toPractitionerJSON))
 	api.Post("/practitioners", s.createPractitioner)
 	api.Get("/practitioners/:id", readWith(s.service.PractitionerByID, writePractitioner))
 	api.Patch("/practitioners/:id", s.updatePractitioner)
 
-	api.Get("/patients", s.listPatients)
+	api.Get("/patients", accepts("organizationId", "studyId", "identifier", "name"), s.listPatients)
 	api.Post("/patients", s.createPatient)
 	api.Get("/patients/:id", readWith(s.service.PatientByID, writePatient))
 	api.Patch("/patients/:id", s.updatePatient)
@@ -152,7 +152,7 @@ func New(c Config) *fiber.App {
 	api.Patch("/patients/:id/consents", s.writeConsents(fiber.StatusOK, s.service.UpdateConsents))
 	api.Delete("/patients/:id/consents", s.writeConsents(fiber.StatusNoContent, s.service.WithdrawConsents))
 
-	api.Get("/studies", listOf(queryIDOf("organizationId"), s.service.ListStudies, toStudyJSON))
+	api.Get("/studies", accepts("organizationId"), listOf(queryIDOf("organizationId"), s.service.ListStudies, toStudyJSON))
 	api.Post("/studies", s.createStudy)
 	api.Get("/studies/:id", readWith(s.service.StudyByID, writeStudy))
 	api.Patch("/studies/:id", s.updateStudy)
