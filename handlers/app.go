@@ -123,10 +123,10 @@ func New(c Config) *fiber.App {
 
 	api.Get("/organizations", accepts("partOf"), s.listOrganizations)
 	api.Post("/organizations", s.createOrganization)
-	api.Get("/organizations/:id", readWith(s.service.Organization, writeOrganization))
+	api.Get("/organizations/:id", s.getOrganization)
 	api.Patch("/organizations/:id", s.updateOrganization)
 	api.Delete("/organizations/:id", s.deleteOrganization)
-	api.Get("/organizations/:id/tree", s.organizationTree)
+	api.Get("/organizations/:id/tree", s.getOrganization)
 	api.Get("/organizations/:id/users", listOf(pathID("id"), s.service.Members, toMemberJSON))
 	api.Post("/organizations/:id/users", s.addMember)
 	api.Patch("/organizations/:id/users/:userId", s.changeMember)

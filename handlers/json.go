@@ -22,27 +22,42 @@ func toUserJSON(u domain.User) userJSON {
 	return userJSON{ID: u.ID, Email: u.Email, FirstName: u.FirstName, LastName: u.LastName, UserType: string(u.Type), IsSuperuser: u.IsSuperuser}
 }
 
+// organizationJSON is an organization: ROOT (the organization above the
+// top-level ones, not stored) has partOf and lastUpdated null, a
+// top-level organization partOf 0, as JupyterHealth Exchange answers.
 type organizationJSON struct {
-	ID          int64     `json:"id"`
-	Name        string    `json:"name"`
-	Type        string    `json:"type"`
-	PartOf      *int64    `json:"partOf"`
-	LastUpdated time.Time `json:"lastUpdated"`
+	ID          int64      `json:"id"`
+	Name        string     `json:"name"`
+	Type        string     `json:"type"`
+	PartOf      *int64     `json:"partOf"`
+	LastUpdated *time.Time `json:"lastUpdated"`
 }
 
 func toOrganizationJSON(o domain.Organization) organizationJSON {
-	return organizationJSON{ID: o.ID, Name: o.Name, Type: string(o.Type), PartOf: optionalID(o.PartOf), LastUpdated: o.LastUpdated}
+	out := organizationJSON{ID: o.ID, Name: o.Name, Type: string(o.Type)}
+	if o.ID != domain.RootOrganizationID {
+		partOf, lastUpdated := o.PartOf, o.LastUpdated
+		out.PartOf, out.LastUpdated = &partOf, &lastUpdated
+	}
+	return out
 }
 
-type organizationNodeJSON struct {
+// organizationEntryJSON is an organization of the directory: with the
+// caller's role in it (null: none, or no membership) and the
+// organizations below it.
+type organizationEntryJSON struct {
 	organizationJSON
-	Children []organizationNodeJSON `json:"children"`
+	CurrentUserRole *string                 `json:"currentUserRole"`
+	Children        []organizationEntryJSON `json:"children"`
 }
 
-func toOrganizationNodeJSON(n domain.OrganizationNode) organizationNodeJSON {
-	out := organizationNodeJSON{organizationJSON: toOrganizationJSON(n.Organization), Children: []organizationNodeJSON{}}
+func toOrganizationEntryJSON(a *domain.Actor, n domain.OrganizationNode) organizationEntryJSON {
+	out := organizationEntryJSON{organizationJSON: toOrganizationJSON(n.Organization), Children: []organizationEntryJSON{}}
+	if role, member := a.RoleIn(n.ID); member {
+		out.CurrentUserRole = roleJSON(role)
+	}
 	for _, c := range n.Children {
-		out.Children = append(out.Children, toOrganizationNodeJSON(c))
+		out.Children = append(out.Children, toOrganizationEntryJSON(a, c))
 	}
 	return out
 }

@@ -232,7 +232,10 @@ func matrixRows(w *world) map[string]matrixRow {
 		"POST sub-organization": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/organizations", map[string]any{"name": w.name("Dept "), "type": "dept", "partOf": A}
 		}, managersOnly},
-		"GET organization": {"GET", at("/api/v1/organizations/%d", A), orgARead},
+		// The organization directory (names, types, the tree) is for every
+		// signed-in user; its members and patients are not.
+		"GET organization": {"GET", at("/api/v1/organizations/%d", A), allRead},
+		"GET root":         {"GET", at("/api/v1/organizations/0"), allRead},
 		"PATCH organization": {"PATCH", func(*world, string) (string, any) {
 			return fmt.Sprintf("/api/v1/organizations/%d", A), map[string]any{"name": "Clinic"}
 		}, swap(managersOnly, "201", "200")},
@@ -240,7 +243,7 @@ func matrixRows(w *world) map[string]matrixRow {
 			o := must(w.env.Service.CreateOrganization(w.ctx, sys, domain.NewOrganization{Name: w.name("Empty "), Type: "team", PartOf: A}))
 			return fmt.Sprintf("/api/v1/organizations/%d", o.ID), nil
 		}, swap(managersOnly, "201", "204")},
-		"GET tree":        {"GET", at("/api/v1/organizations/%d/tree", A), orgARead},
+		"GET tree":        {"GET", at("/api/v1/organizations/%d/tree", A), allRead},
 		"GET members":     {"GET", at("/api/v1/organizations/%d/users", A), orgAMembers},
 		"GET org studies": {"GET", at("/api/v1/organizations/%d/studies", A), orgARead},
 		"POST member": {"POST", func(w *world, _ string) (string, any) {
