@@ -344,6 +344,16 @@ func (s *Service) WithSubtree(ctx context.Context, o Organization) (Organization
 	return subtree(all, o), nil
 }
 
+// OrganizationsByIDs returns the organizations of the directory among ids
+// (those that exist), in id order: the organizations a patient's record
+// names.
+func (s *Service) OrganizationsByIDs(ctx context.Context, ids []int64) ([]Organization, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return s.store.OrganizationsByIDs(ctx, ids)
+}
+
 // subtree returns o with the organizations of all below it. A stored
 // cycle (which updates refuse to make) ends where an organization repeats.
 func subtree(all []Organization, o Organization) OrganizationNode {

@@ -218,8 +218,14 @@ func AsFieldError(err error, field string) error {
 
 // PatientPatch changes a patient; nil fields stay.
 type PatientPatch struct {
-	FamilyName      *string
-	GivenNames      *[]string
+	FamilyName *string
+	GivenNames *[]string
+	// GivenName is the given names as one string (JupyterHealth
+	// Exchange's nameGiven), for when GivenNames is nil: split at spaces
+	// (GivenNamesOf), unless it reads as the record's names do already
+	// (Patient.GivenName), which then stay as they are, so that a client
+	// sending back a patient as it read it changes nothing.
+	GivenName       *string
 	BirthDate       *string
 	Phone           *string // empty: remove the phone number
 	Identifiers     *[]Identifier
@@ -305,6 +311,8 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 	}
 	if in.GivenNames != nil {
 		p.GivenNames = trimAll(*in.GivenNames)
+	} else if in.GivenName != nil && *in.GivenName != p.GivenName() {
+		p.GivenNames = GivenNamesOf(*in.GivenName)
 	}
 	if in.BirthDate != nil {
 		p.BirthDate = strings.TrimSpace(*in.BirthDate)
@@ -335,7 +343,7 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 	if err := s.store.UpdatePatient(ctx, old, &p); err != nil {
 		return nil, err
 	}
-	if in.FamilyName != nil || in.GivenNames != nil {
+	if in.FamilyName != nil || in.GivenNames != nil || in.GivenName != nil {
 		// The login carries the record's names (the profile shows them).
 		// It follows the record, so a retry of the same change brings it in
 		// line if this write fails. Only the names are written: the rest of
@@ -538,6 +546,25 @@ func IsFHIRCode(s string) bool {
 
 // isFHIRSpace is whitespace as the \s of FHIR's patterns means it.
 func isFHIRSpace(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' }
+
+// GivenName is the patient's given names as one string, separated by a
+// space: JupyterHealth Exchange's nameGiven, which holds one string.
+func (p *Patient) GivenName() string { return strings.Join(p.GivenNames, " ") }
+
+// GivenNamesOf reads given names written as one string (GivenName): one
+// name between each run of spaces.
+func GivenNamesOf(s string) []string { return strings.Fields(s) }
+
+// Contact returns the first contact point of the system ("email",
+// "phone"), or "".
+func (p *Patient) Contact(system string) string {
+	for _, t := range p.Telecom {
+		if t.System == system {
+			return t.Value
+		}
+	}
+	return ""
+}
 
 func trimAll(ss []string) []string {
 	var out []string

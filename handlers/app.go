@@ -140,7 +140,7 @@ func New(c Config) *fiber.App {
 
 	api.Get("/patients", accepts("organizationId", "studyId", "identifier", "name"), s.listPatients)
 	api.Post("/patients", s.createPatient)
-	api.Get("/patients/:id", readWith(s.service.PatientByID, writePatient))
+	api.Get("/patients/:id", readWith(s.service.PatientByID, s.writePatient))
 	api.Patch("/patients/:id", s.updatePatient)
 	api.Delete("/patients/:id", s.deletePatient)
 	api.Post("/patients/:id/invitation", s.invitePatient)
@@ -157,7 +157,7 @@ func New(c Config) *fiber.App {
 	api.Get("/studies/:id", readWith(s.service.StudyByID, writeStudy))
 	api.Patch("/studies/:id", s.updateStudy)
 	api.Delete("/studies/:id", s.deleteStudy)
-	api.Get("/studies/:id/patients", listOf(pathID("id"), s.service.StudyPatients, toPatientJSON))
+	api.Get("/studies/:id/patients", listWith(pathID("id"), s.service.StudyPatients, s.writePatients))
 	api.Post("/studies/:id/patients", s.enrollPatients)
 	api.Delete("/studies/:id/patients", s.unenrollPatients)
 	api.Get("/studies/:id/scope_requests", s.scopeRequests)
