@@ -105,10 +105,13 @@ func (s *Service) PatientByUserID(ctx context.Context, userID int64) (*Patient, 
 
 // PatientFilter narrows a patient list; zero fields do not filter.
 type PatientFilter struct {
+	ID             int64
 	OrganizationID int64
 	StudyID        int64
-	Identifier     *Identifier
-	Name           string // prefix of a family or given name, any case or accents
+	// Identifier selects the patient with this identifier; with an
+	// empty System, those with this value in any system.
+	Identifier *Identifier
+	Name       string // prefix of a family or given name, any case or accents
 }
 
 // readablePatients returns the query part that limits patients to those
@@ -138,6 +141,37 @@ func (s *Service) ListPatients(ctx context.Context, actor *Actor, f PatientFilte
 		return List[Patient]{}, err
 	}
 	return s.store.ListPatients(ctx, q, p)
+}
+
+// PatientsByEmail finds the patient whose login has this email (any
+// case), as JupyterHealth Exchange's global lookup does, among the
+// patients the actor may read: a list of one or none. A patient out of
+// the actor's sight is not found, exactly as an email nobody has (see
+// readablePatient), and so is a practitioner's email. CodeInvalid for a
+// malformed email.
+func (s *Service) PatientsByEmail(ctx context.Context, actor *Actor, email string) (found []Patient, err error) {
+	defer func() {
+		s.audit(ctx, actor, AuditExecute, AuditKindSearch, err, "Patient", nil, idsOf(found, func(p Patient) int64 { return p.ID }))
+	}()
+	if email, err = NormalizeEmail("email", email); err != nil {
+		return nil, err
+	}
+	found = []Patient{}
+	u, err := s.store.UserByEmail(ctx, email)
+	if IsCode(err, CodeNotFound) || (err == nil && u.Type != UserPatient) {
+		return found, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.store.PatientByUserID(ctx, u.ID)
+	if IsCode(err, CodeNotFound) || (err == nil && !actor.CanReadPatient(p)) {
+		return found, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(found, *p), nil
 }
 
 // auditPatientChange records a create, update or delete of a patient's
@@ -180,6 +214,9 @@ func (s *Service) patientQuery(ctx context.Context, actor *Actor, f PatientFilte
 			ids[i] = e.PatientID
 		}
 		q.IDs = intersect(q.IDs, ids)
+	}
+	if f.ID != 0 {
+		q.IDs = intersect(q.IDs, []int64{f.ID})
 	}
 	q.Identifier = f.Identifier
 	q.NamePrefix = SearchKey(f.Name)

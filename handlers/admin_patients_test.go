@@ -164,7 +164,8 @@ func TestPatientsFilters(t *testing.T) {
 		t.Errorf("the patient's list: %v", got)
 	}
 	// Bad filters name the parameter.
-	w.call(t, "GET", "/api/v1/patients?identifier=MRN-1", w.admin, nil, http.StatusBadRequest, "identifier")
+	w.call(t, "GET", "/api/v1/patients?identifier=|MRN-1", w.admin, nil, http.StatusBadRequest, "identifier")
+	w.call(t, "GET", "/api/v1/patients?identifier="+url.QueryEscape(admMRN+"|"), w.admin, nil, http.StatusBadRequest, "identifier")
 	w.call(t, "GET", "/api/v1/patients?organizationId=x", w.admin, nil, http.StatusBadRequest, "organizationId")
 	w.call(t, "GET", "/api/v1/patients?organizationId=9999", w.admin, nil, http.StatusBadRequest, "organizationId")
 	w.call(t, "GET", "/api/v1/patients?studyId=9999", w.admin, nil, http.StatusBadRequest, "studyId")

@@ -138,8 +138,9 @@ func New(c Config) *fiber.App {
 	api.Get("/practitioners/:id", readWith(s.service.PractitionerByID, writePractitioner))
 	api.Patch("/practitioners/:id", s.updatePractitioner)
 
-	api.Get("/patients", accepts("organizationId", "studyId", "identifier", "name"), s.listPatients)
+	api.Get("/patients", accepts(patientFilters...), s.listPatients)
 	api.Post("/patients", s.createPatient)
+	api.Get("/patients/global_lookup", accepts("email"), s.lookupPatients)
 	api.Get("/patients/:id", readWith(s.service.PatientByID, s.writePatient))
 	api.Patch("/patients/:id", s.updatePatient)
 	api.Delete("/patients/:id", s.deletePatient)

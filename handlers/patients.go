@@ -100,24 +100,29 @@ func (in patientInJSON) identifiers() *[]domain.Identifier {
 	return &out
 }
 
+// patientFilters are the filters of GET /patients: the exchange's, and
+// JupyterHealth Exchange's (organization_id, study_id and patient_id are
+// aliases, see params.go; patient_identifier_value is an identifier's
+// value in any system).
+var patientFilters = []string{"organizationId", "studyId", "patientId", "identifier", "patient_identifier_value", "name"}
+
 func (s *server) listPatients(c *fiber.Ctx) error {
 	p, err := pageOf(c)
 	if err != nil {
 		return err
 	}
 	var f domain.PatientFilter
+	if f.ID, err = queryID(c, "patientId"); err != nil {
+		return err
+	}
 	if f.OrganizationID, err = queryID(c, "organizationId"); err != nil {
 		return err
 	}
 	if f.StudyID, err = queryID(c, "studyId"); err != nil {
 		return err
 	}
-	if v := c.Query("identifier"); v != "" {
-		system, value, ok := strings.Cut(v, "|")
-		if !ok || system == "" || value == "" {
-			return domain.FieldErrorf("identifier", "%q is not system|value", v)
-		}
-		f.Identifier = &domain.Identifier{System: system, Value: value}
+	if f.Identifier, err = identifierFilter(c); err != nil {
+		return err
 	}
 	f.Name = c.Query("name")
 	l, err := s.service.ListPatients(c.UserContext(), actor(c), f, p)
@@ -127,6 +132,28 @@ func (s *server) listPatients(c *fiber.Ctx) error {
 	return s.writePatients(c, p, l)
 }
 
+// identifierFilter reads identifier=system|value, identifier=value (in any
+// system) or patient_identifier_value=value.
+func identifierFilter(c *fiber.Ctx) (*domain.Identifier, error) {
+	v, value := c.Query("identifier"), c.Query("patient_identifier_value")
+	switch {
+	case v != "" && value != "":
+		return nil, domain.FieldErrorf("identifier", "send identifier or patient_identifier_value, not both")
+	case value != "":
+		return &domain.Identifier{Value: value}, nil
+	case v == "":
+		return nil, nil
+	}
+	system, value, pair := strings.Cut(v, "|")
+	if !pair {
+		return &domain.Identifier{Value: v}, nil
+	}
+	if system == "" || value == "" {
+		return nil, domain.FieldErrorf("identifier", "%q is not system|value (or a value alone)", v)
+	}
+	return &domain.Identifier{System: system, Value: value}, nil
+}
+
 // writePatients answers a page of patients.
 func (s *server) writePatients(c *fiber.Ctx, p domain.Page, l domain.List[domain.Patient]) error {
 	items, err := s.patientsJSON(c.UserContext(), l.Items)
@@ -134,6 +161,21 @@ func (s *server) writePatients(c *fiber.Ctx, p domain.Page, l domain.List[domain
 		return err
 	}
 	return writeList(c, p, domain.List[patientJSON]{Items: items, Total: l.Total}, func(j patientJSON) patientJSON { return j })
+}
+
+// lookupPatients answers JupyterHealth Exchange's global lookup: the
+// patients whose login has the email, as a list of one or none; a patient
+// the caller may not see is not found (domain.PatientsByEmail).
+func (s *server) lookupPatients(c *fiber.Ctx) error {
+	found, err := s.service.PatientsByEmail(c.UserContext(), actor(c), c.Query("email"))
+	if err != nil {
+		return err
+	}
+	out, err := s.patientsJSON(c.UserContext(), found)
+	if err != nil {
+		return err
+	}
+	return c.JSON(out)
 }
 
 // patientsJSON renders patients with the organizations they belong to,

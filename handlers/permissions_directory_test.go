@@ -101,7 +101,7 @@ func TestUserDirectoryLeaksNoOne(t *testing.T) {
 		"/FHIR/R5/Group", fmt.Sprintf("/FHIR/R5/Group/%d", S), "/FHIR/R5/Organization", "/FHIR/R5/Observation", "/FHIR/R5/Device",
 	}
 	for _, p := range people {
-		paths = append(paths, "/api/v1/users?email="+url.QueryEscape(p.marks["email"]))
+		paths = append(paths, "/api/v1/users?email="+url.QueryEscape(p.marks["email"]), "/api/v1/patients/global_lookup?email="+url.QueryEscape(p.marks["email"]))
 		if p.pat != 0 {
 			paths = append(paths, fmt.Sprintf("/api/v1/patients/%d", p.pat), fmt.Sprintf("/api/v1/patients/%d/consents", p.pat),
 				fmt.Sprintf("/FHIR/R5/Patient/%d", p.pat), fmt.Sprintf("/FHIR/R5/Patient?_id=%d", p.pat),

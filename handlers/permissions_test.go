@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -112,6 +113,11 @@ func newWorldWith(t *testing.T, o handlerstest.Options) *world {
 func (w *world) name(prefix string) string {
 	w.fresh++
 	return fmt.Sprintf("%s%d", prefix, w.fresh)
+}
+
+// patientEmail is the email of a patient's login.
+func (w *world) patientEmail(p *domain.Patient) string {
+	return must(w.env.Service.UserByID(w.ctx, p.UserID)).Email
 }
 
 func (w *world) newPatient() *domain.Patient {
@@ -268,6 +274,11 @@ func matrixRows(w *world) map[string]matrixRow {
 			return "/api/v1/patients", map[string]any{"email": w.name("new") + "@example.org", "nameFamily": "New", "nameGiven": []string{"Ny"}, "organizationIds": []int64{A}}
 		}, dataWriters},
 		"GET patient": {"GET", at("/api/v1/patients/%d", P), unseen(patientRead, "404", notTheirs...)},
+		// Everyone may ask; those who may not see the patient find nothing,
+		// as for an email nobody has (TestHiddenPatientsLookAbsent).
+		"GET patient lookup": {"GET", func(w *world, _ string) (string, any) {
+			return "/api/v1/patients/global_lookup?email=" + url.QueryEscape(w.patientEmail(w.patient)), nil
+		}, allRead},
 		"PATCH patient": {"PATCH", func(*world, string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d", P), map[string]any{"phone": "+1-555-0100"}
 		}, unseen("200 200 200 403 403 200 403 401 401", "404", notTheirs...)},
