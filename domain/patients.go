@@ -158,14 +158,18 @@ func (s *Service) PatientsByEmail(ctx context.Context, actor *Actor, email strin
 	}
 	found = []Patient{}
 	u, err := s.store.UserByEmail(ctx, email)
-	if IsCode(err, CodeNotFound) || (err == nil && u.Type != UserPatient) {
-		return found, nil
-	}
-	if err != nil {
+	// userID 0 (no patient's login has the email) is looked up all the
+	// same: finding nobody then takes the two reads that finding a patient
+	// out of sight takes, so that not even the time tells them apart.
+	var userID int64
+	switch {
+	case err == nil && u.Type == UserPatient:
+		userID = u.ID
+	case err != nil && !IsCode(err, CodeNotFound):
 		return nil, err
 	}
-	p, err := s.store.PatientByUserID(ctx, u.ID)
-	if IsCode(err, CodeNotFound) || (err == nil && !actor.CanReadPatient(p)) {
+	p, err := s.store.PatientByUserID(ctx, userID)
+	if IsCode(err, CodeNotFound) || (err == nil && (userID == 0 || !actor.CanReadPatient(p))) {
 		return found, nil
 	}
 	if err != nil {

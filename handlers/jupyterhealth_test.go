@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,7 +13,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"exchange/domain"
 	"exchange/handlers/handlerstest"
+	"exchange/repo"
+	"exchange/repo/repotest"
 )
 
 // The contract of JupyterHealth Exchange (JHE) that its Python client,
@@ -577,4 +583,37 @@ func jhePython(t *testing.T) string {
 	}
 	t.Skipf("no Python with pandas, requests and yarl among %v: install python3-pandas python3-requests python3-yarl (Debian) to run the JupyterHealth example", tried)
 	return ""
+}
+
+// TestGlobalLookupReadsAlikeForHiddenAndAbsent: a global lookup of a
+// patient out of the caller's sight makes the same reads, collection by
+// collection, as one of an email nobody has, or of a practitioner's: no
+// answer, and no time spent, tells them apart.
+func TestGlobalLookupReadsAlikeForHiddenAndAbsent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	env := handlerstest.StartWith(t, handlerstest.Options{DB: repo.Options{Metrics: repo.NewMetrics(reg)}})
+	ctx := context.Background()
+	clinic := fxMust(env.Service.CreateOrganization(ctx, fxSys, domain.NewOrganization{Name: "Clinic", Type: "prov"}))
+	elsewhere := fxMust(env.Service.CreateOrganization(ctx, fxSys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"}))
+	fxMust(env.Service.CreatePatient(ctx, fxSys, domain.NewPatient{Email: "hidden@example.org", FamilyName: "Roe", GivenNames: []string{"Sam"},
+		OrganizationIDs: []int64{clinic.ID}}))
+	outsider := env.Practitioner(t, "outsider@example.org", false)
+	if err := env.Service.AddMember(ctx, fxSys, elsewhere.ID, outsider.ID, domain.RoleMember); err != nil {
+		t.Fatal(err)
+	}
+	token := env.Token(t, outsider.ID)
+	reads := func(email string) [2]int {
+		t.Helper()
+		users, patients := repotest.Operations(t, reg, "users", "find"), repotest.Operations(t, reg, "patients", "find")
+		if status, body := handlerstest.GetText(t, env.URL+"/api/v1/patients/global_lookup?email="+url.QueryEscape(email), token); status != http.StatusOK || body != "[]" {
+			t.Fatalf("%s: %d %s", email, status, body)
+		}
+		return [2]int{repotest.Operations(t, reg, "users", "find") - users, repotest.Operations(t, reg, "patients", "find") - patients}
+	}
+	hidden := reads("hidden@example.org")
+	for _, email := range []string{"nobody@example.org", "outsider@example.org"} {
+		if got := reads(email); got != hidden {
+			t.Errorf("%s: %v reads of users and patients, %v for a hidden patient", email, got, hidden)
+		}
+	}
 }
