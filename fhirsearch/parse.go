@@ -379,6 +379,11 @@ func (q *Query) Unknown() []string { return q.unknown }
 // SummaryCount reports whether only the total is wanted (_summary=count).
 func (q *Query) SummaryCount() bool { return q.summaryCount }
 
+// WholeResultFetched reports whether a page of the search that says no
+// page follows holds the whole result: the first page of a search that
+// fetches entries.
+func (q *Query) WholeResultFetched() bool { return q.after == nil && q.count > 0 && !q.summaryCount }
+
 // Elements returns the elements asked for with _elements (none: all).
 func (q *Query) Elements() []string { return q.elements }
 

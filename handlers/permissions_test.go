@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -112,6 +113,11 @@ func newWorldWith(t *testing.T, o handlerstest.Options) *world {
 func (w *world) name(prefix string) string {
 	w.fresh++
 	return fmt.Sprintf("%s%d", prefix, w.fresh)
+}
+
+// patientEmail is the email of a patient's login.
+func (w *world) patientEmail(p *domain.Patient) string {
+	return must(w.env.Service.UserByID(w.ctx, p.UserID)).Email
 }
 
 func (w *world) newPatient() *domain.Patient {
@@ -232,7 +238,10 @@ func matrixRows(w *world) map[string]matrixRow {
 		"POST sub-organization": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/organizations", map[string]any{"name": w.name("Dept "), "type": "dept", "partOf": A}
 		}, managersOnly},
-		"GET organization": {"GET", at("/api/v1/organizations/%d", A), orgARead},
+		// The organization directory (names, types, the tree) is for every
+		// signed-in user; its members and patients are not.
+		"GET organization": {"GET", at("/api/v1/organizations/%d", A), allRead},
+		"GET root":         {"GET", at("/api/v1/organizations/0"), allRead},
 		"PATCH organization": {"PATCH", func(*world, string) (string, any) {
 			return fmt.Sprintf("/api/v1/organizations/%d", A), map[string]any{"name": "Clinic"}
 		}, swap(managersOnly, "201", "200")},
@@ -240,7 +249,7 @@ func matrixRows(w *world) map[string]matrixRow {
 			o := must(w.env.Service.CreateOrganization(w.ctx, sys, domain.NewOrganization{Name: w.name("Empty "), Type: "team", PartOf: A}))
 			return fmt.Sprintf("/api/v1/organizations/%d", o.ID), nil
 		}, swap(managersOnly, "201", "204")},
-		"GET tree":        {"GET", at("/api/v1/organizations/%d/tree", A), orgARead},
+		"GET tree":        {"GET", at("/api/v1/organizations/%d/tree", A), allRead},
 		"GET members":     {"GET", at("/api/v1/organizations/%d/users", A), orgAMembers},
 		"GET org studies": {"GET", at("/api/v1/organizations/%d/studies", A), orgARead},
 		"POST member": {"POST", func(w *world, _ string) (string, any) {
@@ -265,6 +274,11 @@ func matrixRows(w *world) map[string]matrixRow {
 			return "/api/v1/patients", map[string]any{"email": w.name("new") + "@example.org", "nameFamily": "New", "nameGiven": []string{"Ny"}, "organizationIds": []int64{A}}
 		}, dataWriters},
 		"GET patient": {"GET", at("/api/v1/patients/%d", P), unseen(patientRead, "404", notTheirs...)},
+		// Everyone may ask; those who may not see the patient find nothing,
+		// as for an email nobody has (TestHiddenPatientsLookAbsent).
+		"GET patient lookup": {"GET", func(w *world, _ string) (string, any) {
+			return "/api/v1/patients/global_lookup?email=" + url.QueryEscape(w.patientEmail(w.patient)), nil
+		}, allRead},
 		"PATCH patient": {"PATCH", func(*world, string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d", P), map[string]any{"phone": "+1-555-0100"}
 		}, unseen("200 200 200 403 403 200 403 401 401", "404", notTheirs...)},

@@ -16,7 +16,7 @@ import (
 type patientAnswer struct {
 	ID          int64    `json:"id"`
 	NameFamily  string   `json:"nameFamily"`
-	NameGiven   []string `json:"nameGiven"`
+	GivenNames  []string `json:"givenNames"`
 	BirthDate   *string  `json:"birthDate"`
 	Telecom     []coded  `json:"telecom"`
 	Identifiers []coded  `json:"identifiers"`
@@ -37,7 +37,7 @@ type patientRow struct {
 }
 
 func (p patientAnswer) row() patientRow {
-	r := patientRow{ID: p.ID, Name: strings.TrimSpace(strings.Join(p.NameGiven, " ") + " " + p.NameFamily)}
+	r := patientRow{ID: p.ID, Name: strings.TrimSpace(strings.Join(p.GivenNames, " ") + " " + p.NameFamily)}
 	if p.BirthDate != nil {
 		r.BirthDate = *p.BirthDate
 	}
@@ -121,7 +121,7 @@ func getPatientTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := a.get(ctx, fmt.Sprintf("/api/v1/patients/%d", id), nil, &p); err != nil {
 			return nil, err
 		}
-		out := map[string]any{"id": p.ID, "family": p.NameFamily, "given": p.NameGiven, "birth_date": p.BirthDate,
+		out := map[string]any{"id": p.ID, "family": p.NameFamily, "given": p.GivenNames, "birth_date": p.BirthDate,
 			"telecom": nonNil(p.Telecom), "identifiers": nonNil(p.Identifiers), "organization_ids": nonNil(p.OrgIDs)}
 		return out, nil
 	})

@@ -95,3 +95,8 @@ func SetWALLimit(n int64) func() {
 	walLimit = n
 	return func() { walLimit = old }
 }
+
+// PatientFilter is the filter of d.ListPatients for q.
+func PatientFilter(ctx context.Context, d *DB, q domain.PatientQuery) (bson.D, error) {
+	return d.patientFilter(ctx, q)
+}
