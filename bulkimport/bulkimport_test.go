@@ -224,22 +224,27 @@ func sameSet(a, b map[int]bool) bool {
 }
 
 // The acceptance run: 2,000 generated resources through the real server,
-// interrupted (as by Ctrl-C) once a few hundred are stored, then the same
-// command again, which resumes; then once more with no checkpoint, where
-// every stored resource comes back 409 and counts as done.
+// interrupted (as by Ctrl-C) once 500 are stored, then the same command
+// again, which resumes; then once more with no checkpoint, where every
+// stored resource comes back 409 and counts as done. The short tier runs
+// the same with 400, interrupted at 100.
 func TestInterruptedRunResumes(t *testing.T) {
 	f := newFixture(t)
 	input := filepath.Join(f.dir, "sample.ndjson")
-	want := writeSample(t, input, 2000)
+	total, interruptAt := 2000, int64(500)
+	if testing.Short() {
+		total, interruptAt = 400, 100
+	}
+	want := writeSample(t, input, total)
 	o := f.options(input)
 	checkpoint := o.Report + ".checkpoint"
 
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
-	go func() { // the user's Ctrl-C, once 500 are stored; gone with the test
+	go func() { // the user's Ctrl-C, once interruptAt are stored; gone with the test
 		for ctx.Err() == nil {
 			n, err := f.resources.CountDocuments(ctx, bson.D{{Key: "sourceId", Value: f.srcA.ID}})
-			if err == nil && n >= 500 {
+			if err == nil && n >= interruptAt {
 				interrupt()
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -250,7 +255,7 @@ func TestInterruptedRunResumes(t *testing.T) {
 	hard := o
 	hard.Grace = time.Nanosecond
 	first, err := bulkimport.Run(ctx, hard)
-	if err != nil || !first.Interrupted || first.Answered() >= 2000 || first.Converted+first.WithLoss < 500 {
+	if err != nil || !first.Interrupted || first.Answered() >= int64(total) || first.Converted+first.WithLoss < interruptAt {
 		t.Fatalf("interrupted run: %+v, %v", first, err)
 	}
 	if _, err := os.Stat(checkpoint); err != nil {
@@ -276,7 +281,7 @@ func TestInterruptedRunResumes(t *testing.T) {
 	}
 
 	second, err := bulkimport.Run(context.Background(), o)
-	if err != nil || second.Interrupted || second.Read != 2000 || second.Skipped == 0 || second.Skipped+second.Answered() != 2000 {
+	if err != nil || second.Interrupted || second.Read != int64(total) || second.Skipped == 0 || second.Skipped+second.Answered() != int64(total) {
 		t.Fatalf("resumed run: %+v, %v", second, err)
 	}
 	t.Logf("interrupted: %+v\nresumed: %+v", first, second)

@@ -255,6 +255,7 @@ var errBrokenFile = errors.New("the rest of the file cannot be read")
 // streamEntries reads a Bundle's entry array, the decoder placed at it.
 func streamEntries(ctx context.Context, path string, dec *json.Decoder, entries *int, emit func(*record) error) error {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		//lint:ignore ST1005 the message starts with the FHIR path it is about, whose type is capitalized
 		return cmp.Or(emit(&record{file: path, err: errors.New("Bundle.entry is not an array")}), errBrokenFile)
 	}
 	for dec.More() {

@@ -45,10 +45,14 @@ type Config struct {
 	// GatewayClientID is the MCP gateway's client (MCP_OAUTH_CLIENT_ID),
 	// explained on the OAuth clients page; "" when none is configured.
 	GatewayClientID string
-	Logger          *slog.Logger
 	// Exports are the bulk export settings (EXPORT_QUEUE); zero:
 	// domain.DefaultExportLimits.
 	Exports domain.ExportLimits
+	// Capacity says whether the store is past the size it serves
+	// comfortably (the embedded database), shown to staff on the home
+	// page; nil: it has no such size.
+	Capacity func() *domain.StoreCapacity
+	Logger   *slog.Logger
 }
 
 // Console serves the pages under Prefix.
@@ -162,6 +166,11 @@ func (c *Console) signedInRoutes() map[string]handler {
 		"GET /console/exports/{job}/{$}":                               c.exportJob,
 		"GET /console/exports/{job}/{file}":                            c.exportFile,
 		"POST /console/exports/{job}/delete":                           c.deleteExport,
+		"GET /console/identity-providers/{$}":                          c.identityProviders,
+		"POST /console/identity-providers/{$}":                         c.createIdentityProvider,
+		"POST /console/identity-providers/{id}/remove":                 c.removeIdentityProvider,
+		"POST /console/identity-providers/{id}/invitations":            c.inviteToIdentityProvider,
+		"POST /console/identity-providers/{id}/invitations/remove":     c.cancelIdentityInvitation,
 	}
 }
 
@@ -210,6 +219,7 @@ type view struct {
 	Actor   *domain.Actor
 	Notice  string // what the last form did
 	Page    any
+	Form    *formState // the form that was refused, if any
 }
 
 // IsPatient reports whether the user is a patient (the patients' pages).
@@ -232,7 +242,16 @@ func parsePages() map[string]*template.Template {
 // render writes a page. Pages are never cached: they show health data,
 // secrets or what a user may do.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, s *session, status int, name, title, section string, data any) {
-	v := view{Title: title, Section: section, Page: data, Notice: notices[r.URL.Query().Get("done")]}
+	c.renderForm(w, r, s, status, name, title, section, data, nil)
+}
+
+// renderForm writes a page with one of its forms refused (form: nil for
+// none), answered with the refusal's status.
+func (c *Console) renderForm(w http.ResponseWriter, r *http.Request, s *session, status int, name, title, section string, data any, form *formState) {
+	if form != nil {
+		status = form.Status
+	}
+	v := view{Title: title, Section: section, Page: data, Form: form, Notice: notices[r.URL.Query().Get("done")]}
 	if s != nil {
 		v.CSRF, v.Actor = s.csrf, s.actor
 	} else {
@@ -308,6 +327,7 @@ var notices = map[string]string{
 	"unenrolled":    "The patient is no longer enrolled.",
 	"cancelled":     "The invitation is cancelled: its link no longer works.",
 	"answered":      "Thank you: your answer is saved. You can change it at any time.",
+	"invited":       "Invited: the first sign-in through the provider with that verified address opens its account.",
 	"exportDeleted": "The export and its files are deleted.",
 }
 
@@ -398,6 +418,10 @@ var funcs = template.FuncMap{
 	// version writes a record's LastUpdated into an edit form (formVersion).
 	"version": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 	"role":    roleName,
+	// orgType and sourceType name an organization's and a data source's
+	// type in words.
+	"orgType":    orgTypeName,
+	"sourceType": sourceTypeName,
 }
 
 // patientName is a patient's name as the pages show it.

@@ -225,6 +225,7 @@ func pageCases(f *fixture) []pageCase {
 		// An export is its owner's alone; to anyone else it does not exist.
 		{"/console/exports/" + f.export + "/", []string{"member"}, notMember},
 		{"/console/exports/" + f.export + "/" + f.exportFile, []string{"member"}, notMember},
+		{"/console/identity-providers/", []string{"superuser"}, nil},
 	}
 }
 
@@ -329,6 +330,11 @@ func formCases(f *fixture) []formCase {
 		{fixed(patient + "/export"), nil, []string{"outsider", "other patient"}, "patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
 		{fixed("/console/exports/" + f.export + "/delete"), nil, notMember, "member", http.StatusSeeOther,
 			map[string]int{"superuser": 404, "manager": 404, "viewer": 404, "outsider": 404, "patient": 404, "other patient": 404}},
+		{fixed("/console/identity-providers/"), form{"kind": {"saml"}, "id": {"campus"}, "name": {"Campus"}, "metadataUrl": {"https://idp.campus.example/metadata"},
+			"firstSignIn": {"create"}, "allowedEmailDomains": {"campus.example, example.edu"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		{fixed("/console/identity-providers/campus/invitations"), form{"email": {"new@campus.example"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		{fixed("/console/identity-providers/campus/invitations/remove"), form{"email": {"new@campus.example"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		{fixed("/console/identity-providers/campus/remove"), nil, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
 	}
 }
 

@@ -80,10 +80,14 @@ type series struct {
 	Points      []point
 }
 
+// point is one value of a series: at an instant (At), or over an interval
+// from At to End (a total or a duration, as a day's steps or a night's
+// sleep).
 type point struct {
-	At    time.Time
-	When  string // the data point's own time frame
-	Value float64
+	At, End time.Time
+	When    string         // the data point's own time frame, in words
+	zone    *time.Location // the offset its time frame is written in
+	Value   float64
 }
 
 // row is one observation in a table: its time and decoded values.
@@ -98,6 +102,7 @@ type codeView struct {
 	Code    string
 	Title   string
 	Chart   template.HTML // empty for non-numeric data, and values too large to draw
+	Bars    bool          // the chart draws totals over intervals as bars
 	Series  []series
 	Columns []string
 	Rows    []row
@@ -143,13 +148,18 @@ func decode(index int, g domain.CodeObservations, titles map[string]string) (cod
 	}
 	sort.Strings(numeric)
 	if len(numeric) > 0 && len(numeric) <= len(seriesStyles) {
+		// Values over intervals (a day's steps, a night's sleep) are totals:
+		// bars, each over its interval, rather than a line through instants.
+		v.Bars = slices.ContainsFunc(all, func(d decoded) bool { return d.o.Effective != nil }) &&
+			!slices.ContainsFunc(all, func(d decoded) bool { return d.o.Effective != nil && d.o.Effective.IsInstant() })
 		for _, k := range numeric {
 			s := series{Label: strings.ReplaceAll(k, "_", " "), Unit: all[0].units[k].unit}
 			for _, d := range all {
 				if d.o.Effective == nil {
 					continue
 				}
-				s.Points = append(s.Points, point{At: d.o.Effective.Start, When: when(d.o), Value: d.units[k].value})
+				e := d.o.Effective
+				s.Points = append(s.Points, point{At: e.Start, End: e.End, When: when(d.o), zone: frameZone(e.DateTime, e.PeriodStart), Value: d.units[k].value})
 			}
 			v.Series = append(v.Series, s)
 			v.Columns = append(v.Columns, s.Label+" ("+s.Unit+")")
@@ -162,7 +172,7 @@ func decode(index int, g domain.CodeObservations, titles map[string]string) (cod
 			v.Rows = append(v.Rows, r)
 		}
 		if len(v.Series[0].Points) > 0 {
-			chart, err := chartSVG(fmt.Sprintf("chart-%d", index), v.Title, v.Series)
+			chart, err := chartSVG(fmt.Sprintf("chart-%d", index), v.Title, v.Series, v.Bars)
 			if err != nil {
 				return v, err
 			}
@@ -209,7 +219,8 @@ func unitValues(body map[string]any) map[string]unitValue {
 	return out
 }
 
-// when is an observation's time as its data point gives it.
+// when is an observation's time in words, at the time of day its data
+// point gives (the patient's own clock).
 func when(o domain.Observation) string {
 	if o.Effective == nil {
 		return "no time"
@@ -218,12 +229,11 @@ func when(o domain.Observation) string {
 }
 
 type dataPage struct {
-	Patient  *domain.Patient
-	Study    *domain.StudyView // the study view, or nil
-	Range    dataQuery
-	Codes    []codeView
-	Download string // the query of the downloads
-	Base     string // the page's path, without extension
+	Patient *domain.Patient
+	Study   *domain.StudyView // the study view, or nil
+	Range   dataQuery
+	Codes   []codeView
+	Base    string // the page's path, without extension: the downloads' too
 }
 
 func (c *Console) patientData(w http.ResponseWriter, r *http.Request, s *session) error {
@@ -298,10 +308,12 @@ func (c *Console) dataPage(w http.ResponseWriter, r *http.Request, s *session, i
 		return err
 	}
 	p, study, q := data.patient, data.study, data.rng
-	page := dataPage{Patient: p, Study: study, Range: q, Base: r.URL.Path,
-		Download: url.Values{"from": {q.From}, "to": {q.To}}.Encode()}
-	for i, g := range data.groups {
-		v, err := decode(i, g, titles)
+	page := dataPage{Patient: p, Study: study, Range: q, Base: r.URL.Path}
+	for _, g := range data.groups {
+		if len(g.Observations) == 0 {
+			continue // a kind of data with none in the range: the page says so only once, when it has none at all
+		}
+		v, err := decode(len(page.Codes), g, titles)
 		if err != nil {
 			return err
 		}

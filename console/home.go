@@ -24,6 +24,8 @@ type homePage struct {
 	Consents *domain.ConsentOverview
 	Mine     []oauth.Invitation
 	Clients  map[string]string // client names by id
+	// Capacity is set when the store is past its comfortable size.
+	Capacity *domain.StoreCapacity
 }
 
 // pendingInvitation is an invitation not redeemed yet, with its patient.
@@ -38,6 +40,9 @@ func (c *Console) home(w http.ResponseWriter, r *http.Request, s *session) error
 		return c.patientHome(w, r, s)
 	}
 	var page homePage
+	if c.Capacity != nil {
+		page.Capacity = c.Capacity()
+	}
 	orgs, err := c.Service.ListOrganizations(ctx, s.actor, nil, domain.Page{Number: 1, Size: homeLimit})
 	if err != nil {
 		return err
@@ -97,6 +102,12 @@ func (c *Console) pendingInvitations(ctx context.Context, a *domain.Actor) ([]pe
 // patientHome is a patient's own page: their studies with the consent
 // requests to answer, and their invitations.
 func (c *Console) patientHome(w http.ResponseWriter, r *http.Request, s *session) error {
+	return c.renderPatientHome(w, r, s, nil)
+}
+
+// renderPatientHome renders a patient's own page, with an answer that was
+// refused.
+func (c *Console) renderPatientHome(w http.ResponseWriter, r *http.Request, s *session, form *formState) error {
 	ctx := r.Context()
 	var page homePage
 	if s.actor.Patient != nil {
@@ -111,9 +122,12 @@ func (c *Console) patientHome(w http.ResponseWriter, r *http.Request, s *session
 			return err
 		}
 	}
-	c.render(w, r, s, http.StatusOK, "patient-home.html", "My studies", "home", page)
+	c.renderForm(w, r, s, http.StatusOK, "patient-home.html", "My studies", "home", page, form)
 	return nil
 }
+
+// consentForm is a patient's answer to one data type of one study.
+var consentForm = formSpec{name: "consent", fields: map[string]string{"answer": "answer"}}
 
 // clientNames returns the names of the clients invitations are for.
 func (c *Console) clientNames(ctx context.Context, invitations []oauth.Invitation) (map[string]string, error) {
@@ -132,8 +146,21 @@ func (c *Console) clientNames(ctx context.Context, invitations []oauth.Invitatio
 }
 
 // answerConsent records a patient's answer to one scope of a study: the
-// first answer, or a change of it (change later).
+// first answer, or a change of it (change later). A refused answer shows
+// the patient's page with the reason beside the question.
 func (c *Console) answerConsent(w http.ResponseWriter, r *http.Request, s *session) error {
+	err := c.consent(r, s)
+	if err != nil && s.actor.Patient != nil {
+		return consentForm.refused(r, err, func(form *formState) error { return c.renderPatientHome(w, r, s, form) })
+	}
+	if err != nil {
+		return err
+	}
+	return seeOther(w, r, Prefix, "answered")
+}
+
+// consent records the answer the form gives.
+func (c *Console) consent(r *http.Request, s *session) error {
 	ctx := r.Context()
 	patientID, err := formID(r, "patient")
 	if err != nil {
@@ -154,12 +181,7 @@ func (c *Console) answerConsent(w http.ResponseWriter, r *http.Request, s *sessi
 	in := []domain.StudyScopeConsents{{StudyID: studyID, Scopes: []domain.ScopeConsent{{
 		System: r.PostFormValue("system"), Code: r.PostFormValue("code"), Consented: &consented}}}}
 	if r.PostFormValue("change") == "1" {
-		err = c.Service.UpdateConsents(ctx, s.actor, patientID, in)
-	} else {
-		err = c.Service.AnswerConsents(ctx, s.actor, patientID, in)
+		return c.Service.UpdateConsents(ctx, s.actor, patientID, in)
 	}
-	if err != nil {
-		return err
-	}
-	return seeOther(w, r, Prefix, "answered")
+	return c.Service.AnswerConsents(ctx, s.actor, patientID, in)
 }

@@ -2,22 +2,30 @@ package console
 
 import (
 	"net/http"
-	"net/url"
 
 	"exchange/domain"
-	"exchange/handlers/httpstatus"
 )
 
 // The acceptance of a console invitation. The link a practitioner hands
 // the patient (or its QR code) opens this page with the single-use code;
-// the patient chooses a password, the code is used, and the patient signs
-// in on the exchange's login page with their email and that password. The
-// code never leaves the page's form: not logged, no referrer sent on.
+// the patient chooses a password, the code is used, and a confirmation
+// asks the patient to sign in, their email filled in, with that password
+// (its form posts to the exchange's login page). The code never leaves the
+// page's form: not logged, no referrer sent on.
 
 type invitationPage struct {
 	Code  string
 	Email string
-	Error string // why the chosen password was refused
+}
+
+// acceptForm is the invitation's password form. What was typed into it is
+// never shown again: it is a password.
+var acceptForm = formSpec{name: "accept", fields: map[string]string{"password": "password", "confirm": "confirm"}}
+
+// passwordSetPage confirms a chosen password and offers to sign in.
+type passwordSetPage struct {
+	Email string
+	Next  string // where the sign-in goes: the console
 }
 
 // invitationPage shows whose invitation a code is and asks for a password.
@@ -49,12 +57,11 @@ func (c *Console) invitee(r *http.Request, code string) (invitationPage, error) 
 // (domain.Service.AcceptInvitation, which a retry after a crash
 // completes) and sends the patient to sign in.
 func (c *Console) acceptInvitation(w http.ResponseWriter, r *http.Request) {
-	err := c.accept(r)
+	userID, err := c.accept(r)
 	if domain.IsCode(err, domain.CodeInvalid) {
 		// A refused password: the invitation still works, ask again.
 		if page, perr := c.invitee(r, r.PostFormValue("code")); perr == nil {
-			page.Error = domain.Sentence(domain.ErrorMessage(err))
-			c.render(w, r, nil, httpstatus.Of(err), "invitation.html", "Welcome", "", page)
+			c.renderForm(w, r, nil, http.StatusOK, "invitation.html", "Welcome", "", page, acceptForm.refusal(r, err))
 			return
 		}
 	}
@@ -62,23 +69,29 @@ func (c *Console) acceptInvitation(w http.ResponseWriter, r *http.Request) {
 		c.renderError(w, r, nil, err)
 		return
 	}
-	http.Redirect(w, r, "/o/login/?next="+url.QueryEscape(Prefix), http.StatusSeeOther)
+	page := passwordSetPage{Next: Prefix}
+	if u, err := c.Service.UserByID(r.Context(), userID); err == nil {
+		page.Email = u.Email // else the page asks for it
+	}
+	c.render(w, r, nil, http.StatusOK, "password-set.html", "Your password is set", "", page)
 }
 
-func (c *Console) accept(r *http.Request) error {
+// accept sets the password the form chose with the invitation's code, and
+// returns the invited user.
+func (c *Console) accept(r *http.Request) (int64, error) {
 	if !c.OAuth.CSRFValid(r) {
-		return domain.Errorf(domain.CodeForbidden, "this form has expired; open the invitation link again")
+		return 0, domain.Errorf(domain.CodeForbidden, "this form has expired; open the invitation link again")
 	}
 	password := r.PostFormValue("password")
 	if err := domain.CheckNewPassword(password); err != nil {
-		return err
+		return 0, err
 	}
 	if password != r.PostFormValue("confirm") {
-		return domain.FieldErrorf("confirm", "the two passwords differ")
+		return 0, domain.FieldErrorf("confirm", "the two passwords differ")
 	}
 	code, err := c.OAuth.ConsoleInvitationCode(r.Context(), r.PostFormValue("code"))
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return c.Service.AcceptInvitation(r.Context(), code, password)
+	return code.UserID, c.Service.AcceptInvitation(r.Context(), code, password)
 }

@@ -14,8 +14,9 @@ import (
 
 // TestInvitationAcceptance: a manager invites a patient to the console;
 // the link and its QR code are shown once; the patient opens the link,
-// a refused password keeps the invitation, a good one uses it, and the
-// patient signs in with it. The link then no longer works.
+// a refused password keeps the invitation (the reason beside the field),
+// a good one uses it, and the confirmation that follows signs the patient
+// in with their email filled in. The link then no longer works.
 func TestInvitationAcceptance(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -54,15 +55,25 @@ func TestInvitationAcceptance(t *testing.T) {
 		form.Set("confirm", confirm)
 		return b.Do("POST", f.env.URL+action, form)
 	}
-	if resp, page = submit("short", "short"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, `role="alert"`) {
-		t.Errorf("a short password: %d", resp.StatusCode)
+	if resp, page = submit("short", "short"); resp.StatusCode != http.StatusBadRequest || !besideField(page, "password") {
+		t.Errorf("a short password: %d, want 400 with the reason beside the password\n%s", resp.StatusCode, page)
 	}
-	if resp, _ = submit("a good long password", "another password"); resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("different passwords: %d", resp.StatusCode)
+	if resp, page = submit("a good long password", "another password"); resp.StatusCode != http.StatusBadRequest || !besideField(page, "confirm") {
+		t.Errorf("different passwords: %d, want 400 with the reason beside the second password\n%s", resp.StatusCode, page)
 	}
-	resp, _ = submit("a good long password", "a good long password")
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/o/login/?next=%2Fconsole%2F" {
-		t.Fatalf("accept: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	resp, page = submit("a good long password", "a good long password")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "Your password is set") {
+		t.Fatalf("accept: %d\n%s", resp.StatusCode, page)
+	}
+	// The confirmation signs in on the exchange's login, the email filled in.
+	signIn, signInFields := handlerstest.Form(t, page)
+	if signIn != "/o/login/" || signInFields.Get("next") != "/console/" || !strings.Contains(page, `name="email" value="invited@example.org"`) {
+		t.Fatalf("the confirmation's form: %s %v\n%s", signIn, signInFields, page)
+	}
+	signInFields.Set("email", "invited@example.org")
+	signInFields.Set("password", "a good long password")
+	if resp, _ := b.Do("POST", f.env.URL+signIn, signInFields); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/" {
+		t.Errorf("sign in from the confirmation: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	if resp, _ = submit("a good long password", "a good long password"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("the link used twice: %d", resp.StatusCode)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"exchange/domain"
@@ -93,11 +95,17 @@ type organizationPage struct {
 }
 
 func (c *Console) organization(w http.ResponseWriter, r *http.Request, s *session) error {
-	ctx := r.Context()
 	id, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
+	return c.renderOrganization(w, r, s, id, nil)
+}
+
+// renderOrganization renders an organization's page, with a form of it
+// that was refused.
+func (c *Console) renderOrganization(w http.ResponseWriter, r *http.Request, s *session, id int64, form *formState) error {
+	ctx := r.Context()
 	o, err := c.Service.Organization(ctx, s.actor, id)
 	if err != nil {
 		return err
@@ -132,9 +140,18 @@ func (c *Console) organization(w http.ResponseWriter, r *http.Request, s *sessio
 		return err
 	}
 	page.Studies = studies.Items
-	c.render(w, r, s, http.StatusOK, "organization.html", o.Name, "organizations", page)
+	c.renderForm(w, r, s, http.StatusOK, "organization.html", o.Name, "organizations", page, form)
 	return nil
 }
+
+// The forms of an organization's page: adding a practitioner (an unknown
+// email, or one of a member already, is about the email), and each
+// member's role.
+var (
+	addMemberForm    = formSpec{name: "add-member", fields: map[string]string{"email": "email", "role": "role"}, unnamed: map[domain.Code]string{domain.CodeDuplicate: "email"}}
+	memberRoleForm   = formSpec{name: "member-role", fields: map[string]string{"role": "role"}}
+	removeMemberForm = formSpec{name: "remove-member"}
+)
 
 // role reads a role from a form: "none" is a membership without a role.
 func role(r *http.Request) domain.Role {
@@ -151,25 +168,25 @@ func (c *Console) addMember(w http.ResponseWriter, r *http.Request, s *session) 
 		return err
 	}
 	if _, err := c.Service.AddMemberByEmail(r.Context(), s.actor, id, r.PostFormValue("email"), role(r)); err != nil {
-		return err
+		return addMemberForm.refused(r, err, func(form *formState) error { return c.renderOrganization(w, r, s, id, form) })
 	}
 	return seeOther(w, r, fmt.Sprintf("%sorganizations/%d/", Prefix, id), "added")
 }
 
 func (c *Console) changeMember(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.member(w, r, "saved", func(org, user int64) error {
+	return c.member(w, r, s, memberRoleForm, "saved", func(org, user int64) error {
 		return c.Service.ChangeMemberRole(r.Context(), s.actor, org, user, role(r))
 	})
 }
 
 func (c *Console) removeMember(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.member(w, r, "removed", func(org, user int64) error {
+	return c.member(w, r, s, removeMemberForm, "removed", func(org, user int64) error {
 		return c.Service.RemoveMember(r.Context(), s.actor, org, user)
 	})
 }
 
 // member applies a change to the membership the path names.
-func (c *Console) member(w http.ResponseWriter, r *http.Request, done string, change func(org, user int64) error) error {
+func (c *Console) member(w http.ResponseWriter, r *http.Request, s *session, spec formSpec, done string, change func(org, user int64) error) error {
 	id, err := pathID(r, "id")
 	if err != nil {
 		return err
@@ -179,7 +196,10 @@ func (c *Console) member(w http.ResponseWriter, r *http.Request, done string, ch
 		return err
 	}
 	if err := change(id, user); err != nil {
-		return err
+		return spec.refused(r, err, func(form *formState) error {
+			form.Values = url.Values{"member": {strconv.FormatInt(user, 10)}, "role": r.PostForm["role"]}
+			return c.renderOrganization(w, r, s, id, form)
+		})
 	}
 	return seeOther(w, r, fmt.Sprintf("%sorganizations/%d/", Prefix, id), done)
 }

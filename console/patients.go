@@ -20,6 +20,12 @@ type patientsPage struct {
 }
 
 func (c *Console) patients(w http.ResponseWriter, r *http.Request, s *session) error {
+	return c.renderPatients(w, r, s, nil)
+}
+
+// renderPatients renders the list of patients and the form that creates
+// one, refused or afresh.
+func (c *Console) renderPatients(w http.ResponseWriter, r *http.Request, s *session, form *formState) error {
 	ctx := r.Context()
 	p := listPage(r)
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
@@ -34,16 +40,33 @@ func (c *Console) patients(w http.ResponseWriter, r *http.Request, s *session) e
 	if page.Organizations, err = c.dataOrganizations(ctx, s.actor); err != nil {
 		return err
 	}
-	c.render(w, r, s, http.StatusOK, "patients.html", "Patients", "patients", page)
+	c.renderForm(w, r, s, http.StatusOK, "patients.html", "Patients", "patients", page, form)
 	return nil
 }
 
 func patientPath(id int64) string { return fmt.Sprintf("%spatients/%d/", Prefix, id) }
 
+// newPatientForm is the form that creates a patient; a taken identifier
+// is about its value.
+var newPatientForm = formSpec{name: "new-patient", fields: map[string]string{
+	"email": "email", "nameFamily": "family", "nameGiven": "given", "birthDate": "birthDate", "phone": "phone",
+	"identifiers": "identifierValue", "identifiers.system": "identifierSystem", "identifiers.value": "identifierValue",
+	"organizationIds": "organization", "organization": "organization"},
+	unnamed: map[domain.Code]string{domain.CodeDuplicate: "identifierValue"}}
+
 func (c *Console) createPatient(w http.ResponseWriter, r *http.Request, s *session) error {
+	p, err := c.newPatient(r, s)
+	if err != nil {
+		return newPatientForm.refused(r, err, func(form *formState) error { return c.renderPatients(w, r, s, form) })
+	}
+	return seeOther(w, r, patientPath(p.ID), "created")
+}
+
+// newPatient creates the patient the form describes.
+func (c *Console) newPatient(r *http.Request, s *session) (*domain.Patient, error) {
 	org, err := formID(r, "organization")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	in := domain.NewPatient{Email: r.PostFormValue("email"), FamilyName: r.PostFormValue("family"),
 		GivenNames: strings.Fields(r.PostFormValue("given")), BirthDate: r.PostFormValue("birthDate"),
@@ -51,11 +74,7 @@ func (c *Console) createPatient(w http.ResponseWriter, r *http.Request, s *sessi
 	if system, value := strings.TrimSpace(r.PostFormValue("identifierSystem")), strings.TrimSpace(r.PostFormValue("identifierValue")); system != "" || value != "" {
 		in.Identifiers = []domain.Identifier{{System: system, Value: value}}
 	}
-	p, err := c.Service.CreatePatient(r.Context(), s.actor, in)
-	if err != nil {
-		return err
-	}
-	return seeOther(w, r, patientPath(p.ID), "created")
+	return c.Service.CreatePatient(r.Context(), s.actor, in)
 }
 
 type patientPage struct {
@@ -86,11 +105,12 @@ func (c *Console) patient(w http.ResponseWriter, r *http.Request, s *session) er
 	if err != nil {
 		return err
 	}
-	return c.renderPatient(w, r, s, id, http.StatusOK, nil)
+	return c.renderPatient(w, r, s, id, http.StatusOK, nil, nil)
 }
 
-// renderPatient renders a patient's page, with an invitation just issued.
-func (c *Console) renderPatient(w http.ResponseWriter, r *http.Request, s *session, id int64, status int, fresh *newInvitation) error {
+// renderPatient renders a patient's page, with an invitation just issued
+// or a form that was refused.
+func (c *Console) renderPatient(w http.ResponseWriter, r *http.Request, s *session, id int64, status int, fresh *newInvitation, form *formState) error {
 	ctx := r.Context()
 	p, err := c.Service.PatientByID(ctx, s.actor, id)
 	if err != nil {
@@ -120,18 +140,18 @@ func (c *Console) renderPatient(w http.ResponseWriter, r *http.Request, s *sessi
 	if page.Clients, err = c.clientNames(ctx, page.Invitations); err != nil {
 		return err
 	}
-	c.render(w, r, s, status, "patient.html", patientName(*p), "patients", page)
+	c.renderForm(w, r, s, status, "patient.html", patientName(*p), "patients", page, form)
 	return nil
 }
 
 func (c *Console) addIdentifier(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.changeIdentifiers(w, r, s, func(id domain.Identifier) domain.PatientPatch {
+	return c.changeIdentifiers(w, r, s, identifierForm, func(id domain.Identifier) domain.PatientPatch {
 		return domain.PatientPatch{AddIdentifiers: []domain.Identifier{id}}
 	})
 }
 
 func (c *Console) removeIdentifier(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.changeIdentifiers(w, r, s, func(id domain.Identifier) domain.PatientPatch {
+	return c.changeIdentifiers(w, r, s, removeIdentifierForm, func(id domain.Identifier) domain.PatientPatch {
 		return domain.PatientPatch{RemoveIdentifiers: []domain.Identifier{id}}
 	})
 }
@@ -139,17 +159,32 @@ func (c *Console) removeIdentifier(w http.ResponseWriter, r *http.Request, s *se
 // changeIdentifiers adds or removes the identifier a form names, through
 // the patient update (all its checks), which applies the change to the
 // record it reads: an identifier added meanwhile by another request stays.
-func (c *Console) changeIdentifiers(w http.ResponseWriter, r *http.Request, s *session, change func(domain.Identifier) domain.PatientPatch) error {
+func (c *Console) changeIdentifiers(w http.ResponseWriter, r *http.Request, s *session, spec formSpec, change func(domain.Identifier) domain.PatientPatch) error {
 	id, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
 	patch := change(domain.Identifier{System: strings.TrimSpace(r.PostFormValue("system")), Value: strings.TrimSpace(r.PostFormValue("value"))})
 	if _, err := c.Service.UpdatePatient(r.Context(), s.actor, id, patch); err != nil {
-		return err
+		return spec.refused(r, err, func(form *formState) error {
+			return c.renderPatient(w, r, s, id, http.StatusOK, nil, form)
+		})
 	}
 	return seeOther(w, r, patientPath(id), "saved")
 }
+
+// identifierForm adds an identifier to a patient; a taken identifier is
+// about its value. A removal's refusal shows above the list.
+var (
+	removeIdentifierForm = formSpec{name: "remove-identifier"}
+	identifierForm       = formSpec{name: "identifier", fields: map[string]string{
+		"addIdentifiers": "value", "addIdentifiers.system": "system", "addIdentifiers.value": "value",
+		"identifiers": "value", "identifiers.system": "system", "identifiers.value": "value"},
+		unnamed: map[domain.Code]string{domain.CodeDuplicate: "value"}}
+)
+
+// invitationForm invites a patient.
+var invitationForm = formSpec{name: "invitation", fields: map[string]string{"client": "client", "clientId": "client"}}
 
 // invite issues an invitation: to the console (the patient sets a
 // password), or for an app client. The answer is the patient's page with
@@ -163,15 +198,18 @@ func (c *Console) invite(w http.ResponseWriter, r *http.Request, s *session) err
 	var code *oauth.PatientCode
 	if client := strings.TrimSpace(r.PostFormValue("client")); r.PostFormValue("for") == "app" {
 		if client == "" {
-			return domain.FieldErrorf("client", "is required: the app's client id")
+			err = domain.FieldErrorf("client", "is required: the app's client id")
+		} else {
+			code, err = c.OAuth.IssuePatientCode(ctx, p.UserID, client)
+			err = domain.AsFieldError(err, "client")
 		}
-		code, err = c.OAuth.IssuePatientCode(ctx, p.UserID, client)
-		err = domain.AsFieldError(err, "client")
 	} else {
 		code, err = c.OAuth.IssueConsoleInvitation(ctx, p.UserID)
 	}
 	if err != nil {
-		return err
+		return invitationForm.refused(r, err, func(form *formState) error {
+			return c.renderPatient(w, r, s, p.ID, http.StatusOK, nil, form)
+		})
 	}
 	return c.showInvitation(w, r, s, p, code)
 }
@@ -184,7 +222,7 @@ func (c *Console) showInvitation(w http.ResponseWriter, r *http.Request, s *sess
 	if err != nil {
 		return err
 	}
-	return c.renderPatient(w, r, s, p.ID, http.StatusCreated, &newInvitation{Link: link, QR: qr, ExpiresAt: code.ExpiresAt})
+	return c.renderPatient(w, r, s, p.ID, http.StatusCreated, &newInvitation{Link: link, QR: qr, ExpiresAt: code.ExpiresAt}, nil)
 }
 
 func (c *Console) cancelInvitation(w http.ResponseWriter, r *http.Request, s *session) error {

@@ -27,6 +27,12 @@ type sourcesPage struct {
 }
 
 func (c *Console) sources(w http.ResponseWriter, r *http.Request, s *session) error {
+	return c.renderSources(w, r, s, nil)
+}
+
+// renderSources renders the data sources and FHIR sources, with a form of
+// the page that was refused.
+func (c *Console) renderSources(w http.ResponseWriter, r *http.Request, s *session, form *formState) error {
 	ctx := r.Context()
 	p := listPage(r)
 	page := sourcesPage{Patients: map[int64]domain.Patient{},
@@ -66,8 +72,24 @@ func (c *Console) sources(w http.ResponseWriter, r *http.Request, s *session) er
 			page.NewSchemas = newSchemas(c.Schemas.Schemas(), codes.Items)
 		}
 	}
-	c.render(w, r, s, http.StatusOK, "sources.html", "Data sources", "sources", page)
+	c.renderForm(w, r, s, http.StatusOK, "sources.html", "Data sources", "sources", page, form)
 	return nil
+}
+
+// The forms of the sources page: a data source, a kind of data (scope
+// code) and a FHIR source; a taken name is about the name.
+var (
+	dataSourceForm = formSpec{name: "data-source", fields: map[string]string{"name": "name", "type": "type", "scopes": "scopes", "supportedScopeCodeIds": "scopes"},
+		unnamed: map[domain.Code]string{domain.CodeDuplicate: "name"}}
+	scopeCodeForm = formSpec{name: "scope-code", fields: map[string]string{"schema": "schema", "text": "text", "code": "schema", "codingCode": "schema"},
+		unnamed: map[domain.Code]string{domain.CodeDuplicate: "schema"}}
+	fhirSourceForm = formSpec{name: "fhir-source", fields: map[string]string{"patient": "patient", "label": "label", "dataSource": "dataSource", "dataSourceId": "dataSource"},
+		unnamed: map[domain.Code]string{domain.CodeDuplicate: "label"}}
+)
+
+// sourcesRefused answers a refused form of the sources page.
+func (c *Console) sourcesRefused(w http.ResponseWriter, r *http.Request, s *session, spec formSpec, err error) error {
+	return spec.refused(r, err, func(form *formState) error { return c.renderSources(w, r, s, form) })
 }
 
 // schemaGroup is the schemas of one namespace, as the picker of a new
@@ -96,6 +118,14 @@ func newSchemas(schemas []omh.SchemaInfo, codes []domain.ScopeCode) []schemaGrou
 }
 
 func (c *Console) createDataSource(w http.ResponseWriter, r *http.Request, s *session) error {
+	if err := c.newDataSource(r, s); err != nil {
+		return c.sourcesRefused(w, r, s, dataSourceForm, err)
+	}
+	return seeOther(w, r, Prefix+"sources/", "created")
+}
+
+// newDataSource registers the data source the form describes.
+func (c *Console) newDataSource(r *http.Request, s *session) error {
 	var scopes []int64
 	for _, v := range r.PostForm["scopes"] {
 		id, ok := domain.ParseID(v)
@@ -105,10 +135,8 @@ func (c *Console) createDataSource(w http.ResponseWriter, r *http.Request, s *se
 		scopes = append(scopes, id)
 	}
 	in := domain.NewDataSource{Name: r.PostFormValue("name"), Type: domain.DataSourceType(r.PostFormValue("type")), SupportedScopeCodeIDs: scopes}
-	if _, err := c.Service.CreateDataSource(r.Context(), s.actor, in); err != nil {
-		return err
-	}
-	return seeOther(w, r, Prefix+"sources/", "created")
+	_, err := c.Service.CreateDataSource(r.Context(), s.actor, in)
+	return err
 }
 
 // createScopeCode adds a scope code for an Open mHealth or IEEE 1752
@@ -116,6 +144,14 @@ func (c *Console) createDataSource(w http.ResponseWriter, r *http.Request, s *se
 // (namespace:name:version) on its namespace's system, its text the
 // schema's name unless one is given.
 func (c *Console) createScopeCode(w http.ResponseWriter, r *http.Request, s *session) error {
+	if err := c.newScopeCode(r, s); err != nil {
+		return c.sourcesRefused(w, r, s, scopeCodeForm, err)
+	}
+	return seeOther(w, r, Prefix+"sources/", "created")
+}
+
+// newScopeCode adds the scope code the form describes.
+func (c *Console) newScopeCode(r *http.Request, s *session) error {
 	id, err := omh.ParseCode(r.PostFormValue("schema"))
 	if err != nil || c.Schemas == nil || !c.Schemas.Has(id) {
 		return domain.FieldErrorf("schema", "choose a schema the exchange knows")
@@ -125,30 +161,33 @@ func (c *Console) createScopeCode(w http.ResponseWriter, r *http.Request, s *ses
 		text = strings.ReplaceAll(id.Name, "-", " ")
 		text = strings.ToUpper(text[:1]) + text[1:]
 	}
-	if _, err := c.Service.CreateScopeCode(r.Context(), s.actor, domain.NativeSystem(id.Namespace), id.Code(), text); err != nil {
-		return err
-	}
-	return seeOther(w, r, Prefix+"sources/", "created")
+	_, err = c.Service.CreateScopeCode(r.Context(), s.actor, domain.NativeSystem(id.Namespace), id.Code(), text)
+	return err
 }
 
 func (c *Console) createFHIRSource(w http.ResponseWriter, r *http.Request, s *session) error {
+	src, err := c.newFHIRSource(r, s)
+	if err != nil {
+		return c.sourcesRefused(w, r, s, fhirSourceForm, err)
+	}
+	return seeOther(w, r, fmt.Sprintf("%sfhir-sources/%d/", Prefix, src.ID), "created")
+}
+
+// newFHIRSource registers the FHIR source the form describes.
+func (c *Console) newFHIRSource(r *http.Request, s *session) (*domain.FHIRSource, error) {
 	var patient, dataSource int64
 	var err error
 	if v := r.PostFormValue("patient"); v != "" {
 		if patient, err = formID(r, "patient"); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if v := r.PostFormValue("dataSource"); v != "" {
 		if dataSource, err = formID(r, "dataSource"); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	src, err := c.Service.CreateFHIRSource(r.Context(), s.actor, patient, dataSource, r.PostFormValue("label"))
-	if err != nil {
-		return err
-	}
-	return seeOther(w, r, fmt.Sprintf("%sfhir-sources/%d/", Prefix, src.ID), "created")
+	return c.Service.CreateFHIRSource(r.Context(), s.actor, patient, dataSource, r.PostFormValue("label"))
 }
 
 type fhirSourcePage struct {

@@ -15,6 +15,12 @@ type studiesPage struct {
 }
 
 func (c *Console) studies(w http.ResponseWriter, r *http.Request, s *session) error {
+	return c.renderStudies(w, r, s, nil)
+}
+
+// renderStudies renders the list of studies and the form that creates
+// one, refused or afresh.
+func (c *Console) renderStudies(w http.ResponseWriter, r *http.Request, s *session, form *formState) error {
 	ctx := r.Context()
 	p := listPage(r)
 	l, err := c.Service.ListStudies(ctx, s.actor, 0, p)
@@ -28,21 +34,34 @@ func (c *Console) studies(w http.ResponseWriter, r *http.Request, s *session) er
 	if page.Organizations, err = c.dataOrganizations(ctx, s.actor); err != nil {
 		return err
 	}
-	c.render(w, r, s, http.StatusOK, "studies.html", "Studies", "studies", page)
+	c.renderForm(w, r, s, http.StatusOK, "studies.html", "Studies", "studies", page, form)
 	return nil
 }
 
+// The forms of studies: creating one (a name taken in its organization
+// is about the name), and editing one.
+var (
+	studyFields   = map[string]string{"name": "name", "description": "description", "organizationId": "organization", "organization": "organization"}
+	newStudyForm  = formSpec{name: "new-study", fields: studyFields, unnamed: map[domain.Code]string{domain.CodeDuplicate: "name"}}
+	editStudyForm = formSpec{name: "edit-study", fields: studyFields, unnamed: map[domain.Code]string{domain.CodeDuplicate: "name"}}
+)
+
 func (c *Console) createStudy(w http.ResponseWriter, r *http.Request, s *session) error {
-	org, err := formID(r, "organization")
+	st, err := c.newStudy(r, s)
 	if err != nil {
-		return err
-	}
-	st, err := c.Service.CreateStudy(r.Context(), s.actor, domain.NewStudy{OrganizationID: org,
-		Name: r.PostFormValue("name"), Description: r.PostFormValue("description")})
-	if err != nil {
-		return err
+		return newStudyForm.refused(r, err, func(form *formState) error { return c.renderStudies(w, r, s, form) })
 	}
 	return seeOther(w, r, studyPath(st.ID), "created")
+}
+
+// newStudy creates the study the form describes.
+func (c *Console) newStudy(r *http.Request, s *session) (*domain.Study, error) {
+	org, err := formID(r, "organization")
+	if err != nil {
+		return nil, err
+	}
+	return c.Service.CreateStudy(r.Context(), s.actor, domain.NewStudy{OrganizationID: org,
+		Name: r.PostFormValue("name"), Description: r.PostFormValue("description")})
 }
 
 func studyPath(id int64) string { return fmt.Sprintf("%sstudies/%d/", Prefix, id) }
@@ -57,9 +76,10 @@ type studyPage struct {
 	Enrollment  *domain.StudyEnrollment
 	Pager       pager
 	Candidates  []domain.Patient // patients of the organization not enrolled
-	// Unsaved is the edit the user sent that was not saved, with why: the
-	// page shows it beside the current study, whose values the form holds,
-	// so the user makes the change again on what is stored now.
+	// Unsaved is the edit the user sent that was not saved because the
+	// study changed since the form was made: the page shows it beside the
+	// current study, whose values the form holds, so the user makes the
+	// change again on what is stored now.
 	Unsaved *unsavedStudy
 }
 
@@ -74,11 +94,12 @@ func (c *Console) study(w http.ResponseWriter, r *http.Request, s *session) erro
 	if err != nil {
 		return err
 	}
-	return c.renderStudy(w, r, s, id, http.StatusOK, nil)
+	return c.renderStudy(w, r, s, id, http.StatusOK, nil, nil)
 }
 
-// renderStudy renders a study's page, with an edit that was not saved.
-func (c *Console) renderStudy(w http.ResponseWriter, r *http.Request, s *session, id int64, status int, unsaved *unsavedStudy) error {
+// renderStudy renders a study's page, with an edit that was not saved
+// for a change made meanwhile, or a form that was refused.
+func (c *Console) renderStudy(w http.ResponseWriter, r *http.Request, s *session, id int64, status int, unsaved *unsavedStudy, form *formState) error {
 	ctx := r.Context()
 	st, err := c.Service.StudyByID(ctx, s.actor, id)
 	if err != nil {
@@ -134,7 +155,7 @@ func (c *Console) renderStudy(w http.ResponseWriter, r *http.Request, s *session
 			}
 		}
 	}
-	c.render(w, r, s, status, "study.html", st.Name, "studies", page)
+	c.renderForm(w, r, s, status, "study.html", st.Name, "studies", page, form)
 	return nil
 }
 
@@ -152,52 +173,52 @@ func (c *Console) updateStudy(w http.ResponseWriter, r *http.Request, s *session
 	}
 	name, description := r.PostFormValue("name"), r.PostFormValue("description")
 	_, err = c.Service.UpdateStudy(r.Context(), s.actor, id, domain.StudyPatch{Name: &name, Description: &description, Unchanged: &from})
-	if domain.IsCode(err, domain.CodeConflict) || domain.IsCode(err, domain.CodeInvalid) {
-		// The study page again, with why and what was sent: a bare error
-		// page would lose what the user typed.
+	if domain.IsCode(err, domain.CodeConflict) {
+		// Changed meanwhile: the current study in the form, and what was
+		// sent beside it, never written over text the user did not see.
 		unsaved := &unsavedStudy{Name: name, Description: description, Error: errorOf(err)}
-		return c.renderStudy(w, r, s, id, unsaved.Error.Status, unsaved)
+		return c.renderStudy(w, r, s, id, unsaved.Error.Status, unsaved, nil)
 	}
 	if err != nil {
-		return err
+		return editStudyForm.refused(r, err, func(form *formState) error { return c.renderStudy(w, r, s, id, http.StatusOK, nil, form) })
 	}
 	return seeOther(w, r, studyPath(id), "saved")
 }
 
 func (c *Console) addScope(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.studyChange(w, r, "added", fromForm("scope"), func(study, scope int64) error {
+	return c.studyChange(w, r, s, addScopeForm, "added", fromForm("scope"), func(study, scope int64) error {
 		_, err := c.Service.AddScopeRequest(r.Context(), s.actor, study, domain.ScopeRef{ID: scope})
 		return err
 	})
 }
 
 func (c *Console) removeScope(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.studyChange(w, r, "removed", fromPath("scope"), func(study, scope int64) error {
+	return c.studyChange(w, r, s, removeFromStudyForm, "removed", fromPath("scope"), func(study, scope int64) error {
 		return c.Service.RemoveScopeRequest(r.Context(), s.actor, study, scope)
 	})
 }
 
 func (c *Console) addStudySource(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.studyChange(w, r, "added", fromForm("source"), func(study, source int64) error {
+	return c.studyChange(w, r, s, addSourceForm, "added", fromForm("source"), func(study, source int64) error {
 		_, err := c.Service.AddStudyDataSource(r.Context(), s.actor, study, source)
 		return err
 	})
 }
 
 func (c *Console) removeStudySource(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.studyChange(w, r, "removed", fromPath("source"), func(study, source int64) error {
+	return c.studyChange(w, r, s, removeFromStudyForm, "removed", fromPath("source"), func(study, source int64) error {
 		return c.Service.RemoveStudyDataSource(r.Context(), s.actor, study, source)
 	})
 }
 
 func (c *Console) enroll(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.studyChange(w, r, "enrolled", fromForm("patient"), func(study, patient int64) error {
+	return c.studyChange(w, r, s, enrollForm, "enrolled", fromForm("patient"), func(study, patient int64) error {
 		return c.Service.EnrollPatients(r.Context(), s.actor, study, []int64{patient})
 	})
 }
 
 func (c *Console) unenroll(w http.ResponseWriter, r *http.Request, s *session) error {
-	return c.studyChange(w, r, "unenrolled", fromForm("patient"), func(study, patient int64) error {
+	return c.studyChange(w, r, s, unenrollForm, "unenrolled", fromForm("patient"), func(study, patient int64) error {
 		return c.Service.UnenrollPatients(r.Context(), s.actor, study, []int64{patient})
 	})
 }
@@ -211,19 +232,30 @@ func fromPath(name string) func(*http.Request) (int64, error) {
 	return func(r *http.Request) (int64, error) { return pathID(r, name) }
 }
 
+// The forms of a study's page that change what it requests, collects
+// from and enrolls: each a choice, whose refusal shows beside it.
+var (
+	addScopeForm        = formSpec{name: "add-scope", fields: map[string]string{"scope": "scope", "scopeCodeId": "scope"}, unnamed: map[domain.Code]string{domain.CodeDuplicate: "scope", domain.CodeNotFound: "scope"}}
+	addSourceForm       = formSpec{name: "add-source", fields: map[string]string{"source": "source", "dataSourceId": "source"}, unnamed: map[domain.Code]string{domain.CodeDuplicate: "source", domain.CodeNotFound: "source"}}
+	enrollForm          = formSpec{name: "enroll", fields: map[string]string{"patient": "patient", "patientIds": "patient"}, unnamed: map[domain.Code]string{domain.CodeDuplicate: "patient", domain.CodeNotFound: "patient"}}
+	unenrollForm        = formSpec{name: "unenroll"}
+	removeFromStudyForm = formSpec{name: "remove-from-study"}
+)
+
 // studyChange applies a change to the path's study with the id a form
-// field or the path names, then returns to the study's page.
-func (c *Console) studyChange(w http.ResponseWriter, r *http.Request, done string, target func(*http.Request) (int64, error), change func(study, id int64) error) error {
+// field or the path names, then returns to the study's page; a refused
+// change shows that page with the reason beside its form.
+func (c *Console) studyChange(w http.ResponseWriter, r *http.Request, s *session, spec formSpec, done string, target func(*http.Request) (int64, error), change func(study, id int64) error) error {
 	study, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
 	id, err := target(r)
-	if err != nil {
-		return err
+	if err == nil {
+		err = change(study, id)
 	}
-	if err := change(study, id); err != nil {
-		return err
+	if err != nil {
+		return spec.refused(r, err, func(form *formState) error { return c.renderStudy(w, r, s, study, http.StatusOK, nil, form) })
 	}
 	return seeOther(w, r, studyPath(study), done)
 }

@@ -78,6 +78,9 @@ var indexes = regexp.MustCompile(`\[\d+\]`)
 // Schema refuses, on a conversion error, and when fewer than 95% of the
 // examples with a map (instance ones, and all) import valid.
 func TestR4Examples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the whole corpus and its rates: not in the short tier (TestR4ExampleOutputs converts a sample)")
+	}
 	im := converter.NewImporter(engine(t))
 	v := validator(t)
 	store, err := fhirsearch.NewCatalog(r5Package(t))
@@ -209,7 +212,9 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 		if o.refused = err; err == nil {
 			checkCompact(t, file, res.Resource)
 			o.r5Type = res.Type
-			o.issues, err = v.Validate(res.Resource)
+			if o.issues, err = v.Validate(res.Resource); err != nil {
+				t.Errorf("%s: %v", file, err)
+			}
 		}
 		return o
 	}
@@ -282,6 +287,9 @@ var refusedByR4CheckOnly = []string{
 // exactly the examples Google's R4 parser refused and the few it let
 // through, and the import refuses each of them, at an R4 path.
 func TestR4CheckRefusals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the R4 check over the whole corpus: not in the short tier")
+	}
 	im := converter.NewImporter(engine(t))
 	check := fhirdefs.NewR4Validator(r4Package(t))
 	files, _ := filepath.Glob(filepath.Join(packageDir("hl7.fhir.r4.examples"), "*.json"))
@@ -437,6 +445,7 @@ func TestR4ExampleOutputs(t *testing.T) {
 	if len(files) < 5306 {
 		t.Fatalf("%d R4 examples, want 5,306 (run scripts/setup first)", len(files))
 	}
+	files = pinned.Sample(files) // under -short: a sample of them
 	e := engine(t)
 	got := make([]string, len(files))
 	inParallel(len(files), func(i int) {
@@ -498,6 +507,7 @@ func sameConversion(t *testing.T, name string, data []byte) {
 // (valueCopy's shortcut off) over every official R4 example.
 func TestValueCopies(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(packageDir("hl7.fhir.r4.examples"), "*.json"))
+	files = pinned.Sample(files) // under -short: a sample of them
 	inParallel(len(files), func(i int) {
 		data, err := os.ReadFile(files[i])
 		if err != nil {

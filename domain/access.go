@@ -40,12 +40,21 @@ const (
 	ScopeLaunchPatient = "launch/patient"
 	ScopeAdminRead     = "exchange/admin.read"
 	ScopeAdminWrite    = "exchange/admin.write"
+	// ScopeMCP lets a client the user trusts (a JupyterHub, a notebook
+	// server) use the user's data through the MCP gateway, which accepts
+	// its tokens as its own: it reads what the user may see and changes
+	// nothing, the reach of the gateway's own grant (MCPReadScopes).
+	ScopeMCP = "mcp"
 )
+
+// MCPReadScopes are what ScopeMCP stands for: reads of FHIR and of the
+// admin API, within what the user may see.
+var MCPReadScopes = []string{"user/*.rs", ScopeAdminRead}
 
 // NamedScopes are the scopes of the vocabulary that are not resource
 // scopes, in the order discovery lists them.
 var NamedScopes = []string{ScopeOpenID, ScopeProfile, ScopeEmail, ScopeFHIRUser, ScopeOfflineAccess, ScopeOnlineAccess,
-	ScopeLaunchPatient, ScopeAdminRead, ScopeAdminWrite}
+	ScopeLaunchPatient, ScopeAdminRead, ScopeAdminWrite, ScopeMCP}
 
 // AllScopes are what a client may request when its registration names no
 // scopes: every named scope and every resource scope (the wildcards cover
@@ -297,6 +306,9 @@ type Access struct {
 func NewAccess(scopes []string, patient int64) (*Access, error) {
 	acc := &Access{patient: patient, scopes: scopes}
 	limited := false
+	if slices.Contains(scopes, ScopeMCP) {
+		scopes = append(slices.Clone(scopes), MCPReadScopes...)
+	}
 	for _, s := range scopes {
 		rs, err := ParseScope(s)
 		if err != nil {

@@ -79,6 +79,11 @@ type AuditEvent struct {
 	// ClientID is the OAuth client the request came through; "" for the
 	// console, commands and sign-ins.
 	ClientID string
+	// IdentityProvider is who vouched for the user of a sign-in or token
+	// issue that did not check a password here: the id of the identity
+	// provider of a federated sign-in, or the issuer of an EHR's ID token
+	// exchanged for a token; "" otherwise.
+	IdentityProvider string
 	// RequestID and Address are where the request came from (its
 	// X-Request-Id and the client's network address).
 	RequestID string
@@ -333,7 +338,7 @@ func (s *Service) auditSignIn(ctx context.Context, email string, u *User, err er
 	if u == nil && !IsCode(err, CodeInternal) {
 		u, _ = s.store.UserByEmail(ctx, strings.ToLower(strings.TrimSpace(email)))
 	}
-	s.auditUserEvent(ctx, u, AuditKindSignIn, "", err)
+	s.auditUserEvent(ctx, u, AuditKindSignIn, "", "", err)
 }
 
 // TokenIssued records that the token endpoint issued tokens to a client
@@ -343,12 +348,13 @@ func (s *Service) TokenIssued(ctx context.Context, userID int64, clientID string
 	if err != nil {
 		u = &User{ID: userID}
 	}
-	s.auditUserEvent(ctx, u, AuditKindToken, clientID, nil)
+	s.auditUserEvent(ctx, u, AuditKindToken, clientID, "", nil)
 }
 
 // auditUserEvent records an event of a user's account (nil: unknown):
-// a patient user's events are about their own record.
-func (s *Service) auditUserEvent(ctx context.Context, u *User, kind AuditKind, clientID string, err error) {
+// a patient user's events are about their own record. via is the
+// identity provider that vouched for the user, if one did.
+func (s *Service) auditUserEvent(ctx context.Context, u *User, kind AuditKind, clientID, via string, err error) {
 	actor := &Actor{ClientID: clientID}
 	if u != nil {
 		actor.User = *u
@@ -357,6 +363,7 @@ func (s *Service) auditUserEvent(ctx context.Context, u *User, kind AuditKind, c
 		}
 	}
 	e := s.auditOf(ctx, actor, AuditExecute, kind, err)
+	e.IdentityProvider = via
 	if actor.Patient != nil {
 		e.PatientIDs = []int64{actor.Patient.ID}
 	}

@@ -365,6 +365,9 @@ func (w *world) invitation(t *testing.T, signature string, userID int64) *domain
 // password sent with it changes nothing. (The crash suite's
 // console-invitation path kills the real service at each write.)
 func TestAcceptInvitationConverges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a convergence after every cut: not in the short tier")
+	}
 	ctx := context.Background()
 	const chosen, other = "the password chosen", "another password"
 	for _, cut := range []string{"recorded", "code claimed", "code used", "password set"} {

@@ -28,12 +28,19 @@ type User struct {
 	// CredentialsChangedAt is when the password last changed or the user
 	// was deactivated: sessions and tokens from sign-ins before are void.
 	CredentialsChangedAt time.Time
+	// Identifier is a practitioner's id at the EHR, the id of the
+	// Practitioner their EHR's ID tokens name as fhirUser: how a token
+	// exchange finds them (ExchangedPractitioner). Not unique: a token
+	// naming an identifier two practitioners share is refused. Only
+	// superusers set it.
+	Identifier string
 }
 
 // UserChange names the fields of a user one use case changes; a nil
 // field is left as stored (Store.ChangeUser).
 type UserChange struct {
 	FirstName, LastName            *string
+	Identifier                     *string
 	PasswordHash                   *string
 	IsActive, IsSuperuser, IsStaff *bool
 	CredentialsChangedAt           *time.Time

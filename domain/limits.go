@@ -87,3 +87,10 @@ func (l TextLimit) checkTexts(fieldValues ...string) error {
 	}
 	return nil
 }
+
+// StoreCapacity says that the store holds more observations than it
+// serves comfortably (the embedded database past its size): staff see it on
+// the console's home page, and /ready names it.
+type StoreCapacity struct {
+	Observations, Comfortable int64
+}

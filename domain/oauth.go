@@ -182,3 +182,29 @@ func (s *Service) CheckBackendIdentity(ctx context.Context, registrant *Actor, u
 	}
 	return nil
 }
+
+// PendingSignIn is a sign-in through an identity provider that the
+// browser was sent to and has not come back from: what the way back is
+// checked against. Every instance sharing the database can finish it;
+// it is used once, and not after ExpiresAt.
+type PendingSignIn struct {
+	// ID is the hash of the state sent to the provider (OpenID Connect
+	// state, SAML RelayState): the record holds no usable value.
+	ID       string
+	Provider string // the IdentityProvider.ID the browser was sent to
+	// Browser is the hash of the value of a cookie set in the browser
+	// that started the sign-in: only that browser may finish it.
+	Browser string
+	// Nonce and Verifier are OpenID Connect's nonce and PKCE code
+	// verifier; RequestID is the id of the SAML AuthnRequest.
+	Nonce     string
+	Verifier  string
+	RequestID string
+	Next      string // the local path to go to after signing in
+	ExpiresAt time.Time
+	// UserID and AuthTime are set when the provider's answer was accepted
+	// for that user (SAML: its answer is posted cross-site, where the
+	// browser's cookie is not sent, and checked on the way back).
+	UserID   int64
+	AuthTime time.Time
+}

@@ -157,6 +157,9 @@ type ObservationStore interface {
 	CreateObservations(ctx context.Context, obs []*Observation) []error
 	ObservationByID(ctx context.Context, id int64) (*Observation, error)
 	SearchObservations(ctx context.Context, plan *SearchPlan) (SearchResult[Observation], error)
+	// ObservationStats summarizes the observations plan.Filter selects,
+	// per code, in one pass.
+	ObservationStats(ctx context.Context, plan *SearchPlan) (ObservationSummary, error)
 	// PatientHoldsObservations reports whether any observation belongs to
 	// the patient.
 	PatientHoldsObservations(ctx context.Context, patientID int64) (bool, error)

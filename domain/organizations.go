@@ -268,32 +268,108 @@ func (s *Service) DeleteOrganization(ctx context.Context, actor *Actor, id int64
 	return s.store.DeleteOrganization(ctx, id)
 }
 
-// OrganizationTree returns the organization with everything below it.
-func (s *Service) OrganizationTree(ctx context.Context, actor *Actor, id int64) (*OrganizationNode, error) {
-	if _, err := s.Organization(ctx, actor, id); err != nil {
-		return nil, err
+// RootOrganizationID is the id of ROOT, the organization above the
+// top-level ones: JupyterHealth Exchange has one, and its clients ask for
+// it by this id. It is not stored: it has no members, patients or
+// studies, and nobody changes it.
+const RootOrganizationID = 0
+
+// rootOrganization is ROOT as the directory shows it.
+var rootOrganization = Organization{ID: RootOrganizationID, Name: "ROOT", Type: "root"}
+
+// The organization directory is every organization's name, type and place
+// in the tree, for every signed-in user, members or not: as in
+// JupyterHealth Exchange, where a practitioner picks an organization to
+// join and a patient sees who runs a study. Names are not health data;
+// who belongs to an organization, its members and patients, is, and stays
+// with its members (Members, ListPatients). The tree is small (the console
+// reads it whole too), so the directory reads it whole and pages it here.
+
+// OrganizationDirectory lists every organization with its
+// sub-organizations, by id: ROOT first, or, with partOf, the organizations
+// directly under it (0: the top level).
+func (s *Service) OrganizationDirectory(ctx context.Context, partOf *int64, p Page) (List[OrganizationNode], error) {
+	all, err := s.store.AllOrganizations(ctx)
+	if err != nil {
+		return List[OrganizationNode]{}, err
 	}
+	var listed []Organization
+	if partOf == nil {
+		listed = append([]Organization{rootOrganization}, all...)
+	} else {
+		for _, o := range all {
+			if o.PartOf == *partOf {
+				listed = append(listed, o)
+			}
+		}
+	}
+	out := List[OrganizationNode]{Total: int64(len(listed)), Items: []OrganizationNode{}}
+	if p.Offset() >= out.Total {
+		return out, nil
+	}
+	for _, o := range listed[p.Offset():min(out.Total, p.Offset()+int64(p.Size))] {
+		out.Items = append(out.Items, subtree(all, o))
+	}
+	return out, nil
+}
+
+// OrganizationEntry returns an organization of the directory with
+// everything below it: ROOT (RootOrganizationID) has every organization
+// below it.
+func (s *Service) OrganizationEntry(ctx context.Context, id int64) (*OrganizationNode, error) {
 	all, err := s.store.AllOrganizations(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if id == RootOrganizationID {
+		n := subtree(all, rootOrganization)
+		return &n, nil
+	}
+	for _, o := range all {
+		if o.ID == id {
+			n := subtree(all, o)
+			return &n, nil
+		}
+	}
+	return nil, Errorf(CodeNotFound, "organization %d does not exist", id)
+}
+
+// WithSubtree returns o, as a write left it, with the organizations below
+// it: what the answer of a create or an update shows.
+func (s *Service) WithSubtree(ctx context.Context, o Organization) (OrganizationNode, error) {
+	all, err := s.store.AllOrganizations(ctx)
+	if err != nil {
+		return OrganizationNode{}, err
+	}
+	return subtree(all, o), nil
+}
+
+// OrganizationsByIDs returns the organizations of the directory among ids
+// (those that exist), in id order: the organizations a patient's record
+// names.
+func (s *Service) OrganizationsByIDs(ctx context.Context, ids []int64) ([]Organization, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return s.store.OrganizationsByIDs(ctx, ids)
+}
+
+// subtree returns o with the organizations of all below it. A stored
+// cycle (which updates refuse to make) ends where an organization repeats.
+func subtree(all []Organization, o Organization) OrganizationNode {
+	seen := map[int64]bool{}
 	var build func(o Organization) OrganizationNode
 	build = func(o Organization) OrganizationNode {
+		seen[o.ID] = true
 		n := OrganizationNode{Organization: o, Children: []OrganizationNode{}}
 		for _, c := range all {
-			if c.PartOf == o.ID {
+			if c.PartOf == o.ID && c.ID != o.ID && !seen[c.ID] {
 				n.Children = append(n.Children, build(c))
 			}
 		}
 		return n
 	}
-	for _, o := range all {
-		if o.ID == id {
-			root := build(o)
-			return &root, nil
-		}
-	}
-	return nil, Errorf(CodeNotFound, "organization %d does not exist", id)
+	return build(o)
 }
 
 // Members lists the practitioners of an organization with their roles; for

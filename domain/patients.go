@@ -105,10 +105,13 @@ func (s *Service) PatientByUserID(ctx context.Context, userID int64) (*Patient, 
 
 // PatientFilter narrows a patient list; zero fields do not filter.
 type PatientFilter struct {
+	ID             int64
 	OrganizationID int64
 	StudyID        int64
-	Identifier     *Identifier
-	Name           string // prefix of a family or given name, any case or accents
+	// Identifier selects the patient with this identifier; with an
+	// empty System, those with this value in any system.
+	Identifier *Identifier
+	Name       string // prefix of a family or given name, any case or accents
 }
 
 // readablePatients returns the query part that limits patients to those
@@ -138,6 +141,41 @@ func (s *Service) ListPatients(ctx context.Context, actor *Actor, f PatientFilte
 		return List[Patient]{}, err
 	}
 	return s.store.ListPatients(ctx, q, p)
+}
+
+// PatientsByEmail finds the patient whose login has this email (any
+// case), as JupyterHealth Exchange's global lookup does, among the
+// patients the actor may read: a list of one or none. A patient out of
+// the actor's sight is not found, exactly as an email nobody has (see
+// readablePatient), and so is a practitioner's email. CodeInvalid for a
+// malformed email.
+func (s *Service) PatientsByEmail(ctx context.Context, actor *Actor, email string) (found []Patient, err error) {
+	defer func() {
+		s.audit(ctx, actor, AuditExecute, AuditKindSearch, err, "Patient", nil, idsOf(found, func(p Patient) int64 { return p.ID }))
+	}()
+	if email, err = NormalizeEmail("email", email); err != nil {
+		return nil, err
+	}
+	found = []Patient{}
+	u, err := s.store.UserByEmail(ctx, email)
+	// userID 0 (no patient's login has the email) is looked up all the
+	// same: finding nobody then takes the two reads that finding a patient
+	// out of sight takes, so that not even the time tells them apart.
+	var userID int64
+	switch {
+	case err == nil && u.Type == UserPatient:
+		userID = u.ID
+	case err != nil && !IsCode(err, CodeNotFound):
+		return nil, err
+	}
+	p, err := s.store.PatientByUserID(ctx, userID)
+	if IsCode(err, CodeNotFound) || (err == nil && (userID == 0 || !actor.CanReadPatient(p))) {
+		return found, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(found, *p), nil
 }
 
 // auditPatientChange records a create, update or delete of a patient's
@@ -181,6 +219,9 @@ func (s *Service) patientQuery(ctx context.Context, actor *Actor, f PatientFilte
 		}
 		q.IDs = intersect(q.IDs, ids)
 	}
+	if f.ID != 0 {
+		q.IDs = intersect(q.IDs, []int64{f.ID})
+	}
 	q.Identifier = f.Identifier
 	q.NamePrefix = SearchKey(f.Name)
 	return q, nil
@@ -218,8 +259,14 @@ func AsFieldError(err error, field string) error {
 
 // PatientPatch changes a patient; nil fields stay.
 type PatientPatch struct {
-	FamilyName      *string
-	GivenNames      *[]string
+	FamilyName *string
+	GivenNames *[]string
+	// GivenName is the given names as one string (JupyterHealth
+	// Exchange's nameGiven), for when GivenNames is nil: split at spaces
+	// (GivenNamesOf), unless it reads as the record's names do already
+	// (Patient.GivenName), which then stay as they are, so that a client
+	// sending back a patient as it read it changes nothing.
+	GivenName       *string
 	BirthDate       *string
 	Phone           *string // empty: remove the phone number
 	Identifiers     *[]Identifier
@@ -305,6 +352,8 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 	}
 	if in.GivenNames != nil {
 		p.GivenNames = trimAll(*in.GivenNames)
+	} else if in.GivenName != nil && *in.GivenName != p.GivenName() {
+		p.GivenNames = GivenNamesOf(*in.GivenName)
 	}
 	if in.BirthDate != nil {
 		p.BirthDate = strings.TrimSpace(*in.BirthDate)
@@ -335,7 +384,7 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 	if err := s.store.UpdatePatient(ctx, old, &p); err != nil {
 		return nil, err
 	}
-	if in.FamilyName != nil || in.GivenNames != nil {
+	if in.FamilyName != nil || in.GivenNames != nil || in.GivenName != nil {
 		// The login carries the record's names (the profile shows them).
 		// It follows the record, so a retry of the same change brings it in
 		// line if this write fails. Only the names are written: the rest of
@@ -538,6 +587,25 @@ func IsFHIRCode(s string) bool {
 
 // isFHIRSpace is whitespace as the \s of FHIR's patterns means it.
 func isFHIRSpace(r rune) bool { return unicode.IsSpace(r) || r == '\ufeff' }
+
+// GivenName is the patient's given names as one string, separated by a
+// space: JupyterHealth Exchange's nameGiven, which holds one string.
+func (p *Patient) GivenName() string { return strings.Join(p.GivenNames, " ") }
+
+// GivenNamesOf reads given names written as one string (GivenName): one
+// name between each run of spaces.
+func GivenNamesOf(s string) []string { return strings.Fields(s) }
+
+// Contact returns the first contact point of the system ("email",
+// "phone"), or "".
+func (p *Patient) Contact(system string) string {
+	for _, t := range p.Telecom {
+		if t.System == system {
+			return t.Value
+		}
+	}
+	return ""
+}
 
 func trimAll(ss []string) []string {
 	var out []string

@@ -16,12 +16,18 @@ type NewPractitioner struct {
 	LastName       string
 	OrganizationID int64 // 0: none
 	Role           Role
+	// Identifier is the practitioner's id at the EHR (User.Identifier);
+	// only a superuser may set it.
+	Identifier string
 }
 
 // PractitionerPatch changes a practitioner; nil fields stay.
 type PractitionerPatch struct {
 	FirstName *string
 	LastName  *string
+	// Identifier changes the practitioner's id at the EHR
+	// (User.Identifier); only a superuser may.
+	Identifier *string
 	// Unchanged is the LastUpdated of the practitioner's user the change
 	// was made from (the admin API's If-Match); nil: none
 	// (checkUnchanged).
@@ -64,6 +70,11 @@ func (s *Service) CreatePractitioner(ctx context.Context, actor *Actor, in NewPr
 	u, err := s.newUser(NewUser{Email: in.Email, Password: in.Password, FirstName: in.FirstName, LastName: in.LastName, Type: UserPractitioner})
 	if err != nil {
 		return nil, err
+	}
+	if in.Identifier != "" {
+		if u.Identifier, err = practitionerIdentifier(actor, in.Identifier); err != nil {
+			return nil, err
+		}
 	}
 	if in.OrganizationID == 0 {
 		err = s.store.CreateUser(ctx, u)
@@ -185,6 +196,12 @@ func (s *Service) updatePractitioner(ctx context.Context, actor *Actor, id int64
 		return nil, err
 	}
 	ch := UserChange{FirstName: &u.FirstName, LastName: &u.LastName, From: &p.User.LastUpdated}
+	if in.Identifier != nil {
+		if u.Identifier, err = practitionerIdentifier(actor, *in.Identifier); err != nil {
+			return nil, err
+		}
+		ch.Identifier = &u.Identifier
+	}
 	if u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, ch); err != nil {
 		return nil, err
 	}
@@ -226,4 +243,15 @@ func (s *Service) ListPractitioners(ctx context.Context, actor *Actor, organizat
 		return List[Practitioner]{}, err
 	}
 	return List[Practitioner]{Total: users.Total, Items: items}, nil
+}
+
+// practitionerIdentifier checks an identifier a practitioner is to be
+// known by at the EHR: only a superuser may set one, since whoever holds
+// it receives the tokens the EHR's ID tokens for it are exchanged for.
+func practitionerIdentifier(actor *Actor, id string) (string, error) {
+	if !actor.IsSuperuser() {
+		return "", FieldErrorf("identifier", "only a superuser may set a practitioner's EHR identifier")
+	}
+	id = strings.TrimSpace(id)
+	return id, LimitIdentifier.Check("identifier", id)
 }

@@ -45,6 +45,10 @@ type Service struct {
 	exportSearches ExportSearches
 	exportFiles    ExportFiles
 	exportWake     chan struct{}
+	// fileProviders are IDENTITY_PROVIDERS_FILE's identity providers;
+	// secretsKey seals the client secrets of the others.
+	fileProviders []IdentityProvider
+	secretsKey    []byte
 }
 
 // Config is what a Service is made of.
@@ -88,6 +92,13 @@ type Config struct {
 	// $export is not offered (CodeNotSupported).
 	ExportSearches ExportSearches
 	ExportFiles    ExportFiles
+	// IdentityProviders are those of IDENTITY_PROVIDERS_FILE, normalized
+	// (IdentityProvider.Normalize); read-only.
+	IdentityProviders []IdentityProvider
+	// SecretsKey (32 bytes, derived from SECRET_KEY) seals the client
+	// secrets of identity providers configured through the admin API. nil:
+	// a random key of this service (tests).
+	SecretsKey []byte
 }
 
 // NewService returns a Service as configured.
@@ -111,9 +122,17 @@ func NewService(c Config) *Service {
 		c.ThrottleKey = make([]byte, 32)
 		_, _ = rand.Read(c.ThrottleKey) // never fails (crypto/rand)
 	}
+	if c.SecretsKey == nil {
+		c.SecretsKey = make([]byte, 32)
+		_, _ = rand.Read(c.SecretsKey) // never fails (crypto/rand)
+	}
+	for i := range c.IdentityProviders {
+		c.IdentityProviders[i].FromFile = true
+	}
 	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
 		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, maxDataPoint: c.MaxDataPointBytes,
 		auditor: c.Auditor, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey,
+		fileProviders: c.IdentityProviders, secretsKey: c.SecretsKey,
 		exportSearches: c.ExportSearches, exportFiles: c.ExportFiles, exportWake: make(chan struct{}, 1)}
 }
 

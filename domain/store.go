@@ -28,6 +28,7 @@ type Store interface {
 	AuditStore
 	ExportStore
 	ExportStreams
+	FederationStore
 }
 
 // AuditStore reads the audit trail (an Auditor writes it).

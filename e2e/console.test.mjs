@@ -4,7 +4,10 @@
 // consents to one of the two scopes; an app uploads observations of both
 // codes over FHIR; the manager sees one chart in the study view and two in
 // the patient view; a viewer is offered no write control and a forced
-// form post is refused; a patient cannot open another patient's page.
+// form post is refused; a patient cannot open another patient's page. A
+// refused form keeps what was typed, the invitation ends on a sign-in with
+// the email filled in, the data page reads on a phone and its downloads
+// hold the range on screen.
 // axe-core checks every page of the journey (no serious or critical
 // violation), no page breaks its Content-Security-Policy, and each page is
 // photographed into e2e/.artifacts/console/.
@@ -92,7 +95,7 @@ async function signIn(page, email, pass = password) {
   await page.waitForURL(/\/o\/login\//);
   await page.getByLabel('Email address').fill(email);
   await page.getByLabel('Password').fill(pass);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
   await page.waitForURL(`${base}/console/`);
 }
 
@@ -128,7 +131,7 @@ describe('web console', () => {
     await page.getByRole('button', { name: 'Create study' }).click();
     await page.waitForURL(/\/console\/studies\/\d+\/\?done=created/);
     studyId = idOf(page.url(), 'studies');
-    for (const scope of ['Heart rate (omh:heart-rate:2.0)', 'Step count (omh:step-count:3.0)']) {
+    for (const scope of ['Heart rate', 'Step count']) {
       await page.getByLabel('Request', { exact: true }).selectOption({ label: scope });
       await page.getByRole('button', { name: 'Add', exact: true }).first().click();
       await page.waitForURL(/done=added/);
@@ -146,10 +149,19 @@ describe('web console', () => {
     await page.getByLabel('Given names').fill('Eve');
     await page.getByLabel('Family name').fill(`Example ${run}`);
     await page.getByLabel('Birth date').fill('1988-04-02');
-    await page.getByLabel('Email address').fill(patientEmail);
+    await page.getByLabel('Email address').fill(manager); // taken: refused, and nothing typed is lost
     await page.getByLabel('System').fill('http://hospital.example.org/mrn');
     await page.getByLabel('Value').fill(`MRN-${run}`);
     await page.getByLabel('Organization').selectOption({ label: clinic });
+    const [refused] = await Promise.all([page.waitForResponse((r) => r.request().method() === 'POST'), page.getByRole('button', { name: 'Create patient' }).click()]);
+    assert.equal(refused.status(), 409);
+    await page.waitForLoadState();
+    assert.match(await page.getByRole('alert').innerText(), /already exists/);
+    assert.equal(await page.getByLabel('Email address').getAttribute('aria-invalid'), 'true');
+    assert.equal(await page.getByLabel('Family name').inputValue(), `Example ${run}`);
+    assert.equal(await page.getByLabel('Value').inputValue(), `MRN-${run}`);
+    await audit(page, 'patient-refused');
+    await page.getByLabel('Email address').fill(patientEmail);
     await page.getByRole('button', { name: 'Create patient' }).click();
     await page.waitForURL(/\/console\/patients\/\d+\/\?done=created/);
     patientId = idOf(page.url(), 'patients');
@@ -182,10 +194,12 @@ describe('web console', () => {
     await page.getByLabel('New password').fill(patientPassword);
     await page.getByLabel('The same password again').fill(patientPassword);
     await page.getByRole('button', { name: 'Set password and continue' }).click();
-    await page.waitForURL(/\/o\/login\/\?next=/);
-    await page.getByLabel('Email address').fill(patientEmail);
+    // A confirmation, with the email filled in: the patient types only the password.
+    await page.getByRole('heading', { name: 'Your password is set' }).waitFor();
+    assert.equal(await page.getByLabel('Email address').inputValue(), patientEmail);
+    await audit(page, 'password-set');
     await page.getByLabel('Password').fill(patientPassword);
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
     await page.waitForURL(`${base}/console/`);
     await audit(page, 'patient-consent-requests');
 
@@ -244,7 +258,23 @@ describe('web console', () => {
 
     await page.goto(`${base}/console/patients/${patientId}/data`);
     assert.deepEqual(await charts(page), ['Heart rate', 'Step count']);
+    assert.equal(await page.locator('svg.chart rect title').count(), 5, "a bar per day's steps, with its value");
     await audit(page, 'patient-data');
+    // A phone shows the same page in one column, its charts as wide as the screen.
+    await page.setViewportSize({ width: 390, height: 844 });
+    const chart = await page.locator('svg.chart').first().boundingBox();
+    assert.ok(chart.width > 300, `a chart ${chart.width} px wide on a phone`);
+    await audit(page, 'patient-data-phone');
+    await page.setViewportSize({ width: 1200, height: 800 });
+    // The download links carry the range on screen.
+    await page.getByLabel('From').fill(new Date(Date.now() - 2.5 * 86_400_000).toISOString().slice(0, 10));
+    await page.getByRole('button', { name: 'Show' }).click();
+    await page.waitForURL(/from=/);
+    const shown = await page.locator('td.num').count();
+    const link = await page.getByRole('link', { name: 'FHIR NDJSON' }).getAttribute('href');
+    const ranged = (await (await page.request.get(`${base}${link}`)).text()).trim().split('\n');
+    assert.ok(shown > 0 && shown < 10, `${shown} values shown in the narrowed range`);
+    assert.equal(ranged.length, shown, `the NDJSON of ${link} holds what the page shows`);
     // The downloads hold what the page shows.
     const ndjson = await page.request.get(`${base}/console/patients/${patientId}/data.ndjson`);
     assert.equal(ndjson.status(), 200);

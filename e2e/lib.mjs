@@ -138,7 +138,8 @@ export async function codeFlowTokens(base, session) {
   const challenge = createHash('sha256').update(verifier).digest('base64url');
   const authorize = new URL(`${base}/o/authorize/`);
   authorize.search = new URLSearchParams({
-    response_type: 'code', client_id: clientId, redirect_uri: redirectUri, scope: 'openid offline_access',
+    response_type: 'code', client_id: clientId, redirect_uri: redirectUri,
+    scope: 'openid profile email offline_access fhirUser user/*.rs exchange/admin.read', // what the client is registered for
     state: randomBytes(12).toString('hex'), code_challenge: challenge, code_challenge_method: 'S256',
   }).toString();
   const res = await fetch(authorize, { redirect: 'manual', headers: { Cookie: session } });
@@ -246,7 +247,7 @@ export async function signIn(page, email, password) {
   await page.getByLabel('Password').fill(password);
   const [response] = await Promise.all([
     page.waitForResponse((r) => new URL(r.url()).pathname === '/o/login/' && r.request().method() === 'POST'),
-    page.getByRole('button', { name: 'Sign in' }).click(),
+    page.getByRole('button', { name: 'Sign in', exact: true }).click(),
   ]);
   return response;
 }

@@ -66,7 +66,7 @@ describe('the logs of this run', () => {
     const admin = await bearerToken('admin@example.org');
     const words = new Set();
     for (const p of await all('/patients', admin)) {
-      for (const n of [p.nameFamily, ...(p.nameGiven ?? [])]) if (n && n.length >= 4) words.add(n);
+      for (const n of [p.nameFamily, ...(p.givenNames ?? [])]) if (n && n.length >= 4) words.add(n);
       for (const t of p.telecom ?? []) values.add(t.value);
     }
     for (const u of await all('/users', admin)) values.add(u.email);

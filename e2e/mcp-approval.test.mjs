@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { artifactsDir, axeViolations, env, launchChromium } from './lib.mjs';
+import { artifactsDir, axeViolations, env, launchChromium, remember } from './lib.mjs';
 
 const gateway = env('EXCHANGE_GATEWAY_URL');
 const exchange = env('EXCHANGE_URL');
@@ -64,10 +64,10 @@ const reached = [];
 let frameTarget = '';
 
 /**
- * The victim: a browser signed in at the exchange. Navigations to the
- * attacker's host are answered locally and recorded.
+ * A browser of its own (a Playwright context: its own cookies) whose
+ * navigations to the attacker's host are answered locally and recorded.
  */
-async function signedInVictim() {
+async function routedContext() {
   const context = await browser.newContext();
   context.on('request', (r) => {
     if (r.url().startsWith(`${attacker}/`)) reached.push(new URL(r.url()));
@@ -82,12 +82,26 @@ async function signedInVictim() {
   });
   const page = await context.newPage();
   page.setDefaultTimeout(20_000);
-  await page.goto(`${exchange}/o/login/`);
-  await page.getByLabel('Email address').fill(victim.email);
-  await page.getByLabel('Password').fill(victim.password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  return { context, page };
+}
+
+/** Signs in on the exchange's login page the browser shows. */
+async function signIn(page, user) {
+  await page.getByLabel('Email address').fill(user.email);
+  await page.getByLabel('Password').fill(user.password);
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click();
   await page.waitForLoadState();
-  assert.ok((await page.content()).includes(victim.email), 'the victim is signed in at the exchange');
+}
+
+/**
+ * The victim: a browser signed in at the exchange. Navigations to the
+ * attacker's host are answered locally and recorded.
+ */
+async function signedInVictim(user = victim) {
+  const { context, page } = await routedContext();
+  await page.goto(`${exchange}/o/login/`);
+  await signIn(page, user);
+  assert.ok((await page.content()).includes(user.email), `${user.email} is signed in at the exchange`);
   return { context, page };
 }
 
@@ -214,5 +228,123 @@ describe('MCP gateway approval page against a consent bypass', { concurrency: fa
     assert.equal(new URL(page.url()).origin, gateway, 'a new client asks');
     await page.getByRole('button', { name: 'Allow' }).waitFor();
     assert.equal(reached.length, before, 'nothing reached the attacker');
+  });
+});
+
+/**
+ * Opens an authorization link at the gateway in a browser that is not
+ * signed in at the exchange, clicks Allow when the approval page asks, and
+ * returns the link the gateway forwarded the browser to: the exchange's
+ * /o/authorize/ with the gateway's client and its sealed state, where the
+ * exchange's login page now shows.
+ */
+async function forwardedLink(page, href) {
+  await page.goto(href);
+  if (new URL(page.url()).origin === gateway) {
+    await Promise.all([page.waitForURL((u) => u.href.startsWith(`${exchange}/o/authorize`)), page.getByRole('button', { name: 'Allow' }).click()]);
+  }
+  await page.getByLabel('Email address').waitFor();
+  assert.ok(page.url().startsWith(`${exchange}/o/authorize`), `forwarded to ${page.url()}`);
+  return new URL(page.url());
+}
+
+// The approval, bound to the browser that gave it: the attacker approves
+// his own client in his own browser and sends the link the gateway
+// forwarded him to; opened in the victim's browser (signed in, or signing
+// in on the genuine login page), it ends on the gateway's error page and
+// no code reaches anyone. And the scope of that link, edited, gives no
+// token that can write.
+describe('MCP gateway: a forwarded link replayed in another browser, an edited scope', { concurrency: false }, () => {
+  let attackerBrowser, clientId;
+  // The attacker signs in as himself: a Cardiology member, who may change
+  // patients' records with a token of his own. No other file signs in as him.
+  const attackerUser = { email: 'member@example.org', password: victim.password };
+
+  before(async () => {
+    attackerBrowser = await routedContext();
+    clientId = await registerAttacker('Claude');
+  });
+  after(async () => {
+    await attackerBrowser?.context.close();
+  });
+
+  /** Checks that the page is the gateway's refusal and nothing reached the attacker. */
+  async function refused(page, res, before) {
+    assert.deepEqual(reached.slice(before).map(String), [], 'nothing reached the attacker');
+    assert.equal(res?.status(), 403);
+    assert.equal(new URL(page.url()).origin + new URL(page.url()).pathname, `${gateway}/oauth/callback`);
+    await page.getByRole('heading', { level: 1, name: 'This sign-in was not started in this browser' }).waitFor();
+    assert.match(await page.locator('main').textContent(), /Nothing was shared/);
+    assert.deepEqual(await axeViolations(page), [], 'axe-core: no serious or critical violation on the refusal page');
+  }
+
+  it('refuses the link in a browser signed in as the victim', async () => {
+    const link = await forwardedLink(attackerBrowser.page, attackerLink(clientId).href);
+    const other = await signedInVictim();
+    try {
+      const before = reached.length;
+      const res = await other.page.goto(link.href).catch(() => null); // a navigation to the attacker's host may fail
+      await refused(other.page, res, before);
+      await other.page.screenshot({ path: join(artifactsDir(), 'mcp-approval-replayed-link.png'), fullPage: true });
+    } finally {
+      await other.context.close();
+    }
+  });
+
+  it('refuses the link in a browser where the victim signs in on the login page it shows', async () => {
+    const link = await forwardedLink(attackerBrowser.page, attackerLink(clientId).href);
+    const other = await routedContext();
+    try {
+      const before = reached.length;
+      await other.page.goto(link.href);
+      await other.page.getByLabel('Email address').waitFor();
+      const answer = other.page.waitForResponse((r) => r.url().startsWith(`${gateway}/oauth/callback`));
+      await signIn(other.page, victim);
+      await refused(other.page, await answer, before);
+    } finally {
+      await other.context.close();
+    }
+  });
+
+  it('gives no token for an edited scope, and the gateway token cannot write', async () => {
+    const { page } = attackerBrowser;
+    for (const scope of ['openid profile email offline_access fhirUser user/*.rs exchange/admin.read user/*.cruds exchange/admin.write', 'openid']) {
+      const link = attackerLink(clientId);
+      const edited = await forwardedLink(page, link.href);
+      edited.searchParams.set('scope', scope);
+      // The exchange refuses before its login page; were it to show it,
+      // the attacker would sign in as himself.
+      const back = await arrival(page, '/cb', async () => {
+        await page.goto(edited.href);
+        if (await page.getByLabel('Email address').count()) await signIn(page, attackerUser);
+      });
+      assert.equal(back.searchParams.get('error'), 'invalid_scope', `scope ${scope}: ${back}`);
+      assert.equal(back.searchParams.get('state'), link.state);
+      assert.ok(!back.searchParams.has('code'), `scope ${scope}: no code`);
+    }
+    // Unedited, the attacker's own flow gives a read token, which the
+    // exchange refuses to let write.
+    const link = attackerLink(clientId);
+    await forwardedLink(page, link.href);
+    const back = await arrival(page, '/cb', () => signIn(page, attackerUser));
+    const res = await fetch(`${gateway}/token`, {
+      method: 'POST',
+      body: new URLSearchParams({ grant_type: 'authorization_code', client_id: clientId, code: back.searchParams.get('code'), code_verifier: link.verifier, redirect_uri: callback }),
+    });
+    const tokens = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(tokens));
+    remember(tokens.access_token, tokens.refresh_token);
+    assert.equal(tokens.scope, 'openid profile email offline_access fhirUser user/*.rs exchange/admin.read');
+    const auth = { Authorization: `Bearer ${tokens.access_token}` };
+    const { results } = await (await fetch(`${exchange}/api/v1/patients`, { headers: auth })).json();
+    assert.ok(results?.[0]?.id, 'the member reads the patients of Cardiology');
+    const patch = await fetch(`${exchange}/api/v1/patients/${results[0].id}`, {
+      method: 'PATCH',
+      headers: { ...auth, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ nameFamily: 'Changed' }),
+    });
+    const refusal = await patch.json();
+    assert.equal(patch.status, 403, JSON.stringify(refusal));
+    assert.match(refusal.detail, /exchange\/admin\.write/);
   });
 });

@@ -147,7 +147,7 @@ async function browserSignIn(authorizationUrl, { email, password }) {
     const callback = page.waitForRequest((r) => r.url().startsWith(redirectUri), { timeout: 20_000 });
     await page.getByLabel('Email address').fill(email);
     await page.getByLabel('Password').fill(password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
     return new URL((await callback).url());
   } finally {
     await context.close();

@@ -1,14 +1,15 @@
 // Analysts' access: the real mongosh CLI (npm package mongosh) connects to
 // the embedded database (FerretDB on the MongoDB wire protocol) while the
-// service runs, reads the demo data, and runs the analyst queries of the
-// README on observations and imported resources this file sends over FHIR.
+// service runs, reads the demo data, and pastes every mongosh query of the
+// docs into it, on observations and imported resources this file sends over
+// FHIR, checking that each runs as pasted and answers what it should.
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { batchBundle, bearerToken, env, fhir, nativeObservation, omhDataPoint } from './lib.mjs';
+import { api, batchBundle, bearerToken, env, fhir, nativeObservation, omhDataPoint } from './lib.mjs';
 
 const run = promisify(execFile);
 const mongosh = fileURLToPath(new URL('node_modules/.bin/mongosh', import.meta.url));
@@ -42,51 +43,93 @@ describe('mongosh against the embedded database', () => {
 });
 
 /**
- * The analyst queries of the README: the js block after the
- * `<!-- analyst-queries` marker, one query per paragraph, named by its
- * leading `//` comment lines.
+ * The mongosh queries of the documentation: every `js mongosh` fenced block
+ * of README.md and docs/*.md, one query per paragraph, named by its leading
+ * `//` comment lines. A `js` block that reads `db.` without the tag would
+ * escape this test, so it fails here.
  */
-function readmeQueries() {
-  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
-  const block = readme.match(/<!-- analyst-queries[^\n]*-->\n```js\n([\s\S]*?)\n```/);
-  assert.ok(block, 'README.md has the analyst queries block');
-  return block[1].split(/\n\s*\n/).map((paragraph) => {
-    const lines = paragraph.split('\n');
-    const title = lines.filter((l) => l.startsWith('//')).map((l) => l.replace(/^\/\/\s*/, '')).join(' ');
-    const code = lines.filter((l) => !l.startsWith('//')).join('\n');
-    assert.ok(title && code.trim(), `each README query has a // comment and code:\n${paragraph}`);
-    return { title, code };
+function docsQueries() {
+  const root = new URL('../', import.meta.url);
+  const files = ['README.md', ...readdirSync(new URL('docs/', root)).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+  const queries = [];
+  for (const file of files) {
+    const text = readFileSync(new URL(file, root), 'utf8');
+    for (const [, info, body] of text.matchAll(/^```(\S*[^\n]*)\n([\s\S]*?)^```$/gm)) {
+      const words = info.trim().split(/\s+/);
+      if (!words.includes('mongosh')) {
+        assert.ok(!(words[0] === 'js' && /\bdb\./.test(body)), `${file}: a js block reads db. without the mongosh tag:\n${body}`);
+        continue;
+      }
+      for (const paragraph of body.trimEnd().split(/\n\s*\n/)) {
+        const lines = paragraph.split('\n');
+        const title = lines.filter((l) => l.startsWith('//')).map((l) => l.replace(/^\/\/\s*/, '')).join(' ');
+        const code = lines.filter((l) => !l.startsWith('//')).join('\n');
+        assert.ok(title && code.trim(), `${file}: each mongosh query has a // comment and code:\n${paragraph}`);
+        queries.push({ file, title, code });
+      }
+    }
+  }
+  return queries;
+}
+
+/** Runs mongosh with script on its standard input, as if typed or pasted. */
+function mongoshStdin(script) {
+  return new Promise((resolve, reject) => {
+    const child = execFile(mongosh, [uri, '--quiet', '--norc'], { timeout: 120_000, env: { ...process.env, NO_COLOR: '1' } },
+      (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout + stderr)));
+    child.stdin.end(script);
   });
 }
 
 /**
- * Runs queries in one mongosh process (one start-up, about 2 s, instead of
- * one each): each query's result as relaxed Extended JSON, or its error.
+ * Pastes the queries into one mongosh shell (one start-up, about 2 s,
+ * instead of one each), as a reader pastes them: line by line into the
+ * shell, which runs a line as soon as it is a whole statement. Each query is
+ * pasted as the value of a variable (`var q = <its text>`, which runs when
+ * and only when its text would) and followed by a line that prints that
+ * value as relaxed Extended JSON. Returns, per query, its value and what
+ * else the shell printed while it was pasted: an error, or a line the shell
+ * ran on its own.
  */
-async function runQueries(queries) {
+async function pasteQueries(queries) {
   const marker = '@@query';
   const script = queries
-    .map(
-      ({ code }, i) => `try {
-  const result = (
-${code}
-  );
-  print(${JSON.stringify(`${marker}${i} `)} + EJSON.stringify(typeof result?.toArray === 'function' ? result.toArray() : result));
-} catch (e) {
-  print(${JSON.stringify(`${marker}${i} `)} + EJSON.stringify({ error: String(e.message ?? e) }));
-}`,
-    )
-    .join('\n');
-  const out = await mongoshEval(script);
-  const results = new Map();
+    .map(({ code }, i) => `var __q = ${code}
+print(${JSON.stringify(`${marker}${i} `)} + (EJSON.stringify(typeof __q?.toArray === 'function' ? __q.toArray() : __q) ?? "undefined")); var __q = undefined
+`)
+    .join('');
+  const out = await mongoshStdin(script);
+  const results = [];
+  let noise = [];
   for (const line of out.split('\n')) {
-    const m = line.match(new RegExp(`^${marker}(\\d+) (.*)$`));
-    if (m) results.set(queries[Number(m[1])].title, JSON.parse(m[2]));
+    const text = line.replace(/^(?:\S+> )+/, '').replace(/^(?:\.\.\. ?)+/, '').trim();
+    const m = text.match(new RegExp(`^${marker}(\\d+) (.*)$`));
+    if (m) {
+      results[Number(m[1])] = { value: m[2] === 'undefined' ? undefined : JSON.parse(m[2]), noise: noise.join('\n') };
+      noise = [];
+    } else if (text) {
+      noise.push(text);
+    }
   }
   return results;
 }
 
 const date = (iso) => ({ $date: iso });
+/** An instant as relaxed Extended JSON shows a date: `{$date: "2025-03-06T02:30:00Z"}`. */
+const utc = (local) => date(new Date(local).toISOString().replace('.000Z', 'Z'));
+
+/**
+ * A device's local time `daysAgo` days before today (today where the
+ * device is), at `hhmm` in the UTC offset `offset`: the queries ask for the
+ * last days, so the data is placed relative to now.
+ */
+function localTime(daysAgo, hhmm, offset = '-08:00') {
+  const [hours, minutes] = offset.slice(1).split(':').map(Number);
+  const offsetMs = (offset[0] === '-' ? -1 : 1) * (hours * 60 + minutes) * 60_000;
+  const wall = new Date(Date.now() + offsetMs); // the device's wall clock, in UTC fields
+  const day = new Date(Date.UTC(wall.getUTCFullYear(), wall.getUTCMonth(), wall.getUTCDate() - daysAgo));
+  return `${day.toISOString().slice(0, 10)}T${hhmm}:00${offset}`;
+}
 
 // Daniel Flores, patient 4: enrolled in study 4 (Wellness Baseline, of
 // organization 7, Independent Wellness Lab), consented to heart rate, body
@@ -113,20 +156,29 @@ const bodyWeight = (id, at, value) =>
       effective_time_frame: { date_time: at },
     }),
   });
+const times = {
+  hr1: localTime(40, '07:00'),
+  hr2: localTime(10, '07:00'),
+  hr3: localTime(5, '18:30'),
+  hr4: localTime(3, '07:00', '-07:00'),
+  hr5: localTime(1, '20:00', '-07:00'), // the next day in UTC
+  bw1: localTime(10, '06:45'),
+  bw2: localTime(2, '06:50', '-07:00'),
+  stepsStart: localTime(4, '00:00'),
+  stepsEnd: localTime(3, '00:00'),
+};
 const stepCount = omhDataPoint('analyst-steps-1', 'step-count', '3.0', {
   step_count: { value: 9120, unit: 'steps' },
-  effective_time_frame: {
-    time_interval: { start_date_time: '2025-03-04T00:00:00-08:00', end_date_time: '2025-03-05T00:00:00-08:00' },
-  },
+  effective_time_frame: { time_interval: { start_date_time: times.stepsStart, end_date_time: times.stepsEnd } },
 });
 const uploads = [
-  heartRate('analyst-hr-1', '2025-02-27T07:00:00-08:00', 66),
-  heartRate('analyst-hr-2', '2025-03-03T07:00:00-08:00', 64),
-  heartRate('analyst-hr-3', '2025-03-05T18:30:00-08:00', 118),
-  heartRate('analyst-hr-4', '2025-03-09T07:00:00-07:00', 104),
-  heartRate('analyst-hr-5', '2025-03-31T20:00:00-07:00', 71), // 1 April in UTC
-  bodyWeight('analyst-bw-1', '2025-03-03T06:45:00-08:00', 88.2),
-  bodyWeight('analyst-bw-2', '2025-03-10T06:50:00-07:00', 87.6),
+  heartRate('analyst-hr-1', times.hr1, 66),
+  heartRate('analyst-hr-2', times.hr2, 64),
+  heartRate('analyst-hr-3', times.hr3, 118),
+  heartRate('analyst-hr-4', times.hr4, 104),
+  heartRate('analyst-hr-5', times.hr5, 71),
+  bodyWeight('analyst-bw-1', times.bw1, 88.2),
+  bodyWeight('analyst-bw-2', times.bw2, 87.6),
   nativeObservation({ patient: analystPatient, device: 5, identifier: 'analyst-steps-1', dataPoint: stepCount }),
 ];
 
@@ -160,28 +212,32 @@ const labResult = `{"resourceType": "Observation", "id": "lab-creatinine-1", "st
   "subject": {"reference": "Patient/${analystPatient}"}, "effectiveDateTime": "2024-03-10T09:15:00Z",
   "valueQuantity": {"value": 1.50, "unit": "mg/dL", "system": "http://unitsofmeasure.org", "code": "mg/dL"}}`;
 
-/** What each README query must answer, by its comment. */
+/**
+ * What each query of the docs must answer, by its comment: a value, or a
+ * function that checks the answer (for the audit trail, which every other
+ * test file writes to as well).
+ */
 const expected = {
+  'The patients of organization 7: name and birth date': [
+    { _id: 4, name: { family: 'Flores', given: ['Daniel'] }, birthDate: '1965-01-20' },
+  ],
+  'Consents given in study 1, one per patient and data type': 11,
+  "The demo patients' logins": 4,
   'Heart rates above 100 beats/min of patient 4, oldest first': [
-    { effectiveStart: date('2025-03-06T02:30:00Z'), omh: { body: { heart_rate: { value: 118 } } } },
-    { effectiveStart: date('2025-03-09T14:00:00Z'), omh: { body: { heart_rate: { value: 104 } } } },
+    { effectiveStart: utc(times.hr3), omh: { body: { heart_rate: { value: 118 } } } },
+    { effectiveStart: utc(times.hr4), omh: { body: { heart_rate: { value: 104 } } } },
   ],
   'Observations per code of the patients enrolled in study 4 (the patient ids first: no $lookup)': [
     { _id: 'omh:body-weight:3.0', observations: 2 },
     { _id: 'omh:heart-rate:2.0', observations: 5 },
     { _id: 'omh:step-count:3.0', observations: 1 },
   ],
-  "Patient 4's observations in March 2025, in UTC: 20:00 on 31 March in Pacific time is April": [
-    { code: 'omh:body-weight:3.0', effective: { dateTime: '2025-03-03T06:45:00-08:00' }, effectiveStart: date('2025-03-03T14:45:00Z') },
-    { code: 'omh:heart-rate:2.0', effective: { dateTime: '2025-03-03T07:00:00-08:00' }, effectiveStart: date('2025-03-03T15:00:00Z') },
-    {
-      code: 'omh:step-count:3.0',
-      effective: { start: '2025-03-04T00:00:00-08:00', end: '2025-03-05T00:00:00-08:00' },
-      effectiveStart: date('2025-03-04T08:00:00Z'),
-    },
-    { code: 'omh:heart-rate:2.0', effective: { dateTime: '2025-03-05T18:30:00-08:00' }, effectiveStart: date('2025-03-06T02:30:00Z') },
-    { code: 'omh:heart-rate:2.0', effective: { dateTime: '2025-03-09T07:00:00-07:00' }, effectiveStart: date('2025-03-09T14:00:00Z') },
-    { code: 'omh:body-weight:3.0', effective: { dateTime: '2025-03-10T06:50:00-07:00' }, effectiveStart: date('2025-03-10T13:50:00Z') },
+  "Patient 4's observations of the last 7 days, oldest first": [
+    { code: 'omh:heart-rate:2.0', effective: { dateTime: times.hr3 }, effectiveStart: utc(times.hr3) },
+    { code: 'omh:step-count:3.0', effective: { start: times.stepsStart, end: times.stepsEnd }, effectiveStart: utc(times.stepsStart) },
+    { code: 'omh:heart-rate:2.0', effective: { dateTime: times.hr4 }, effectiveStart: utc(times.hr4) },
+    { code: 'omh:body-weight:3.0', effective: { dateTime: times.bw2 }, effectiveStart: utc(times.bw2) },
+    { code: 'omh:heart-rate:2.0', effective: { dateTime: times.hr5 }, effectiveStart: utc(times.hr5) },
   ],
   "Patient 4's latest body weight": { unit: 'kg', value: 87.6 },
   'A data point exactly as it was uploaded': stepCount,
@@ -217,7 +273,25 @@ const expected = {
   ],
   // The lab result's text as a FHIR read answers it: known once it is uploaded.
   'An imported lab result exactly as FHIR serves it: the decimal as sent': undefined,
+  // The lab result's read by outsider@example.org (before) is among them.
+  "Who read or searched patient 4's data in the last 30 days, newest first": (events) => {
+    assert.ok(Array.isArray(events) && events.length > 0, JSON.stringify(events));
+    for (const e of events) assert.ok(['read', 'search-type'].includes(e.kind), JSON.stringify(e));
+    const stamps = events.map((e) => e.lastUpdated.$date);
+    assert.deepEqual(stamps, [...stamps].sort().reverse(), 'newest first');
+    assert.ok(events.some((e) => e.kind === 'read' && e.agent === analystReader), `no read by ${analystReader}: ${JSON.stringify(events)}`);
+  },
+  // Alice's search of patient 4's heart rates (before) was refused.
+  'Refusals per user in the last day (someone probing what they may not read)': (rows) => {
+    assert.ok(Array.isArray(rows), JSON.stringify(rows));
+    const counts = rows.map((r) => r.refusals);
+    assert.deepEqual(counts, [...counts].sort((a, b) => b - a), 'most refusals first');
+    assert.ok(rows.some((r) => r._id === 'Patient/1' && r.refusals >= 1), JSON.stringify(rows));
+  },
 };
+
+/** The audit agent of outsider@example.org, who reads the lab result. */
+let analystReader;
 
 /**
  * Registers a FHIR source for patient 4 and imports the resources above
@@ -251,8 +325,8 @@ async function importForAnalysts(token) {
   expected['An imported lab result exactly as FHIR serves it: the decimal as sent'] = read.text;
 }
 
-describe("the README's analyst queries, on observations uploaded and resources imported over FHIR", () => {
-  const queries = readmeQueries();
+describe("the docs' mongosh queries, pasted into mongosh, on observations uploaded and resources imported over FHIR", () => {
+  const queries = docsQueries();
   let results;
 
   before(async () => {
@@ -265,17 +339,26 @@ describe("the README's analyst queries, on observations uploaded and resources i
       JSON.stringify(res.json.entry.map((e) => e.response.outcome?.issue)),
     );
     await importForAnalysts(token);
-    results = await runQueries(queries);
-  }, { timeout: 90_000 });
+    analystReader = `Practitioner/${(await api('/users/profile', { token })).json.id}`;
+    // A search the audit trail records as refused: alice may not see patient 4.
+    const probe = await fhir(`/Observation?patient=${analystPatient}&code=omh:heart-rate:2.0`, { token: await bearerToken('alice@example.org') });
+    assert.equal(probe.json.total ?? probe.json.entry?.length ?? 0, 0);
+    await new Promise((r) => setTimeout(r, 2_000)); // the audit trail is written within a second
+    results = await pasteQueries(queries);
+  }, { timeout: 120_000 });
 
-  it('the README and this test name the same queries', () => {
-    assert.deepEqual(queries.map((q) => q.title).sort(), Object.keys(expected).sort());
+  it('every expected answer names a query of the docs', () => {
+    const titles = new Set(queries.map((q) => q.title));
+    assert.deepEqual(Object.keys(expected).filter((title) => !titles.has(title)), []);
   });
 
-  for (const title of Object.keys(expected)) {
-    it(title, () => {
-      assert.ok(results.has(title), `no result for "${title}": is it in the README?`);
-      assert.deepEqual(results.get(title), expected[title]);
+  queries.forEach(({ file, title }, i) => {
+    it(`${file}: ${title}`, () => {
+      assert.ok(results[i], 'the shell printed no answer: was the query pasted whole?');
+      assert.equal(results[i].noise, '', 'pasted into mongosh, the query made the shell print more than its answer');
+      const want = expected[title];
+      if (typeof want === 'function') want(results[i].value);
+      else if (title in expected) assert.deepEqual(results[i].value, want);
     });
-  }
+  });
 });

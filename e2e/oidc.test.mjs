@@ -367,7 +367,7 @@ describe('login page', () => {
       await alert.waitFor();
       assert.ok((await alert.innerText()).trim().length > 0, 'the alert says what went wrong');
       assert.equal(new URL(page.url()).pathname, '/o/login/');
-      await page.getByRole('button', { name: 'Sign in' }).waitFor();
+      await page.getByRole('button', { name: 'Sign in', exact: true }).waitFor();
       assert.equal(await page.getByLabel('Email address').inputValue(), 'bob@example.org', 'the email is kept');
       assert.equal(await page.getByLabel('Password').inputValue(), '', 'the password is not echoed back');
       await page.screenshot({ path: join(artifactsDir(), 'login-error.png'), fullPage: true });

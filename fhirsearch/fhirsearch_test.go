@@ -68,10 +68,10 @@ func TestPipelines(t *testing.T) {
 		{"a superuser's code search has no prefix", "Observation", "code=|x", domain.Scope{},
 			`{"$and":[{"codeTokens":{"$in":["|x"]}}]}`, `{"_id":1}`},
 		{"date range and sort", "Observation", "date=ge2024-01-01&date=lt2024-02&_sort=-date", patients,
-			`{"$and":[{"effectiveEnd":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"effectiveStart":{"$lt":{"$date":"2024-02-01T00:00:00Z"}}}],"patientId":{"$in":[1,2]}}`,
-			`{"sortDesc":-1,"_id":-1}`},
+			`{"$or":[{"patientId":{"$in":[1,2]},"sortAsc":{"$gte":{"$date":"2024-01-01T00:00:00Z"},"$lt":{"$date":"2024-02-01T00:00:00Z"}},"spanClass":0},{"$and":[{"effectiveEnd":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"effectiveStart":{"$lt":{"$date":"2024-02-01T00:00:00Z"}}}],"patientId":{"$in":[1,2]},"sortAsc":{"$gte":{"$date":"2023-12-31T23:00:00Z"},"$lt":{"$date":"2024-02-01T00:00:00Z"}},"spanClass":1},{"$and":[{"effectiveEnd":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"effectiveStart":{"$lt":{"$date":"2024-02-01T00:00:00Z"}}}],"patientId":{"$in":[1,2]},"sortAsc":{"$gte":{"$date":"2023-12-30T22:00:00Z"},"$lt":{"$date":"2024-02-01T00:00:00Z"}},"spanClass":2},{"$and":[{"effectiveEnd":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"effectiveStart":{"$lt":{"$date":"2024-02-01T00:00:00Z"}}}],"patientId":{"$in":[1,2]},"sortAsc":{"$gte":{"$date":"2023-11-30T00:00:00Z"},"$lt":{"$date":"2024-02-01T00:00:00Z"}},"spanClass":3},{"$and":[{"effectiveEnd":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"effectiveStart":{"$lt":{"$date":"2024-02-01T00:00:00Z"}}}],"patientId":{"$in":[1,2]},"sortAsc":{"$gte":{"$date":"2022-12-30T00:00:00Z"},"$lt":{"$date":"2024-02-01T00:00:00Z"}},"spanClass":4},{"$and":[{"effectiveEnd":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"effectiveStart":{"$lt":{"$date":"2024-02-01T00:00:00Z"}}}],"patientId":{"$in":[1,2]},"sortAsc":{"$lt":{"$date":"2024-02-01T00:00:00Z"}},"spanClass":5},{"$and":[{"effectiveEnd":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"effectiveStart":{"$lt":{"$date":"2024-02-01T00:00:00Z"}}}],"patientId":{"$in":[1,2]},"sortAsc":{"$lt":{"$date":"2024-02-01T00:00:00Z"}},"spanClass":null}]}`,
+			`{"sortAsc":-1,"_id":-1}`},
 		{"eq spans the precision", "Observation", "date=2024-03-05T10:15", patients,
-			`{"$and":[{"effectiveEnd":{"$lt":{"$date":"2024-03-05T10:16:00Z"}},"effectiveStart":{"$gte":{"$date":"2024-03-05T10:15:00Z"}}}],"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
+			`{"$and":[{"effectiveEnd":{"$lt":{"$date":"2024-03-05T10:16:00Z"}},"effectiveStart":{"$gte":{"$date":"2024-03-05T10:15:00Z"}}}],"patientId":{"$in":[1,2]},"sortAsc":{"$gte":{"$date":"2024-03-05T10:15:00Z"},"$lt":{"$date":"2024-03-05T10:16:00Z"}}}`, `{"sortAsc":1,"_id":1}`},
 		{"status of the official system", "Observation", "status=http://hl7.org/fhir/observation-status|final,preliminary", patients,
 			`{"$and":[{"status":{"$in":["final","preliminary"]}}],"patientId":{"$in":[1,2]}}`, `{"_id":1}`},
 		{"status of another system matches nothing", "Observation", "status=http://example.org|final", patients,
@@ -79,7 +79,7 @@ func TestPipelines(t *testing.T) {
 		{"consent per patient", "Observation", "code=omh:heart-rate:2.0", domain.Scope{PatientIDs: []int64{1, 2, 3}, Codes: map[int64][]string{1: {"omh:heart-rate:2.0"}, 2: {}}},
 			`{"$and":[{"codeTokens":{"$in":["omh:heart-rate:2.0"]}}],"$or":[{"codeTokens":{"$in":["omh:heart-rate:2.0"]},"patientId":1},{"patientId":{"$in":[3]}}]}`, `{"_id":1}`},
 		{"ids, last updated", "Observation", "_id=5,abc&_lastUpdated=gt2025&_sort=_lastUpdated", patients,
-			`{"$and":[{"lastUpdated":{"$gte":{"$date":"2026-01-01T00:00:00Z"}}},{"_id":{"$in":[5]}}],"patientId":{"$in":[1,2]}}`, `{"lastUpdated":1,"_id":1}`},
+			`{"$and":[{"_id":{"$in":[5]}}],"lastUpdated":{"$gte":{"$date":"2026-01-01T00:00:00Z"},"$lt":{"$date":"9999-12-31T23:59:59.999Z"}},"patientId":{"$in":[1,2]}}`, `{"lastUpdated":1,"_id":1}`},
 		{"patient names fold case and accents", "Patient", "name=ZOË&birthdate=sa1990", domain.Scope{IDs: []int64{7}},
 			`{"$and":[{"_id":{"$in":[7]}},{"birthDateStart":{"$gte":{"$date":"1991-01-01T00:00:00Z"}}},{"nameKeys":{"$regex":"^zoe"}}]}`, `{"_id":1}`},
 		{"regular expression characters are literal", "Patient", "family=.*&given=a,b", domain.Scope{},
@@ -92,15 +92,15 @@ func TestPipelines(t *testing.T) {
 			`{"$and":[{"_id":{"$in":[]}}]}`, `{"_id":1}`},
 		{"an imported search runs on the search index", "Condition",
 			"_source:below=" + sourceBase + "/&code=http://snomed.info/sct|44054006&onset-date=ge2024&_sort=onset-date", domain.Scope{SourceIDs: []int64{3, 4}},
-			`{"$and":[{"dates.onset-date.end":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}},{"search":{"$in":["code|http://snomed.info/sct|44054006"]}}],"resourceType":"Condition","sourceId":{"$in":[3,4]}}`,
+			`{"$and":[{"search":{"$in":["code|http://snomed.info/sct|44054006"]}},{"dates.onset-date.end":{"$gte":{"$date":"2024-01-01T00:00:00Z"}}}],"resourceType":"Condition","sortAsc":{"$lt":{"$date":"9999-12-31T23:59:59.999Z"}},"sourceId":{"$in":[3,4]}}`,
 			`{"sortAsc":1,"_id":1}`},
 		{"imported strings, references and ids", "Encounter",
 			"_source=" + sourceBase + "/3&location=Location/9&_id=0b6a4f8e-5b4e-4c1a-9d2b-3a1e0f6b7c8d", domain.Scope{SourceIDs: []int64{3}},
 			`{"$and":[{"_id":{"$in":["0b6a4f8e-5b4e-4c1a-9d2b-3a1e0f6b7c8d"]}},{"search":{"$in":["location|Location/9"]}}],"resourceType":"Encounter","sourceId":{"$in":[3]}}`, `{"_id":1}`},
 		{"the imported patient: its sources or a reference to it", "Location", "_source:below=" + sourceBase + "&name=Saint&_lastUpdated=lt2025",
 			domain.Scope{SourceIDs: []int64{3}, PatientIDs: []int64{7}},
-			`{"$and":[{"$or":[{"sourcePatientId":{"$in":[7]}},{"search":{"$in":["patient|Patient/7"]}}]},{"lastUpdated":{"$lt":{"$date":"2025-01-01T00:00:00Z"}}},{"search":{"$regex":"^name\\|saint"}}],"resourceType":"Location","sourceId":{"$in":[3]}}`,
-			`{"_id":1}`},
+			`{"$and":[{"$or":[{"sourcePatientId":{"$in":[7]}},{"search":{"$in":["patient|Patient/7"]}}]},{"search":{"$regex":"^name\\|saint"}}],"lastUpdated":{"$lt":{"$date":"2025-01-01T00:00:00Z"}},"resourceType":"Location","sourceId":{"$in":[3]}}`,
+			`{"lastUpdated":1,"_id":1}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan, err := parse(t, tc.resourceType, tc.query).Plan(tc.scope)
@@ -148,7 +148,7 @@ func TestPlansWithoutEntries(t *testing.T) {
 		t.Errorf("_total=accurate: %+v", plan)
 	}
 	plan, _ = parse(t, "Observation", "_elements=code,status").Plan(domain.Scope{})
-	if got := canon(t, plan.Pipeline[3].(bson.D)[0].Value); got != `{"codeTokens":0,"identifierTokens":0,"lastUpdated":0,"omh":0,"payload":0,"sortAsc":0,"sortDesc":0}` {
+	if got := canon(t, plan.Pipeline[3].(bson.D)[0].Value); got != `{"codeTokens":0,"identifierTokens":0,"lastUpdated":0,"omh":0,"payload":0,"sortAsc":0,"sortDesc":0,"spanClass":0,"valueNumber":0,"valueUnit":0}` {
 		t.Errorf("_elements without the value: $project %s", got)
 	}
 }
@@ -241,7 +241,12 @@ func TestDateRangesFollowPrecision(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cond := plan.Pipeline[0].(bson.D)[0].Value.(bson.D)[0].Value.(bson.A)[0].(bson.M)
+		var cond bson.M
+		for _, e := range plan.Pipeline[0].(bson.D)[0].Value.(bson.D) {
+			if e.Key == "$and" {
+				cond = e.Value.(bson.A)[0].(bson.M)
+			}
+		}
 		if got := canon(t, cond["effectiveStart"]) + ".." + canon(t, cond["effectiveEnd"]); got != want {
 			t.Errorf("%s: %s, want %s", value, got, want)
 		}
@@ -264,7 +269,7 @@ func TestCursorsAreSignedAndBoundToTheirSearch(t *testing.T) {
 	}
 	plan, _ := q2.Plan(domain.Scope{PatientIDs: []int64{1}})
 	match := canon(t, plan.Pipeline[0].(bson.D)[0].Value)
-	want := `{"$and":[{"$or":[{"sortAsc":{"$gt":{"$date":"2024-05-01T10:00:00.123Z"}}},{"_id":{"$gt":42},"sortAsc":{"$date":"2024-05-01T10:00:00.123Z"}}]}],"codeTokens":{"$in":["x"]},"patientId":{"$in":[1]}}`
+	want := `{"$and":[{"$or":[{"sortAsc":{"$gt":{"$date":"2024-05-01T10:00:00.123Z"}}},{"_id":{"$gt":42},"sortAsc":{"$date":"2024-05-01T10:00:00.123Z"}}]}],"codeTokens":{"$in":["x"]},"patientId":{"$in":[1]},"sortAsc":{"$gte":{"$date":"2024-05-01T10:00:00.123Z"}}}`
 	if match != want {
 		t.Errorf("continuation\n got %s\nwant %s", match, want)
 	}

@@ -160,6 +160,8 @@ func (t *Translator) Parse(resourceType string, query url.Values, strict bool) (
 		}
 	}
 	q.asked = asked.Encode()
+	q.defaultSort()
+	q.boundedSort()
 	asked.Set("_type", r.Type)
 	q.canonical = asked.Encode()
 	if c := query.Get(CursorParam); c != "" {
@@ -428,6 +430,11 @@ func (q *Query) Unknown() []string { return q.unknown }
 
 // SummaryCount reports whether only the total is wanted (_summary=count).
 func (q *Query) SummaryCount() bool { return q.summaryCount }
+
+// WholeResultFetched reports whether a page of the search that says no
+// page follows holds the whole result: the first page of a search that
+// fetches entries.
+func (q *Query) WholeResultFetched() bool { return q.after == nil && q.count > 0 && !q.summaryCount }
 
 // Elements returns the elements asked for with _elements (none: all).
 func (q *Query) Elements() []string { return q.elements }

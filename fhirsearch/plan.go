@@ -20,7 +20,7 @@ var matchNothing = bson.M{"_id": bson.M{"$in": bson.A{}}}
 // never shows: never fetched. An observation's index keys (its search
 // tokens and sort keys) are a third of what a page would read otherwise.
 var hidden = map[string][]string{
-	"observations":     {"omh", "codeTokens", "identifierTokens", "sortAsc", "sortDesc", "lastUpdated"},
+	"observations":     {"omh", "codeTokens", "identifierTokens", "sortAsc", "sortDesc", SpanClassField, "valueNumber", "valueUnit", "lastUpdated"},
 	"users":            {"passwordHash"},
 	importedCollection: {"resource"}, // the parsed form kept for analysts; the JSON is served
 }
@@ -41,6 +41,19 @@ var hidden = map[string][]string{
 func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 	r := q.resource
 	b := &matchBuilder{simple: map[string]any{}}
+	kb := q.keyBound()
+	var bounded *Param // the date parameter kb bounds the sort key by
+	if kb != nil {
+		bounded, _ = q.datedSort()
+	}
+	var dated bson.A // the conditions of bounded's clauses
+	addClause := func(c Clause, field string, cond any, simple bool) {
+		if c.Param == bounded && !simple {
+			dated = append(dated, cond)
+			return
+		}
+		b.add(field, cond, simple)
+	}
 	collection, prefix := r.Collection, r.IndexPrefix
 	switch {
 	case q.store.Kind == domain.StoreImported:
@@ -54,7 +67,7 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 		}
 		for _, c := range q.clauses {
 			field, cond, simple := importedCondition(c, q.t.now())
-			b.add(field, cond, simple)
+			addClause(c, field, cond, simple)
 		}
 		if len(q.alternatives) > 0 {
 			b.and = append(b.and, q.alternativesCondition(importedCondition))
@@ -85,7 +98,7 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 		}
 		for _, c := range q.clauses {
 			field, cond, simple := clauseCondition(c, q.t.now())
-			b.add(field, cond, simple)
+			addClause(c, field, cond, simple)
 		}
 		if len(q.alternatives) > 0 {
 			b.and = append(b.and, q.alternativesCondition(clauseCondition))
@@ -95,7 +108,7 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 		b.and = append(b.and, q.reachCondition(scope.Reach))
 	}
 	top, and := b.finish(prefix)
-	filter := withAnd(top, and)
+	filter := bounds(top, and, dated, kb, nil)
 
 	if q.stream {
 		// An export's part: every match, in the order the database finds
@@ -115,7 +128,11 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 	}
 	match := filter
 	if q.after != nil {
-		match = withAnd(top, append(slices.Clone(and), q.continuation()))
+		from, rest := q.cursorBound(), slices.Clone(and)
+		if q.sort != nil { // ties of the sort key: the exact condition
+			rest = append(rest, q.continuation())
+		}
+		match = bounds(top, rest, dated, kb, &from)
 	}
 	plan.Pipeline = []any{
 		bson.D{{Key: "$match", Value: match}},
@@ -334,6 +351,88 @@ func importedPatientCondition(ids []int64) bson.M {
 	}}
 }
 
+// bounds is the $match of a page: the index prefix at the top, then the
+// sort key's range (kb) and the cursor's bound on it (from), everything
+// else under $and. Where the match has branches (a study search's patients,
+// the span classes of kb), each branch gets the prefix, the range and the
+// bound, so that each is one bounded scan of an index whatever the planner
+// does with conditions beside a $or. The conditions of the date clauses kb
+// was made from (dated) stay, but in kb's exact branch, where the range is
+// what they say.
+func bounds(top bson.D, and, dated bson.A, kb *keyBound, from *bson.E) bson.D {
+	var or bson.A
+	prefix := bson.D{}
+	for _, e := range top {
+		if e.Key == "$or" {
+			or = e.Value.(bson.A)
+		} else {
+			prefix = append(prefix, e)
+		}
+	}
+	keyBranches, exact := []bson.D{nil}, -1
+	if kb != nil {
+		keyBranches, exact = kb.branches, kb.exact
+	}
+	if len(or) == 0 && len(keyBranches) == 1 {
+		out := withBound(append(slices.Clone(prefix), keyBranches[0]...), from)
+		if exact != 0 {
+			and = append(slices.Clone(and), dated...)
+		}
+		return withAnd(out, and)
+	}
+	bases := []bson.D{nil}
+	if len(or) > 0 {
+		bases = bases[:0]
+		for _, b := range or {
+			bases = append(bases, b.(bson.D))
+		}
+	}
+	branches := bson.A{}
+	for _, base := range bases {
+		for i, k := range keyBranches {
+			branch := slices.Concat(base, prefix, k)
+			branch = withBound(branch, from)
+			if i != exact && len(dated) > 0 {
+				branch = append(branch, bson.E{Key: "$and", Value: slices.Clone(dated)})
+			}
+			branches = append(branches, branch)
+		}
+	}
+	return withAnd(bson.D{{Key: "$or", Value: branches}}, and)
+}
+
+// withBound adds the cursor's bound to a match's conditions, in the range
+// of the same field when it has one: the tighter bound of each operator.
+func withBound(d bson.D, from *bson.E) bson.D {
+	if from == nil {
+		return d
+	}
+	i := slices.IndexFunc(d, func(e bson.E) bool { return e.Key == from.Key })
+	if i < 0 {
+		return append(d, bson.E{Key: from.Key, Value: from.Value})
+	}
+	cond, ok := d[i].Value.(bson.M)
+	if !ok {
+		return append(d, bson.E{Key: "$and", Value: bson.A{bson.M{from.Key: from.Value}}})
+	}
+	merged := bson.M{}
+	for op, v := range cond {
+		merged[op] = v
+	}
+	for op, v := range from.Value.(bson.M) {
+		old, had := merged[op].(time.Time)
+		at, isTime := v.(time.Time)
+		switch {
+		case !had || !isTime:
+			merged[op] = v
+		case (op == "$gte" || op == "$gt") && at.After(old), (op == "$lte" || op == "$lt") && at.Before(old):
+			merged[op] = v
+		}
+	}
+	d[i].Value = merged
+	return d
+}
+
 func withAnd(top bson.D, and bson.A) bson.D {
 	out := slices.Clone(top)
 	if len(and) > 0 {
@@ -518,6 +617,24 @@ func (q *Query) sortSpec() bson.D {
 	default:
 		return bson.D{{Key: q.sort.Asc, Value: 1}, {Key: "_id", Value: 1}}
 	}
+}
+
+// cursorBound is the keyset cursor as a bound of the sort key, which the
+// index scan starts from: the first key of the next page is at or past the
+// cursor's value (continuation is exact on ties).
+func (q *Query) cursorBound() bson.E {
+	c := q.after
+	if q.sort == nil {
+		var id any = c.ID
+		if c.UUID != "" {
+			id = c.UUID
+		}
+		return bson.E{Key: "_id", Value: bson.M{"$gt": id}}
+	}
+	if q.desc {
+		return bson.E{Key: q.sort.Desc, Value: bson.M{"$lte": c.Value.UTC()}}
+	}
+	return bson.E{Key: q.sort.Asc, Value: bson.M{"$gte": c.Value.UTC()}}
 }
 
 // continuation is the keyset condition of the page after the cursor.

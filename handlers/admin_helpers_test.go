@@ -141,8 +141,14 @@ var behindLoopbackProxy = handlerstest.Options{TrustedProxies: "127.0.0.1"}
 // the admin tests overlap their waits on it.
 func admNewWorld(t *testing.T) *admWorld {
 	t.Helper()
+	return admNewWorldWith(t, behindLoopbackProxy)
+}
+
+// admNewWorldWith is admNewWorld with settings.
+func admNewWorldWith(t *testing.T, o handlerstest.Options) *admWorld {
+	t.Helper()
 	t.Parallel()
-	env := handlerstest.StartWith(t, behindLoopbackProxy)
+	env := handlerstest.StartWith(t, o)
 	ctx := context.Background()
 	sys := domain.SystemActor()
 	w := &admWorld{env: env}

@@ -34,6 +34,9 @@ type Config struct {
 	// "omh-schemas", "r5-definitions", "r4-maps") and whether it is in
 	// place.
 	Loaded map[string]bool
+	// Capacity says, for /ready, whether the store is past the size it
+	// serves comfortably; nil: it has no such size (MongoDB).
+	Capacity func() *domain.StoreCapacity
 	// Metrics receives the HTTP layer's series; nil: a registry of its own
 	// (tests).
 	Metrics prometheus.Registerer
@@ -55,17 +58,18 @@ type Config struct {
 
 // server carries the dependencies of the route handlers.
 type server struct {
-	service *domain.Service
-	oauth   *oauth.Provider
-	search  *fhirsearch.Translator
-	catalog *fhirsearch.Catalog // the types served: search's
-	schemas *omh.Registry
-	ping    func(ctx context.Context) error
-	loaded  map[string]bool
-	log     *slog.Logger
-	metrics *metrics
-	native  map[string]nativeType // by FHIR type
-	proxies oauth.TrustedProxies
+	service  *domain.Service
+	oauth    *oauth.Provider
+	search   *fhirsearch.Translator
+	catalog  *fhirsearch.Catalog // the types served: search's
+	schemas  *omh.Registry
+	ping     func(ctx context.Context) error
+	capacity func() *domain.StoreCapacity
+	loaded   map[string]bool
+	log      *slog.Logger
+	metrics  *metrics
+	native   map[string]nativeType // by FHIR type
+	proxies  oauth.TrustedProxies
 	// capabilityResources are the CapabilityStatement's resource entries,
 	// rendered on first use.
 	capabilityResources func() (json.RawMessage, error)
@@ -81,7 +85,7 @@ func New(c Config) *fiber.App {
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
 	}
-	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, catalog: c.Search.Catalog(), schemas: c.Schemas, ping: c.Ping,
+	s := &server{service: c.Service, oauth: c.OAuth, search: c.Search, catalog: c.Search.Catalog(), schemas: c.Schemas, ping: c.Ping, capacity: c.Capacity,
 		loaded: c.Loaded, log: c.Logger, metrics: newMetrics(c.Metrics, c.Search.Catalog()), proxies: c.TrustedProxies}
 	s.native = s.nativeTypes()
 	if s.exportLimits = c.Exports; s.exportLimits == (domain.ExportLimits{}) {
@@ -122,31 +126,32 @@ func New(c Config) *fiber.App {
 	s.registerFHIR(app, fhirAlias)
 	s.registerImport(app)
 
-	api := app.Group("/api/v1", s.authenticate, s.adminScope)
+	api := adminRoutes{app.Group("/api/v1", s.authenticate, s.adminScope)}
 	api.Get("/users/profile", s.profile)
-	api.Get("/users", s.listUsers)
+	api.Get("/users", accepts("email"), s.listUsers)
 	api.Patch("/users/:id", s.updateUser)
 
-	api.Get("/organizations", s.listOrganizations)
+	api.Get("/organizations", accepts("partOf"), s.listOrganizations)
 	api.Post("/organizations", s.createOrganization)
-	api.Get("/organizations/:id", readWith(s.service.Organization, writeOrganization))
+	api.Get("/organizations/:id", s.getOrganization)
 	api.Patch("/organizations/:id", s.updateOrganization)
 	api.Delete("/organizations/:id", s.deleteOrganization)
-	api.Get("/organizations/:id/tree", s.organizationTree)
+	api.Get("/organizations/:id/tree", s.getOrganization)
 	api.Get("/organizations/:id/users", listOf(pathID("id"), s.service.Members, toMemberJSON))
 	api.Post("/organizations/:id/users", s.addMember)
 	api.Patch("/organizations/:id/users/:userId", s.changeMember)
 	api.Delete("/organizations/:id/users/:userId", unlink("userId", s.service.RemoveMember))
 	api.Get("/organizations/:id/studies", listOf(pathID("id"), s.service.ListStudies, toStudyJSON))
 
-	api.Get("/practitioners", listOf(queryIDOf("organizationId"), s.service.ListPractitioners, toPractitionerJSON))
+	api.Get("/practitioners", accepts("organizationId"), listOf(queryIDOf("organizationId"), s.service.ListPractitioners, toPractitionerJSON))
 	api.Post("/practitioners", s.createPractitioner)
 	api.Get("/practitioners/:id", readWith(s.service.PractitionerByID, writePractitioner))
 	api.Patch("/practitioners/:id", s.updatePractitioner)
 
-	api.Get("/patients", s.listPatients)
+	api.Get("/patients", accepts(patientFilters...), s.listPatients)
 	api.Post("/patients", s.createPatient)
-	api.Get("/patients/:id", readWith(s.service.PatientByID, writePatient))
+	api.Get("/patients/global_lookup", accepts("email"), s.lookupPatients)
+	api.Get("/patients/:id", readWith(s.service.PatientByID, s.writePatient))
 	api.Patch("/patients/:id", s.updatePatient)
 	api.Delete("/patients/:id", s.deletePatient)
 	api.Post("/patients/:id/invitation", s.invitePatient)
@@ -158,12 +163,12 @@ func New(c Config) *fiber.App {
 	api.Patch("/patients/:id/consents", s.writeConsents(fiber.StatusOK, s.service.UpdateConsents))
 	api.Delete("/patients/:id/consents", s.writeConsents(fiber.StatusNoContent, s.service.WithdrawConsents))
 
-	api.Get("/studies", listOf(queryIDOf("organizationId"), s.service.ListStudies, toStudyJSON))
+	api.Get("/studies", accepts("organizationId"), listOf(queryIDOf("organizationId"), s.service.ListStudies, toStudyJSON))
 	api.Post("/studies", s.createStudy)
 	api.Get("/studies/:id", readWith(s.service.StudyByID, writeStudy))
 	api.Patch("/studies/:id", s.updateStudy)
 	api.Delete("/studies/:id", s.deleteStudy)
-	api.Get("/studies/:id/patients", listOf(pathID("id"), s.service.StudyPatients, toPatientJSON))
+	api.Get("/studies/:id/patients", listWith(pathID("id"), s.service.StudyPatients, s.writePatients))
 	api.Post("/studies/:id/patients", s.enrollPatients)
 	api.Delete("/studies/:id/patients", s.unenrollPatients)
 	api.Get("/studies/:id/scope_requests", s.scopeRequests)
@@ -192,6 +197,15 @@ func New(c Config) *fiber.App {
 
 	api.Get("/oauth_clients", s.listClients)
 	api.Post("/oauth_clients", s.createClient)
+
+	api.Get("/identity_providers", s.listIdentityProviders)
+	api.Post("/identity_providers", s.createIdentityProvider)
+	api.Get("/identity_providers/:id", s.getIdentityProvider)
+	api.Patch("/identity_providers/:id", s.updateIdentityProvider)
+	api.Delete("/identity_providers/:id", s.deleteIdentityProvider)
+	api.Get("/identity_providers/:id/invitations", s.listIdentityInvitations)
+	api.Post("/identity_providers/:id/invitations", s.inviteToIdentityProvider)
+	api.Delete("/identity_providers/:id/invitations/:email", s.cancelIdentityInvitation)
 	return app
 }
 
@@ -222,6 +236,10 @@ func (s *server) ready(c *fiber.Ctx) error {
 		if !ok {
 			report[name], status = "missing", fiber.StatusServiceUnavailable
 		}
+	}
+	if s.capacity != nil && s.capacity() != nil {
+		// Still ready: it serves, ever slower. No count: /ready is public.
+		report["embeddedDatabase"] = "past its comfortable size: searches slow down with every observation; move to MongoDB (MONGODB_URI)"
 	}
 	if status != fiber.StatusOK {
 		report["status"] = "unavailable"

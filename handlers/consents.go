@@ -51,9 +51,10 @@ func studyConsentsBase(sc domain.StudyConsents) studyConsentsBaseJSON {
 		DataSources: mapSlice(sc.DataSources, toDataSourceSummaryJSON)}
 }
 
-func toConsentsJSON(o *domain.ConsentOverview) consentsJSON {
+// toConsentsJSON renders the overview around its patient, rendered.
+func toConsentsJSON(o *domain.ConsentOverview, patient patientJSON) consentsJSON {
 	return consentsJSON{
-		Patient:                     toPatientJSON(o.Patient),
+		Patient:                     patient,
 		ConsolidatedConsentedScopes: mapSlice(o.ConsolidatedConsentedScopes, toScopeCodeJSON),
 		StudiesPendingConsent: mapSlice(o.StudiesPendingConsent, func(sc domain.StudyConsents) studyPendingJSON {
 			return studyPendingJSON{studyConsentsBase(sc), mapSlice(sc.Pending, func(c domain.ScopeCode) pendingScopeJSON {
@@ -104,7 +105,11 @@ func (s *server) consentsResponse(c *fiber.Ctx, status int, patientID int64) err
 	if err != nil {
 		return err
 	}
-	return c.Status(status).JSON(toConsentsJSON(o))
+	patient, err := s.patientsJSON(c.UserContext(), []domain.Patient{o.Patient})
+	if err != nil {
+		return err
+	}
+	return c.Status(status).JSON(toConsentsJSON(o, patient[0]))
 }
 
 // consentWrite is one of the consent use cases (answer, update, withdraw).

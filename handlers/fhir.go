@@ -37,6 +37,7 @@ func (s *server) registerFHIR(app *fiber.App, prefix string) {
 	api := g.Group("", s.authenticate)
 	s.registerExport(api)
 	api.Post("/", s.fhirBatch)
+	api.Get("/Observation/$stats", s.observationStats)
 	api.Get("/:type", s.fhirSearch)
 	api.Post("/:type", s.fhirCreate)
 	api.Get("/:type/:id", s.fhirRead)

@@ -26,6 +26,10 @@ const (
 	// clientIDSystem names the OAuth client ids of the exchange, in the
 	// agent that is the client application.
 	clientIDSystem = "https://w3id.org/exchange/oauth-client"
+	// identityProviderSystem names who vouched for a user signed in
+	// without a password here: an identity provider's id, or the issuer of
+	// an EHR's ID token.
+	identityProviderSystem = "https://w3id.org/exchange/identity-provider"
 )
 
 type auditEventResource struct {
@@ -117,6 +121,11 @@ func auditEventFHIR(e *domain.AuditEvent) auditEventResource {
 		r.Agent = append(r.Agent, auditAgent{
 			Type: &fhirCodeableConcept{Coding: []fhirCoding{{System: dicomSystem, Code: "110150", Display: "Application"}}},
 			Who:  fhirReference{Identifier: &fhirIdentifier{System: clientIDSystem, Value: e.ClientID}}})
+	}
+	if e.IdentityProvider != "" {
+		r.Agent = append(r.Agent, auditAgent{
+			Type: &fhirCodeableConcept{Coding: []fhirCoding{{System: dicomSystem, Code: "110153", Display: "Source Role ID"}}, Text: "Identity provider"},
+			Who:  fhirReference{Identifier: &fhirIdentifier{System: identityProviderSystem, Value: e.IdentityProvider}}})
 	}
 	for _, ref := range e.Entities {
 		r.Entity = append(r.Entity, auditEntity{What: &fhirReference{Reference: ref}})

@@ -52,8 +52,15 @@ func capabilityResources(catalog *fhirsearch.Catalog) (json.RawMessage, error) {
 			params = append(params, param)
 		}
 		entry := fiber.Map{"type": r.Type, "documentation": r.Doc, "interaction": interactions, "searchParam": params}
+		var operations []fiber.Map
+		if r.Type == "Observation" {
+			operations = append(operations, statsOperation)
+		}
 		if op, ok := bulkExportOperations[r.Type]; ok {
-			entry["operation"] = []fiber.Map{{"name": "export", "definition": op}}
+			operations = append(operations, fiber.Map{"name": "export", "definition": op})
+		}
+		if operations != nil {
+			entry["operation"] = operations
 		}
 		if slices.Contains(r.Interactions, "update") {
 			// If-Match is honoured; a PUT never creates (ids are assigned).

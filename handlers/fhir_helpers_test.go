@@ -386,14 +386,20 @@ func fxObj(v any) map[string]any { m, _ := v.(map[string]any); return m }
 
 func fxArr(v any) []any { a, _ := v.([]any); return a }
 
-// fxEntries returns the entries of a Bundle (FHIR JSON leaves out an
-// empty entry array).
+// fxEntries returns the entries of a Bundle: a searchset carries entry,
+// an empty array when nothing matched; other Bundles leave an empty one
+// out, as FHIR JSON does.
 func fxEntries(t *testing.T, bundle map[string]any) []map[string]any {
 	t.Helper()
 	v, present := bundle["entry"]
 	raw, ok := v.([]any)
-	if present && (!ok || len(raw) == 0) {
-		t.Fatalf("entry is not a non-empty array in %v", bundle)
+	switch {
+	case present && !ok:
+		t.Fatalf("entry is not an array in %v", bundle)
+	case !present && bundle["type"] == "searchset":
+		t.Fatalf("a searchset without entry: %v", bundle)
+	case present && len(raw) == 0 && bundle["type"] != "searchset":
+		t.Fatalf("an empty entry array in %v", bundle)
 	}
 	out := make([]map[string]any, len(raw))
 	for i, e := range raw {

@@ -40,7 +40,7 @@ func (s *server) importR4(c *fiber.Ctx) error {
 		}
 		entries = in.Entry
 	}
-	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(entries))}
+	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: batchResponseEntries(len(entries))}
 	convs := make([]*domain.R4Conversion, len(entries))
 	types := make([]string, len(entries)) // of each entry, for the metrics
 	refused := make([]bool, len(entries))

@@ -206,7 +206,7 @@ func (bd bundle) appendJSON(b []byte) []byte {
 		o.key("link")
 		o.b = appendArray(o.b, len(bd.Link), func(b []byte, i int) []byte { return bd.Link[i].appendJSON(b) })
 	}
-	if len(bd.Entry) > 0 {
+	if bd.Entry != nil {
 		o.key("entry")
 		o.b = appendArray(o.b, len(bd.Entry), func(b []byte, i int) []byte { return bd.Entry[i].appendJSON(b) })
 	}

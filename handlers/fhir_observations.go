@@ -429,7 +429,7 @@ func (s *server) fhirBatch(c *fiber.Ctx) error {
 		return domain.FieldErrorf("Bundle.type", "must be batch, not %q (transactions are not supported)", in.Type)
 	}
 	ctx, a := c.UserContext(), actor(c)
-	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: make([]bundleEntry, len(in.Entry))}
+	out := bundle{ResourceType: "Bundle", Type: "batch-response", Entry: batchResponseEntries(len(in.Entry))}
 	failed := func(i int, err error) {
 		if domain.ErrorCode(err) == domain.CodeInternal {
 			s.log.Error("batch entry failed", "request_id", requestID(c), "entry", i, "error", err)

@@ -121,7 +121,7 @@ func TestFHIRPagingThroughAThousandObservations(t *testing.T) {
 
 	// _summary=count agrees with what was paged.
 	status, body := w.search(t, w.tok["doc"], "/Observation?_summary=count")
-	if status != http.StatusOK || body["total"] != float64(len(byID)) || body["entry"] != nil {
+	if status != http.StatusOK || body["total"] != float64(len(byID)) || len(fxEntries(t, body)) != 0 {
 		t.Errorf("_summary=count: %d %v, want %d", status, body["total"], len(byID))
 	}
 	// The default page is 50; the largest 1000.
@@ -133,5 +133,62 @@ func TestFHIRPagingThroughAThousandObservations(t *testing.T) {
 	status, body = w.search(t, w.tok["doc"], "/Observation?_count=1000&_elements=status")
 	if page := fxMatches(t, body); status != http.StatusOK || len(page) != 1000 || fxLink(body, "next") == "" {
 		t.Errorf("a page of 1000: %d, %d entries", status, len(page))
+	}
+}
+
+// TestFHIRPagingWhileObservationsArrive walks a patient's observations
+// through the next links, as JupyterHealth's client does (_count, then
+// each next link as given), while new ones arrive between the pages:
+// dated before, among and after those already read, and tied with them.
+// Every observation there at the start of a walk is read exactly once, in
+// each sort order; none is read twice, new ones included (keyset paging:
+// the link says where the page ended, not how many came before).
+func TestFHIRPagingWhileObservationsArrive(t *testing.T) {
+	w := fxNewWorld(t)
+	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(hours int) fxObs {
+		return fxObs{patient: w.alice.ID, device: w.watch, code: fxHR,
+			payload: fxDataPoint(fxHR, fxHeartRate(fxAt(base.Add(time.Duration(hours)*time.Hour).Format(time.RFC3339))))}
+	}
+	var obs []fxObs
+	for i := range 24 {
+		obs = append(obs, at(i/2)) // two an hour: ties
+	}
+	stored := w.create(t, w.tok["doc"], obs...)
+	const pageSize, arriving = 8, 3
+	for _, sort := range []string{"", "_sort=date", "_sort=-date", "_sort=_lastUpdated", "_sort=-_lastUpdated"} {
+		there := slices.Clone(stored)
+		seen := map[string]int{}
+		next := fxPath(fxBase+"/Observation", "patient", strconv.FormatInt(w.alice.ID, 10), "_count", strconv.Itoa(pageSize))
+		if sort != "" {
+			next += "&" + sort
+		}
+		// A page reads pageSize, of which at most arriving came meanwhile.
+		for pages := 0; next != ""; pages++ {
+			if pages > len(there)/(pageSize-arriving)+2 {
+				t.Fatalf("%q: the next links do not end", sort)
+			}
+			resp, body := w.env.GetJSON(t, strings.TrimPrefix(next, w.env.URL), w.tok["doc"])
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%q page %d: %d %v", sort, pages, resp.StatusCode, body)
+			}
+			for _, id := range fxIDsOf(fxMatches(t, body)) {
+				seen[id]++
+			}
+			next = fxLink(body, "next")
+			// Between the pages, three arrive: before, among (tied with
+			// one read already) and after the others.
+			stored = append(stored, w.create(t, w.tok["doc"], at(-1-pages), at(pages), at(100+pages))...)
+		}
+		for id, n := range seen {
+			if n > 1 {
+				t.Errorf("%q: observation %s read %d times", sort, id, n)
+			}
+		}
+		for _, id := range there {
+			if seen[id] != 1 {
+				t.Errorf("%q: observation %s, there from the start, read %d times", sort, id, seen[id])
+			}
+		}
 	}
 }

@@ -22,7 +22,10 @@ import (
 // that each pipeline, first page and next page, starts with a $match whose
 // top-level fields (each branch's, under a top-level $or) are a prefix of
 // an index the repository created on observations, led by patientId when
-// the search is limited to patients, and that no pipeline skips.
+// the search is limited to patients, and that no pipeline skips. Each
+// branch must also be one bounded scan of an index (fxCheckBounded): the
+// sort key right after the equality prefix, ranged by the date clauses on
+// it and by the keyset cursor.
 func TestFHIRObservationPlansUseIndexes(t *testing.T) {
 	t.Parallel()
 	env := handlerstest.Start(t)
@@ -106,6 +109,15 @@ func TestFHIRObservationPlansUseIndexes(t *testing.T) {
 						t.Errorf("%s %s?%s: the $match does not start with patientId: %v\n$match %s", scopeName, what, query, fields, fxExtJSON(first.Value))
 					}
 				}
+				ranged := ""
+				if strings.Contains(query, "date=") && !strings.Contains(query, "_sort=_lastUpdated") && !strings.Contains(query, "_sort=-_lastUpdated") && !strings.Contains(query, "_sort=-lastUpdated") {
+					ranged = "sortAsc"
+				} else if strings.Contains(query, "_lastUpdated=") && !strings.Contains(query, "date=") {
+					ranged = "lastUpdated"
+				}
+				if err := fxCheckBounded(plan.Pipeline, indexes, strings.HasPrefix(what, "page after"), ranged); err != nil {
+					t.Errorf("%s %s?%s: %v\n$match %s", scopeName, what, query, err, fxExtJSON(first.Value))
+				}
 			}
 			check("first page", q)
 			// The pages after a keyset cursor, from a dated and an undated
@@ -129,9 +141,113 @@ func TestFHIRObservationPlansUseIndexes(t *testing.T) {
 
 func fxPtr[T any](v T) *T { return &v }
 
+// fxCheckBounded checks that every branch of a page's $match is one scan
+// of an index that MongoDB bounds on all its keys, so that a page reads
+// about its size in index keys whatever the history behind it: an index
+// starts with the branch's equality fields (in any order), continues with
+// the $sort's first key and then _id; a range is only on that sort key;
+// ranged names the sort key the query's date clauses must range (both
+// ends), and a next page's branch bounds the sort key by its cursor.
+func fxCheckBounded(pipeline []any, indexes [][]string, next bool, ranged string) error {
+	match := pipeline[0].(bson.D)[0].Value
+	sort := pipeline[1].(bson.D)[0].Value.(bson.D)
+	key := sort[0].Key
+	for _, branch := range fxBranches(match) {
+		var eq []string
+		conds := map[string]bson.M{}
+		for field, v := range branch {
+			if m, ok := v.(bson.M); ok && fxIsRange(m) {
+				conds[field] = m
+				continue
+			}
+			eq = append(eq, field)
+		}
+		for field := range conds {
+			if field != key {
+				return fmt.Errorf("a range on %s, which is not the sort key %s", field, key)
+			}
+		}
+		want := slices.Sorted(slices.Values(eq))
+		found := slices.ContainsFunc(indexes, func(ix []string) bool {
+			if len(ix) < len(want)+1 || !slices.Equal(slices.Sorted(slices.Values(ix[:len(want)])), want) || ix[len(want)] != key {
+				return false
+			}
+			return key == "_id" || (len(ix) > len(want)+1 && ix[len(want)+1] == "_id")
+		})
+		if !found {
+			return fmt.Errorf("no index has the equality fields %v, then the sort key %s, then _id", eq, key)
+		}
+		c := conds[key]
+		if ranged != "" && (key != ranged || c["$lt"] == nil) {
+			return fmt.Errorf("the date clauses do not range the sort key %s (%v) in the branch %v", ranged, key, branch)
+		}
+		if next && c["$gte"] == nil && c["$lte"] == nil && c["$gt"] == nil {
+			return fmt.Errorf("the cursor does not bound the sort key %s in the branch %v", key, branch)
+		}
+	}
+	return nil
+}
+
+func fxIsRangeValue(v any) bool {
+	m, ok := v.(bson.M)
+	return ok && fxIsRange(m)
+}
+
+// fxIsRange reports whether a condition is a range: comparisons only.
+func fxIsRange(m bson.M) bool {
+	for op := range m {
+		if !slices.Contains([]string{"$gt", "$gte", "$lt", "$lte"}, op) {
+			return false
+		}
+	}
+	return len(m) > 0
+}
+
+// fxBranches returns the top-level conditions of each branch of a $match:
+// the fields beside a top-level $or with each of its branches' ($and,
+// which holds what the index does not bound, left out).
+func fxBranches(match any) []map[string]any {
+	fields := func(v any) (map[string]any, bson.A) {
+		out, or := map[string]any{}, bson.A(nil)
+		add := func(k string, v any) {
+			switch {
+			case k == "$or":
+				or = v.(bson.A)
+			case !strings.HasPrefix(k, "$"):
+				out[k] = v
+			}
+		}
+		switch d := v.(type) {
+		case bson.D:
+			for _, e := range d {
+				add(e.Key, e.Value)
+			}
+		case bson.M:
+			for k, v := range d {
+				add(k, v)
+			}
+		}
+		return out, or
+	}
+	top, or := fields(match)
+	if or == nil {
+		return []map[string]any{top}
+	}
+	var out []map[string]any
+	for _, b := range or {
+		f, _ := fields(b)
+		for k, v := range top {
+			f[k] = v
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // fxMatchPrefixes returns the field names the top level of a $match
-// constrains, ignoring $and: one list, or one per branch of a top-level
-// $or (each with the top-level fields beside the $or).
+// constrains by equality, ignoring $and and ranges (fxCheckBounded checks
+// those): one list, or one per branch of a top-level $or (each with the
+// top-level fields beside the $or).
 func fxMatchPrefixes(t *testing.T, match any) [][]string {
 	t.Helper()
 	keys := func(v any) (fields []string, or []any) {
@@ -141,7 +257,7 @@ func fxMatchPrefixes(t *testing.T, match any) [][]string {
 				switch {
 				case e.Key == "$or":
 					or = e.Value.(bson.A)
-				case !strings.HasPrefix(e.Key, "$"):
+				case !strings.HasPrefix(e.Key, "$") && !fxIsRangeValue(e.Value):
 					fields = append(fields, e.Key)
 				}
 			}
@@ -150,7 +266,7 @@ func fxMatchPrefixes(t *testing.T, match any) [][]string {
 				switch {
 				case k == "$or":
 					or = v.(bson.A)
-				case !strings.HasPrefix(k, "$"):
+				case !strings.HasPrefix(k, "$") && !fxIsRangeValue(v):
 					fields = append(fields, k)
 				}
 			}
@@ -268,6 +384,14 @@ func TestFHIRImportedPlansUseIndexes(t *testing.T) {
 				for _, fields := range fxMatchPrefixes(t, first.Value) {
 					if !fxIsIndexPrefix(fields, indexes) || !slices.Contains(fields, "resourceType") {
 						t.Errorf("%s %s?%s: $match fields %v are a prefix of no index of %v\n$match %s", name, r.Type, query, fields, indexes, fxExtJSON(first.Value))
+					}
+				}
+				// A practitioner's search names the sources: the sort key
+				// follows them on an index, bounded by the sort date's
+				// clauses. (A superuser's has no source to lead with.)
+				if name == "practitioner" {
+					if err := fxCheckBounded(plan.Pipeline, indexes, false, ""); err != nil {
+						t.Errorf("%s %s?%s: %v\n$match %s", name, r.Type, query, err, fxExtJSON(first.Value))
 					}
 				}
 			}

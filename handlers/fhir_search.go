@@ -38,13 +38,26 @@ type bundleResponse struct {
 	Outcome      any    `json:"outcome,omitempty"`
 }
 
+// bundle is a Bundle. Its entry is left out when nil (FHIR JSON has no
+// empty arrays) but written when empty: a searchset always carries it, an
+// empty array when nothing matched, because JupyterHealth Exchange answers
+// so and its Python client reads bundle["entry"] unguarded.
 type bundle struct {
 	ResourceType string        `json:"resourceType"`
 	Type         string        `json:"type"`
 	Timestamp    string        `json:"timestamp,omitempty"`
 	Total        *int64        `json:"total,omitempty"`
 	Link         []bundleLink  `json:"link,omitempty"`
-	Entry        []bundleEntry `json:"entry,omitempty"` // FHIR JSON has no empty arrays
+	Entry        []bundleEntry `json:"entry,omitzero"`
+}
+
+// batchResponseEntries are the entries of a batch-response to n
+// requests: nil for an empty batch, whose response has no entry.
+func batchResponseEntries(n int) []bundleEntry {
+	if n == 0 {
+		return nil
+	}
+	return make([]bundleEntry, n)
 }
 
 // fhirBase is the absolute URL of the FHIR interface the client used.
@@ -199,15 +212,23 @@ func (s *server) fhirSearch(c *fiber.Ctx) error {
 
 // searchset is the searchset Bundle of a page of hits of q (the search of
 // type resourceType whose query string is query, parsed as values): self
-// and next links, the entries (their resources as q's _elements keep them),
-// and a warning entry naming the parameters it ignored.
+// and next links, the entries (their resources as q's _elements keep them;
+// an empty list when there are none), and a warning entry naming the
+// parameters it ignored. Its total is the one the search counted
+// (_summary=count, _total=accurate), or else, when the first page holds
+// the whole result, that page's size: counting costs a pass over the
+// whole result, which a search that pages does not make unless asked.
 func searchset(base, resourceType, query string, values url.Values, q *fhirsearch.Query, page []searchHit, more bool, total *int64) bundle {
 	self := base + "/" + resourceType
 	if query != "" {
 		self += "?" + query
 	}
+	if total == nil && !more && q.WholeResultFetched() {
+		n := int64(len(page))
+		total = &n
+	}
 	b := bundle{ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()), Total: total,
-		Link: []bundleLink{{Relation: "self", URL: self}}}
+		Link: []bundleLink{{Relation: "self", URL: self}}, Entry: []bundleEntry{}}
 	if q.SummaryCount() {
 		return b
 	}

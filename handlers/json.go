@@ -22,27 +22,42 @@ func toUserJSON(u domain.User) userJSON {
 	return userJSON{ID: u.ID, Email: u.Email, FirstName: u.FirstName, LastName: u.LastName, UserType: string(u.Type), IsSuperuser: u.IsSuperuser}
 }
 
+// organizationJSON is an organization: ROOT (the organization above the
+// top-level ones, not stored) has partOf and lastUpdated null, a
+// top-level organization partOf 0, as JupyterHealth Exchange answers.
 type organizationJSON struct {
-	ID          int64     `json:"id"`
-	Name        string    `json:"name"`
-	Type        string    `json:"type"`
-	PartOf      *int64    `json:"partOf"`
-	LastUpdated time.Time `json:"lastUpdated"`
+	ID          int64      `json:"id"`
+	Name        string     `json:"name"`
+	Type        string     `json:"type"`
+	PartOf      *int64     `json:"partOf"`
+	LastUpdated *time.Time `json:"lastUpdated"`
 }
 
 func toOrganizationJSON(o domain.Organization) organizationJSON {
-	return organizationJSON{ID: o.ID, Name: o.Name, Type: string(o.Type), PartOf: optionalID(o.PartOf), LastUpdated: o.LastUpdated}
+	out := organizationJSON{ID: o.ID, Name: o.Name, Type: string(o.Type)}
+	if o.ID != domain.RootOrganizationID {
+		partOf, lastUpdated := o.PartOf, o.LastUpdated
+		out.PartOf, out.LastUpdated = &partOf, &lastUpdated
+	}
+	return out
 }
 
-type organizationNodeJSON struct {
+// organizationEntryJSON is an organization of the directory: with the
+// caller's role in it (null: none, or no membership) and the
+// organizations below it.
+type organizationEntryJSON struct {
 	organizationJSON
-	Children []organizationNodeJSON `json:"children"`
+	CurrentUserRole *string                 `json:"currentUserRole"`
+	Children        []organizationEntryJSON `json:"children"`
 }
 
-func toOrganizationNodeJSON(n domain.OrganizationNode) organizationNodeJSON {
-	out := organizationNodeJSON{organizationJSON: toOrganizationJSON(n.Organization), Children: []organizationNodeJSON{}}
+func toOrganizationEntryJSON(a *domain.Actor, n domain.OrganizationNode) organizationEntryJSON {
+	out := organizationEntryJSON{organizationJSON: toOrganizationJSON(n.Organization), Children: []organizationEntryJSON{}}
+	if role, member := a.RoleIn(n.ID); member {
+		out.CurrentUserRole = roleJSON(role)
+	}
 	for _, c := range n.Children {
-		out.Children = append(out.Children, toOrganizationNodeJSON(c))
+		out.Children = append(out.Children, toOrganizationEntryJSON(a, c))
 	}
 	return out
 }
@@ -68,6 +83,8 @@ type practitionerJSON struct {
 	userJSON
 	Organizations []practitionerOrganizationJSON `json:"organizations"`
 	LastUpdated   time.Time                      `json:"lastUpdated"`
+	// Identifier is the practitioner's id at the EHR (token exchange).
+	Identifier *string `json:"identifier"`
 }
 
 type practitionerOrganizationJSON struct {
@@ -78,23 +95,36 @@ type practitionerOrganizationJSON struct {
 
 func toPractitionerJSON(p domain.Practitioner) practitionerJSON {
 	out := practitionerJSON{userJSON: toUserJSON(p.User), Organizations: []practitionerOrganizationJSON{}, LastUpdated: p.User.LastUpdated}
+	if p.User.Identifier != "" {
+		out.Identifier = &p.User.Identifier
+	}
 	for _, m := range p.Memberships {
 		out.Organizations = append(out.Organizations, practitionerOrganizationJSON{ID: m.Organization.ID, Name: m.Organization.Name, Role: roleJSON(m.Role)})
 	}
 	return out
 }
 
-// patientJSON is a patient in the admin API.
+// patientJSON is a patient in the admin API: the exchange's own fields
+// and JupyterHealth Exchange's flat ones, which hold the first of a kind
+// (identifier, telecomPhone, telecomEmail, organizationId) or all of it
+// as one string (nameGiven: the given names joined by a space).
 type patientJSON struct {
-	ID              int64            `json:"id"`
-	UserID          int64            `json:"userId"`
-	NameFamily      string           `json:"nameFamily"`
-	NameGiven       []string         `json:"nameGiven"`
-	BirthDate       *string          `json:"birthDate"`
-	Telecom         []codedValueJSON `json:"telecom"`
-	Identifiers     []codedValueJSON `json:"identifiers"`
-	OrganizationIDs []int64          `json:"organizationIds"`
-	LastUpdated     time.Time        `json:"lastUpdated"`
+	ID              int64              `json:"id"`
+	UserID          int64              `json:"userId"`
+	JHEUserID       *int64             `json:"jheUserId"`
+	NameFamily      string             `json:"nameFamily"`
+	NameGiven       string             `json:"nameGiven"`
+	GivenNames      []string           `json:"givenNames"`
+	BirthDate       *string            `json:"birthDate"`
+	TelecomPhone    *string            `json:"telecomPhone"`
+	TelecomEmail    *string            `json:"telecomEmail"`
+	Telecom         []codedValueJSON   `json:"telecom"`
+	Identifier      *string            `json:"identifier"`
+	Identifiers     []codedValueJSON   `json:"identifiers"`
+	OrganizationID  *int64             `json:"organizationId"`
+	OrganizationIDs []int64            `json:"organizationIds"`
+	Organizations   []organizationJSON `json:"organizations"`
+	LastUpdated     time.Time          `json:"lastUpdated"`
 }
 
 // codedValueJSON is an identifier or a contact point.
@@ -103,11 +133,15 @@ type codedValueJSON struct {
 	Value  string `json:"value"`
 }
 
-func toPatientJSON(p domain.Patient) patientJSON {
-	out := patientJSON{ID: p.ID, UserID: p.UserID, NameFamily: p.FamilyName, NameGiven: p.GivenNames,
-		Telecom: []codedValueJSON{}, Identifiers: []codedValueJSON{}, OrganizationIDs: p.OrganizationIDs, LastUpdated: p.LastUpdated}
-	if out.NameGiven == nil {
-		out.NameGiven = []string{}
+// toPatientJSON renders a patient; orgs holds (at least) the
+// organizations the patient belongs to.
+func toPatientJSON(p domain.Patient, orgs map[int64]domain.Organization) patientJSON {
+	out := patientJSON{ID: p.ID, UserID: p.UserID, JHEUserID: optionalID(p.UserID), NameFamily: p.FamilyName, NameGiven: p.GivenName(),
+		GivenNames: p.GivenNames, TelecomPhone: optionalString(p.Contact("phone")), TelecomEmail: optionalString(p.Contact("email")),
+		Telecom: []codedValueJSON{}, Identifiers: []codedValueJSON{}, OrganizationIDs: p.OrganizationIDs,
+		Organizations: []organizationJSON{}, LastUpdated: p.LastUpdated}
+	if out.GivenNames == nil {
+		out.GivenNames = []string{}
 	}
 	if out.OrganizationIDs == nil {
 		out.OrganizationIDs = []int64{}
@@ -120,6 +154,17 @@ func toPatientJSON(p domain.Patient) patientJSON {
 	}
 	for _, i := range p.Identifiers {
 		out.Identifiers = append(out.Identifiers, codedValueJSON{i.System, i.Value})
+	}
+	if len(p.Identifiers) > 0 {
+		out.Identifier = &p.Identifiers[0].Value
+	}
+	if len(p.OrganizationIDs) > 0 {
+		out.OrganizationID = &p.OrganizationIDs[0]
+	}
+	for _, id := range p.OrganizationIDs {
+		if o, ok := orgs[id]; ok {
+			out.Organizations = append(out.Organizations, toOrganizationJSON(o))
+		}
 	}
 	return out
 }
@@ -198,6 +243,13 @@ func fhirSourceJSONWith(base string) func(domain.FHIRSource) fhirSourceJSON {
 		return fhirSourceJSON{ID: s.ID, Patient: s.PatientID, DataSource: optionalID(s.DataSourceID), Label: s.Label,
 			URI: domain.SourceURI(base, s.ID), LastUpdated: s.LastUpdated.UTC()}
 	}
+}
+
+func optionalString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func optionalID(id int64) *int64 {

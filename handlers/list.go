@@ -151,9 +151,17 @@ func readWith[T any](read func(context.Context, *domain.Actor, int64) (*T, error
 }
 
 // listOf answers the list one id selects (an organization's members, a
-// study's patients, ...): the id from the request, then the page.
+// organization's studies, ...): the id from the request, then the page.
 func listOf[T, J any](idOf func(*fiber.Ctx) (int64, error),
 	list func(context.Context, *domain.Actor, int64, domain.Page) (domain.List[T], error), toJSON func(T) J) fiber.Handler {
+	return listWith(idOf, list, func(c *fiber.Ctx, p domain.Page, l domain.List[T]) error { return writeList(c, p, l, toJSON) })
+}
+
+// listWith is listOf with its own answer of the page (one that reads
+// more to render it).
+func listWith[T any](idOf func(*fiber.Ctx) (int64, error),
+	list func(context.Context, *domain.Actor, int64, domain.Page) (domain.List[T], error),
+	write func(*fiber.Ctx, domain.Page, domain.List[T]) error) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		id, err := idOf(c)
 		if err != nil {
@@ -167,7 +175,7 @@ func listOf[T, J any](idOf func(*fiber.Ctx) (int64, error),
 		if err != nil {
 			return err
 		}
-		return writeList(c, p, l, toJSON)
+		return write(c, p, l)
 	}
 }
 

@@ -43,6 +43,8 @@ func (in organizationInJSON) patch() domain.OrganizationPatch {
 	return p
 }
 
+// listOrganizations lists the organization directory: every
+// organization, whoever asks (domain.OrganizationDirectory).
 func (s *server) listOrganizations(c *fiber.Ctx) error {
 	p, err := pageOf(c)
 	if err != nil {
@@ -57,11 +59,29 @@ func (s *server) listOrganizations(c *fiber.Ctx) error {
 		}
 		partOf = &id
 	}
-	l, err := s.service.ListOrganizations(c.UserContext(), actor(c), partOf, p)
+	l, err := s.service.OrganizationDirectory(c.UserContext(), partOf, p)
 	if err != nil {
 		return err
 	}
-	return writeList(c, p, l, toOrganizationJSON)
+	a := actor(c)
+	return writeList(c, p, l, func(n domain.OrganizationNode) organizationEntryJSON { return toOrganizationEntryJSON(a, n) })
+}
+
+// getOrganization answers an organization of the directory with the
+// organizations below it; 0 is ROOT. The tree route answers the same.
+func (s *server) getOrganization(c *fiber.Ctx) error {
+	id := int64(domain.RootOrganizationID)
+	if c.Params("id") != "0" {
+		var err error
+		if id, err = idParam(c, "id"); err != nil {
+			return err
+		}
+	}
+	n, err := s.service.OrganizationEntry(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	return writeOrganization(c, *n)
 }
 
 func (s *server) createOrganization(c *fiber.Ctx) error {
@@ -74,7 +94,7 @@ func (s *server) createOrganization(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return writeOrganization(c.Status(fiber.StatusCreated), *org)
+	return s.writtenOrganization(c.Status(fiber.StatusCreated), *org)
 }
 
 // updateOrganization applies a PATCH; with If-Match, only to the version
@@ -98,7 +118,17 @@ func (s *server) updateOrganization(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return writeOrganization(c, *o)
+	return s.writtenOrganization(c, *o)
+}
+
+// writtenOrganization answers an organization as a write left it, with
+// the organizations below it.
+func (s *server) writtenOrganization(c *fiber.Ctx, o domain.Organization) error {
+	n, err := s.service.WithSubtree(c.UserContext(), o)
+	if err != nil {
+		return err
+	}
+	return writeOrganization(c, n)
 }
 
 func (s *server) deleteOrganization(c *fiber.Ctx) error {
@@ -110,18 +140,6 @@ func (s *server) deleteOrganization(c *fiber.Ctx) error {
 		return err
 	}
 	return c.SendStatus(fiber.StatusNoContent)
-}
-
-func (s *server) organizationTree(c *fiber.Ctx) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	tree, err := s.service.OrganizationTree(c.UserContext(), actor(c), id)
-	if err != nil {
-		return err
-	}
-	return c.JSON(toOrganizationNodeJSON(*tree))
 }
 
 // memberInJSON is the body that adds a member or changes their role; a

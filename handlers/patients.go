@@ -1,6 +1,10 @@
 package handlers
 
 import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,16 +15,81 @@ import (
 )
 
 // patientInJSON is the body that creates or changes a patient. The login
-// email and password apply only on creation.
+// email and password apply only on creation. JupyterHealth Exchange's
+// names are read too: telecomEmail for email, telecomPhone for phone, and
+// nameGiven as one string (domain.PatientPatch.GivenName) beside the list
+// of given names.
 type patientInJSON struct {
 	Email           string            `json:"email"`
+	TelecomEmail    string            `json:"telecomEmail"`
 	Password        string            `json:"password"`
 	NameFamily      *string           `json:"nameFamily"`
-	NameGiven       *[]string         `json:"nameGiven"`
+	NameGiven       *givenNamesJSON   `json:"nameGiven"`
+	GivenNames      *[]string         `json:"givenNames"`
 	BirthDate       *string           `json:"birthDate"`
 	Phone           *string           `json:"phone"`
+	TelecomPhone    *string           `json:"telecomPhone"`
 	Identifiers     *[]codedValueJSON `json:"identifiers"`
 	OrganizationIDs *[]int64          `json:"organizationIds"`
+}
+
+// givenNamesJSON is nameGiven as sent: a list of names, or one string.
+type givenNamesJSON struct {
+	names  *[]string
+	joined *string
+}
+
+func (g *givenNamesJSON) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		return json.Unmarshal(data, &g.joined)
+	}
+	return json.Unmarshal(data, &g.names)
+}
+
+// email is the login email, under either name.
+func (in patientInJSON) email() (string, error) {
+	if in.Email != "" && in.TelecomEmail != "" && in.Email != in.TelecomEmail {
+		return "", domain.FieldErrorf("telecomEmail", "differs from email; send one of the two")
+	}
+	return cmp.Or(in.Email, in.TelecomEmail), nil
+}
+
+// phone is the phone number, under either name.
+func (in patientInJSON) phone() (*string, error) {
+	if in.Phone != nil && in.TelecomPhone != nil && *in.Phone != *in.TelecomPhone {
+		return nil, domain.FieldErrorf("telecomPhone", "differs from phone; send one of the two")
+	}
+	return cmp.Or(in.Phone, in.TelecomPhone), nil
+}
+
+// givenNames returns the given names as a list, or as the one string
+// nameGiven holds.
+func (in patientInJSON) givenNames() (names *[]string, joined *string, err error) {
+	if in.NameGiven != nil && in.GivenNames != nil {
+		return nil, nil, domain.FieldErrorf("givenNames", "send the given names once: as givenNames or as nameGiven")
+	}
+	if in.GivenNames != nil {
+		return in.GivenNames, nil, nil
+	}
+	if in.NameGiven != nil {
+		return in.NameGiven.names, in.NameGiven.joined, nil
+	}
+	return nil, nil, nil
+}
+
+// patch is the body's fields of the record (the login aside), under
+// either name.
+func (in patientInJSON) patch() (domain.PatientPatch, error) {
+	phone, err := in.phone()
+	if err != nil {
+		return domain.PatientPatch{}, err
+	}
+	names, joined, err := in.givenNames()
+	if err != nil {
+		return domain.PatientPatch{}, err
+	}
+	return domain.PatientPatch{FamilyName: in.NameFamily, GivenNames: names, GivenName: joined, BirthDate: in.BirthDate, Phone: phone,
+		Identifiers: in.identifiers(), OrganizationIDs: in.OrganizationIDs}, nil
 }
 
 func (in patientInJSON) identifiers() *[]domain.Identifier {
@@ -31,31 +100,101 @@ func (in patientInJSON) identifiers() *[]domain.Identifier {
 	return &out
 }
 
+// patientFilters are the filters of GET /patients: the exchange's, and
+// JupyterHealth Exchange's (organization_id, study_id and patient_id are
+// aliases, see params.go; patient_identifier_value is an identifier's
+// value in any system).
+var patientFilters = []string{"organizationId", "studyId", "patientId", "identifier", "patient_identifier_value", "name"}
+
 func (s *server) listPatients(c *fiber.Ctx) error {
 	p, err := pageOf(c)
 	if err != nil {
 		return err
 	}
 	var f domain.PatientFilter
+	if f.ID, err = queryID(c, "patientId"); err != nil {
+		return err
+	}
 	if f.OrganizationID, err = queryID(c, "organizationId"); err != nil {
 		return err
 	}
 	if f.StudyID, err = queryID(c, "studyId"); err != nil {
 		return err
 	}
-	if v := c.Query("identifier"); v != "" {
-		system, value, ok := strings.Cut(v, "|")
-		if !ok || system == "" || value == "" {
-			return domain.FieldErrorf("identifier", "%q is not system|value", v)
-		}
-		f.Identifier = &domain.Identifier{System: system, Value: value}
+	if f.Identifier, err = identifierFilter(c); err != nil {
+		return err
 	}
 	f.Name = c.Query("name")
 	l, err := s.service.ListPatients(c.UserContext(), actor(c), f, p)
 	if err != nil {
 		return err
 	}
-	return writeList(c, p, l, toPatientJSON)
+	return s.writePatients(c, p, l)
+}
+
+// identifierFilter reads identifier=system|value, identifier=value (in any
+// system) or patient_identifier_value=value.
+func identifierFilter(c *fiber.Ctx) (*domain.Identifier, error) {
+	v, value := c.Query("identifier"), c.Query("patient_identifier_value")
+	switch {
+	case v != "" && value != "":
+		return nil, domain.FieldErrorf("identifier", "send identifier or patient_identifier_value, not both")
+	case value != "":
+		return &domain.Identifier{Value: value}, nil
+	case v == "":
+		return nil, nil
+	}
+	system, value, pair := strings.Cut(v, "|")
+	if !pair {
+		return &domain.Identifier{Value: v}, nil
+	}
+	if system == "" || value == "" {
+		return nil, domain.FieldErrorf("identifier", "%q is not system|value (or a value alone)", v)
+	}
+	return &domain.Identifier{System: system, Value: value}, nil
+}
+
+// writePatients answers a page of patients.
+func (s *server) writePatients(c *fiber.Ctx, p domain.Page, l domain.List[domain.Patient]) error {
+	items, err := s.patientsJSON(c.UserContext(), l.Items)
+	if err != nil {
+		return err
+	}
+	return writeList(c, p, domain.List[patientJSON]{Items: items, Total: l.Total}, func(j patientJSON) patientJSON { return j })
+}
+
+// lookupPatients answers JupyterHealth Exchange's global lookup: the
+// patients whose login has the email, as a list of one or none; a patient
+// the caller may not see is not found (domain.PatientsByEmail).
+func (s *server) lookupPatients(c *fiber.Ctx) error {
+	found, err := s.service.PatientsByEmail(c.UserContext(), actor(c), c.Query("email"))
+	if err != nil {
+		return err
+	}
+	out, err := s.patientsJSON(c.UserContext(), found)
+	if err != nil {
+		return err
+	}
+	return c.JSON(out)
+}
+
+// patientsJSON renders patients with the organizations they belong to,
+// read at once.
+func (s *server) patientsJSON(ctx context.Context, ps []domain.Patient) ([]patientJSON, error) {
+	var ids []int64
+	for _, p := range ps {
+		ids = append(ids, p.OrganizationIDs...)
+	}
+	slices.Sort(ids)
+	orgs, err := s.service.OrganizationsByIDs(ctx, slices.Compact(ids))
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[int64]domain.Organization, len(orgs))
+	for _, o := range orgs {
+		byID[o.ID] = o
+	}
+	return mapSlice(ps, func(p domain.Patient) patientJSON { return toPatientJSON(p, byID) }), nil
 }
 
 func (s *server) createPatient(c *fiber.Ctx) error {
@@ -63,14 +202,26 @@ func (s *server) createPatient(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
+	email, err := in.email()
+	if err != nil {
+		return err
+	}
+	record, err := in.patch()
+	if err != nil {
+		return err
+	}
+	given := deref(record.GivenNames)
+	if record.GivenName != nil {
+		given = domain.GivenNamesOf(*record.GivenName)
+	}
 	p, err := s.service.CreatePatient(c.UserContext(), actor(c), domain.NewPatient{
-		Email: in.Email, Password: in.Password, FamilyName: deref(in.NameFamily), GivenNames: deref(in.NameGiven),
-		BirthDate: deref(in.BirthDate), Phone: deref(in.Phone), Identifiers: deref(in.identifiers()), OrganizationIDs: deref(in.OrganizationIDs),
+		Email: email, Password: in.Password, FamilyName: deref(record.FamilyName), GivenNames: given, BirthDate: deref(record.BirthDate),
+		Phone: deref(record.Phone), Identifiers: deref(record.Identifiers), OrganizationIDs: deref(record.OrganizationIDs),
 	})
 	if err != nil {
 		return err
 	}
-	return writePatient(c.Status(fiber.StatusCreated), *p)
+	return s.writePatient(c.Status(fiber.StatusCreated), *p)
 }
 
 // updatePatient applies a PATCH; with If-Match, only to the version it
@@ -89,17 +240,19 @@ func (s *server) updatePatient(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
-	if in.Email != "" || in.Password != "" {
+	if in.Email != "" || in.TelecomEmail != "" || in.Password != "" {
 		return domain.FieldErrorf("email", "the login of a patient cannot be changed here")
 	}
-	p, err := s.service.UpdatePatient(c.UserContext(), actor(c), id, domain.PatientPatch{
-		FamilyName: in.NameFamily, GivenNames: in.NameGiven, BirthDate: in.BirthDate, Phone: in.Phone,
-		Identifiers: in.identifiers(), OrganizationIDs: in.OrganizationIDs, Unchanged: version,
-	})
+	patch, err := in.patch()
 	if err != nil {
 		return err
 	}
-	return writePatient(c, *p)
+	patch.Unchanged = version
+	p, err := s.service.UpdatePatient(c.UserContext(), actor(c), id, patch)
+	if err != nil {
+		return err
+	}
+	return s.writePatient(c, *p)
 }
 
 func (s *server) deletePatient(c *fiber.Ctx) error {

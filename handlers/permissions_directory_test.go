@@ -93,7 +93,7 @@ func TestUserDirectoryLeaksNoOne(t *testing.T) {
 		"/api/v1/patients", "/api/v1/patients?name=Fam", "/api/v1/patients?name=Gvn",
 		fmt.Sprintf("/api/v1/patients?organizationId=%d", A), fmt.Sprintf("/api/v1/patients?organizationId=%d", orgB),
 		fmt.Sprintf("/api/v1/patients?studyId=%d", S), fmt.Sprintf("/api/v1/studies/%d/patients", S),
-		"/api/v1/studies", fmt.Sprintf("/api/v1/studies/%d", S), "/api/v1/organizations", "/api/v1/oauth_clients", "/api/v1/fhir_sources",
+		"/api/v1/studies", fmt.Sprintf("/api/v1/studies/%d", S), "/api/v1/organizations", "/api/v1/organizations/0", "/api/v1/oauth_clients", "/api/v1/fhir_sources",
 		"/FHIR/R5/Patient", "/FHIR/R5/Patient?name=Fam", "/FHIR/R5/Patient?family=Fam", "/FHIR/R5/Patient?given=Gvn",
 		fmt.Sprintf("/FHIR/R5/Patient?_has:Group:member:_id=%d", S), fmt.Sprintf("/FHIR/R5/Patient?patient.organization=Organization/%d", orgB),
 		"/FHIR/R5/Practitioner", "/FHIR/R5/Practitioner?name=Gvn", fmt.Sprintf("/FHIR/R5/Practitioner?_has:Group:member:_id=%d", S),
@@ -101,7 +101,7 @@ func TestUserDirectoryLeaksNoOne(t *testing.T) {
 		"/FHIR/R5/Group", fmt.Sprintf("/FHIR/R5/Group/%d", S), "/FHIR/R5/Organization", "/FHIR/R5/Observation", "/FHIR/R5/Device",
 	}
 	for _, p := range people {
-		paths = append(paths, "/api/v1/users?email="+url.QueryEscape(p.marks["email"]))
+		paths = append(paths, "/api/v1/users?email="+url.QueryEscape(p.marks["email"]), "/api/v1/patients/global_lookup?email="+url.QueryEscape(p.marks["email"]))
 		if p.pat != 0 {
 			paths = append(paths, fmt.Sprintf("/api/v1/patients/%d", p.pat), fmt.Sprintf("/api/v1/patients/%d/consents", p.pat),
 				fmt.Sprintf("/FHIR/R5/Patient/%d", p.pat), fmt.Sprintf("/FHIR/R5/Patient?_id=%d", p.pat),

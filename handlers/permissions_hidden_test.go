@@ -56,6 +56,7 @@ func hiddenProbes(w *scopeWorld) []hiddenProbe {
 		p("GET", "/Patient?patient={v}", ""),
 		p("GET", "/Observation?patient={v}", ""),
 		p("GET", "/Observation?patient=Patient/{v}&_summary=count", ""),
+		p("GET", "/Observation/$stats?patient={v}", ""),
 		p("GET", "/Observation?subject=Patient/{v}", ""),
 		p("GET", "/Observation?patient={v}&patient._has:Group:member:_id="+strconv.FormatInt(w.study.ID, 10), ""),
 		p("GET", "/Practitioner?patient={v}", ""),
@@ -67,6 +68,10 @@ func hiddenProbes(w *scopeWorld) []hiddenProbe {
 		p("POST", "/Observation", obs("Patient/{v}")),
 		{method: "GET", path: "/Observation?patient.identifier=urn:test:mrn|{v}", of: "identifier"},
 		{method: "GET", path: "/Patient?patient.identifier=urn:test:mrn|{v}", of: "identifier"},
+		{method: "GET", path: "/api/v1/patients?identifier=urn:test:mrn|{v}", of: "identifier"},
+		{method: "GET", path: "/api/v1/patients?identifier={v}", of: "identifier"},
+		{method: "GET", path: "/api/v1/patients?patient_identifier_value={v}", of: "identifier"},
+		{method: "GET", path: "/api/v1/patients/global_lookup?email={v}", of: "email"},
 		{method: "GET", path: "/Observation/{v}", of: "observation"},
 		{method: "GET", path: "/Observation/{v}/_history/1", of: "observation"},
 		p("GET", "/api/v1/patients/{v}", ""),
@@ -103,7 +108,8 @@ var hiddenCallers = []hiddenCaller{
 }
 
 // absent are values that name nothing, of each kind.
-var absent = map[string]string{"patient": "987654321", "identifier": "absent-0", "source": "987654322", "observation": "987654323"}
+var absent = map[string]string{"patient": "987654321", "identifier": "absent-0", "source": "987654322", "observation": "987654323",
+	"email": "absent-0@example.org"}
 
 // TestHiddenPatientsLookAbsent sends every request that names a patient
 // with a patient the caller may not see and with one that does not exist,
@@ -136,7 +142,10 @@ func TestHiddenPatientsLookAbsent(t *testing.T) {
 		t.Fatalf("the stranger's observation: %d %v", resp.StatusCode, out)
 	}
 	observations := map[string]string{"P": w.ids["hrP"], "O": w.ids["hrO"], "S": out["id"].(string)}
-	identifiers := map[string]string{}
+	identifiers, emails := map[string]string{}, map[string]string{}
+	for name, p := range map[string]*domain.Patient{"P": w.patient, "O": w.other, "S": stranger} {
+		emails[name] = must(svc.UserByID(ctx, p.UserID)).Email
+	}
 	for name, id := range map[string]int64{"P": w.patient.ID, "O": w.other.ID, "S": stranger.ID} {
 		identifiers[name] = fmt.Sprintf("mrn-%d", id)
 		must(svc.UpdatePatient(ctx, sys, id, domain.PatientPatch{Identifiers: &[]domain.Identifier{{System: "urn:test:mrn", Value: identifiers[name]}}}))
@@ -146,6 +155,8 @@ func TestHiddenPatientsLookAbsent(t *testing.T) {
 		switch of {
 		case "identifier":
 			return identifiers[name]
+		case "email":
+			return emails[name]
 		case "source":
 			return strconv.FormatInt(w.src[name], 10)
 		case "observation":

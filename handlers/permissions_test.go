@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -62,8 +63,11 @@ func newWorldWith(t *testing.T, o handlerstest.Options) *world {
 	svc, ctx := env.Service, w.ctx
 	w.orgA = must(svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"}))
 	orgB := must(svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Elsewhere", Type: "prov"}))
+	// Practitioners have a password, so that the scope matrix can sign
+	// one in through the OAuth flow.
 	practitioner := func(name string, org int64, role domain.Role, superuser bool) *domain.User {
-		u := must(svc.CreateUser(ctx, domain.NewUser{Email: name + "@example.org", Type: domain.UserPractitioner, IsSuperuser: superuser, FirstName: name}))
+		u := must(svc.CreateUser(ctx, domain.NewUser{Email: name + "@example.org", Password: handlerstest.Password, Type: domain.UserPractitioner,
+			IsSuperuser: superuser, FirstName: name}))
 		if org != 0 {
 			if err := svc.AddMember(ctx, sys, org, u.ID, role); err != nil {
 				t.Fatal(err)
@@ -109,6 +113,11 @@ func newWorldWith(t *testing.T, o handlerstest.Options) *world {
 func (w *world) name(prefix string) string {
 	w.fresh++
 	return fmt.Sprintf("%s%d", prefix, w.fresh)
+}
+
+// patientEmail is the email of a patient's login.
+func (w *world) patientEmail(p *domain.Patient) string {
+	return must(w.env.Service.UserByID(w.ctx, p.UserID)).Email
 }
 
 func (w *world) newPatient() *domain.Patient {
@@ -229,7 +238,10 @@ func matrixRows(w *world) map[string]matrixRow {
 		"POST sub-organization": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/organizations", map[string]any{"name": w.name("Dept "), "type": "dept", "partOf": A}
 		}, managersOnly},
-		"GET organization": {"GET", at("/api/v1/organizations/%d", A), orgARead},
+		// The organization directory (names, types, the tree) is for every
+		// signed-in user; its members and patients are not.
+		"GET organization": {"GET", at("/api/v1/organizations/%d", A), allRead},
+		"GET root":         {"GET", at("/api/v1/organizations/0"), allRead},
 		"PATCH organization": {"PATCH", func(*world, string) (string, any) {
 			return fmt.Sprintf("/api/v1/organizations/%d", A), map[string]any{"name": "Clinic"}
 		}, swap(managersOnly, "201", "200")},
@@ -237,7 +249,7 @@ func matrixRows(w *world) map[string]matrixRow {
 			o := must(w.env.Service.CreateOrganization(w.ctx, sys, domain.NewOrganization{Name: w.name("Empty "), Type: "team", PartOf: A}))
 			return fmt.Sprintf("/api/v1/organizations/%d", o.ID), nil
 		}, swap(managersOnly, "201", "204")},
-		"GET tree":        {"GET", at("/api/v1/organizations/%d/tree", A), orgARead},
+		"GET tree":        {"GET", at("/api/v1/organizations/%d/tree", A), allRead},
 		"GET members":     {"GET", at("/api/v1/organizations/%d/users", A), orgAMembers},
 		"GET org studies": {"GET", at("/api/v1/organizations/%d/studies", A), orgARead},
 		"POST member": {"POST", func(w *world, _ string) (string, any) {
@@ -262,6 +274,11 @@ func matrixRows(w *world) map[string]matrixRow {
 			return "/api/v1/patients", map[string]any{"email": w.name("new") + "@example.org", "nameFamily": "New", "nameGiven": []string{"Ny"}, "organizationIds": []int64{A}}
 		}, dataWriters},
 		"GET patient": {"GET", at("/api/v1/patients/%d", P), unseen(patientRead, "404", notTheirs...)},
+		// Everyone may ask; those who may not see the patient find nothing,
+		// as for an email nobody has (TestHiddenPatientsLookAbsent).
+		"GET patient lookup": {"GET", func(w *world, _ string) (string, any) {
+			return "/api/v1/patients/global_lookup?email=" + url.QueryEscape(w.patientEmail(w.patient)), nil
+		}, allRead},
 		"PATCH patient": {"PATCH", func(*world, string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d", P), map[string]any{"phone": "+1-555-0100"}
 		}, unseen("200 200 200 403 403 200 403 401 401", "404", notTheirs...)},
@@ -349,7 +366,39 @@ func matrixRows(w *world) map[string]matrixRow {
 		"POST OAuth client": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/oauth_clients", map[string]any{"name": w.name("App "), "clientType": "public", "redirectUris": []string{"https://app.example.org/cb"}}
 		}, onlySuper},
+		"GET identity providers": {"GET", at("/api/v1/identity_providers"), swap(onlySuper, "201", "200")},
+		"POST identity provider": {"POST", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers", map[string]any{"id": w.name("idp-"), "kind": "oidc", "name": "University",
+				"issuer": "https://login.uni.example", "clientId": "exchange"}
+		}, onlySuper},
+		"GET identity provider": {"GET", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider(), nil
+		}, swap(onlySuper, "201", "200")},
+		"PATCH identity provider": {"PATCH", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider(), map[string]any{"name": "Campus"}
+		}, swap(onlySuper, "201", "200")},
+		"DELETE identity provider": {"DELETE", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider(), nil
+		}, swap(onlySuper, "201", "204")},
+		"GET identity invitations": {"GET", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider() + "/invitations", nil
+		}, swap(onlySuper, "201", "200")},
+		"POST identity invitation": {"POST", func(w *world, _ string) (string, any) {
+			return "/api/v1/identity_providers/" + w.newIdentityProvider() + "/invitations", map[string]any{"email": "new@uni.example"}
+		}, onlySuper},
+		"DELETE identity invitation": {"DELETE", func(w *world, _ string) (string, any) {
+			id := w.newIdentityProvider()
+			must(w.env.Service.InviteToIdentityProvider(w.ctx, sys, id, "new@uni.example"))
+			return "/api/v1/identity_providers/" + id + "/invitations/new@uni.example", nil
+		}, swap(onlySuper, "201", "204")},
 	}
+}
+
+// newIdentityProvider configures an identity provider and returns its id.
+func (w *world) newIdentityProvider() string {
+	p := must(w.env.Service.CreateIdentityProvider(w.ctx, sys, domain.IdentityProvider{ID: w.name("idp-"), Kind: domain.IdentityOIDC,
+		Name: "University", Issuer: "https://login.uni.example", ClientID: "exchange", ClientSecret: "secret"}))
+	return p.ID
 }
 
 // versionedPatches are the matrix's rows of the PATCH routes whose

@@ -13,6 +13,7 @@ type practitionerInJSON struct {
 	LastName       *string `json:"lastName"`
 	OrganizationID int64   `json:"organizationId"`
 	Role           *string `json:"role"`
+	Identifier     *string `json:"identifier"`
 }
 
 func (s *server) createPractitioner(c *fiber.Ctx) error {
@@ -22,7 +23,7 @@ func (s *server) createPractitioner(c *fiber.Ctx) error {
 	}
 	p, err := s.service.CreatePractitioner(c.UserContext(), actor(c), domain.NewPractitioner{
 		Email: in.Email, Password: in.Password, FirstName: deref(in.FirstName), LastName: deref(in.LastName),
-		OrganizationID: in.OrganizationID, Role: domain.Role(deref(in.Role)),
+		OrganizationID: in.OrganizationID, Role: domain.Role(deref(in.Role)), Identifier: deref(in.Identifier),
 	})
 	if err != nil {
 		return err
@@ -42,14 +43,15 @@ func (s *server) updatePractitioner(c *fiber.Ctx) error {
 		return err
 	}
 	var in struct {
-		FirstName *string `json:"firstName"`
-		LastName  *string `json:"lastName"`
+		FirstName  *string `json:"firstName"`
+		LastName   *string `json:"lastName"`
+		Identifier *string `json:"identifier"`
 	}
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
 	p, err := s.service.UpdatePractitioner(c.UserContext(), actor(c), id,
-		domain.PractitionerPatch{FirstName: in.FirstName, LastName: in.LastName, Unchanged: version})
+		domain.PractitionerPatch{FirstName: in.FirstName, LastName: in.LastName, Identifier: in.Identifier, Unchanged: version})
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,8 @@ import (
 	"exchange/domain"
 )
 
-// profileJSON is the body of GET /api/v1/users/profile.
+// profileJSON is the body of GET /api/v1/users/profile. isSuperUser is
+// isSuperuser as JupyterHealth Exchange's client reads it.
 type profileJSON struct {
 	ID          int64        `json:"id"`
 	Email       string       `json:"email"`
@@ -17,16 +18,20 @@ type profileJSON struct {
 	Patient     *patientJSON `json:"patient"`
 	UserType    string       `json:"userType"`
 	IsSuperuser bool         `json:"isSuperuser"`
+	IsSuperUser bool         `json:"isSuperUser"`
 }
 
 // profile answers who the bearer token acts for.
 func (s *server) profile(c *fiber.Ctx) error {
 	a := actor(c)
 	out := profileJSON{ID: a.User.ID, Email: a.User.Email, FirstName: a.User.FirstName, LastName: a.User.LastName,
-		UserType: string(a.User.Type), IsSuperuser: a.User.IsSuperuser}
+		UserType: string(a.User.Type), IsSuperuser: a.User.IsSuperuser, IsSuperUser: a.User.IsSuperuser}
 	if a.Patient != nil {
-		p := toPatientJSON(*a.Patient)
-		out.Patient = &p
+		p, err := s.patientsJSON(c.UserContext(), []domain.Patient{*a.Patient})
+		if err != nil {
+			return err
+		}
+		out.Patient = &p[0]
 	}
 	return c.JSON(out)
 }

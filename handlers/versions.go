@@ -35,12 +35,31 @@ func versioned[T, J any](toJSON func(T) J, lastUpdated func(T) time.Time) func(*
 // The answers of the records a PATCH changes.
 var (
 	writeUserStatus   = versioned(toUserStatusJSON, func(u domain.User) time.Time { return u.LastUpdated })
-	writeOrganization = versioned(toOrganizationJSON, func(o domain.Organization) time.Time { return o.LastUpdated })
 	writePractitioner = versioned(toPractitionerJSON, func(p domain.Practitioner) time.Time { return p.User.LastUpdated })
-	writePatient      = versioned(toPatientJSON, func(p domain.Patient) time.Time { return p.LastUpdated })
 	writeStudy        = versioned(toStudyJSON, func(s domain.StudyView) time.Time { return s.LastUpdated })
 	writeDataSource   = versioned(toDataSourceJSON, func(d domain.DataSourceView) time.Time { return d.LastUpdated })
 )
+
+// writePatient answers a patient, with the organizations it names, and
+// its version.
+func (s *server) writePatient(c *fiber.Ctx, p domain.Patient) error {
+	out, err := s.patientsJSON(c.UserContext(), []domain.Patient{p})
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderETag, etag(p.LastUpdated.UnixMilli()))
+	return c.JSON(out[0])
+}
+
+// writeOrganization answers an organization of the directory, with the
+// caller's role in it and what is below it, and its version: ROOT, which
+// no request changes, has none.
+func writeOrganization(c *fiber.Ctx, n domain.OrganizationNode) error {
+	if n.ID != domain.RootOrganizationID {
+		c.Set(fiber.HeaderETag, etag(n.LastUpdated.UnixMilli()))
+	}
+	return c.JSON(toOrganizationEntryJSON(actor(c), n))
+}
 
 // ifMatchVersion is the lastUpdated of the version a PATCH's If-Match
 // names (ifMatch): nil for any, the use cases' "Unchanged".

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -42,7 +43,7 @@ import (
 // sibling subdomain cannot set (cookie tossing: planting one's own
 // approval in a victim's browser); that prefix requires Path=/. On a
 // plain http gateway (a developer's loopback) they are scoped to
-// /authorize.
+// /authorize. The flows' cookies (binding.go) are set the same way.
 
 // DefaultApprovalLifetime is how long a browser remembers an approval
 // unless MCP_APPROVAL_LIFETIME says otherwise.
@@ -92,20 +93,37 @@ func approvalKey(clientID, redirectURI string) string {
 // comment at the top of this file.
 type cookieSettings struct {
 	prefix string // "__Host-" on an https gateway
-	path   string
+	root   string // the path of MCP_RESOURCE_URL, below which the endpoints are, on plain http
 	secure bool
 }
 
 func newCookieSettings(issuer string) cookieSettings {
 	u, _ := url.Parse(issuer) // checked by New
 	if u.Scheme == "https" {
-		return cookieSettings{prefix: "__Host-", path: "/", secure: true}
+		return cookieSettings{prefix: "__Host-", secure: true}
 	}
-	return cookieSettings{path: u.Path + "/authorize"}
+	return cookieSettings{root: u.Path}
 }
 
-func (c cookieSettings) set(w http.ResponseWriter, name, value string, lifetime time.Duration) {
-	http.SetCookie(w, &http.Cookie{Name: c.prefix + name, Value: value, Path: c.path, MaxAge: int(lifetime / time.Second),
+// path is the Path of a cookie that the endpoint (such as "/authorize")
+// reads: the endpoint's own on plain http, "/" on https, as __Host-
+// requires.
+func (c cookieSettings) path(endpoint string) string {
+	if c.secure {
+		return "/"
+	}
+	return c.root + endpoint
+}
+
+// set sets a cookie for the endpoint that reads it.
+func (c cookieSettings) set(w http.ResponseWriter, name, endpoint, value string, lifetime time.Duration) {
+	http.SetCookie(w, &http.Cookie{Name: c.prefix + name, Value: value, Path: c.path(endpoint), MaxAge: int(lifetime / time.Second),
+		HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteLaxMode})
+}
+
+// clear tells the browser to drop a cookie set for the endpoint.
+func (c cookieSettings) clear(w http.ResponseWriter, name, endpoint string) {
+	http.SetCookie(w, &http.Cookie{Name: c.prefix + name, Value: "", Path: c.path(endpoint), MaxAge: -1,
 		HttpOnly: true, Secure: c.secure, SameSite: http.SameSiteLaxMode})
 }
 
@@ -114,6 +132,18 @@ func (c cookieSettings) value(r *http.Request, name string) string {
 		return ck.Value
 	}
 	return ""
+}
+
+// names returns the names of the request's cookies that start with
+// prefix, without the __Host- prefix.
+func (c cookieSettings) names(r *http.Request, prefix string) []string {
+	var out []string
+	for _, ck := range r.Cookies() {
+		if name, ok := strings.CutPrefix(ck.Name, c.prefix); ok && strings.HasPrefix(name, prefix) && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // approvals returns the unexpired approvals this browser remembers; none
@@ -151,7 +181,7 @@ func (g *Gateway) rememberApproval(w http.ResponseWriter, r *http.Request, req c
 		g.log.Error("sealing the approvals cookie failed", "error", err)
 		return
 	}
-	g.cookies.set(w, approvalsCookie, sealed, lifetime)
+	g.cookies.set(w, approvalsCookie, authorizePath, sealed, lifetime)
 }
 
 // askApproval shows the approval page for a request, with a CSRF cookie
@@ -169,7 +199,7 @@ func (g *Gateway) askApproval(w http.ResponseWriter, r *http.Request, reg client
 		redirectError(w, r, req.RedirectURI, req.State, "server_error", "")
 		return
 	}
-	g.cookies.set(w, csrfCookie, cookie, approvalPageLifetime)
+	g.cookies.set(w, csrfCookie, authorizePath, cookie, approvalPageLifetime)
 	to, _ := url.Parse(req.RedirectURI) // registered, so it parses
 	host := to.Host
 	if host == "" {

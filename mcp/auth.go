@@ -47,8 +47,9 @@ type validator struct {
 }
 
 // errNotForGateway: introspection could not confirm the token was issued
-// to the gateway's client, and MCP_REQUIRE_AUDIENCE demands it.
-var errNotForGateway = &serviceError{kind: failRejected, op: "introspection", detail: "the token was not issued for this gateway"}
+// to the gateway's client, or is another client's mcp grant (mcpGrant),
+// and MCP_REQUIRE_AUDIENCE demands it.
+var errNotForGateway = &serviceError{kind: failRejected, op: "introspection", detail: "the token was not issued for this gateway, nor granted the scope mcp alone with read scopes"}
 
 // errInactive: introspection says the token is not active.
 var errInactive = &serviceError{kind: failRejected, op: "introspection", detail: "the token is expired, revoked or unknown"}
@@ -73,7 +74,7 @@ func (v *validator) validate(ctx context.Context, token string) error {
 		if !in.Active {
 			return errInactive
 		}
-		forGateway := in.ClientID == v.svc.clientID || slices.Contains(in.Audience, v.svc.clientID)
+		forGateway := in.ClientID == v.svc.clientID || slices.Contains(in.Audience, v.svc.clientID) || mcpGrant(in.Scope)
 		if v.requireAudience && !forGateway {
 			return errNotForGateway
 		}
@@ -98,6 +99,22 @@ func (v *validator) validate(ctx context.Context, token string) error {
 	}
 	v.cache[key] = expires
 	return nil
+}
+
+// mcpScope is the scope the exchange grants to the clients a user trusts
+// with the gateway (a JupyterHub, a notebook server): their tokens are
+// accepted as the gateway's own.
+const mcpScope = "mcp"
+
+// mcpGrant reports whether a token's scopes (space-separated) are an mcp
+// grant within the gateway's read-only limits: mcp, and nothing beyond
+// what the gateway asks the service for itself (serviceScopes), so that
+// a token of another client that could write is not taken for one of the
+// gateway's.
+func mcpGrant(scope string) bool {
+	scopes := strings.Fields(scope)
+	allowed := append(strings.Fields(serviceScopes), mcpScope)
+	return slices.Contains(scopes, mcpScope) && !slices.ContainsFunc(scopes, func(s string) bool { return !slices.Contains(allowed, s) })
 }
 
 // retryAfterSeconds is the Retry-After of a 503 from /mcp.

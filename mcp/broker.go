@@ -27,8 +27,31 @@ const (
 // serviceScopes are what the gateway asks the service for: openid for
 // userinfo, offline_access for a refresh token, and no more access than
 // its tools use (reads of FHIR and of the admin API): a token obtained
-// through the gateway cannot write, whatever the user may do.
+// through the gateway cannot write, whatever the user may do. The service
+// registers the gateway's client for these scopes and no others
+// (oauth.GatewayScopes), and grants it nothing else whatever the forwarded
+// link says; the gateway accepts no client request for another scope, and
+// hands a client only a token granted readScopes and no scope beyond
+// serviceScopes (grantRefused).
 const serviceScopes = "openid profile email offline_access fhirUser user/*.rs exchange/admin.read"
+
+// readScopes are the scopes of serviceScopes that name access: what the
+// tools read with. A grant must hold both: at the service, a token whose
+// scopes name no access acts with the user's full access.
+var readScopes = []string{"user/*.rs", "exchange/admin.read"}
+
+// beyondServiceScopes returns the scopes of a space-separated list that
+// are not serviceScopes; none for an empty list.
+func beyondServiceScopes(scopes string) []string {
+	allowed := strings.Fields(serviceScopes)
+	var beyond []string
+	for _, s := range strings.Fields(scopes) {
+		if !slices.Contains(allowed, s) {
+			beyond = append(beyond, s)
+		}
+	}
+	return beyond
+}
 
 // Limits of a registration, so a client_id stays a reasonable URL part.
 const (
@@ -61,6 +84,7 @@ type clientRequest struct {
 type pendingAuthorization struct {
 	clientRequest
 	Verifier string `json:"v"` // the gateway's PKCE verifier at the service
+	Binding  string `json:"b"` // the hash of the browser's flow cookie (binding.go)
 }
 
 // codeGrant is sealed into the gateway's authorization code (kindCode).
@@ -258,6 +282,11 @@ var pkceChallengePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{43}$`)
 // like to be passed on to the client (anything else: access_denied).
 var errorCodePattern = regexp.MustCompile(`^[a-z_]{1,64}$`)
 
+// errorDescriptionPattern is what an error_description from the service
+// must look like to be passed on: the characters RFC 6749 4.1.2.1 allows,
+// at most 300 of them (anything else is dropped).
+var errorDescriptionPattern = regexp.MustCompile(`^[\x20-\x21\x23-\x5B\x5D-\x7E]{0,300}$`)
+
 // acceptedResource reports whether a resource parameter (RFC 8707) names
 // this gateway: its MCP endpoint or its origin.
 func (g *Gateway) acceptedResource(resource string) bool {
@@ -296,6 +325,8 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
 		fail("invalid_request", "PKCE is required: code_challenge (S256, 43 characters) with code_challenge_method=S256")
 	case !g.acceptedResource(q.Get("resource")):
 		fail("invalid_target", "resource must be this gateway's MCP endpoint, "+g.resource)
+	case len(beyondServiceScopes(q.Get("scope"))) > 0:
+		fail("invalid_scope", "this gateway grants only the read-only scopes "+serviceScopes)
 	default:
 		req := clientRequest{ClientID: clientID, RedirectURI: redirectURI, State: state, Challenge: q.Get("code_challenge"), Resource: q.Get("resource")}
 		if g.approvedBefore(r, req) {
@@ -308,10 +339,13 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
 
 // forward sends the browser to the service's login with the gateway's own
 // client, PKCE and a sealed state that remembers the client's request:
-// only ever for a request the user approved.
+// only ever for a request the user approved, and bound to this browser
+// (binding.go). A client's scope parameter, checked by authorize, changes
+// nothing: the gateway always asks for serviceScopes, which its tools need.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, req clientRequest) {
 	verifier := oauth2.GenerateVerifier()
-	sealed, err := g.seal.seal(kindState, stateLifetime, pendingAuthorization{clientRequest: req, Verifier: verifier})
+	binding := g.bindFlow(w, r)
+	sealed, err := g.seal.seal(kindState, stateLifetime, pendingAuthorization{clientRequest: req, Verifier: verifier, Binding: binding})
 	if err != nil {
 		g.log.Error("sealing an authorization state failed", "error", err)
 		redirectError(w, r, req.RedirectURI, req.State, "server_error", "")
@@ -326,7 +360,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, req clientRequ
 }
 
 // callback receives the service's answer, and hands the client a code of
-// its own that holds the service's code.
+// its own that holds the service's code. It answers only the browser the
+// flow was forwarded from, once (binding.go); anywhere else it shows an
+// error page and redirects nowhere, errors included, so neither a code nor
+// a crafted error reaches the redirect URI of whoever started the flow.
 func (g *Gateway) callback(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var p pendingAuthorization
@@ -334,12 +371,23 @@ func (g *Gateway) callback(w http.ResponseWriter, r *http.Request) {
 		errorPage(w, http.StatusBadRequest, "Sign-in expired", "This sign-in is "+err.Error()+". Go back to your application and connect again.")
 		return
 	}
+	if !g.finishFlow(w, r, p.Binding) {
+		g.log.Warn("refused a sign-in callback from a browser that did not start the flow, or that finished it already")
+		errorPage(w, http.StatusForbidden, "This sign-in was not started in this browser",
+			"Nothing was shared: no application received access. This sign-in was started in another browser, or it was finished already. "+
+				"If you are connecting an assistant, start again from the assistant. If someone sent you this link, do not use it.")
+		return
+	}
 	if e := q.Get("error"); e != "" {
 		code := "access_denied"
 		if errorCodePattern.MatchString(e) {
 			code = e
 		}
-		redirectError(w, r, p.RedirectURI, p.State, code, q.Get("error_description"))
+		desc := q.Get("error_description")
+		if !errorDescriptionPattern.MatchString(desc) {
+			desc = ""
+		}
+		redirectError(w, r, p.RedirectURI, p.State, code, desc)
 		return
 	}
 	if q.Get("code") == "" {
@@ -451,6 +499,10 @@ func (g *Gateway) answerTokens(w http.ResponseWriter, clientID, resource string,
 		}
 		return
 	}
+	if g.grantRefused(t.Scope) {
+		tokenError(w, http.StatusBadRequest, "invalid_grant", "the service granted other scopes than the gateway's read-only set: connect again")
+		return
+	}
 	out := map[string]any{"access_token": t.AccessToken, "token_type": "Bearer", "expires_in": t.ExpiresIn, "scope": t.Scope}
 	if t.RefreshToken != "" {
 		wrapped, err := g.seal.seal(kindRefresh, refreshLifetime, refreshGrant{ClientID: clientID, Resource: resource, RefreshToken: t.RefreshToken})
@@ -462,6 +514,26 @@ func (g *Gateway) answerTokens(w http.ResponseWriter, clientID, resource string,
 		out["refresh_token"] = wrapped
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// grantRefused reports whether the service's grant is one the gateway
+// keeps to itself: any scope beyond serviceScopes, or one of readScopes
+// missing. Neither happens unless the link the gateway forwarded was
+// edited; beyond serviceScopes, only at a service whose registration of the
+// gateway's client is wider than it (a deployment that `exchange seed`
+// has not repaired). The token stays here, unused until it expires.
+func (g *Gateway) grantRefused(scope string) bool {
+	if beyond := beyondServiceScopes(scope); len(beyond) > 0 {
+		g.log.Error("the service granted the gateway's client scopes beyond its read-only set; run exchange seed to register the client for those only",
+			"scopes", strings.Join(beyond, " "))
+		return true
+	}
+	granted := strings.Fields(scope)
+	if slices.ContainsFunc(readScopes, func(s string) bool { return !slices.Contains(granted, s) }) {
+		g.log.Warn("the service granted the gateway less than its read scopes: the link it forwarded was edited", "scopes", scope)
+		return true
+	}
+	return false
 }
 
 func tokenError(w http.ResponseWriter, status int, code, desc string) {

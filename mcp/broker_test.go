@@ -168,28 +168,29 @@ func tamper(blob string) string {
 	return string(b)
 }
 
-// authorizeState starts an authorization, allows it, and returns the
-// sealed state the gateway sends to the service.
-func authorizeState(t *testing.T, g *gateway, clientID, verifier string) string {
+// authorizeState starts an authorization in a browser, allows it, and
+// returns the sealed state the gateway sends to the service, and the
+// browser, which holds the flow's cookie.
+func authorizeState(t *testing.T, g *gateway, clientID, verifier string) (string, *handlerstest.Browser) {
 	t.Helper()
-	resp, _ := allow(t, stepper(t), g.oauthConfig(clientID).AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier)))
+	b := stepper(t)
+	resp, _ := allow(t, b, g.oauthConfig(clientID).AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier)))
 	to, _ := url.Parse(resp.Header.Get("Location"))
 	state := to.Query().Get("state")
 	if resp.StatusCode != http.StatusFound || state == "" {
 		t.Fatalf("authorize: %d %s", resp.StatusCode, to)
 	}
-	return state
+	return state, b
 }
 
-// callbackStatus calls the gateway's callback with a state and code.
-func callbackStatus(t *testing.T, g *gateway, state, code string) (int, string) {
+// callbackStatus calls the gateway's callback in a browser (nil: one
+// without cookies) with a state and code.
+func callbackStatus(t *testing.T, b *handlerstest.Browser, g *gateway, state, code string) (int, string) {
 	t.Helper()
-	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Get(g.URL + "/oauth/callback?" + url.Values{"state": {state}, "code": {code}}.Encode())
-	if err != nil {
-		t.Fatal(err)
+	if b == nil {
+		b = stepper(t)
 	}
-	resp.Body.Close()
+	resp, _ := b.Do("GET", g.URL+"/oauth/callback?"+url.Values{"state": {state}, "code": {code}}.Encode(), nil)
 	return resp.StatusCode, resp.Header.Get("Location")
 }
 
@@ -200,11 +201,11 @@ func TestTamperedStateAndCodeAreRefused(t *testing.T) {
 	clientID := g.registerClient(t)
 	verifier := oauth2.GenerateVerifier()
 
-	state := authorizeState(t, g, clientID, verifier)
-	if status, loc := callbackStatus(t, g, tamper(state), "service-code"); status != http.StatusBadRequest || loc != "" {
+	state, b := authorizeState(t, g, clientID, verifier)
+	if status, loc := callbackStatus(t, b, g, tamper(state), "service-code"); status != http.StatusBadRequest || loc != "" {
 		t.Errorf("tampered state: %d, Location %q", status, loc)
 	}
-	if status, _ := callbackStatus(t, g, state, "service-code"); status != http.StatusFound {
+	if status, _ := callbackStatus(t, b, g, state, "service-code"); status != http.StatusFound {
 		t.Errorf("the untampered state: %d", status)
 	}
 
@@ -266,6 +267,7 @@ type flow struct {
 	g                         *gateway
 	clientID, verifier        string
 	state, code, refreshToken string
+	browser                   *handlerstest.Browser // that holds the state's flow cookie
 }
 
 // startFlow seeds a world, starts a gateway and signs manager A in twice
@@ -276,7 +278,7 @@ func startFlow(t *testing.T) *flow {
 	w := s.seed(t)
 	g := s.startGateway(t, nil)
 	f := &flow{s: s, g: g, clientID: g.registerClient(t), verifier: oauth2.GenerateVerifier()}
-	f.state = authorizeState(t, g, f.clientID, f.verifier)
+	f.state, f.browser = authorizeState(t, g, f.clientID, f.verifier)
 	f.code = g.signIn(t, f.clientID, f.verifier, w.managerA)
 	f.refreshToken = exchange(t, g, f.clientID, f.verifier, w.managerA)["refresh_token"].(string)
 	return f
@@ -288,7 +290,7 @@ func TestExpiredBlobsAreRefused(t *testing.T) {
 
 	// A state lives 10 minutes, a code 2: both are past after 11.
 	g.clock.Advance(11 * time.Minute)
-	if status, _ := callbackStatus(t, g, state, "service-code"); status != http.StatusBadRequest {
+	if status, _ := callbackStatus(t, f.browser, g, state, "service-code"); status != http.StatusBadRequest {
 		t.Errorf("expired state: %d", status)
 	}
 	if status, body := postToken(t, g, url.Values{"grant_type": {"authorization_code"}, "client_id": {clientID}, "code": {code},
@@ -347,7 +349,7 @@ func TestBlobKindsCannotBeReplayedAsOneAnother(t *testing.T) {
 		}
 	}
 	for name, blob := range map[string]string{"client_id": clientID, "code": code, "refresh token": refreshToken} {
-		if status, _ := callbackStatus(t, g, blob, "service-code"); status != http.StatusBadRequest {
+		if status, _ := callbackStatus(t, f.browser, g, blob, "service-code"); status != http.StatusBadRequest {
 			t.Errorf("%s as a state: %d", name, status)
 		}
 	}
@@ -398,10 +400,10 @@ func TestRegistrationRedirectRules(t *testing.T) {
 		{"https://user:pw@client.example.com/cb", false},
 		{"https://@client.example.com/cb", false}, // empty userinfo
 		{"https://claude.ai%2f@attacker.example/cb", false},
-		{"https://:443/cb", false},              // no host
-		{"https:attacker.example/cb", false},    // opaque
-		{"https://clаude.ai/cb", false},         // a Cyrillic а: a look-alike host
-		{"https://attacker.example/‮cb", false}, // a bidirectional override
+		{"https://:443/cb", false},                   // no host
+		{"https:attacker.example/cb", false},         // opaque
+		{"https://clаude.ai/cb", false},              // a Cyrillic а: a look-alike host
+		{"https://attacker.example/\u202ecb", false}, // a bidirectional override
 		{"https://attacker.example/c b", false},
 		{"https://attacker.example:99999/cb", false},
 		{"https://attacker.example:0/cb", false},
@@ -495,13 +497,10 @@ func TestAuthorizeRedirectRules(t *testing.T) {
 			t.Errorf("resource %s: %d to %s, want the approval page", resource, status, loc)
 		}
 	}
-	// The service's refusal (a user who denied, say) reaches the client.
-	state := authorizeState(t, g, clientID, verifier)
-	resp, err := noFollow.Get(g.URL + "/oauth/callback?" + url.Values{"state": {state}, "error": {"access_denied"}}.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	// The service's refusal (a user who denied, say) reaches the client,
+	// in the browser the flow started in.
+	state, b := authorizeState(t, g, clientID, verifier)
+	resp, _ := b.Do("GET", g.URL+"/oauth/callback?"+url.Values{"state": {state}, "error": {"access_denied"}}.Encode(), nil)
 	loc, _ := url.Parse(resp.Header.Get("Location"))
 	if !strings.HasPrefix(loc.String(), clientRedirect) || loc.Query().Get("error") != "access_denied" || loc.Query().Get("state") != clientState {
 		t.Errorf("denied: %d to %s", resp.StatusCode, loc)

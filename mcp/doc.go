@@ -15,7 +15,14 @@
 //     additional data, so one kind never opens as another) and a lifetime.
 //     The gateway's code holds the exchange's code, redeemed only when the
 //     client redeems the gateway's: the exchange's single use of codes and
-//     its refresh token rotation apply unchanged.
+//     its refresh token rotation apply unchanged. A forwarded flow is
+//     bound to the browser that approved it (binding.go): the callback
+//     answers only a browser holding the flow's cookie, once, and anywhere
+//     else shows an error page and redirects nowhere. The gateway asks the
+//     exchange for read scopes only, and hands a client no token granted
+//     more. docs/gateway-security.md reviews every sealed value and
+//     cookie: what each is bound to, how long it lives, where it is
+//     checked.
 //   - The user's consent to each client (approval.go): the exchange trusts
 //     the gateway's one client, so /authorize asks the user on the
 //     gateway's own approval page before it forwards, CSRF-protected with a

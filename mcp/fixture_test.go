@@ -45,11 +45,15 @@ const clientRedirect = "http://127.0.0.1:9/callback"
 type stack struct {
 	env       *handlerstest.Env
 	callbacks []string // of every gateway started
+	// gatewayScopes are what the gateway's client is registered for:
+	// oauth.GatewayScopes, as seed registers it; nil, every scope (a
+	// deployment seed has not repaired).
+	gatewayScopes []string
 }
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	return &stack{env: handlerstest.Start(t)}
+	return &stack{env: handlerstest.Start(t), gatewayScopes: oauth.GatewayScopes}
 }
 
 // gateway is a running gateway.
@@ -76,7 +80,7 @@ func (s *stack) startGateway(t *testing.T, edit func(*mcp.Config)) *gateway {
 	// The seeded client of the service: one redirect per gateway.
 	s.callbacks = append(s.callbacks, g.URL+"/oauth/callback")
 	if _, err := s.env.OAuth.SaveClient(context.Background(), oauth.ClientRegistration{ID: gatewayClientID, Secret: gatewaySecret,
-		Name: "MCP gateway", Type: domain.ClientConfidential, RedirectURIs: s.callbacks, SkipAuthorization: true}); err != nil {
+		Name: "MCP gateway", Type: domain.ClientConfidential, RedirectURIs: s.callbacks, SkipAuthorization: true, Scopes: s.gatewayScopes}); err != nil {
 		t.Fatal(err)
 	}
 	gw, err := mcp.New(cfg)

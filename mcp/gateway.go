@@ -16,7 +16,7 @@ import (
 )
 
 // Config is what the gateway needs; cmd/gateway fills it from the
-// environment (the README's settings table names each variable).
+// environment (docs/mcp-gateway.md's settings table names each variable).
 type Config struct {
 	// ServiceURL is where the gateway reaches the exchange
 	// (SERVICE_BASE_URL).
@@ -67,7 +67,7 @@ type Gateway struct {
 	callbackURL string // ResourceURL/oauth/callback, registered at the exchange
 	browserURL  string // the exchange's origin as browsers see it
 	seal        *sealer
-	cookies     cookieSettings // of the approval page
+	cookies     cookieSettings // of the approval page and the flow binding
 	svc         *service
 	health      *healthCheck
 	validator   *validator
@@ -122,7 +122,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	issuer := strings.TrimRight(cfg.ResourceURL, "/")
 	svc := &service{base: strings.TrimRight(cfg.ServiceURL, "/"), clientID: cfg.ClientID, clientSecret: cfg.ClientSecret,
-		redirectURI: issuer + "/oauth/callback", http: cfg.HTTPClient}
+		redirectURI: issuer + callbackPath, http: cfg.HTTPClient}
 	g := &Gateway{
 		cfg: cfg, issuer: issuer, resource: issuer + "/mcp",
 		metadataURL: issuer + "/.well-known/oauth-protected-resource/mcp",
@@ -156,6 +156,12 @@ var baseURLs = map[string]string{
 	"MCP_RESOURCE_URL":   "the gateway's public URL, such as https://mcp.example.org",
 }
 
+// The paths of the browser's endpoints.
+const (
+	authorizePath = "/authorize"      // the approval page, whose cookies are scoped to it on plain http
+	callbackPath  = "/oauth/callback" // where the service returns the browser
+)
+
 // Handler serves everything the gateway answers.
 func (g *Gateway) Handler() http.Handler {
 	// Decisions on the approval page come from the page itself: a post from
@@ -177,9 +183,9 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /.well-known/oauth-protected-resource/mcp", g.protectedResourceMetadata)
 	mux.HandleFunc("GET /.well-known/oauth-authorization-server", g.authorizationServerMetadata)
 	mux.HandleFunc("POST /register", g.register)
-	mux.HandleFunc("GET /authorize", g.authorize)
-	mux.Handle("POST /authorize", sameOrigin.Handler(http.HandlerFunc(g.decide)))
-	mux.HandleFunc("GET /oauth/callback", g.callback)
+	mux.HandleFunc("GET "+authorizePath, g.authorize)
+	mux.Handle("POST "+authorizePath, sameOrigin.Handler(http.HandlerFunc(g.decide)))
+	mux.HandleFunc("GET "+callbackPath, g.callback)
 	mux.HandleFunc("POST /token", g.token)
 	// Stateless: every request stands alone, so any gateway replica can
 	// answer it and a restart loses nothing.

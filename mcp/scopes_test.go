@@ -5,13 +5,21 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"net/url"
 	"reflect"
+	"strings"
 	"testing"
+
+	"golang.org/x/oauth2"
 
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
+	"exchange/oauth"
 	"exchange/repo/repotest"
 )
+
+// serviceScopes are the scopes the gateway asks the service for.
+var serviceScopes = strings.Join(oauth.GatewayScopes, " ")
 
 // TestGatewayTokensCannotWrite: the token the gateway obtains for a user
 // carries read scopes only (user/*.rs, exchange/admin.read): every tool
@@ -73,5 +81,121 @@ func TestGatewayTokensCannotWrite(t *testing.T) {
 	// The manager's own full-access token may write the same study.
 	if resp, out := s.env.Send(t, "POST", "/api/v1/studies", s.userToken(t, w.managerA), map[string]any{"organizationId": w.orgA, "name": "Written directly"}); resp.StatusCode != http.StatusCreated {
 		t.Errorf("the manager's own token: %d %v", resp.StatusCode, out)
+	}
+}
+
+// TestGatewayAsksForItsRegisteredScopes: the gateway advertises and asks
+// for exactly the scopes the service registers its client for, and refuses
+// a client's request for any other.
+func TestGatewayAsksForItsRegisteredScopes(t *testing.T) {
+	s := newStack(t)
+	g := s.startGateway(t, nil)
+	_, as := getJSON(t, g.URL+"/.well-known/oauth-authorization-server")
+	if got := fmt.Sprint(as["scopes_supported"]); got != fmt.Sprint(oauth.GatewayScopes) {
+		t.Errorf("scopes_supported %s, want the registered %v", got, oauth.GatewayScopes)
+	}
+	clientID := g.registerClient(t)
+	for scope, want := range map[string]string{
+		"openid user/*.cruds":                  "invalid_scope",
+		"exchange/admin.write":                 "invalid_scope",
+		"openid user/*.rs patient/*.rs":        "invalid_scope",
+		"openid user/*.rs exchange/admin.read": "",
+		"":                                     "",
+	} {
+		q := url.Values{"client_id": {clientID}, "redirect_uri": {clientRedirect}, "response_type": {"code"}, "state": {clientState}, "scope": {scope},
+			"code_challenge": {oauth2.S256ChallengeFromVerifier(oauth2.GenerateVerifier())}, "code_challenge_method": {"S256"}}
+		resp, page := stepper(t).Do("GET", g.URL+"/authorize?"+q.Encode(), nil)
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		if want == "" && (resp.StatusCode != http.StatusOK || approvalForm(page) == "") {
+			t.Errorf("scope %q: %d to %s, want the approval page", scope, resp.StatusCode, loc)
+		}
+		if want != "" && (resp.StatusCode != http.StatusFound || !strings.HasPrefix(loc.String(), clientRedirect) || loc.Query().Get("error") != want) {
+			t.Errorf("scope %q: %d to %s, want %s", scope, resp.StatusCode, loc, want)
+		}
+	}
+}
+
+// editedScope follows the link the gateway forwards a browser to, with its
+// scope replaced, signing in when the service asks, and returns what
+// reached the client.
+func editedScope(t *testing.T, b *recordingBrowser, g *gateway, authURL, email, scope string) url.Values {
+	t.Helper()
+	link := b.forwarded(t, authURL)
+	q := link.Query()
+	q.Set("scope", scope)
+	link.RawQuery = q.Encode()
+	b.reached = nil
+	resp, page := b.Do("GET", link.String(), nil)
+	if strings.Contains(page, `type="password"`) {
+		resp, page = b.Login(page, email, handlerstest.Password)
+	}
+	if len(b.reached) != 1 {
+		t.Fatalf("scope %q: reached %v, last %d at %s\n%s", scope, b.reached, resp.StatusCode, resp.Request.URL, page)
+	}
+	return b.reached[0].Query()
+}
+
+// TestEditedScopeInTheForwardedLinkGivesNoToken: the user (a manager, who
+// may write) edits the scope of the link the gateway forwarded their own
+// browser to. Asking for more than the gateway's client is registered for,
+// or for scopes that name no access (which would act with the user's full
+// access), the service refuses; asking for less, the gateway keeps the
+// token to itself. No edit gives a token.
+func TestEditedScopeInTheForwardedLinkGivesNoToken(t *testing.T) {
+	s := newStack(t)
+	w := s.seed(t)
+	g := s.startGateway(t, nil)
+	clientID := g.registerClient(t)
+	b := newRecordingBrowser(t)
+	verifier := oauth2.GenerateVerifier()
+	cfg := g.oauthConfig(clientID)
+	authURL := cfg.AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier))
+	for _, scope := range []string{
+		serviceScopes + " user/*.cruds exchange/admin.write",
+		"openid user/Patient.cruds",
+		"openid",
+		"openid profile email offline_access fhirUser",
+		"openid launch/patient patient/*.rs",
+	} {
+		q := editedScope(t, b, g, authURL, w.managerA, scope)
+		if q.Get("error") != "invalid_scope" || q.Has("code") || q.Get("state") != clientState {
+			t.Errorf("scope %q: the client received %v, want invalid_scope", scope, q)
+		}
+	}
+	q := editedScope(t, b, g, authURL, w.managerA, "openid user/Patient.rs exchange/admin.read")
+	if q.Get("code") == "" {
+		t.Fatalf("a narrower scope: %v", q)
+	}
+	status, body := postToken(t, g, url.Values{"grant_type": {"authorization_code"}, "client_id": {clientID}, "code": {q.Get("code")},
+		"code_verifier": {verifier}, "redirect_uri": {clientRedirect}})
+	if status != http.StatusBadRequest || body["error"] != "invalid_grant" || body["access_token"] != nil {
+		t.Errorf("a narrower scope's code: %d %v", status, body)
+	}
+}
+
+// TestUnrepairedServiceGivesTheGatewayNoWriteToken: at a service whose
+// registration of the gateway's client still allows every scope (seed not
+// run since), an edited link obtains a write grant from the service, and
+// the gateway hands it to no one.
+func TestUnrepairedServiceGivesTheGatewayNoWriteToken(t *testing.T) {
+	s := newStack(t)
+	s.gatewayScopes = nil
+	w := s.seed(t)
+	g := s.startGateway(t, nil)
+	clientID := g.registerClient(t)
+	b := newRecordingBrowser(t)
+	verifier := oauth2.GenerateVerifier()
+	authURL := g.oauthConfig(clientID).AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier))
+	for _, scope := range []string{serviceScopes + " user/*.cruds exchange/admin.write", "openid offline_access"} {
+		q := editedScope(t, b, g, authURL, w.managerA, scope)
+		status, body := postToken(t, g, url.Values{"grant_type": {"authorization_code"}, "client_id": {clientID}, "code": {q.Get("code")},
+			"code_verifier": {verifier}, "redirect_uri": {clientRedirect}})
+		if status != http.StatusBadRequest || body["error"] != "invalid_grant" || body["access_token"] != nil {
+			t.Errorf("scope %q: %d %v", scope, status, body)
+		}
+	}
+	// Unedited, the flow works as ever.
+	if body := exchange(t, g, clientID, verifier, w.managerA); body["scope"] != serviceScopes {
+		t.Errorf("the unedited flow: %v", body)
 	}
 }

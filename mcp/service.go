@@ -155,6 +155,7 @@ type introspection struct {
 	ClientID string   `json:"client_id"`
 	Audience audience `json:"aud"`
 	Expires  int64    `json:"exp"`
+	Scope    string   `json:"scope"`
 }
 
 // audience is the aud member: one string or several.

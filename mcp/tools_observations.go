@@ -231,7 +231,7 @@ type scopeCodeAnswer struct {
 
 func summarizeObservationsTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 	tool := mcpgo.NewTool("summarize_observations", toolOptions(readOnly("Summary of a patient's data"), []mcpgo.ToolOption{
-		mcpgo.WithDescription("A patient's observations per data type: count, earliest and latest effective time, for every type the service knows that the patient has data of (optionally within a date window)."),
+		mcpgo.WithDescription("A patient's observations per data type, in one pass of the service's database: count, earliest effective start and latest effective end, and per unit the min, max and mean of the data points with one numeric value (heart rate, glucose, steps; not blood pressure), optionally within a date window."),
 		mcpgo.WithInteger("patient_id", mcpgo.Required(), mcpgo.Description("The patient's id"), mcpgo.Min(1)),
 		mcpgo.WithString("date_from", mcpgo.Description("Only observations on or after this date or date-time (YYYY-MM-DD or RFC 3339)"), mcpgo.MaxLength(40)),
 		mcpgo.WithString("date_to", mcpgo.Description("Only observations on or before this date or date-time"), mcpgo.MaxLength(40)),
@@ -245,29 +245,23 @@ func summarizeObservationsTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := a.get(ctx, "/api/v1/scope_codes", url.Values{"pageSize": {"1000"}}, &codes); err != nil {
 			return nil, err
 		}
-		ranges := make([]dataRange, len(codes.Results))
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(4)
-		for i, c := range codes.Results {
-			g.Go(func() error {
-				q := window(req, url.Values{"patient": {strconv.FormatInt(id, 10)}, "code": {c.CodingSystem + "|" + c.CodingCode}})
-				var err error
-				ranges[i], err = observationRange(gctx, a, q)
-				return err
-			})
-		}
-		if err := g.Wait(); err != nil {
+		stats, err := observationStats(ctx, a, window(req, url.Values{"patient": {strconv.FormatInt(id, 10)}}))
+		if err != nil {
 			return nil, err
+		}
+		text := map[string]string{}
+		for _, c := range codes.Results {
+			text[c.CodingCode] = c.Text
 		}
 		types := []map[string]any{}
 		var total int64
-		for i, r := range ranges {
-			if r.Count == 0 {
-				continue
+		for _, c := range stats {
+			total += c.Count
+			t := map[string]any{"code": c.Code, "text": text[c.Code], "count": c.Count, "earliest": c.First, "latest": c.Last}
+			if len(c.Values) > 0 {
+				t["values"] = c.Values
 			}
-			total += r.Count
-			c := codes.Results[i]
-			types = append(types, map[string]any{"code": c.CodingCode, "text": c.Text, "count": r.Count, "earliest": r.Earliest, "latest": r.Latest})
+			types = append(types, t)
 		}
 		return map[string]any{"patient_id": id, "total": total, "types": types}, nil
 	})

@@ -16,7 +16,7 @@ import (
 type patientAnswer struct {
 	ID          int64    `json:"id"`
 	NameFamily  string   `json:"nameFamily"`
-	NameGiven   []string `json:"nameGiven"`
+	GivenNames  []string `json:"givenNames"`
 	BirthDate   *string  `json:"birthDate"`
 	Telecom     []coded  `json:"telecom"`
 	Identifiers []coded  `json:"identifiers"`
@@ -37,7 +37,7 @@ type patientRow struct {
 }
 
 func (p patientAnswer) row() patientRow {
-	r := patientRow{ID: p.ID, Name: strings.TrimSpace(strings.Join(p.NameGiven, " ") + " " + p.NameFamily)}
+	r := patientRow{ID: p.ID, Name: strings.TrimSpace(strings.Join(p.GivenNames, " ") + " " + p.NameFamily)}
 	if p.BirthDate != nil {
 		r.BirthDate = *p.BirthDate
 	}
@@ -121,7 +121,7 @@ func getPatientTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if err := a.get(ctx, fmt.Sprintf("/api/v1/patients/%d", id), nil, &p); err != nil {
 			return nil, err
 		}
-		out := map[string]any{"id": p.ID, "family": p.NameFamily, "given": p.NameGiven, "birth_date": p.BirthDate,
+		out := map[string]any{"id": p.ID, "family": p.NameFamily, "given": p.GivenNames, "birth_date": p.BirthDate,
 			"telecom": nonNil(p.Telecom), "identifiers": nonNil(p.Identifiers), "organization_ids": nonNil(p.OrgIDs)}
 		return out, nil
 	})
@@ -149,53 +149,102 @@ func patientDataRangeTool(a *api) (mcpgo.Tool, server.ToolHandlerFunc) {
 		if c := strings.TrimSpace(req.GetString("code", "")); c != "" {
 			q.Set("code", c)
 		}
-		r, err := observationRange(ctx, a, q)
+		stats, err := observationStats(ctx, a, q)
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"patient_id": id, "code": q.Get("code"), "observations": r.Count, "earliest": r.Earliest, "latest": r.Latest}, nil
+		var count int64
+		var earliest, latest any
+		for _, c := range stats {
+			count += c.Count
+			if c.First != "" && (earliest == nil || c.First < earliest.(string)) {
+				earliest = c.First
+			}
+			if c.Last != "" && (latest == nil || c.Last > latest.(string)) {
+				latest = c.Last
+			}
+		}
+		return map[string]any{"patient_id": id, "code": q.Get("code"), "observations": count, "earliest": earliest, "latest": latest}, nil
 	})
 }
 
-// dataRange is how many observations match a search, and the effective
-// times of the first and the last.
-type dataRange struct {
-	Count    int64 `json:"count"`
-	Earliest any   `json:"earliest"`
-	Latest   any   `json:"latest"`
+// codeStats is one code of the service's Observation/$stats answer.
+type codeStats struct {
+	Code   string       `json:"code"`
+	Count  int64        `json:"count"`
+	First  string       `json:"earliest,omitempty"` // the earliest effective start
+	Last   string       `json:"latest,omitempty"`   // the latest effective end
+	Values []valueStats `json:"values,omitempty"`
 }
 
-// observationRange counts the observations of a search and finds the
-// first and the last by date (two one-row searches, only when any match).
-func observationRange(ctx context.Context, a *api, q url.Values) (dataRange, error) {
-	var r dataRange
-	n, err := a.count(ctx, "Observation", q)
-	if err != nil || n == 0 {
-		return r, err
+// valueStats are the numeric values of one unit of a code.
+type valueStats struct {
+	Unit  string  `json:"unit"`
+	Count int64   `json:"count"`
+	Min   float64 `json:"min"`
+	Max   float64 `json:"max"`
+	Mean  float64 `json:"mean"`
+}
+
+// statsParameters is the Parameters resource of Observation/$stats.
+type statsParameters struct {
+	Parameter []statsPart `json:"parameter"`
+}
+
+type statsPart struct {
+	Name           string      `json:"name"`
+	ValueCode      string      `json:"valueCode"`
+	ValueString    string      `json:"valueString"`
+	ValueDateTime  string      `json:"valueDateTime"`
+	ValueInteger64 string      `json:"valueInteger64"`
+	ValueDecimal   float64     `json:"valueDecimal"`
+	Part           []statsPart `json:"part"`
+}
+
+// observationStats summarizes a search of observations per code with the
+// service's Observation/$stats: one pass of its database, whatever the
+// number of codes.
+func observationStats(ctx context.Context, a *api, q url.Values) ([]codeStats, error) {
+	if err := a.caps.check(ctx, "Observation", q); err != nil {
+		return nil, err
 	}
-	r.Count = n
-	for _, sort := range []string{"date", "-date"} {
-		one := url.Values{"_count": {"1"}, "_sort": {sort}}
-		for k, v := range q {
-			one[k] = v
-		}
-		var b bundle
-		if err := a.search(ctx, "Observation", one, "", &b); err != nil {
-			return r, err
-		}
-		var when any
-		if m := b.matches(); len(m) > 0 {
-			var o fhirObservation
-			if err := json.Unmarshal(m[0], &o); err != nil {
-				return r, fmt.Errorf("an Observation of the service's searchset: %w", err)
+	var p statsParameters
+	if err := a.get(ctx, "/FHIR/R5/Observation/$stats", q, &p); err != nil {
+		return nil, err
+	}
+	out := []codeStats{}
+	for _, code := range p.Parameter {
+		var c codeStats
+		for _, part := range code.Part {
+			switch part.Name {
+			case "code":
+				c.Code = part.ValueCode
+			case "count":
+				c.Count, _ = strconv.ParseInt(part.ValueInteger64, 10, 64)
+			case "first":
+				c.First = part.ValueDateTime
+			case "last":
+				c.Last = part.ValueDateTime
+			case "value":
+				var v valueStats
+				for _, vp := range part.Part {
+					switch vp.Name {
+					case "unit":
+						v.Unit = vp.ValueString
+					case "count":
+						v.Count, _ = strconv.ParseInt(vp.ValueInteger64, 10, 64)
+					case "min":
+						v.Min = vp.ValueDecimal
+					case "max":
+						v.Max = vp.ValueDecimal
+					case "mean":
+						v.Mean = vp.ValueDecimal
+					}
+				}
+				c.Values = append(c.Values, v)
 			}
-			when = o.effective()
 		}
-		if sort == "date" {
-			r.Earliest = when
-		} else {
-			r.Latest = when
-		}
+		out = append(out, c)
 	}
-	return r, nil
+	return out, nil
 }

@@ -37,7 +37,7 @@ import (
 //     leeway for clocks), so a stolen assertion is short-lived and the
 //     jti record that refuses its replay is too;
 //   - a jti used once across every instance: its record is a unique
-//     insert (Store.RecordClientAssertion), not fosite's check-then-set;
+//     insert (Store.UseAssertion), not fosite's check-then-set;
 //   - every refusal is invalid_client;
 //   - access tokens of at most five minutes, no refresh token, and only
 //     system/ scopes, which read and search;
@@ -383,24 +383,18 @@ func (f *jwksFetcher) fetch(ctx context.Context, location string) (*jose.JSONWeb
 	return ParseClientJWKS(body)
 }
 
-// ClientAssertionJWTValid implements fosite.ClientManager: a jti is known
-// when a client assertion used it before and has not expired.
-func (s *fositeStore) ClientAssertionJWTValid(ctx context.Context, jti string) error {
-	known, err := s.store.ClientAssertionKnown(ctx, jti, time.Now().UTC())
-	if err != nil {
-		return fosite.ErrServerError.WithWrap(err)
-	}
-	if known {
-		return fosite.ErrJTIKnown
-	}
-	return nil
-}
+// ClientAssertionJWTValid implements fosite.ClientManager. It checks
+// nothing: SetClientAssertionJWT, which fosite calls next, refuses a jti
+// used before, in one step that cannot race a replay on another instance.
+func (s *fositeStore) ClientAssertionJWTValid(context.Context, string) error { return nil }
 
-// SetClientAssertionJWT implements fosite.ClientManager: the jti's record,
-// a unique insert, so that of two requests replaying one assertion at
-// once, on any instances, one is refused.
+// SetClientAssertionJWT implements fosite.ClientManager: the jti is
+// recorded as used until the assertion expires (Store.UseAssertion, the
+// record of used assertions federated sign-in keeps too, a unique insert),
+// so that of two requests replaying one assertion at once, on any
+// instances, one is refused.
 func (s *fositeStore) SetClientAssertionJWT(ctx context.Context, jti string, exp time.Time) error {
-	err := s.store.RecordClientAssertion(ctx, jti, exp)
+	err := s.store.UseAssertion(ctx, clientAssertionKey+jti, exp, s.now())
 	if domain.IsCode(err, domain.CodeDuplicate) {
 		return fosite.ErrJTIKnown.WithHint("Claim 'jti' from 'client_assertion' MUST only be used once.")
 	}
@@ -409,3 +403,7 @@ func (s *fositeStore) SetClientAssertionJWT(ctx context.Context, jti string, exp
 	}
 	return nil
 }
+
+// clientAssertionKey prefixes a client assertion's jti among the used
+// assertions, apart from SAML assertions (keyed by their issuer's URL).
+const clientAssertionKey = "client-assertion\n"

@@ -25,6 +25,15 @@ var GrantTypes = []string{"authorization_code", "refresh_token"}
 // so it can never take part in a browser flow.
 const CLIClientID = "exchange-cli"
 
+// GatewayScopes are the only scopes the MCP gateway's client is registered
+// for (`exchange seed` registers it so, and repairs a wider registration):
+// what its tools read, and nothing that writes. The client skips the
+// consent page, and a trusted client obtains no scope beyond its
+// registration (withinCeiling), so no edit of the link the gateway
+// forwards can give a token through the gateway more than reading.
+var GatewayScopes = []string{domain.ScopeOpenID, domain.ScopeProfile, domain.ScopeEmail, domain.ScopeOfflineAccess,
+	domain.ScopeFHIRUser, "user/*.rs", domain.ScopeAdminRead}
+
 // fositeClient presents a stored client to fosite: a backend client with
 // its public keys (its JWKS, or the URL fosite fetches them from).
 func fositeClient(c *domain.OAuthClient) *fosite.DefaultOpenIDConnectClient {

@@ -344,8 +344,8 @@ func TestLoginErrorsAndThrottling(t *testing.T) {
 	if !strings.Contains(page, `value="doc@example.org"`) || !strings.Contains(page, `aria-invalid="true"`) {
 		t.Error("the login page should keep the email and mark the fields invalid")
 	}
-	for i := 0; i < 4; i++ {
-		resp, page = b.Login(page, "doc@example.org", "wrong password")
+	for range 4 {
+		_, page = b.Login(page, "doc@example.org", "wrong password")
 	}
 	// After five failures from one address the next attempt waits a
 	// second, even with the right password; then it gets in.
@@ -635,7 +635,7 @@ func TestApplicationRegistrationPage(t *testing.T) {
 
 	admin := newBrowser(t, env)
 	_, page = admin.Do("GET", env.URL+"/o/applications/register/", nil)
-	resp, page = admin.Login(page, "admin@example.org", handlerstest.Password)
+	_, page = admin.Login(page, "admin@example.org", handlerstest.Password)
 	for _, label := range []string{"Name", "Client type", "Authorization grant type", "Redirect URIs", "Algorithm", "Post-logout redirect URIs", "Allowed origins"} {
 		if !strings.Contains(page, ">"+label+"<") {
 			t.Errorf("register form lacks the field %q", label)

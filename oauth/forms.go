@@ -15,3 +15,8 @@ func (p *Provider) CSRFToken(w http.ResponseWriter, r *http.Request) string {
 
 // CSRFValid reports whether a form post carries the token of its cookie.
 func (p *Provider) CSRFValid(r *http.Request) bool { return csrfValid(r) }
+
+// RequestOrigin is the scheme://host the request came through (as a
+// trusted proxy forwards it): where a page tells what to register at an
+// identity provider.
+func (p *Provider) RequestOrigin(r *http.Request) string { return p.proxies.RequestOrigin(r) }

@@ -119,10 +119,49 @@ func scopeStrategy(types map[string]bool) fosite.ScopeStrategy {
 	}
 }
 
+// withinCeiling reports whether a grant's scopes stay within a ceiling:
+// the scopes a client is registered for, or the grant a refresh narrows.
+// Each scope must be one the ceiling allows (domain.ScopeAllowed, as
+// fosite checks requests against registrations), and a grant whose scopes
+// name no resource or admin access, which acts with the user's full
+// access (domain.NewAccess), stays within only a ceiling that does not
+// limit access either: one that names no such access, or allows every
+// scope of the vocabulary (domain.AllScopes, a default registration). So a
+// client registered for reading only, asking for "openid" alone, skipping
+// the consent page or unticking every scope on it, never obtains the
+// user's full access; nor does a refresh that drops every resource scope.
+func withinCeiling(granted, ceiling []string) bool {
+	if slices.ContainsFunc(granted, func(s string) bool { return !domain.ScopeAllowed(ceiling, s) }) {
+		return false
+	}
+	return !fullAccess(granted) || fullAccess(ceiling) ||
+		!slices.ContainsFunc(domain.AllScopes, func(s string) bool { return !domain.ScopeAllowed(ceiling, s) })
+}
+
+// fullAccess reports whether scopes name no resource or admin access: a
+// token of such scopes acts with everything its user may do.
+func fullAccess(scopes []string) bool {
+	acc, err := domain.NewAccess(scopes, 0)
+	return err == nil && acc == nil
+}
+
+// withinRegistration refuses a refresh whose grant is beyond what its
+// client is registered for now (withinCeiling): one granted before the
+// registration was narrowed. (fosite refuses scopes the registration no
+// longer allows; this adds the grants that name no access.) A code of such
+// a grant lives minutes, and its tokens are refused where they are used
+// (AuthenticateBearer).
+func withinRegistration(ar fosite.AccessRequester) error {
+	if ar.GetGrantTypes().ExactOne("refresh_token") && !withinCeiling(ar.GetGrantedScopes(), ar.GetClient().GetScopes()) {
+		return fosite.ErrInvalidScope.WithHint("This grant is beyond what the client is now registered for: sign in again.")
+	}
+	return nil
+}
+
 // narrowRefresh applies the scope parameter of a refresh token request:
 // fosite grants the original scopes again, whatever is asked. A refresh
-// may narrow the grant to scopes the original covers, never widen it; the
-// new refresh token holds the narrowed grant.
+// may narrow the grant to scopes the original covers, never widen it
+// (withinCeiling); the new refresh token holds the narrowed grant.
 func narrowRefresh(ar fosite.AccessRequester) error {
 	requested := fosite.RemoveEmpty(strings.Split(ar.GetRequestForm().Get("scope"), " "))
 	req, ok := ar.(*fosite.AccessRequest)
@@ -138,6 +177,9 @@ func narrowRefresh(ar fosite.AccessRequester) error {
 		if !narrowed.Has(s) {
 			narrowed = append(narrowed, s)
 		}
+	}
+	if !withinCeiling(narrowed, granted) {
+		return fosite.ErrInvalidScope.WithHint("A refresh that keeps no resource or admin scope of a grant that has some would act with the user's full access: keep at least one of them.")
 	}
 	req.GrantedScope = narrowed
 	if s, ok := ar.GetSession().(*session); ok {

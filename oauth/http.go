@@ -39,6 +39,12 @@ func (p *Provider) Handler() http.Handler {
 	route("GET,POST", "/o/login/", p.login)
 	route("POST", "/o/logout/", p.logout)
 	route("GET,POST", "/o/applications/register/", p.registerApplication)
+	route("POST", "/o/login/{provider}/", p.startFederated)
+	route("GET", "/o/login/{provider}/callback", p.oidcCallback)
+	route("GET", "/o/saml/{provider}/metadata", p.samlMetadata)
+	route("POST", "/o/saml/{provider}/acs", p.samlACS)
+	route("GET", "/o/saml/{provider}/finish", p.samlFinish)
+	route("POST,OPTIONS", "/o/token-exchange", cors(p.tokenExchangeHandler))
 	return mux
 }
 
@@ -102,6 +108,14 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		p.writeAuthorizeError(w, r, ar, err)
 		return
 	}
+	// fosite refused any scope the registration does not allow; a request
+	// of none that names access would act with the user's full access,
+	// wider than a registration that limits it (withinCeiling).
+	if !withinCeiling(ar.GetRequestedScopes(), client.Scopes) {
+		p.writeAuthorizeError(w, r, ar, fosite.ErrInvalidScope.WithHint(
+			"This application is registered for limited access: its request must name the resource or admin scopes it needs."))
+		return
+	}
 	prompt := fosite.RemoveEmpty(strings.Split(query.Get("prompt"), " "))
 	sess, user, loggedIn := p.session(r)
 	if loggedIn && maxAgeExceeded(query.Get("max_age"), sess.AuthTime, p.now()) {
@@ -140,6 +154,10 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 		// The consent page's ticked scopes (the picker page carries them
 		// on): the user may narrow the request, never widen it.
 		granted = grantedScopes(granted, r.PostForm["scope"])
+		if !withinCeiling(granted, client.Scopes) {
+			p.writeAuthorizeError(w, r, ar, fosite.ErrAccessDenied.WithHint("The user allowed none of the access the application asked for."))
+			return
+		}
 	case !client.SkipAuthorization:
 		if slices.Contains(prompt, "none") {
 			p.writeAuthorizeError(w, r, ar, fosite.ErrConsentRequired)
@@ -196,6 +214,9 @@ func (p *Provider) writeAuthorizeError(w http.ResponseWriter, r *http.Request, a
 func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	ctx := withRequest(r.Context(), r)
 	ar, err := p.oauth2.NewAccessRequest(ctx, r, emptySession())
+	if err == nil {
+		err = withinRegistration(ar)
+	}
 	if err == nil {
 		err = narrowRefresh(ar)
 	}
@@ -397,6 +418,11 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := loginPage{Next: next, Email: r.PostFormValue("email")}
+	if !p.passwordSignIn {
+		page.Error = "Signing in with a password is turned off here: sign in with your institution."
+		p.renderLogin(w, r, http.StatusForbidden, page)
+		return
+	}
 	if !csrfValid(r) {
 		page.Error = "This form has expired. Please sign in again."
 		p.renderLogin(w, r, http.StatusForbidden, page)

@@ -59,11 +59,19 @@ func (p *Provider) IssueScopedAccessToken(ctx context.Context, userID int64, ttl
 	if err != nil {
 		return "", time.Time{}, err
 	}
+	expires := p.now().UTC().Add(ttl).Round(time.Second)
+	token, err := p.issueToken(ctx, u, client, scopes, patient, expires)
+	return token, expires, err
+}
+
+// issueToken creates a stored, revocable access token of the client for
+// the user, granted the scopes with the patient context (0: none), valid
+// until expires; no refresh token.
+func (p *Provider) issueToken(ctx context.Context, u *domain.User, client *domain.OAuthClient, scopes []string, patient int64, expires time.Time) (string, error) {
 	now := p.now().UTC()
 	granted := fosite.Arguments(scopes)
 	session := p.newSession(u, "", granted, now, now)
 	session.LaunchPatient = patient
-	expires := now.Add(ttl).Round(time.Second)
 	session.SetExpiresAt(fosite.AccessToken, expires)
 	req := fosite.NewAccessRequest(session)
 	req.Client = fositeClient(client)
@@ -72,15 +80,12 @@ func (p *Provider) IssueScopedAccessToken(ctx context.Context, userID int64, ttl
 		req.AppendRequestedScope(s)
 		req.GrantScope(s)
 	}
-	req.GrantAudience(CLIClientID)
+	req.GrantAudience(client.ID)
 	token, signature, err := p.strategy.GenerateAccessToken(ctx, req)
 	if err != nil {
-		return "", time.Time{}, err
+		return "", err
 	}
-	if err := p.storage.CreateAccessTokenSession(ctx, signature, req.Sanitize(nil)); err != nil {
-		return "", time.Time{}, err
-	}
-	return token, expires, nil
+	return token, p.storage.CreateAccessTokenSession(ctx, signature, req.Sanitize(nil))
 }
 
 // tokenPatient checks the patient context asked for a command-line token.
@@ -168,14 +173,25 @@ func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID 
 		"code_challenge_method": {"S256"},
 	}
 	// The patient's app gets the identity scopes its client may request:
-	// full access to the patient's own data, as the invitation promises.
+	// full access to the patient's own data, as the invitation promises;
+	// a client registered for less gets the access it is registered for,
+	// as full access would be beyond its registration (withinCeiling).
 	var scopes []string
 	for _, s := range invitationScopes {
 		if domain.ScopeAllowed(client.Scopes, s) {
 			scopes = append(scopes, s)
-			ar.AppendRequestedScope(s)
-			ar.GrantScope(s)
 		}
+	}
+	if !withinCeiling(scopes, client.Scopes) {
+		for _, s := range client.Scopes {
+			if !fullAccess([]string{s}) {
+				scopes = append(scopes, s)
+			}
+		}
+	}
+	for _, s := range scopes {
+		ar.AppendRequestedScope(s)
+		ar.GrantScope(s)
 	}
 	ar.Form.Set("scope", strings.Join(scopes, " "))
 	ar.GrantAudience(clientID)

@@ -23,11 +23,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	ns := "exchange"
 	m := &metrics{
 		issued: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "oauth_tokens_issued_total",
-			Help: "Token endpoint answers that issued tokens, by grant: authorization_code (a sign-in's tokens) or refresh_token (a refresh)."}, []string{"grant"}),
+			Help: "Token endpoint answers that issued tokens, by grant: authorization_code (a sign-in's tokens), refresh_token (a refresh) or token_exchange (an EHR's ID token exchanged)."}, []string{"grant"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "oauth_token_refusals_total",
 			Help: "Token endpoint requests refused, by OAuth error (invalid_grant, invalid_client, ...)."}, []string{"error"}),
 		logins: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "logins_total",
-			Help: "Password sign-ins, by outcome: success, failure (wrong credentials), throttled, error."}, []string{"outcome"}),
+			Help: "Sign-ins, by password or through an identity provider, by outcome: success, failure (wrong credentials, or refused), throttled, error."}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.issued, m.refused, m.logins)
 	return m
@@ -44,6 +44,14 @@ func (m *metrics) tokenIssued(ar fosite.AccessRequester) {
 			grant = g
 		}
 	}
+	m.tokenIssuedFor(grant)
+}
+
+// tokenIssuedFor counts a token response of a grant, by name.
+func (m *metrics) tokenIssuedFor(grant string) {
+	if m == nil {
+		return
+	}
 	m.issued.WithLabelValues(grant).Inc()
 }
 
@@ -52,6 +60,7 @@ var tokenErrors = map[string]bool{
 	"invalid_request": true, "invalid_client": true, "invalid_grant": true, "unauthorized_client": true,
 	"unsupported_grant_type": true, "invalid_scope": true, "access_denied": true, "server_error": true,
 	"request_unauthorized": true, "token_inactive": true, "request_forbidden": true,
+	"invalid_target": true, "temporarily_unavailable": true,
 }
 
 // tokenRefused counts a refused token request by its OAuth error.
@@ -59,7 +68,15 @@ func (m *metrics) tokenRefused(err error) {
 	if m == nil {
 		return
 	}
-	name := fosite.ErrorToRFC6749Error(err).ErrorField
+	m.tokenRefusedWith(fosite.ErrorToRFC6749Error(err).ErrorField)
+}
+
+// tokenRefusedWith counts a refused token request by its OAuth error's
+// name.
+func (m *metrics) tokenRefusedWith(name string) {
+	if m == nil {
+		return
+	}
 	if !tokenErrors[name] {
 		name = "other"
 	}

@@ -27,6 +27,10 @@ type loginPage struct {
 	ClientName string // set when the login is part of an authorization
 	Email      string
 	Error      string
+	// Password offers the password form; Providers the identity
+	// providers' buttons (renderLogin sets both).
+	Password  bool
+	Providers []loginProvider
 }
 
 type consentPage struct {
@@ -92,6 +96,7 @@ var scopeTexts = map[string]string{
 	domain.ScopeOnlineAccess:  "Keep access while you are signed in",
 	domain.ScopeAdminRead:     "Read the administration data you can see: organizations, members, studies, patients, consents and data sources",
 	domain.ScopeAdminWrite:    "Change the administration data you may change: organizations, members, studies, patients, consents and data sources",
+	domain.ScopeMCP:           "Let AI assistants read, through the MCP gateway, the health and administration data you can see (they cannot change anything)",
 }
 
 // describeScopes puts requested scopes in plain words for the consent
@@ -172,6 +177,7 @@ func (p *Provider) render(w http.ResponseWriter, r *http.Request, status int, na
 }
 
 func (p *Provider) renderLogin(w http.ResponseWriter, r *http.Request, status int, d loginPage) {
+	d.Password, d.Providers = p.passwordSignIn, p.loginProviders(r.Context())
 	p.render(w, r, status, "login.html", "Sign in", d)
 }
 

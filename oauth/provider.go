@@ -51,6 +51,20 @@ type Users interface {
 	// CheckBackendIdentity decides whether registrant may register a
 	// backend client acting for the practitioner or the organization.
 	CheckBackendIdentity(ctx context.Context, registrant *domain.Actor, userID, organizationID int64) error
+
+	// IdentityProviders and IdentityProviderByID are the identity
+	// providers staff sign in with, client secrets included.
+	IdentityProviders(ctx context.Context) ([]domain.IdentityProvider, error)
+	IdentityProviderByID(ctx context.Context, id string) (*domain.IdentityProvider, error)
+	// SignInFederated returns the account of an identity a provider
+	// asserted; CodeLogin, with a message for the person, when refused.
+	SignInFederated(ctx context.Context, p *domain.IdentityProvider, id domain.FederatedIdentity) (*domain.User, error)
+	// FederatedSignInRefused records a provider's answer refused before
+	// it named anyone (it did not verify).
+	FederatedSignInRefused(ctx context.Context, p *domain.IdentityProvider, err error)
+	// ExchangedPractitioner returns the practitioner an EHR's verified ID
+	// token names as fhirUser, for a token exchange by the client.
+	ExchangedPractitioner(ctx context.Context, issuer, fhirUser, clientID string) (*domain.User, error)
 }
 
 // Config configures a Provider.
@@ -85,6 +99,17 @@ type Config struct {
 	// package issues itself; nil means time.Now. fosite's own expiry checks
 	// use the wall clock.
 	Now func() time.Time
+	// PasswordSignInOff hides the login page's password form and refuses
+	// its posts (PASSWORD_SIGN_IN=false): staff sign in through identity
+	// providers only.
+	PasswordSignInOff bool
+	// TokenExchange configures /o/token-exchange; without trusted issuers
+	// it refuses every request.
+	TokenExchange TokenExchangeConfig
+	// HTTPClient reaches identity providers and EHRs (discovery, key sets,
+	// SAML metadata, code exchanges); nil: a client with a 10-second
+	// timeout.
+	HTTPClient *http.Client
 }
 
 // Provider is the authorization server. Its Handler serves /o/.
@@ -104,6 +129,9 @@ type Provider struct {
 	proxies          TrustedProxies
 
 	sessionLifetime, sessionIdleTimeout time.Duration
+	passwordSignIn                      bool
+	federation                          *federation
+	exchange                            *tokenExchange
 }
 
 // MinSecretKeyLength is the shortest SECRET_KEY accepted.
@@ -200,6 +228,8 @@ func New(c Config) (*Provider, error) {
 		key: key, patientChallenge: c.PatientCodeChallenge, types: types,
 		log: c.Logger, metrics: newMetrics(c.Metrics), now: c.Now, pages: pageTemplates, proxies: c.TrustedProxies,
 		sessionLifetime: c.SessionLifetime, sessionIdleTimeout: c.SessionIdleTimeout,
+		passwordSignIn: !c.PasswordSignInOff, federation: newFederation(c.HTTPClient, c.SigningKey, c.Now),
+		exchange: newTokenExchange(c.TokenExchange, c.HTTPClient, c.Now),
 	}, nil
 }
 
@@ -223,7 +253,7 @@ type patientCodeKey struct{}
 // adds the lifespan to the wall clock).
 func (c *providerConfig) GetAuthorizeCodeLifespan(ctx context.Context) time.Duration {
 	if ctx.Value(patientCodeKey{}) != nil {
-		return c.now().Add(c.patientCodeTTL).Sub(time.Now())
+		return time.Until(c.now().Add(c.patientCodeTTL))
 	}
 	return c.Config.GetAuthorizeCodeLifespan(ctx)
 }
@@ -296,8 +326,10 @@ type Bearer struct {
 }
 
 // AuthenticateBearer returns what an access token stands for. Refresh
-// tokens and unknown, expired or revoked tokens are refused with
-// domain.CodeLogin.
+// tokens, unknown, expired or revoked tokens, and tokens whose grant is no
+// longer within their client's registration (withinCeiling: a client whose
+// registration was narrowed, such as the gateway's by `exchange seed`,
+// keeps no token granted beyond it) are refused with domain.CodeLogin.
 func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Bearer, error) {
 	var user *domain.User
 	ctx = context.WithValue(ctx, userReadKey{}, &user)
@@ -311,6 +343,9 @@ func (p *Provider) AuthenticateBearer(ctx context.Context, token string) (*Beare
 	id, err := strconv.ParseInt(ar.GetSession().GetSubject(), 10, 64)
 	if err != nil {
 		return nil, domain.Errorf(domain.CodeLogin, "the access token has no user")
+	}
+	if !withinCeiling(ar.GetGrantedScopes(), ar.GetClient().GetScopes()) {
+		return nil, domain.Errorf(domain.CodeLogin, "the access token's scopes are beyond what its client is registered for")
 	}
 	b := &Bearer{UserID: id, ClientID: ar.GetClient().GetID(), Scopes: ar.GetGrantedScopes()}
 	if user != nil && user.ID == id {

@@ -54,13 +54,18 @@ type Store interface {
 	// Invitations returns the invitation codes of the users.
 	Invitations(ctx context.Context, userIDs []int64) ([]domain.OAuthToken, error)
 
-	// RecordClientAssertion records the jti of a backend client's
-	// assertion until it expires; domain.CodeDuplicate when it is
-	// recorded already (a replay), on any instance.
-	RecordClientAssertion(ctx context.Context, jti string, expiresAt time.Time) error
-	// ClientAssertionKnown reports whether the jti is recorded and not
-	// expired at now.
-	ClientAssertionKnown(ctx context.Context, jti string, now time.Time) (bool, error)
+	// Sign-ins through identity providers in progress (federation.go),
+	// each live until its ExpiresAt by now: CreatePendingSignIn stores
+	// one; PendingSignIn reads it; TakePendingSignIn removes and returns
+	// it, to one caller only; AcceptPendingSignIn records its user, once.
+	// All but the create return CodeNotFound for none that is live.
+	CreatePendingSignIn(ctx context.Context, p *domain.PendingSignIn) error
+	PendingSignIn(ctx context.Context, id string, now time.Time) (*domain.PendingSignIn, error)
+	TakePendingSignIn(ctx context.Context, id string, now time.Time) (*domain.PendingSignIn, error)
+	AcceptPendingSignIn(ctx context.Context, id string, userID int64, authTime, now time.Time) error
+	// UseAssertion records a SAML assertion as used until expiresAt;
+	// CodeDuplicate if it was used already (on any instance).
+	UseAssertion(ctx context.Context, key string, expiresAt, now time.Time) error
 }
 
 // fositeStore adapts Store to the storage interfaces of the fosite handlers

@@ -18,7 +18,7 @@ import (
 const colAuditEvents = "audit_events"
 
 // auditDoc is a document of audit_events; the field names are those
-// fhirsearch's configuration table searches (the README documents them).
+// fhirsearch's configuration table searches (docs/document-model.md documents them).
 type auditDoc struct {
 	ID          int64     `bson:"_id"`
 	LastUpdated time.Time `bson:"lastUpdated"` // when the event was recorded
@@ -28,24 +28,27 @@ type auditDoc struct {
 	UserID      int64     `bson:"userId,omitempty"`
 	Agent       string    `bson:"agent,omitempty"`
 	ClientID    string    `bson:"clientId,omitempty"`
-	RequestID   string    `bson:"requestId,omitempty"`
-	Address     string    `bson:"address,omitempty"`
-	EntityTypes []string  `bson:"entityTypes"`
-	Entities    []string  `bson:"entities"`
-	Query       string    `bson:"query,omitempty"`
-	PatientIDs  []int64   `bson:"patientIds"`
+	// IdentityProvider: who vouched for the user (a federated sign-in's
+	// provider, an exchanged ID token's issuer).
+	IdentityProvider string   `bson:"identityProvider,omitempty"`
+	RequestID        string   `bson:"requestId,omitempty"`
+	Address          string   `bson:"address,omitempty"`
+	EntityTypes      []string `bson:"entityTypes"`
+	Entities         []string `bson:"entities"`
+	Query            string   `bson:"query,omitempty"`
+	PatientIDs       []int64  `bson:"patientIds"`
 }
 
 func toAuditDoc(e domain.AuditEvent) auditDoc {
 	return auditDoc{ID: e.ID, LastUpdated: e.Recorded.UTC().Truncate(time.Millisecond), Action: string(e.Action), Kind: string(e.Kind),
-		Outcome: string(e.Outcome), UserID: e.UserID, Agent: e.Agent, ClientID: e.ClientID, RequestID: e.RequestID,
+		Outcome: string(e.Outcome), UserID: e.UserID, Agent: e.Agent, ClientID: e.ClientID, IdentityProvider: e.IdentityProvider, RequestID: e.RequestID,
 		Address: e.Address, EntityTypes: nonNil(e.EntityTypes), Entities: nonNil(e.Entities), Query: e.Query,
 		PatientIDs: nonNilIDs(e.PatientIDs)}
 }
 
 func (x auditDoc) event() domain.AuditEvent {
 	return domain.AuditEvent{ID: x.ID, Recorded: x.LastUpdated, Action: domain.AuditAction(x.Action), Kind: domain.AuditKind(x.Kind),
-		Outcome: domain.Code(x.Outcome), UserID: x.UserID, Agent: x.Agent, ClientID: x.ClientID, RequestID: x.RequestID,
+		Outcome: domain.Code(x.Outcome), UserID: x.UserID, Agent: x.Agent, ClientID: x.ClientID, IdentityProvider: x.IdentityProvider, RequestID: x.RequestID,
 		Address: x.Address, EntityTypes: x.EntityTypes, Entities: x.Entities, Query: x.Query, PatientIDs: x.PatientIDs}
 }
 

@@ -17,7 +17,7 @@ import (
 	"exchange/domain"
 )
 
-// The collections. Their documents are described in the README.
+// The collections. Their documents are described in docs/document-model.md.
 const (
 	colCounters           = "counters"
 	colUsers              = "users"
@@ -39,7 +39,6 @@ const (
 	colLoginSessions      = "sessions"
 	colIDBlocks           = "id_blocks"
 	colInstances          = "service_instances"
-	colClientAssertions   = "client_assertions"
 	colExportJobs         = "export_jobs"
 )
 

@@ -6,7 +6,7 @@
 // Design principles:
 //
 //   - One collection per entity, documents in camelCase with BSON dates, so
-//     analysts can read them from the Mongo shell (the README documents them).
+//     analysts can read them from the Mongo shell (docs/document-model.md documents them).
 //   - Native entities have integer ids claimed in blocks (ids.go): a unique
 //     insert, since FerretDB's $inc is not atomic.
 //   - Uniqueness is enforced by unique indexes on scalar, always-present keys

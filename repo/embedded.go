@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -44,7 +45,7 @@ func StartEmbedded(dir, addr string, logger *slog.Logger) (*Embedded, error) {
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: addr},
 		Handler:   "sqlite",
-		SQLiteURL: "file:" + filepath.ToSlash(abs) + "/",
+		SQLiteURL: "file:" + filepath.ToSlash(abs) + "/?_pragma=" + url.QueryEscape(fmt.Sprintf("journal_size_limit(%d)", walLimit)),
 		Logger:    quiet,
 	})
 	if err != nil {
@@ -59,6 +60,13 @@ func StartEmbedded(dir, addr string, logger *slog.Logger) (*Embedded, error) {
 	e.uri = f.MongoDBURI()
 	return e, nil
 }
+
+// walLimit bounds SQLite's write-ahead log once a checkpoint has copied
+// it into the database: SQLite reuses the log file from its start but never
+// shrinks it, so a log that grew while a long search held its snapshot
+// (359 MB during one search while uploading) stayed that size. With the
+// limit, the first write after the next complete checkpoint truncates it.
+var walLimit int64 = 64 << 20
 
 // URI returns the mongodb:// address the embedded database listens on.
 func (e *Embedded) URI() string { return e.uri }

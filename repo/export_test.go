@@ -76,3 +76,27 @@ func InterruptedPatientUpdate(ctx context.Context, d *DB, old, p *domain.Patient
 	}
 	return d.claimIdentifiers(ctx, in, p.ID, added)
 }
+
+// ObservationStatsScan is the embedded database's way of summarizing, run
+// on any server (DB.ObservationStats picks the aggregation on MongoDB).
+func (d *DB) ObservationStatsScan(ctx context.Context, plan *domain.SearchPlan) (domain.ObservationSummary, error) {
+	return d.observationStatsScan(ctx, plan)
+}
+
+// ObservationStatsGroup is MongoDB's way of summarizing.
+func (d *DB) ObservationStatsGroup(ctx context.Context, plan *domain.SearchPlan) (domain.ObservationSummary, error) {
+	return d.observationStatsGroup(ctx, plan)
+}
+
+// SetWALLimit sets the write-ahead log's bound of the embedded databases
+// started next, and returns the undo.
+func SetWALLimit(n int64) func() {
+	old := walLimit
+	walLimit = n
+	return func() { walLimit = old }
+}
+
+// PatientFilter is the filter of d.ListPatients for q.
+func PatientFilter(ctx context.Context, d *DB, q domain.PatientQuery) (bson.D, error) {
+	return d.patientFilter(ctx, q)
+}

@@ -58,6 +58,14 @@ var indexes = []index{
 	{colObservations, "patient_date_desc", bson.D{{Key: "patientId", Value: 1}, {Key: "sortDesc", Value: -1}, {Key: "_id", Value: -1}}, false},
 	{colObservations, "patient_lastUpdated", bson.D{{Key: "patientId", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
 	{colObservations, "patient_id", bson.D{{Key: "patientId", Value: 1}, {Key: "_id", Value: 1}}, false},
+	// A date range bounds the start of the spans (the sort key) per span
+	// class, one scan each (fhirsearch/bounds.go), in either direction; the
+	// other sort keys with the code; an identifier, nearly unique.
+	{colObservations, "patient_code_span_date", bson.D{{Key: "patientId", Value: 1}, {Key: "codeTokens", Value: 1}, {Key: "spanClass", Value: 1}, {Key: "sortAsc", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_span_date", bson.D{{Key: "patientId", Value: 1}, {Key: "spanClass", Value: 1}, {Key: "sortAsc", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_code_id", bson.D{{Key: "patientId", Value: 1}, {Key: "codeTokens", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_code_lastUpdated", bson.D{{Key: "patientId", Value: 1}, {Key: "codeTokens", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colObservations, "patient_identifier", bson.D{{Key: "patientId", Value: 1}, {Key: "identifierTokens", Value: 1}, {Key: "_id", Value: 1}}, false},
 	{colObservations, "dataSource", bson.D{{Key: "dataSourceId", Value: 1}}, false}, // may a data source go (DeleteDataSource)
 	{colObservationIdentifier, "system_value_unique", bson.D{{Key: "system", Value: 1}, {Key: "value", Value: 1}}, true},
 	{colObservationIdentifier, "observation", bson.D{{Key: "observationId", Value: 1}}, false},
@@ -82,7 +90,11 @@ var indexes = []index{
 	{colInvitationRedemptions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	{colLoginSessions, "user", bson.D{{Key: "userId", Value: 1}}, false}, // end a user's sessions
 	{colLoginSessions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
-	{colClientAssertions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colUsers, "identifier", bson.D{{Key: "identifier", Value: 1}}, false}, // a token exchange's practitioner
+	{colIdentityLinks, "user", bson.D{{Key: "userId", Value: 1}}, false},
+	{colIdentityInvitations, "provider_email", bson.D{{Key: "provider", Value: 1}, {Key: "email", Value: 1}}, false},
+	{colPendingSignIns, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colUsedAssertions, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
 	// Export jobs: the queue (state, then age), an owner's unfinished jobs,
 	// the expired ones. Their files' GridFS indexes are the driver's.
 	{colExportJobs, "state_createdAt", bson.D{{Key: "state", Value: 1}, {Key: "createdAt", Value: 1}}, false},

@@ -423,6 +423,9 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 // insert, writes nothing (TestAWriteWhoseIntentIsCutOnTheWireWritesNothing
 // cuts it).
 func TestARefusedForwardWriteIsRolledForward(t *testing.T) {
+	if testing.Short() {
+		t.Skip("faults on the wire: not in the short tier")
+	}
 	ctx := context.Background()
 	const theMarks = 2 // the write's second command, after its intent's insert
 	for _, c := range []struct {
@@ -1017,6 +1020,9 @@ func refusal(msg []byte) []byte {
 // it; it stops when the test ends.
 func relay(t *testing.T) (string, *link) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("faults on the wire: not in the short tier")
+	}
 	u, err := url.Parse(repotest.URI())
 	if err != nil {
 		t.Fatal(err)

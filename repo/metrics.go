@@ -92,7 +92,7 @@ var knownCollections = map[string]bool{
 	colPatientIdentifiers: true, colStudies: true, colEnrollments: true, colScopeCodes: true, colScopeRequests: true,
 	colConsents: true, colDataSources: true, colStudyDataSources: true, colFHIRSources: true, colOAuthClients: true,
 	colOAuthTokens: true, colLoginThrottle: true, colIDBlocks: true, colObservations: true, colObservationIdentifier: true,
-	colResources: true, colAuditEvents: true, colInvitationRedemptions: true, colClientAssertions: true,
+	colResources: true, colAuditEvents: true, colInvitationRedemptions: true,
 	colExportJobs: true, colExportFiles: true, colExportChunks: true,
 }
 

@@ -247,29 +247,3 @@ func (d *DB) DeactivateOAuthTokensOfUser(ctx context.Context, userID int64) erro
 	_, err := d.c(colOAuthTokens).UpdateMany(ctx, bson.M{"userId": userID, "active": true}, bson.M{"$set": bson.M{"active": false}})
 	return err
 }
-
-// clientAssertionDoc is a document of client_assertions: the jti of a
-// backend client's assertion, kept until the assertion expires, so that it
-// is used once. Its _id is the jti, and the insert is what decides.
-type clientAssertionDoc struct {
-	ID        string    `bson:"_id"`
-	ExpiresAt time.Time `bson:"expiresAt"`
-}
-
-// RecordClientAssertion implements oauth.Store: a unique insert of the
-// jti, CodeDuplicate when it is there. A record past its expiry that the
-// sweeper has not removed yet still refuses: the assertion it stood for
-// is expired anyway.
-func (d *DB) RecordClientAssertion(ctx context.Context, jti string, expiresAt time.Time) error {
-	return d.insertUnique(ctx, colClientAssertions, clientAssertionDoc{ID: jti, ExpiresAt: expiresAt.UTC()}, "the client assertion's jti was used before")
-}
-
-// ClientAssertionKnown implements oauth.Store.
-func (d *DB) ClientAssertionKnown(ctx context.Context, jti string, now time.Time) (bool, error) {
-	var x clientAssertionDoc
-	err := d.findOne(ctx, colClientAssertions, bson.M{"_id": jti}, &x, "unknown jti")
-	if domain.IsCode(err, domain.CodeNotFound) {
-		return false, nil
-	}
-	return err == nil && x.ExpiresAt.After(now), err
-}

@@ -44,8 +44,11 @@ type observationDoc struct {
 	Effective    *effectiveDoc   `bson:"effective"`
 	Start        *time.Time      `bson:"effectiveStart"`
 	End          *time.Time      `bson:"effectiveEnd"`
-	SortAsc      time.Time       `bson:"sortAsc"`  // effectiveStart, or the largest date when none
-	SortDesc     time.Time       `bson:"sortDesc"` // effectiveStart, or the smallest date when none
+	SortAsc      time.Time       `bson:"sortAsc"`               // effectiveStart, or the largest date when none
+	SortDesc     time.Time       `bson:"sortDesc"`              // effectiveStart, or the smallest date when none
+	SpanClass    int32           `bson:"spanClass"`             // how long effective[x] spans (fhirsearch.SpanClass): bounds date searches
+	ValueNumber  *float64        `bson:"valueNumber,omitempty"` // the data point's single numeric value (omh.SingleQuantity), for summaries
+	ValueUnit    string          `bson:"valueUnit,omitempty"`
 	LastUpdated  time.Time       `bson:"lastUpdated"`
 	LastUpdateUS int64           `bson:"lastUpdatedMicros"` // microseconds since 1970: BSON dates keep milliseconds
 }

@@ -46,7 +46,7 @@ func toObservationDoc(o *domain.Observation) observationDoc {
 	x := observationDoc{ID: o.ID, PatientID: o.PatientID, DataSourceID: o.DataSourceID, Status: o.Status, Code: o.Code,
 		CodeTokens: codeTokens(o.Codings), Identifiers: []codedValueDoc{}, IDTokens: identifierTokens(o.Identifiers),
 		ContentType: o.ContentType, Payload: o.Payload, OMH: bsonDocument(o.DataPoint),
-		SortAsc: domain.SortLastAscending, SortDesc: domain.SortLastDescending,
+		SortAsc: domain.SortLastAscending, SortDesc: domain.SortLastDescending, SpanClass: fhirsearch.SpanClass(nil, nil),
 		LastUpdated: o.LastUpdated.Truncate(time.Millisecond), LastUpdateUS: o.LastUpdated.UnixMicro()}
 	for _, c := range o.Codings {
 		x.Codings = append(x.Codings, codingDoc{c.System, c.Code, c.Display})
@@ -54,9 +54,13 @@ func toObservationDoc(o *domain.Observation) observationDoc {
 	for _, id := range o.Identifiers {
 		x.Identifiers = append(x.Identifiers, codedValueDoc{id.System, id.Value})
 	}
+	if v, unit, ok := omh.SingleQuantity(o.DataPoint); ok {
+		x.ValueNumber, x.ValueUnit = &v, unit
+	}
 	if tf := o.Effective; tf != nil {
 		start, end := tf.Start.UTC(), tf.End.UTC()
 		x.Start, x.End, x.SortAsc, x.SortDesc = &start, &end, start, start
+		x.SpanClass = fhirsearch.SpanClass(&start, &end)
 		x.Effective = &effectiveDoc{DateTime: tf.DateTime, Start: tf.PeriodStart, End: tf.PeriodEnd}
 	}
 	return x

@@ -416,6 +416,7 @@ func observationBSON(o *domain.Observation) (bson.Raw, error) {
 		}
 	}
 	sortAsc, sortDesc := domain.SortLastAscending, domain.SortLastDescending
+	spanClass := fhirsearch.SpanClass(nil, nil)
 	if tf := o.Effective; tf != nil {
 		var doc int32
 		doc, b = bsoncore.AppendDocumentElementStart(b, "effective")
@@ -428,6 +429,7 @@ func observationBSON(o *domain.Observation) (bson.Raw, error) {
 		b = appendTime(b, "effectiveStart", tf.Start)
 		b = appendTime(b, "effectiveEnd", tf.End)
 		sortAsc, sortDesc = tf.Start, tf.Start
+		spanClass = fhirsearch.SpanClass(&tf.Start, &tf.End)
 	} else {
 		b = bsoncore.AppendNullElement(b, "effective")
 		b = bsoncore.AppendNullElement(b, "effectiveStart")
@@ -435,6 +437,11 @@ func observationBSON(o *domain.Observation) (bson.Raw, error) {
 	}
 	b = appendTime(b, "sortAsc", sortAsc)
 	b = appendTime(b, "sortDesc", sortDesc)
+	b = bsoncore.AppendInt32Element(b, fhirsearch.SpanClassField, spanClass)
+	if v, unit, ok := omh.SingleQuantity(o.DataPoint); ok {
+		b = bsoncore.AppendDoubleElement(b, "valueNumber", v)
+		b = bsoncore.AppendStringElement(b, "valueUnit", unit)
+	}
 	b = appendTime(b, "lastUpdated", o.LastUpdated)
 	b = bsoncore.AppendInt64Element(b, "lastUpdatedMicros", o.LastUpdated.UnixMicro())
 	b, err := bsoncore.AppendDocumentEnd(b, start)

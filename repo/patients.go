@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -241,10 +242,20 @@ func (d *DB) ListPatients(ctx context.Context, q domain.PatientQuery, p domain.P
 
 // patientFilter translates a patient query. An identifier is looked up in
 // patient_identifiers (its unique index) rather than matched inside the
-// identifiers array, which would need $elemMatch.
+// identifiers array, which would need $elemMatch; a value of any system is
+// one equality on the identifierTokens index, whose value-only keys are
+// the values themselves (fhirsearch.TokenKeys). A value with a "|" could
+// also be another identifier's system|value key: the identifiers' values
+// must then hold it too.
 func (d *DB) patientFilter(ctx context.Context, q domain.PatientQuery) (bson.D, error) {
 	ids := q.IDs
-	if q.Identifier != nil {
+	var byValue bson.D
+	if q.Identifier != nil && q.Identifier.System == "" {
+		byValue = bson.D{{Key: "identifierTokens", Value: q.Identifier.Value}}
+		if strings.Contains(q.Identifier.Value, "|") {
+			byValue = append(byValue, bson.E{Key: "identifiers.value", Value: q.Identifier.Value})
+		}
+	} else if q.Identifier != nil {
 		var claim patientIdentifierDoc
 		err := d.c(colPatientIdentifiers).FindOne(ctx, bson.M{"system": q.Identifier.System, "value": q.Identifier.Value}).Decode(&claim)
 		switch {
@@ -258,7 +269,7 @@ func (d *DB) patientFilter(ctx context.Context, q domain.PatientQuery) (bson.D, 
 			ids = []int64{}
 		}
 	}
-	filter := withIn(nil, "_id", ids)
+	filter := withIn(byValue, "_id", ids)
 	filter = withIn(filter, "organizationIds", q.OrganizationIDs)
 	if q.NamePrefix != "" {
 		filter = append(filter, bson.E{Key: "nameKeys", Value: bson.M{"$regex": "^" + regexp.QuoteMeta(q.NamePrefix)}})

@@ -319,7 +319,7 @@ func TestTokenDeactivationByRequest(t *testing.T) {
 	}
 }
 
-// The documents are what the README promises analysts.
+// The documents are what docs/document-model.md promises analysts.
 func TestPatientDocumentShape(t *testing.T) {
 	db := repotest.NewDB(t)
 	ctx := context.Background()

@@ -83,16 +83,15 @@ func (d *DB) KnownLogin(ctx context.Context, key string, now time.Time) (bool, e
 }
 
 // Sweep deletes what has expired by now: OAuth codes and tokens, the
-// redemptions of invitation codes, login sessions and login throttle
-// records, the jtis of expired client assertions (FerretDB has no TTL
-// indexes, so a sweeper does their work on
+// redemptions of invitation codes, login sessions, login throttle
+// records, federated sign-ins in progress and used SAML assertions (FerretDB has no TTL indexes, so a sweeper does their work on
 // both databases), and the id blocks no claim walks along any more. It returns how many documents went.
 func (d *DB) Sweep(ctx context.Context, now time.Time) (int64, error) {
 	total, err := d.sweepIDBlocks(ctx, now)
 	if err != nil {
 		return total, err
 	}
-	for _, col := range []string{colOAuthTokens, colInvitationRedemptions, colLoginSessions, colLoginThrottle, colClientAssertions} {
+	for _, col := range []string{colOAuthTokens, colInvitationRedemptions, colLoginSessions, colLoginThrottle, colPendingSignIns, colUsedAssertions} {
 		res, err := d.c(col).DeleteMany(ctx, bson.M{"expiresAt": bson.M{"$lt": now}})
 		if err != nil {
 			return total, fmt.Errorf("sweep %s: %w", col, err)

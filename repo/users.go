@@ -30,17 +30,19 @@ type userDoc struct {
 	DateJoined           time.Time `bson:"dateJoined"`
 	LastUpdated          time.Time `bson:"lastUpdated"`
 	CredentialsChangedAt time.Time `bson:"credentialsChangedAt"` // absent: never changed
+	Identifier           string    `bson:"identifier,omitempty"` // a practitioner's id at the EHR
 }
 
 func toUserDoc(u *domain.User) userDoc {
 	return userDoc{u.ID, u.Email, u.PasswordHash, string(u.Type), u.FirstName, u.LastName, u.IsSuperuser, u.IsStaff, u.IsActive,
-		u.DateJoined, u.LastUpdated, u.CredentialsChangedAt.UTC().Truncate(time.Millisecond)}
+		u.DateJoined, u.LastUpdated, u.CredentialsChangedAt.UTC().Truncate(time.Millisecond), u.Identifier}
 }
 
 func (x userDoc) user() *domain.User {
 	return &domain.User{ID: x.ID, Email: x.Email, PasswordHash: x.PasswordHash, Type: domain.UserType(x.UserType),
 		FirstName: x.FirstName, LastName: x.LastName, IsSuperuser: x.IsSuperuser, IsStaff: x.IsStaff, IsActive: x.IsActive,
-		DateJoined: x.DateJoined.UTC(), LastUpdated: x.LastUpdated.UTC(), CredentialsChangedAt: x.CredentialsChangedAt.UTC()}
+		DateJoined: x.DateJoined.UTC(), LastUpdated: x.LastUpdated.UTC(), CredentialsChangedAt: x.CredentialsChangedAt.UTC(),
+		Identifier: x.Identifier}
 }
 
 // CreateUser implements domain.UserStore.
@@ -169,7 +171,7 @@ func (d *DB) ListUsers(ctx context.Context, q domain.UserQuery, p domain.Page) (
 // (setUser).
 func (d *DB) ChangeUser(ctx context.Context, id int64, ch domain.UserChange) (time.Time, error) {
 	set := bson.M{}
-	for key, v := range map[string]*string{"firstName": ch.FirstName, "lastName": ch.LastName, "passwordHash": ch.PasswordHash} {
+	for key, v := range map[string]*string{"firstName": ch.FirstName, "lastName": ch.LastName, "passwordHash": ch.PasswordHash, "identifier": ch.Identifier} {
 		if v != nil {
 			set[key] = *v
 		}

@@ -87,7 +87,8 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
-	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase, Logger: log, MaxDataPointBytes: s.MaxDataPointBytes}
+	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase, Logger: log, MaxDataPointBytes: s.MaxDataPointBytes,
+		IdentityProviders: s.IdentityProviders}
 	// The models (schemas, R5 definitions, R4 maps: ~0.6 s) serve requests;
 	// the administration commands write none of what they check. Their
 	// actor is the system, which the audit trail does not record.
@@ -112,6 +113,12 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
+	// Every instance opens the identity providers' client secrets that
+	// any of them sealed.
+	if config.SecretsKey, err = hkdf.Key(sha256.New, secret, nil, "exchange identity provider secrets", 32); err != nil {
+		a.Close()
+		return nil, err
+	}
 	if a.catalog == nil { // an administration command, or no R5 package
 		if a.catalog, err = fhirsearch.NewCatalog(nil); err != nil {
 			a.Close()
@@ -132,7 +139,7 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,
 		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log, Metrics: a.registerer(),
 		TrustedProxies: s.TrustedProxies, SessionLifetime: s.SessionLifetime, SessionIdleTimeout: s.SessionIdle,
-		ResourceTypes: a.catalog.TypeNames(),
+		ResourceTypes: a.catalog.TypeNames(), PasswordSignInOff: !s.PasswordSignIn, TokenExchange: s.TokenExchange,
 	})
 	if err != nil {
 		a.Close()

@@ -272,7 +272,7 @@ func tokenCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 func invitationCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
 	fs := newFlags("invitation", io)
 	patientID := fs.Int64("patient-id", 0, "the patient (required)")
-	clientID := fs.String("client-id", demoClientID, "the client app that redeems the code")
+	clientID := fs.String("client-id", demoClientID, "the client app that redeems the code: an app's client id, or "+oauth.ConsoleClientID+" for the web console")
 	base := fs.String("url", cmp.Or(io.getenv("EXCHANGE_URL"), fmt.Sprintf("http://localhost:%d", s.Port)),
 		"where patients' browsers reach the service, for a console invitation's link (else EXCHANGE_URL)")
 	if err := parseFlags(fs, args); err != nil {

@@ -879,9 +879,10 @@ func acceptForm(code, password string) *crashRequest {
 
 // acceptInvitation: a patient chooses a password with a console
 // invitation. Whatever write the kill cut, the patient then signs in with
-// that password: the retry completes the redemption (303 to the login
-// page), or finds it completed by the start-up repair or by the first
-// attempt (the code is used: 404). The code is used once: another
+// that password: the retry completes the redemption (200, the
+// confirmation whose form signs in at the login page), or finds it
+// completed by the start-up repair or by the first attempt (the code is
+// used: 404). The code is used once: another
 // password sent with it is refused and changes nothing.
 func acceptInvitation(h *harness, n int) (*crashRequest, crashCheck) {
 	patient := h.newPatient(n)
@@ -889,9 +890,9 @@ func acceptInvitation(h *harness, n int) (*crashRequest, crashCheck) {
 	password := fmt.Sprintf("crash suite password %d", n)
 	return acceptForm(code, password), func(h *harness, retry *crashResponse, _ crashOutcome) {
 		h.t.Helper()
-		h.expectStatus(retry, 303, 404)
-		if loc := retry.header.Get("Location"); retry.status == 303 && !strings.HasPrefix(loc, "/o/login/") {
-			h.checkf("the retry sent the patient to %q, not the login page", loc)
+		h.expectStatus(retry, 200, 404)
+		if retry.status == 200 && !strings.Contains(string(retry.body), `action="/o/login/"`) {
+			h.checkf("the retry's confirmation does not sign in at the login page:\n%s", retry.body)
 		}
 		h.noWriteLeftHalfDone()
 		h.checkPassword(patient, password)

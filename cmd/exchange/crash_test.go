@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -39,25 +40,29 @@ import (
 // trial kills the child at write k in [1, N], either right after the
 // write's reply ("after") or while it runs ("during", a delay drawn
 // within the write's clean duration, which lands inside FerretDB's
-// multi-document inserts). One trial in five is a wall-clock kill
-// instead, at a random moment within the clean request's duration, to
-// catch what counting misses.
+// multi-document inserts). Every write of every variant is killed in
+// both ways first, in a seeded order; then trials draw their points, one
+// in five a wall-clock kill instead, at a random moment within the clean
+// request's duration, to catch what counting misses.
 //
-// A path runs trials until CRASH_TRIALS kills landed (default 50; more
-// for a benchmark-style run): a kill planned "during" the last write, or
-// on the wall clock, can miss a request that answered first, and such a
-// trial counts as a check of the request without a crash. CRASH_SEED
-// replays a run (the seed is logged, and
-// printed with every failure), CRASH_PATHS picks paths by name.
+// A path runs trials until its kills landed: by default every write
+// point in both ways and a quarter more, at least crashMinKills (a path
+// of one write, a batch insert, still has its "during" kills at many
+// moments); CRASH_TRIALS sets the number (500 for a benchmark-style
+// run). A kill planned "during" the last write, or on the wall clock, can
+// miss a request that answered first, and such a trial counts as a check
+// of the request without a crash. CRASH_SEED replays a run (the seed is
+// logged, and printed with every failure), CRASH_PATHS picks paths by
+// name.
 
-// crashTrials is the default number of kills per path.
-const crashTrials = 50
+// crashMinKills is the least number of kills per path by default.
+const crashMinKills = 20
 
 func TestCrashConvergence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the crash suite starts the service hundreds of times")
 	}
-	kills := crashTrials
+	kills := 0 // by path: its write points
 	if v := os.Getenv("CRASH_TRIALS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -73,7 +78,7 @@ func TestCrashConvergence(t *testing.T) {
 		}
 		seed = n
 	}
-	t.Logf("crash suite: seed %d (replay with CRASH_SEED=%d), %d kills per path", seed, seed, kills)
+	t.Logf("crash suite: seed %d (replay with CRASH_SEED=%d), kills per path: %s", seed, seed, cmp.Or(os.Getenv("CRASH_TRIALS"), "every write point in both ways, and a quarter more"))
 	bin := buildCrashBinary(t)
 	only := os.Getenv("CRASH_PATHS")
 	for i, p := range crashPaths {
@@ -155,7 +160,8 @@ type harness struct {
 	rng       *rand.Rand
 	http      *http.Client
 	stats     crashStats
-	baseSeed  uint64 // the suite's seed, to replay
+	planned   [][]crashPlanFile // by variant: the write points not killed at yet
+	baseSeed  uint64            // the suite's seed, to replay
 	path      string
 	current   string // the trial being checked, for messages
 	seq       int    // data numbers used (next)
@@ -455,9 +461,23 @@ func (h *harness) runPath(p crashPath, kills int) {
 		}
 		h.stats.writes = append(h.stats.writes, fmt.Sprintf("%s %d", variant.name, len(clean[v].writes)))
 	}
+	// Every write point of every variant, after and during the write, in
+	// a seeded order.
+	writePoints := 0
+	h.planned = make([][]crashPlanFile, len(p.variants))
+	for v := range p.variants {
+		for at := 1; at <= len(clean[v].writes); at++ {
+			h.planned[v] = append(h.planned[v], crashPlanFile{At: at, Mode: "after"}, crashPlanFile{At: at, Mode: "during"})
+		}
+		h.rng.Shuffle(len(h.planned[v]), func(i, j int) { h.planned[v][i], h.planned[v][j] = h.planned[v][j], h.planned[v][i] })
+		writePoints += len(h.planned[v])
+	}
+	if kills == 0 {
+		kills = max(crashMinKills, writePoints+(writePoints+3)/4)
+	}
 	for i := 1; h.stats.killed < kills && i <= 3*kills; i++ {
 		v := (i - 1) % len(p.variants)
-		h.trial(p.variants[v], i, clean[v])
+		h.trial(p.variants[v], v, i, clean[v])
 	}
 	if h.stats.killed < kills {
 		h.fail("%s: %d kills landed in %d trials, want %d: the kill points miss the requests", p.name, h.stats.killed, h.stats.trials, kills)
@@ -495,20 +515,26 @@ type crashOutcome struct {
 
 // trial runs one kill point: the request under a plan, a restart when the
 // child died, the retry, the checks.
-func (h *harness) trial(variant crashVariant, i int, clean cleanRun) {
+func (h *harness) trial(variant crashVariant, v, i int, clean cleanRun) {
 	writes, cleanDuration := clean.writes, clean.duration
 	req, check := variant.prepare(h, h.next())
 	h.stats.trials++
 	var plan crashPlanFile
 	mode := "wall-clock"
-	if h.rng.IntN(5) > 0 {
+	switch {
+	case len(h.planned[v]) > 0: // a write point not killed at yet
+		plan, h.planned[v] = h.planned[v][0], h.planned[v][1:]
+		mode = plan.Mode
+	case h.rng.IntN(5) > 0:
 		plan.At = 1 + h.rng.IntN(len(writes))
 		plan.Mode = "after"
 		if h.rng.IntN(2) == 0 {
 			plan.Mode = "during"
-			plan.DelayMicros = h.rng.IntN(writes[plan.At-1].micros + 1)
 		}
 		mode = plan.Mode
+	}
+	if plan.Mode == "during" {
+		plan.DelayMicros = h.rng.IntN(writes[plan.At-1].micros + 1)
 	}
 	h.arm(plan)
 	var wallKill *time.Timer

@@ -12,7 +12,7 @@
 //	exchange healthcheck        probe the local service (containers)
 //	exchange import r4 ...      bulk R4 import into a running service
 //
-// Settings come from environment variables; see the README.
+// Settings come from environment variables; see docs/settings.md.
 package main
 
 import (
@@ -99,12 +99,12 @@ const usage = `usage: exchange [command] [flags]
 
 commands:
   serve            run the service (default)
-  seed             load the demo data; --flush empties the database first
+  seed             load the demo data; --observations adds a month of readings, --flush empties the database first
   createsuperuser  create a superuser: --email E [--password P]
   changepassword   set a user's password, ending their sessions and tokens: --email E [--password P]
   clients          register | list | rotate-secret OAuth clients
-  token create     print a bearer token: --email E [--ttl 24h]
-  invitation       print a patient's invitation link: --patient-id N --client-id C [--url U]
+  token create     print a bearer token: --email E [--ttl 24h] [--scopes "S ..."] [--patient N]
+  invitation       print a patient's invitation link: --patient-id N [--client-id C] [--url U]
   migrate          create the database indexes
   doctor           report and repair what interrupted writes left; --dry-run reports only
   healthcheck      exit 0 if the local service is live (/health) and ready (/ready); --live: /health only

@@ -99,6 +99,11 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		{"AUDIT_BUFFER", "0"},
 		{"EMBEDDED_SEARCH_SLOTS", "many"},
 		{"EMBEDDED_SEARCH_QUEUE", "0"},
+		{"IDENTITY_PROVIDERS_FILE", "/nonexistent/providers.json"},
+		{"IDENTITY_PROVIDERS_FILE", badProvidersFile(t)},
+		{"PASSWORD_SIGN_IN", "maybe"},
+		{"TOKEN_EXCHANGE_TRUSTED_ISSUERS", "http://ehr.example.org"},
+		{"TOKEN_EXCHANGE_TRUSTED_ISSUERS", "https://ehr.example.org"}, // without its audience
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), nil, env(map[string]string{tc.name: tc.value, "DATA_DIR": t.TempDir()}), nil, &stdout, &stderr)
@@ -167,15 +172,56 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
+// programVars are the settings of the program over a data directory, on
+// free ports, with the standards of the worktree.
+func programVars(dataDir string) map[string]string {
+	standards := filepath.Join("..", "..", "standards")
+	return map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0",
+		"FHIR_PACKAGES_DIR": filepath.Join(standards, "fhir-packages"), "FHIR_XVER_PACKAGE_DIR": filepath.Join(standards, "fhir", "xver-r4-r5", "maps"),
+		"OMH_SCHEMA_DIR": filepath.Join(standards, "omh", "schemas")}
+}
+
+// TestSeedRepairsTheGatewayClient: seed registers the MCP gateway's client
+// for its read-only scopes only, and narrows a registration made before
+// for every scope (trusted, as earlier versions of seed made it).
+func TestSeedRepairsTheGatewayClient(t *testing.T) {
+	vars := programVars(t.TempDir())
+	vars["MCP_OAUTH_CLIENT_ID"], vars["MCP_OAUTH_CLIENT_SECRET"] = "gateway", "gateway-secret-0123456789abcdefghijklmnop"
+	vars["MCP_OAUTH_REDIRECT_URI"] = "https://mcp.example.org/oauth/callback"
+	ctx := context.Background()
+	scopesOf := func() string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := run(ctx, []string{"clients", "list"}, env(vars), nil, &out, io.Discard); err != nil {
+			t.Fatalf("clients list: %v", err)
+		}
+		m := regexp.MustCompile(`(?m)^gateway\s.*?https://mcp\.example\.org/oauth/callback\s+(.*)$`).FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("clients list has no gateway client:\n%s", out.String())
+		}
+		return strings.TrimSpace(m[1])
+	}
+	if err := run(ctx, []string{"clients", "register", "--id", "gateway", "--name", "MCP gateway", "--trusted", "--secret", vars["MCP_OAUTH_CLIENT_SECRET"],
+		"--redirect-uri", vars["MCP_OAUTH_REDIRECT_URI"]}, env(vars), nil, io.Discard, io.Discard); err != nil {
+		t.Fatalf("clients register: %v", err)
+	}
+	if got := scopesOf(); !strings.Contains(got, "user/*.cruds") {
+		t.Fatalf("the registration before seed: %q", got)
+	}
+	if err := run(ctx, []string{"seed"}, env(vars), nil, io.Discard, io.Discard); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	if got, want := scopesOf(), strings.Join(oauth.GatewayScopes, " "); got != want {
+		t.Errorf("the gateway's client after seed allows %q, want %q", got, want)
+	}
+}
+
 // The whole program, as a user runs it: seed, a token for a script, then
 // the server on a free port over the same data directory, shut down by
 // its context as by SIGTERM.
 func TestProgram(t *testing.T) {
 	dataDir := t.TempDir()
-	standards := filepath.Join("..", "..", "standards")
-	vars := map[string]string{"DATA_DIR": dataDir, "PORT": "0", "EMBEDDED_MONGO_ADDR": "127.0.0.1:0",
-		"FHIR_PACKAGES_DIR": filepath.Join(standards, "fhir-packages"), "FHIR_XVER_PACKAGE_DIR": filepath.Join(standards, "fhir", "xver-r4-r5", "maps"),
-		"OMH_SCHEMA_DIR": filepath.Join(standards, "omh", "schemas")}
+	vars := programVars(dataDir)
 	getenv := env(vars)
 	ctx := context.Background()
 
@@ -356,5 +402,33 @@ func TestKeptFileIsCreatedOnceAndKept(t *testing.T) {
 	second, err := keptFile(path, gen)
 	if err != nil || string(first) != string(second) || calls != 1 {
 		t.Errorf("kept %q then %q after %d generations, %v", first, second, calls, err)
+	}
+}
+
+// badProvidersFile writes an IDENTITY_PROVIDERS_FILE whose provider has
+// an http issuer.
+func badProvidersFile(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "providers.json")
+	if err := os.WriteFile(path, []byte(`[{"id": "uni", "kind": "oidc", "name": "Uni", "issuer": "http://login.uni.example", "clientId": "x"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSignInSettings(t *testing.T) {
+	s, err := loadSettings(env(nil))
+	if err != nil || !s.PasswordSignIn || len(s.IdentityProviders) != 0 || len(s.TokenExchange.TrustedIssuers) != 0 {
+		t.Fatalf("defaults: %+v %v", s, err)
+	}
+	path := filepath.Join(t.TempDir(), "providers.json")
+	if err := os.WriteFile(path, []byte(`[{"id": "uni", "kind": "oidc", "name": "Uni", "issuer": "https://login.uni.example", "clientId": "x", "clientSecret": "y"},
+  {"id": "campus", "kind": "saml", "name": "Campus", "metadataUrl": "https://idp.campus.example/metadata", "firstSignIn": "create"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = loadSettings(env(map[string]string{"IDENTITY_PROVIDERS_FILE": path, "PASSWORD_SIGN_IN": "false",
+		"TOKEN_EXCHANGE_TRUSTED_ISSUERS": "https://ehr.example.org/, http://127.0.0.1:8080", "TOKEN_EXCHANGE_AUDIENCE": "smart-app"}))
+	if err != nil || s.PasswordSignIn || len(s.IdentityProviders) != 2 || s.IdentityProviders[0].FirstSignIn != "invited" ||
+		s.IdentityProviders[1].FirstSignIn != "create" || len(s.TokenExchange.TrustedIssuers) != 2 || s.TokenExchange.Audience != "smart-app" {
+		t.Fatalf("set: %+v %v", s, err)
 	}
 }

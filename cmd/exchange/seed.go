@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"text/tabwriter"
+	"time"
 
 	"exchange/domain"
 	"exchange/oauth"
@@ -137,6 +138,7 @@ var seedFHIRSources = []struct{ patient, label, dataSource string }{
 func seedCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
 	fs := newFlags("seed", io)
 	flush := fs.Bool("flush", false, "delete all data first (every collection of the database)")
+	observations := fs.Bool("observations", false, "also load a month of demo observations up to today")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -158,6 +160,13 @@ func seedCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, a
 		return fmt.Errorf("seed: %w", err)
 	}
 	printDemoLogins(io, s)
+	if *observations {
+		added, err := seedObservations(ctx, a.service, time.Now())
+		if err != nil {
+			return fmt.Errorf("seed observations: %w", err)
+		}
+		fmt.Fprintf(io.out, "Demo observations: %d added (the %d days up to today).\n", added, demoObservationDays)
+	}
 	return nil
 }
 
@@ -299,7 +308,10 @@ func seedPatientRecord(ctx context.Context, svc *domain.Service, sys *domain.Act
 }
 
 // seedClients registers the local test client and, when its settings are
-// present, the MCP gateway's confidential client (trusted: no consent page).
+// present, the MCP gateway's confidential client (trusted: no consent page),
+// registered for oauth.GatewayScopes only: seeding again repairs a
+// registration that allows more, and the tokens granted under it stop
+// working.
 func seedClients(ctx context.Context, op *oauth.Provider, s *settings) error {
 	if _, err := op.SaveClient(ctx, oauth.ClientRegistration{
 		ID: demoClientID, Name: "Exchange local test client", Type: domain.ClientPublic,
@@ -312,7 +324,7 @@ func seedClients(ctx context.Context, op *oauth.Provider, s *settings) error {
 	}
 	if _, err := op.SaveClient(ctx, oauth.ClientRegistration{
 		ID: s.MCPClientID, Secret: s.MCPClientSecret, Name: "MCP gateway", Type: domain.ClientConfidential,
-		RedirectURIs: []string{s.MCPRedirectURI}, SkipAuthorization: true,
+		RedirectURIs: []string{s.MCPRedirectURI}, SkipAuthorization: true, Scopes: oauth.GatewayScopes,
 	}); err != nil {
 		return fmt.Errorf("MCP gateway client %s: %w", s.MCPClientID, err)
 	}

@@ -51,16 +51,24 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 		return err
 	}
 	defer stopMetrics()
+	var capacity func() *domain.StoreCapacity // nil on MongoDB: nothing to say
+	var size *repo.SizeWatch
+	if a.embedded != nil {
+		size = repo.NewSizeWatch(a.db, repo.EmbeddedComfortableObservations, log)
+		capacity = size.Capacity
+	}
 	web := handlers.New(handlers.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas, Ping: a.db.Ping,
-		Loaded: a.loaded, Metrics: a.metrics, MetricsHandler: metrics, Logger: log, TrustedProxies: s.TrustedProxies, Exports: s.Exports,
+		Loaded: a.loaded, Capacity: capacity, Metrics: a.metrics, MetricsHandler: metrics, Logger: log, TrustedProxies: s.TrustedProxies,
+		Exports: s.Exports,
 		Console: console.New(console.Config{Service: a.service, OAuth: a.oauth, Search: a.search, Schemas: a.schemas,
-			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Logger: log, Exports: s.Exports})})
+			ObservationResource: handlers.ObservationResource, GatewayClientID: s.MCPClientID, Capacity: capacity, Logger: log,
+			Exports: s.Exports})})
 
 	background, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
 	go sweep(background, a, log)
-	if a.embedded != nil {
-		go watchEmbeddedSize(background, a.db, log)
+	if size != nil {
+		go watchEmbeddedSize(background, size, log)
 	}
 	if s.AuditRetention > 0 {
 		go expireAuditEvents(background, a.db, s.AuditRetention, log)
@@ -116,23 +124,18 @@ func sweep(ctx context.Context, a *app, log *slog.Logger) {
 const embeddedMemoryLimit = 512 << 20
 
 // sizeCheckEvery is how often the embedded database's size is compared
-// with what it serves comfortably.
-const sizeCheckEvery = 24 * time.Hour
+// with what it serves comfortably: a count from its statistics, no scan.
+const sizeCheckEvery = time.Minute
 
-// watchEmbeddedSize warns, at start-up and once a day, when the embedded
-// database holds more observations than it serves comfortably.
-func watchEmbeddedSize(ctx context.Context, db *repo.DB, log *slog.Logger) {
+// watchEmbeddedSize checks the embedded database's size at start-up and
+// every minute, so that the warning comes within a minute of the store
+// crossing its comfortable size (repo.SizeWatch).
+func watchEmbeddedSize(ctx context.Context, w *repo.SizeWatch, log *slog.Logger) {
 	t := time.NewTicker(sizeCheckEvery)
 	defer t.Stop()
 	for {
-		n, err := db.ObservationCount(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
+		if err := w.Check(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			log.Warn("counting the embedded database's observations failed", "error", err)
-		case n > repo.EmbeddedComfortableObservations:
-			log.Warn("the embedded database holds more observations than it searches comfortably: searches slow down with every one; "+
-				"run the exchange on MongoDB (set MONGODB_URI, or docker compose up)",
-				"observations", n, "comfortable", repo.EmbeddedComfortableObservations)
 		}
 		select {
 		case <-ctx.Done():
@@ -182,7 +185,7 @@ func printBanner(ctx context.Context, a *app, io stdio, base string) {
 		return
 	}
 	if n, err := a.service.CountUsers(ctx); err == nil && n == 0 {
-		fmt.Fprintln(out, "  No users yet. Load the demo data with `go run ./cmd/exchange seed`,")
+		fmt.Fprintln(out, "  No users yet. Load the demo data with `go run ./cmd/exchange seed --observations`,")
 		fmt.Fprintln(out, "  or create your own login with `go run ./cmd/exchange createsuperuser --email you@example.org`.")
 		return
 	}

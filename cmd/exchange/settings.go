@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"exchange/domain"
+	"exchange/handlers"
 	"exchange/oauth"
 	"exchange/omh"
 	"exchange/telemetry"
 )
 
 // settings are the service's environment variables, parsed and checked. The
-// README's settings table documents each one.
+// settings table of docs/settings.md documents each one.
 type settings struct {
 	Port              int
 	MongoURI          string
@@ -67,9 +68,15 @@ type settings struct {
 	// once; Exports the queue's size and the files' retention.
 	ExportConcurrency int
 	Exports           domain.ExportLimits
+	// IdentityProviders are IDENTITY_PROVIDERS_FILE's; PasswordSignIn is
+	// PASSWORD_SIGN_IN; TokenExchange is TOKEN_EXCHANGE_TRUSTED_ISSUERS
+	// and TOKEN_EXCHANGE_AUDIENCE.
+	IdentityProviders []domain.IdentityProvider
+	PasswordSignIn    bool
+	TokenExchange     oauth.TokenExchangeConfig
 }
 
-// Defaults of the operations settings (the README's settings table).
+// Defaults of the operations settings (docs/settings.md).
 const (
 	defaultAuditBuffer         = 10000
 	defaultEmbeddedSearchSlots = 2
@@ -230,6 +237,9 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 	if err := loadExports(s, get); err != nil {
 		return nil, err
 	}
+	if err := loadSignIn(s, get); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -258,6 +268,37 @@ func loadExports(s *settings, get func(name, def string) string) error {
 	var err error
 	if s.Exports.Retention, err = parseDays(v); err != nil || s.Exports.Retention < time.Minute {
 		return fmt.Errorf("EXPORT_RETENTION: %q is not a duration of at least a minute (such as 2h, 1d or 7200)", v)
+	}
+	return nil
+}
+
+// loadSignIn reads the settings of institutional sign-in: the identity
+// providers' file, whether passwords sign in, and the token exchange.
+func loadSignIn(s *settings, get func(name, def string) string) error {
+	if path := get("IDENTITY_PROVIDERS_FILE", ""); path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("IDENTITY_PROVIDERS_FILE: %v", err)
+		}
+		defer f.Close()
+		if s.IdentityProviders, err = handlers.DecodeIdentityProviders(f); err != nil {
+			return fmt.Errorf("IDENTITY_PROVIDERS_FILE: %s: %v", path, err)
+		}
+	}
+	var err error
+	if s.PasswordSignIn, err = strconv.ParseBool(get("PASSWORD_SIGN_IN", "true")); err != nil {
+		return fmt.Errorf("PASSWORD_SIGN_IN: %q is not true or false", get("PASSWORD_SIGN_IN", ""))
+	}
+	issuers := strings.FieldsFunc(get("TOKEN_EXCHANGE_TRUSTED_ISSUERS", ""), func(r rune) bool { return r == ',' || r == ' ' })
+	for _, iss := range issuers {
+		u, err := url.Parse(iss)
+		if err != nil || u.Host == "" || !(u.Scheme == "https" || (u.Scheme == "http" && domain.IsLoopbackHost(u.Hostname()))) {
+			return fmt.Errorf("TOKEN_EXCHANGE_TRUSTED_ISSUERS: %q is not an https URL (http only on a loopback address)", iss)
+		}
+	}
+	s.TokenExchange = oauth.TokenExchangeConfig{TrustedIssuers: issuers, Audience: get("TOKEN_EXCHANGE_AUDIENCE", "")}
+	if (len(issuers) == 0) != (s.TokenExchange.Audience == "") {
+		return errors.New("TOKEN_EXCHANGE_TRUSTED_ISSUERS and TOKEN_EXCHANGE_AUDIENCE: set both, or neither")
 	}
 	return nil
 }

@@ -5,7 +5,7 @@
 //	gateway stdio         MCP over stdin/stdout with a token from `exchange token create`
 //	gateway healthcheck   exit 0 when the local gateway is live (/health) and ready (/ready), for containers
 //
-// Settings come from environment variables; see the README.
+// Settings come from environment variables; see docs/mcp-gateway.md.
 package main
 
 import (

@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/oauth2"
 
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
@@ -124,25 +127,12 @@ func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 	// The gateway's client at the service, so /health finds its
 	// credentials accepted.
 	if _, err := svc.OAuth.SaveClient(context.Background(), oauth.ClientRegistration{ID: vars["SERVICE_CLIENT_ID"], Secret: vars["SERVICE_CLIENT_SECRET"],
-		Name: "MCP gateway", Type: domain.ClientConfidential, RedirectURIs: []string{defaultResourceURL + "/oauth/callback"}, SkipAuthorization: true}); err != nil {
+		Name: "MCP gateway", Type: domain.ClientConfidential, RedirectURIs: []string{defaultResourceURL + "/oauth/callback"}, SkipAuthorization: true,
+		Scopes: oauth.GatewayScopes}); err != nil {
 		t.Fatal(err)
 	}
 	delete(vars, "MCP_RESOURCE_URL")
-	vars["LOG_FORMAT"] = "text" // what the patterns below read
-	ctx, cancel := context.WithCancel(context.Background())
-	var logs handlerstest.LogBuffer
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve"}, env(vars), nil, io.Discard, &logs) }()
-	var port string
-	for deadline := time.Now().Add(10 * time.Second); port == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m := listening.FindStringSubmatch(logs.String()); m != nil {
-			port = m[1]
-		}
-	}
-	if port == "" {
-		cancel()
-		t.Fatalf("no listening line:\n%s", logs.String())
-	}
+	port, logs := serveForTest(t, vars)
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "MCP_RESOURCE_URL is not set: using http://localhost:8401") {
 		t.Errorf("no start-up warning about MCP_RESOURCE_URL:\n%s", logs.String())
 	}
@@ -162,14 +152,72 @@ func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 	if !strings.Contains(logs.String(), `addr=127.0.0.1:`+port) {
 		t.Errorf("the gateway does not listen on loopback only:\n%s", logs.String())
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serve returned %v", err)
+}
+
+// serveForTest runs the program's serve command with the settings, as users
+// start it, until the test ends, and returns the port it listens on and
+// its logs (text).
+func serveForTest(t *testing.T, vars map[string]string) (string, *handlerstest.LogBuffer) {
+	t.Helper()
+	vars["LOG_FORMAT"] = "text" // what the patterns read
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &handlerstest.LogBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"serve"}, env(vars), nil, io.Discard, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve returned %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("serve did not stop")
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop")
+	})
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := listening.FindStringSubmatch(logs.String()); m != nil {
+			return m[1], logs
+		}
+	}
+	t.Fatalf("no listening line:\n%s", logs.String())
+	return "", nil
+}
+
+// TestServedGatewayBindsFlowsToTheBrowser: the program as served answers
+// the service's return only in the browser that approved the flow; the
+// link it forwards to, opened anywhere else, ends on an error page.
+func TestServedGatewayBindsFlowsToTheBrowser(t *testing.T) {
+	svc := handlerstest.Start(t)
+	vars := goodVars()
+	vars["SERVICE_BASE_URL"], vars["MCP_HTTP_ADDR"] = svc.URL, "127.0.0.1:0"
+	port, _ := serveForTest(t, vars)
+	base := "http://127.0.0.1:" + port
+	const redirect = "https://assistant.example/cb"
+	resp, reg := handlerstest.SendTo(t, "POST", base+"/register", "", map[string]any{"redirect_uris": []string{redirect}}, nil)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("register: %d %v", resp.StatusCode, reg)
+	}
+	q := url.Values{"client_id": {reg["client_id"].(string)}, "redirect_uri": {redirect}, "response_type": {"code"}, "state": {"client-state"},
+		"code_challenge": {oauth2.S256ChallengeFromVerifier(oauth2.GenerateVerifier())}, "code_challenge_method": {"S256"}}
+	approver := handlerstest.NewBrowser(t, func(*url.URL) bool { return true })
+	_, page := approver.Do("GET", base+"/authorize?"+q.Encode(), nil)
+	_, form := handlerstest.Form(t, page) // posted to the gateway as served, not to its public URL
+	form.Set("decision", "allow")
+	resp, _ = approver.Do("POST", base+"/authorize", form)
+	to, _ := url.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusFound || !strings.HasPrefix(to.String(), svc.URL+"/o/authorize/") {
+		t.Fatalf("allow: %d to %s", resp.StatusCode, to)
+	}
+	// The service's return, as it would come: in another browser, refused
+	// and sent nowhere; in the approver's, on to the client.
+	back := base + "/oauth/callback?" + url.Values{"state": {to.Query().Get("state")}, "code": {"service-code"}}.Encode()
+	if resp, page := handlerstest.NewBrowser(t, func(*url.URL) bool { return true }).Do("GET", back, nil); resp.StatusCode != http.StatusForbidden ||
+		resp.Header.Get("Location") != "" || !strings.Contains(page, "not started in this browser") {
+		t.Errorf("another browser: %d Location %q\n%s", resp.StatusCode, resp.Header.Get("Location"), page)
+	}
+	if resp, _ := approver.Do("GET", back, nil); resp.StatusCode != http.StatusFound || !strings.HasPrefix(resp.Header.Get("Location"), redirect+"?code=") {
+		t.Errorf("the approver's browser: %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
 

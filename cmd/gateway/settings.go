@@ -12,7 +12,7 @@ import (
 )
 
 // settings are the gateway's environment variables, parsed; mcp.New
-// checks what they mean. The README's gateway settings table documents
+// checks what they mean. The gateway settings table of docs/mcp-gateway.md documents
 // each one.
 type settings struct {
 	ServiceURL       string

@@ -140,3 +140,20 @@ func parseForm(page string, n int) (string, url.Values, bool) {
 	}
 	return html.UnescapeString(forms[n][1]), fields, true
 }
+
+// CSRF returns the browser's CSRF token for the exchange at base (the
+// double-submit cookie's value), for a form a test posts by hand.
+func CSRF(t testing.TB, b *Browser, base string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range b.Jar().Cookies(u) {
+		if c.Name == "exchange_csrf" {
+			return c.Value
+		}
+	}
+	t.Fatalf("the browser has no CSRF cookie for %s", base)
+	return ""
+}

@@ -232,6 +232,12 @@ type Options struct {
 	// Database is the database to serve, shared with another Env (two
 	// instances); nil: a new one named after the test.
 	Database *repo.DB
+	// IdentityProviders are IDENTITY_PROVIDERS_FILE's; PasswordSignInOff
+	// is PASSWORD_SIGN_IN=false; TokenExchange is
+	// TOKEN_EXCHANGE_TRUSTED_ISSUERS and TOKEN_EXCHANGE_AUDIENCE.
+	IdentityProviders []domain.IdentityProvider
+	PasswordSignInOff bool
+	TokenExchange     oauth.TokenExchangeConfig
 }
 
 // Exports are the settings of a test's bulk export runner.
@@ -290,12 +296,12 @@ func StartWith(t testing.TB, o Options) *Env {
 	}
 	svc := domain.NewService(domain.Config{Store: store, Schemas: Schemas(t), SourceBase: SourceBase,
 		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log,
-		ExportSearches: search, ExportFiles: exportFiles})
+		ExportSearches: search, ExportFiles: exportFiles, IdentityProviders: o.IdentityProviders})
 	provider, err := oauth.New(oauth.Config{
 		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
 		Logger: log, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
-		ResourceTypes: catalog.TypeNames(),
+		ResourceTypes: catalog.TypeNames(), PasswordSignInOff: o.PasswordSignInOff, TokenExchange: o.TokenExchange,
 	})
 	if err != nil {
 		t.Fatal(err)
