@@ -161,17 +161,13 @@ type creates struct {
 	nativeAt   []int
 }
 
-// addCreate routes entry i to p: a native-coded Observation to the native
-// store, anything else to the imported store under source; read is body
-// read as a plain Observation, or nil (nativeObservation).
+// addCreate routes entry i to p (routeCreate): a native-coded Observation
+// to the native store, anything else to the imported store under source;
+// read is body read as a plain Observation, or nil.
 func (s *server) addCreate(p *creates, i int, resourceType string, body []byte, read *observationIn, source string) error {
-	var n domain.NewObservation
-	native := false
-	if resourceType == "Observation" {
-		var err error
-		if n, native, err = s.nativeObservation(body, read); err != nil {
-			return err
-		}
+	n, native, err := s.routeCreate(resourceType, body, read)
+	if err != nil {
+		return err
 	}
 	if !native {
 		p.addImported(i, domain.ResourceWrite{Type: resourceType, Body: body, Source: source})

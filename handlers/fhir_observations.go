@@ -145,34 +145,43 @@ func (w *unknownWalk) object(raw []byte, known elements) error {
 	return nil // nil, or not a JSON object: the typed decoding says why
 }
 
-// nativeObservation reads an Observation's JSON for the native store when
-// it belongs there, as domain.IsNativeObservation decides: native reports
-// whether it does, and n and err are then its decoding. An Observation
-// that decodes is read once, and its decoded codings say where it goes,
-// exactly as that probe would (an upload's Base64 is the bulk of its JSON:
-// reading it twice cost a tenth of an upload); only a body that does not
-// decode is probed.
+// routeCreate reads the body of a create of resourceType for the native
+// store when it belongs there, as domain.CreatesNative decides: native
+// reports whether it does, and n and err are then its decoding. Only an
+// Observation is read. One that decodes is read once, and its decoded
+// codings say where it goes, exactly as domain.CodingSystems would read
+// them (an upload's Base64 is the bulk of its JSON: reading it twice cost
+// a tenth of an upload); only a body that does not decode is probed.
 //
 // A plain body of native elements only, as clients send, is read in one
 // pass (readPlainObservation); any other body is decoded and walked as
 // the reference path does, which then says what is wrong with it.
 //
 // in is raw already read so (a batch's entry.observation), or nil.
-func (s *server) nativeObservation(raw []byte, in *observationIn) (n domain.NewObservation, native bool, err error) {
+func (s *server) routeCreate(resourceType string, raw []byte, in *observationIn) (n domain.NewObservation, native bool, err error) {
 	plain := in != nil
-	if !plain {
-		in, plain = readPlainObservation(raw)
-	}
 	var decodeErr error
-	if !plain {
-		in = new(observationIn)
-		decodeErr = json.Unmarshal(raw, in)
-	}
-	if decodeErr == nil {
-		native = in.Code != nil && slices.ContainsFunc(in.Code.Coding, func(c observationCoding) bool { return domain.IsNativeSystem(c.System) })
-	} else {
-		native = domain.IsNativeObservation(raw)
-	}
+	native = domain.CreatesNative(resourceType, func(yield func(string) bool) {
+		if !plain {
+			in, plain = readPlainObservation(raw)
+		}
+		if !plain {
+			in = new(observationIn)
+			decodeErr = json.Unmarshal(raw, in)
+		}
+		if decodeErr != nil {
+			domain.CodingSystems(raw)(yield)
+			return
+		}
+		if in.Code == nil {
+			return
+		}
+		for _, c := range in.Code.Coding {
+			if !yield(c.System) {
+				return
+			}
+		}
+	})
 	if !native {
 		return domain.NewObservation{}, false, nil
 	}
