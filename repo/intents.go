@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,23 +16,21 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Write intents and instance leases: how a write that spans documents
-// converges without transactions (the package doc states the design).
+// Write intents: how a write of several documents converges without
+// transactions. docs/durability.md tables every kind of intent: the
+// order of its writes, what a crash leaves, and how it is repaired.
 //
-// A write that touches several documents first inserts one intent
-// document naming what it is about to write, and deletes it after its
-// last write. An intent that outlives its write marks a write that was
-// cut short; it is abandoned once the process that wrote it is gone (or,
-// when the write returned without removing it, leaseTimeout after: giveUp),
-// and repairing it rolls the write back (a create, whose uniqueness was not
-// settled) or forward (a change that was checked in full before its
-// first write). A write whose command returned an unknown outcome
-// (outcomeUnknown) leaves its settle to that repair too (settleWrite);
-// one whose intent insert returned so puts a given-up copy in its place
-// (giveUpUnrecorded).
-// Every process that writes intents holds a lease, an
-// instance document it renews; a lease not renewed for leaseTimeout
-// belongs to a dead process.
+// A write of several documents opens an intent (open) before its first
+// write: one write_intents document naming what it is about to write.
+// When it returns, it closes it (close), saying how it ended (writeEnd):
+// done or undone, the intent goes; stopped half way, or with a command
+// whose outcome is unknown, it stays, given up, for the repair. An intent
+// that outlives its write, by a crash or so, is repaired once abandoned
+// (repair.go): rolled back (a create, whose uniqueness was not settled)
+// or forward (a change that was checked in full before its first write),
+// by its kind's repair, defined beside the write. Who holds an intent,
+// and so whether its write may still be running, is its state
+// (intentState); the process that holds one has a lease (leases.go).
 
 const (
 	colIntents = "write_intents"
@@ -41,34 +40,85 @@ const (
 	intentTimeout = 15 * time.Minute
 )
 
-// intentKind names a multi-document write, and so how to repair it.
+// intentKind names a multi-document write, and so how to repair it
+// (intentRepairs).
 type intentKind string
 
 // The multi-document writes. "Back" kinds are rolled back when abandoned,
-// "forward" kinds rolled forward.
+// "forward" kinds rolled forward. Each one's write and repair are in the
+// file named.
 const (
-	intentObservations       intentKind = "observations.create" // back: claims of unstored observations go
-	intentPatientCreate      intentKind = "patient.create"      // back: without the patient record, its user and claims go
-	intentPatientUpdate      intentKind = "patient.update"      // forward: claims the record does not list go
-	intentPatientDelete      intentKind = "patient.delete"      // forward: the delete is finished
-	intentPractitionerCreate intentKind = "practitioner.create" // back: without the membership, the user goes
-	intentOrganizationDelete intentKind = "organization.delete" // forward: the delete is finished
-	intentEnroll             intentKind = "enrollments.create"  // forward: every enrollment is made
-	intentUnenroll           intentKind = "enrollments.delete"  // forward: enrollments and their answers go
-	intentConsents           intentKind = "consents.write"      // forward: every answer is written
+	intentObservations       intentKind = "observations.create" // back: claims of unstored observations go (observations.go)
+	intentPatientCreate      intentKind = "patient.create"      // back: without the patient record, its user and claims go (patients.go)
+	intentPatientUpdate      intentKind = "patient.update"      // forward: claims the record does not list go (patients.go)
+	intentPatientDelete      intentKind = "patient.delete"      // forward: the delete is finished (patients.go)
+	intentPractitionerCreate intentKind = "practitioner.create" // back: without the membership, the user goes (users.go)
+	intentOrganizationDelete intentKind = "organization.delete" // forward: the delete is finished (organizations.go)
+	intentEnroll             intentKind = "enrollments.create"  // forward: every enrollment is made (studies.go)
+	intentUnenroll           intentKind = "enrollments.delete"  // forward: enrollments and their answers go (studies.go)
+	intentConsents           intentKind = "consents.write"      // forward: every answer is written (studies.go)
 	intentInvitationRedeem   intentKind = "invitation.redeem"   // forward: the code is used and the password set (invitations.go)
 )
+
+// intentRepairs are the repairs of abandoned intents, by kind (repair),
+// each defined beside its write.
+var intentRepairs = map[intentKind]func(*DB, context.Context, *intentDoc) error{
+	intentObservations:       (*DB).repairObservations,
+	intentPatientCreate:      (*DB).undoPatientCreate,
+	intentPatientUpdate:      (*DB).repairPatientUpdate,
+	intentPatientDelete:      (*DB).repairPatientDelete,
+	intentPractitionerCreate: (*DB).undoPractitionerCreate,
+	intentOrganizationDelete: (*DB).repairOrganizationDelete,
+	intentEnroll:             (*DB).repairEnrollments,
+	intentUnenroll:           (*DB).repairUnenrollments,
+	intentConsents:           (*DB).repairConsents,
+	intentInvitationRedeem:   (*DB).repairRedemption,
+}
+
+// intentState is where an intent stands: who holds it, and so whether
+// its write may still be running (abandoned says when it no longer can).
+//
+//	open ─> running ─ close: done, undone ─> removed
+//	           │ close: half way, unknown
+//	           v
+//	        givenUp ─ leaseTimeout later ─> abandoned
+//	running, adopted ─ lease dead, or intentTimeout ─> abandoned
+//	abandoned ─ repair adopts ─> adopted ─ repaired ─> removed
+//	adopted ─ repair failed ─> as it was (givenUp, now, when its outcome is unknown)
+//
+// An intent whose own insert failed with an unknown outcome is put in
+// place given up and marked Unbegun (giveUpUnrecorded): its write wrote
+// nothing, and its repair only removes it.
+type intentState string
+
+const (
+	intentRunning intentState = "running" // its write runs, in the process whose lease holds it
+	intentGivenUp intentState = "givenUp" // its write returned without settling: no lease holds it
+	intentAdopted intentState = "adopted" // a repair runs, in the process whose lease holds it
+)
+
+// intentHold is an intent's state and its holder, which move together
+// by one compare-and-set (moveIntent).
+type intentHold struct {
+	State intentState `bson:"state"`
+	// Instance is the lease of the process that holds the intent (its
+	// writer's while running, its repairer's once adopted); none when it
+	// is given up.
+	Instance string `bson:"instance"`
+	// Since is when the intent entered its state: when its write began,
+	// when it was given up, or when it was adopted.
+	Since time.Time `bson:"startedAt"`
+}
 
 // intentDoc is a document of write_intents. Besides what every intent
 // has, each kind sets the fields its repair reads.
 type intentDoc struct {
-	ID        bson.ObjectID `bson:"_id"`
-	Kind      intentKind    `bson:"kind"`
-	Instance  string        `bson:"instance"` // the lease of the process writing it
-	StartedAt time.Time     `bson:"startedAt"`
+	ID   bson.ObjectID `bson:"_id"`
+	Kind intentKind    `bson:"kind"`
+	Hold intentHold    `bson:",inline"`
 	// Unbegun marks the given-up copy of an intent whose insert failed
 	// with an unknown outcome (giveUpUnrecorded): its write stopped there,
-	// and its repair settles nothing.
+	// and its repair settles nothing. It stays so once adopted.
 	Unbegun bool `bson:"unbegun,omitempty"`
 	// Keys are the claim keys (claimKey) the write may take: how a write
 	// that collides with one finds the intent. Observation intents list
@@ -92,7 +142,7 @@ type intentDoc struct {
 	// changed since, which this one's repair leaves as they are.
 	Touches    []string `bson:"touches,omitempty"`
 	Superseded []string `bson:"superseded,omitempty"`
-	// Began is when a forward write began, which StartedAt no longer says
+	// Began is when a forward write began, which Since no longer says
 	// once the intent is given up or adopted: its repair marks its pairs
 	// in the intents of the writes that began no later (supersedeEarlier).
 	Began time.Time `bson:"began,omitempty"`
@@ -102,6 +152,23 @@ type intentDoc struct {
 	TokenID      string    `bson:"tokenId,omitempty"`
 	PasswordHash string    `bson:"passwordHash,omitempty"`
 	ChangedAt    time.Time `bson:"changedAt,omitempty"`
+}
+
+// UnmarshalBSON reads an intent; one written before intents had a state
+// (none stored) is given up when no instance holds it, running otherwise:
+// what its holder then said.
+func (in *intentDoc) UnmarshalBSON(data []byte) error {
+	type stored intentDoc // without this method
+	if err := bson.Unmarshal(data, (*stored)(in)); err != nil {
+		return err
+	}
+	if in.Hold.State == "" {
+		in.Hold.State = intentRunning
+		if in.Hold.Instance == "" {
+			in.Hold.State = intentGivenUp
+		}
+	}
+	return nil
 }
 
 // claimKey is the key of a claim on (system, value): fixed length, and
@@ -119,19 +186,20 @@ func claimKey(system, value string) string {
 	return string(hexSum[:])
 }
 
-// begin records an intent before the first write of a multi-document
-// write; the caller fills in the kind's fields, and may set the _id when
-// the intent is also a lock (beginIdentifierChange): then a duplicate key
-// says that another write holds it. When it fails, the caller fails its
-// write without writing anything more (giveUpUnrecorded relies on it).
-func (d *DB) begin(ctx context.Context, in *intentDoc) error {
+// open records the intent in before the first write of a multi-document
+// write, running under this process's lease; the caller fills in the
+// kind's fields, and may set the _id when the intent is also a lock
+// (openIdentifierChange): then a duplicate key says that another write
+// holds it. When it fails, the caller fails its write without writing
+// anything more (giveUpUnrecorded relies on it).
+func (d *DB) open(ctx context.Context, in *intentDoc) error {
 	if err := d.hold(ctx); err != nil {
 		return err
 	}
 	if in.ID.IsZero() {
 		in.ID = bson.NewObjectID()
 	}
-	in.Instance, in.StartedAt = d.lease.id, d.nowMillis()
+	in.Hold = intentHold{State: intentRunning, Instance: d.lease.id, Since: d.nowMillis()}
 	if in.Keys == nil {
 		in.Keys = []string{}
 	}
@@ -144,13 +212,13 @@ func (d *DB) begin(ctx context.Context, in *intentDoc) error {
 	return nil
 }
 
-// giveUpUnrecorded gives up (giveUp) the intent of a write whose begin
+// giveUpUnrecorded gives up (giveUp) the intent of a write whose open
 // failed with an unknown outcome, and which so wrote nothing more. Its
 // insert may still land, carrying this process's live lease: a write still
 // running to every look until intentTimeout (15 minutes), which for an
 // identifier change is the patient's identifier lock. In its place goes a
 // given-up copy marked Unbegun, whose repair, after leaseTimeout, only
-// removes it: one replace, upserted, of the intent as begin wrote it. If
+// removes it: one replace, upserted, of the intent as open wrote it. If
 // the insert was lost, the copy is inserted; if it landed, it is replaced;
 // if it lands later, it is a duplicate key and refused. A lock intent of
 // another write under the same _id has another instance and start: the
@@ -162,8 +230,8 @@ func (d *DB) begin(ctx context.Context, in *intentDoc) error {
 func (d *DB) giveUpUnrecorded(ctx context.Context, in *intentDoc) {
 	ctx = context.WithoutCancel(ctx)
 	copied := *in
-	copied.Instance, copied.StartedAt, copied.Unbegun = noInstance, d.nowMillis(), true
-	filter := bson.M{"_id": in.ID, "instance": in.Instance, "startedAt": in.StartedAt}
+	copied.Hold, copied.Unbegun = intentHold{State: intentGivenUp, Since: d.nowMillis()}, true
+	filter := bson.M{"_id": in.ID, "instance": in.Hold.Instance, "startedAt": in.Hold.Since}
 	for range 2 {
 		_, err := d.c(colIntents).ReplaceOne(ctx, filter, copied, options.Replace().SetUpsert(true))
 		if err == nil || outcomeUnknown(err) {
@@ -172,25 +240,16 @@ func (d *DB) giveUpUnrecorded(ctx context.Context, in *intentDoc) {
 	}
 }
 
-// end removes an intent after its write's last step, whatever the
-// request's context became: the write is over. Only the intent as its
-// writer (or adopter) holds it goes: a lock intent (beginIdentifierChange)
-// taken since by another write under the same _id stays.
-func (d *DB) end(ctx context.Context, in *intentDoc) error {
-	_, err := d.c(colIntents).DeleteOne(context.WithoutCancel(ctx), bson.M{"_id": in.ID, "instance": in.Instance})
-	return err
-}
-
-// beginForward records the intent of a forward write (enrollments,
+// openForward records the intent of a forward write (enrollments,
 // consent answers) and marks the pairs it touches as superseded in every
 // other intent touching them. An older write of those pairs that was cut
 // short is rolled forward by its repair, which may come a minute later on
 // MongoDB (once its process's lease is stale): without the mark it would
 // apply its answers over this newer write, bringing back a consent that
 // was withdrawn since, or an enrollment that was ended.
-func (d *DB) beginForward(ctx context.Context, in *intentDoc) error {
+func (d *DB) openForward(ctx context.Context, in *intentDoc) error {
 	in.Began = d.nowMillis()
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.open(ctx, in); err != nil {
 		return err
 	}
 	if err := d.supersede(ctx, in, in.Touches, bson.M{}); err != nil {
@@ -199,7 +258,7 @@ func (d *DB) beginForward(ctx context.Context, in *intentDoc) error {
 		// after it changed some. So the intent is given up and rolled
 		// forward, as the marks promise the intents they were added to;
 		// its repair sends the marks again (supersedeEarlier).
-		return d.finish(ctx, in, fmt.Errorf("record the write intent: %w", err), false)
+		return d.close(ctx, in, writeHalfWay, fmt.Errorf("record the write intent: %w", err))
 	}
 	return nil
 }
@@ -217,7 +276,7 @@ func (d *DB) supersede(ctx context.Context, in *intentDoc, pairs []string, filte
 
 // supersedeEarlier marks, before the repair of a forward write rolls it
 // forward, the pairs it still holds (current) in the intents of the
-// writes that began before it, as beginForward did, or meant to: its
+// writes that began before it, as openForward did, or meant to: its
 // marks may have been refused, all or some, or lost on the wire, and then
 // the repair of an earlier write cut short, coming after this one's (its
 // process dies later), would write its answers over this write's,
@@ -257,34 +316,87 @@ func (in *intentDoc) current(patientID, studyID int64) bool {
 	return !slices.Contains(in.Superseded, pairKey(patientID, studyID))
 }
 
-// finish ends the intent of a write that returned cause (conclude), and
-// returns cause, or, when the write succeeded, the failure to remove its
-// intent.
-func (d *DB) finish(ctx context.Context, in *intentDoc, cause error, settled bool) error {
-	if err := d.conclude(ctx, in, cause == nil || settled); cause == nil {
-		return err
+// writeEnd is how a write under an intent ended, and so what close does
+// with the intent.
+type writeEnd int
+
+const (
+	// writeDone: it wrote everything. The intent goes.
+	writeDone writeEnd = iota
+	// writeUndone: it was refused, and undid what it wrote (or settled it
+	// against what is stored). The intent goes.
+	writeUndone
+	// writeHalfWay: it stopped part way and left what it wrote as it is.
+	// The intent stays, given up, for the repair to finish the write (a
+	// forward kind) or undo it (a back kind).
+	writeHalfWay
+	// writeUnknown: a command of it failed with an unknown outcome
+	// (outcomeUnknown) and may still be applied, so nothing was settled.
+	// The intent stays, given up: its repair settles once the command can
+	// no longer land.
+	writeUnknown
+)
+
+// close ends the intent of a write that returned cause (nil: none), as
+// end says, whatever the request's context became: the write is over. It
+// returns the write's error: cause, or when there is none, the failure to
+// remove the intent. An intent that stays, or fails to be removed, is
+// given up (giveUp).
+func (d *DB) close(ctx context.Context, in *intentDoc, end writeEnd, cause error) error {
+	if end == writeHalfWay || end == writeUnknown {
+		d.giveUp(ctx, in)
+		return cause
+	}
+	if err := d.remove(ctx, in); err != nil {
+		d.giveUp(ctx, in)
+		return cmp.Or(cause, err)
 	}
 	return cause
 }
 
-// conclude ends the intent of a write that returned: when the write settled
-// (it succeeded, or undid itself), the intent goes; when it failed half
-// way, or the intent could not be removed, it stays for the repair, given
-// up (giveUp). It returns the failure to remove it.
-func (d *DB) conclude(ctx context.Context, in *intentDoc, settled bool) error {
-	if !settled {
-		d.giveUp(ctx, in)
-		return nil
-	}
-	err := d.end(ctx, in)
+// forwardEnd is how a write that its repair rolls forward ended, given
+// its error: done, or half way, for the repair to finish.
+func forwardEnd(err error) writeEnd {
 	if err != nil {
-		d.giveUp(ctx, in)
+		return writeHalfWay
 	}
+	return writeDone
+}
+
+// settledEnd settles what a write that returned cause (nil when it wrote
+// everything) wrote, by settle, which undoes or settles it against what
+// is stored, and says how the write ended, with its error: done or
+// undone when settle succeeded, half way when it failed. Unless cause
+// leaves the outcome of its command unknown (outcomeUnknown): that
+// command may still be applied after settle has read the store, and
+// undo the settle's work (a patient record replaced after its claims were
+// settled lists an identifier it does not claim; a record inserted after
+// its create was undone has no claims). Then nothing is settled now
+// (writeUnknown).
+func settledEnd(cause error, settle func() error) (writeEnd, error) {
+	if outcomeUnknown(cause) {
+		return writeUnknown, cause
+	}
+	if err := settle(); err != nil {
+		return writeHalfWay, undone(cause, err)
+	}
+	if cause != nil {
+		return writeUndone, cause
+	}
+	return writeDone, nil
+}
+
+// remove deletes an intent whose write, or repair, is over. Only the
+// intent as its writer (or adopter) holds it goes: a lock intent
+// (openIdentifierChange) taken since by another write under the same _id
+// stays.
+func (d *DB) remove(ctx context.Context, in *intentDoc) error {
+	_, err := d.c(colIntents).DeleteOne(context.WithoutCancel(ctx), bson.M{"_id": in.ID, "instance": in.Hold.Instance})
 	return err
 }
 
 // giveUp hands the intent of a write that returned, half way or with
-// its intent unremoved, to no instance, as started now: the write is
+// its intent unremoved, to no instance, given up as of now: the write is
 // over, so the repair need not wait for intentTimeout (this process's
 // lease is alive), during which the next write that finds the intent in
 // its way takes it for a write still running and is refused: an update
@@ -298,33 +410,12 @@ func (d *DB) conclude(ctx context.Context, in *intentDoc, settled bool) error {
 // abandoned leaseTimeout after it was given up (abandoned), the time
 // after which the package assumes no write of a dead process is still in
 // flight. If the move fails, the intent keeps waiting for intentTimeout.
-// An end whose delete was applied but whose reply was lost leaves
+// A remove whose delete was applied but whose reply was lost leaves
 // nothing to move, and a lock intent taken since by another write has
 // another instance and start: the move, a compare-and-set, leaves both
 // alone.
 func (d *DB) giveUp(ctx context.Context, in *intentDoc) {
-	_ = d.moveIntent(context.WithoutCancel(ctx), in, noInstance, d.nowMillis())
-}
-
-// noInstance is the instance of a given-up intent: no lease has its id,
-// and its start is when it was given up (giveUp).
-const noInstance = ""
-
-// settleWrite ends the intent of a write that returned cause (nil when it
-// succeeded) after settle, which undoes or settles against what is stored
-// what the write did (undone), unless cause leaves the outcome of its
-// command unknown (outcomeUnknown): that command may still be applied
-// after settle has read the store, and undo the settle's work (a patient
-// record replaced after its claims were settled lists an identifier it
-// does not claim; a record inserted after its create was undone has no
-// claims). Then nothing is settled now and the intent is given up
-// (giveUp): its repair settles once the command can no longer land.
-func (d *DB) settleWrite(ctx context.Context, in *intentDoc, cause error, settle func() error) error {
-	if outcomeUnknown(cause) {
-		return d.finish(ctx, in, cause, false)
-	}
-	err := settle()
-	return d.finish(ctx, in, undone(cause, err), err == nil)
+	_ = d.moveIntent(context.WithoutCancel(ctx), in, intentHold{State: intentGivenUp, Since: d.nowMillis()})
 }
 
 // outcomeUnknown says whether err leaves unknown whether the server applied
@@ -350,23 +441,22 @@ func undone(cause, undo error) error {
 	return fmt.Errorf("%w (and undoing the partial write failed: %v)", cause, undo)
 }
 
-// moveIntent hands the intent, if it is still as in holds it, to the
-// process of the lease instance, as started then; errRepairedElsewhere
-// when it is not.
-func (d *DB) moveIntent(ctx context.Context, in *intentDoc, instance string, started time.Time) error {
+// moveIntent moves the intent, if it is still as in holds it, to the
+// state and holder to; errRepairedElsewhere when it is not.
+func (d *DB) moveIntent(ctx context.Context, in *intentDoc, to intentHold) error {
 	// FerretDB reads, then writes an update: within this process, the
 	// mutex makes the compare-and-set one step; on MongoDB the filter
 	// alone is atomic, across processes too.
 	d.adopting.Lock()
 	defer d.adopting.Unlock()
-	res, err := d.c(colIntents).UpdateOne(ctx, bson.M{"_id": in.ID, "instance": in.Instance, "startedAt": in.StartedAt},
-		bson.M{"$set": bson.M{"instance": instance, "startedAt": started}})
+	res, err := d.c(colIntents).UpdateOne(ctx, bson.M{"_id": in.ID, "instance": in.Hold.Instance, "startedAt": in.Hold.Since},
+		bson.M{"$set": bson.M{"state": to.State, "instance": to.Instance, "startedAt": to.Since}})
 	switch {
 	case err != nil:
 		return err
 	case res.MatchedCount == 0:
 		return errRepairedElsewhere
 	}
-	in.Instance, in.StartedAt = instance, started
+	in.Hold = to
 	return nil
 }

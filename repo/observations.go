@@ -270,7 +270,7 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 			insertOwner = append(insertOwner, i)
 		}
 	}
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.open(ctx, in); err != nil {
 		return failAll(errs, err)
 	}
 	raws := make([]bson.Raw, len(inserts))
@@ -332,7 +332,10 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	for i, r := range repeats {
 		errs[i] = r.err(obs[i], obs[r.entry], errs[r.entry])
 	}
-	settled := !slices.Contains(maybeStored, true)
+	end := writeDone
+	if slices.Contains(maybeStored, true) {
+		end = writeUnknown
+	}
 	var release []string
 	var unstored []int64
 	for i, o := range obs {
@@ -343,8 +346,11 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 			}
 		}
 	}
+	if len(unstored) > 0 && end == writeDone {
+		end = writeUndone // the entries refused: their claims are released
+	}
 	if err := d.releaseObservationClaims(ctx, release, unstored); err != nil {
-		settled = false
+		end = writeHalfWay
 		for _, id := range unstored {
 			i := int(id - first)
 			errs[i] = fmt.Errorf("%w (and releasing its claims failed: %v)", errs[i], err)
@@ -354,7 +360,7 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	// given up: the next write that meets one once leaseTimeout has passed
 	// repairs it. The entries' outcomes stand whether the intent goes or
 	// not.
-	_ = d.conclude(ctx, in, settled)
+	_ = d.close(ctx, in, end, nil)
 	return errs
 }
 
@@ -549,13 +555,13 @@ func (d *DB) releaseObservationClaims(ctx context.Context, keys []string, ids []
 	return err
 }
 
-// releaseUnstoredClaims removes the claims of the observations first..last
-// (the ids of one write's intent) that are not stored: the repair of an
-// observation write cut short. Its claims are found by the ids they name
-// (the observation index of the claims; the intent lists no keys), and
-// the observations they name are looked up in one query.
-func (d *DB) releaseUnstoredClaims(ctx context.Context, first, last int64) error {
-	ctx = context.WithoutCancel(ctx)
+// repairObservations is the repair of an observation write cut short: it
+// removes the claims of the observations of the intent's ids
+// (FirstID..LastID) that are not stored. Its claims are found by the ids
+// they name (the observation index of the claims; the intent lists no
+// keys), and the observations they name are looked up in one query.
+func (d *DB) repairObservations(ctx context.Context, in *intentDoc) error {
+	ctx, first, last := context.WithoutCancel(ctx), in.FirstID, in.LastID
 	var claims []struct {
 		ObservationID int64 `bson:"observationId"`
 	}

@@ -10,22 +10,23 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	"exchange/domain"
 )
 
-// abandoned says whether an intent's write can no longer be running.
+// abandoned says whether an intent's write (or repair) can no longer be
+// running: its holder's lease is gone or stale, or it is older than
+// intentTimeout, or it was given up leaseTimeout ago; or the caller is
+// the only process that can write (exclusive).
 func (d *DB) abandoned(ctx context.Context, in *intentDoc, now time.Time, exclusive bool) (bool, error) {
 	switch {
-	case exclusive || now.Sub(in.StartedAt) > intentTimeout:
+	case exclusive || now.Sub(in.Hold.Since) > intentTimeout:
 		return true, nil
-	case in.Instance == noInstance: // given up: its last write may still land
-		return now.Sub(in.StartedAt) > leaseTimeout, nil
-	case in.Instance == d.lease.id:
+	case in.Hold.State == intentGivenUp: // its last write may still land
+		return now.Sub(in.Hold.Since) > leaseTimeout, nil
+	case in.Hold.Instance == d.lease.id:
 		return false, nil
 	}
 	var owner instanceDoc
-	err := d.c(colInstances).FindOne(ctx, bson.M{"_id": in.Instance}).Decode(&owner)
+	err := d.c(colInstances).FindOne(ctx, bson.M{"_id": in.Hold.Instance}).Decode(&owner)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return true, nil
 	}
@@ -107,24 +108,24 @@ var errRepairedElsewhere = errors.New("the write intent is being repaired elsewh
 // after a new write had started: a repair of a patient update would
 // release the claim that a later update of the patient, begun once the
 // intent was gone, relies on. A repair that fails with a definite error
-// gives the intent back to its writer and start, abandoned still, for the
-// next sweep (or colliding write) to try again; one whose own
-// command failed with an unknown outcome (outcomeUnknown) gives it back
-// given up as of now (giveUp), as a write does: that command may still
-// land, and a repair at once, and the write begun after it, would be
-// undone by it (a late release of a claim the next update made again).
-// So does one whose adoption failed so (giveUpAdoption): landed
-// unanswered, it would hold the intent for intentTimeout.
+// gives the intent back as it was, abandoned still, for the next sweep
+// (or colliding write) to try again; one whose own command failed with
+// an unknown outcome (outcomeUnknown) gives it back given up as of now
+// (giveUp), as a write does: that command may still land, and a repair
+// at once, and the write begun after it, would be undone by it (a late
+// release of a claim the next update made again). So does one whose
+// adoption failed so (giveUpAdoption): landed unanswered, it would hold
+// the intent for intentTimeout.
 func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 	if err := d.hold(ctx); err != nil {
 		return err
 	}
-	writer, began := in.Instance, in.StartedAt
+	was := in.Hold
 	adopted := d.nowMillis()
-	if !adopted.After(began) {
-		adopted = began.Add(time.Millisecond)
+	if !adopted.After(was.Since) {
+		adopted = was.Since.Add(time.Millisecond)
 	}
-	if err := d.moveIntent(ctx, in, d.lease.id, adopted); err != nil {
+	if err := d.moveIntent(ctx, in, intentHold{State: intentAdopted, Instance: d.lease.id, Since: adopted}); err != nil {
 		if outcomeUnknown(err) {
 			d.giveUpAdoption(ctx, in, adopted)
 		}
@@ -132,13 +133,13 @@ func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 	}
 	err := d.settleAbandoned(ctx, in)
 	if err == nil {
-		err = d.end(ctx, in)
+		err = d.remove(ctx, in)
 	}
 	if err != nil {
 		if outcomeUnknown(err) {
-			writer, began = noInstance, d.nowMillis()
+			was = intentHold{State: intentGivenUp, Since: d.nowMillis()}
 		}
-		_ = d.moveIntent(context.WithoutCancel(ctx), in, writer, began)
+		_ = d.moveIntent(context.WithoutCancel(ctx), in, was)
 		return fmt.Errorf("repair the %s write intent %s: %w", in.Kind, in.ID.Hex(), err)
 	}
 	return nil
@@ -155,19 +156,20 @@ func (d *DB) repair(ctx context.Context, in *intentDoc) error {
 // the give-up was cut too and the intent waits for intentTimeout.
 func (d *DB) giveUpAdoption(ctx context.Context, in *intentDoc, adopted time.Time) {
 	ctx = context.WithoutCancel(ctx)
-	if err := d.moveIntent(ctx, in, noInstance, adopted); !errors.Is(err, errRepairedElsewhere) {
+	givenUp := intentHold{State: intentGivenUp, Since: adopted}
+	if err := d.moveIntent(ctx, in, givenUp); !errors.Is(err, errRepairedElsewhere) {
 		return
 	}
 	landed := *in
-	landed.Instance, landed.StartedAt = d.lease.id, adopted
-	_ = d.moveIntent(ctx, &landed, noInstance, adopted)
+	landed.Hold = intentHold{State: intentAdopted, Instance: d.lease.id, Since: adopted}
+	_ = d.moveIntent(ctx, &landed, givenUp)
 }
 
-// settleAbandoned undoes or finishes, by its kind, the write of an
-// abandoned intent.
+// settleAbandoned undoes or finishes the write of an abandoned intent, by
+// its kind's repair (intentRepairs).
 func (d *DB) settleAbandoned(ctx context.Context, in *intentDoc) error {
 	if in.Unbegun {
-		// Its write never got past begin: it wrote nothing to undo, and
+		// Its write never got past open: it wrote nothing to undo, and
 		// rolling it forward would make from nothing a write that its
 		// caller was told failed before any of its documents was written.
 		return nil
@@ -175,34 +177,11 @@ func (d *DB) settleAbandoned(ctx context.Context, in *intentDoc) error {
 	if err := d.supersedeEarlier(ctx, in); err != nil {
 		return err
 	}
-	var err error
-	switch in.Kind {
-	case intentObservations:
-		err = d.releaseUnstoredClaims(ctx, in.FirstID, in.LastID)
-	case intentPatientCreate:
-		err = d.undoPatientCreate(ctx, in)
-	case intentPatientUpdate:
-		err = d.settlePatientClaims(ctx, in.PatientID, in.Identifiers)
-	case intentPatientDelete:
-		err = d.deletePatientDocuments(ctx, in.PatientID, in.UserID)
-	case intentPractitionerCreate:
-		err = d.undoPractitionerCreate(ctx, in)
-	case intentOrganizationDelete:
-		err = d.deleteOrganizationDocuments(ctx, in.OrganizationID)
-	case intentEnroll:
-		err = d.insertEnrollments(ctx, slices.DeleteFunc(in.Enrollments, func(e enrollmentDoc) bool { return !in.current(e.PatientID, e.StudyID) }))
-	case intentUnenroll:
-		err = d.deleteEnrollments(ctx, in.StudyID, slices.DeleteFunc(in.PatientIDs, func(id int64) bool { return !in.current(id, in.StudyID) }))
-	case intentConsents:
-		err = d.writeConsents(ctx, in.ConsentOp, slices.DeleteFunc(in.Consents, func(c consentDoc) bool { return !in.current(c.PatientID, c.StudyID) }))
-	case intentInvitationRedeem:
-		if err = d.redeem(ctx, in); domain.IsCode(err, domain.CodeNotFound) {
-			err = nil // nothing (more) to do
-		}
-	default:
-		err = fmt.Errorf("unknown kind %q", in.Kind)
+	repair, ok := intentRepairs[in.Kind]
+	if !ok {
+		return fmt.Errorf("unknown kind %q", in.Kind)
 	}
-	return err
+	return repair(d, ctx, in)
 }
 
 // RepairOptions says how much Repair may assume and do.
@@ -247,7 +226,7 @@ func (d *DB) Repair(ctx context.Context, o RepairOptions) (rep RepairReport, err
 	if err := d.findAll(ctx, colIntents, bson.D{}, &intents); err != nil {
 		return rep, err
 	}
-	slices.SortFunc(intents, func(a, b intentDoc) int { return a.StartedAt.Compare(b.StartedAt) })
+	slices.SortFunc(intents, func(a, b intentDoc) int { return a.Hold.Since.Compare(b.Hold.Since) })
 	rep.Intents = len(intents)
 	for i := range intents {
 		in := &intents[i]
