@@ -240,108 +240,109 @@ func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, er
 // Ids of entries not stored stay unused (ids are never given back:
 // ids.go).
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
-	errs := make([]error, len(obs))
+	entries := make([]batchEntry, len(obs))
+	for i, o := range obs {
+		entries[i].o = o
+	}
 	first, err := d.batchIDs(ctx, colObservations, len(obs))
 	if err != nil {
-		return failAll(errs, err)
+		return outcomes(failEntries(entries, err))
 	}
 	now := d.now().UTC().Truncate(time.Microsecond)
 	in := &intentDoc{Kind: intentObservations, FirstID: first, LastID: first + int64(len(obs)) - 1}
-	claims := make([][]observationClaimDoc, len(obs))
 	firstWith := make(map[string]int, len(obs)) // key -> the first entry claiming it
-	repeats := map[int]repeat{}                 // entry -> the earlier entry of the batch with one of its keys
-	var inserts []observationClaimDoc
-	var insertOwner []int
-	for i, o := range obs {
-		o.ID, o.LastUpdated = first+int64(i), now
-		claims[i] = observationClaims(o)
-		for _, c := range claims[i] {
+	var inserts []claimInsert
+	for i := range entries {
+		e := &entries[i]
+		e.o.ID, e.o.LastUpdated = first+int64(i), now
+		e.claims = observationClaims(e.o)
+		for _, c := range e.claims {
 			if j, ok := firstWith[c.Key]; ok {
-				repeats[i] = repeat{j, c}
+				e.repeats = &repeat{j, c}
 				break
 			}
 		}
-		if _, ok := repeats[i]; ok {
+		if e.repeats != nil {
 			continue
 		}
-		for _, c := range claims[i] {
+		for _, c := range e.claims {
 			firstWith[c.Key] = i
-			inserts = append(inserts, c)
-			insertOwner = append(insertOwner, i)
+			inserts = append(inserts, claimInsert{i, c})
 		}
 	}
 	if err := d.open(ctx, in); err != nil {
-		return failAll(errs, err)
+		return outcomes(failEntries(entries, err))
 	}
 	raws := make([]bson.Raw, len(inserts))
-	for k, c := range inserts {
-		raws[k] = claimBSON(c)
+	for k, ins := range inserts {
+		raws[k] = claimBSON(ins.claim)
 	}
-	var taken []int // indexes into inserts
+	var taken []claimInsert
 	for idx, werr := range insertErrors(d.c(colObservationIdentifier).InsertMany(ctx, raws, options.InsertMany().SetOrdered(false))) {
 		switch {
 		case idx < 0:
 			// Which claims were written is unknown: store nothing; the
 			// release below removes whatever was (or, when the insert
 			// may still land, the repair does).
-			failAll(errs, werr)
+			failEntries(entries, werr)
 		case isDuplicate(werr):
-			taken = append(taken, idx)
-		case errs[insertOwner[idx]] == nil:
-			errs[insertOwner[idx]] = werr
+			taken = append(taken, inserts[idx])
+		case entries[inserts[idx].entry].err == nil:
+			entries[inserts[idx].entry].err = werr
 		}
 	}
 	if len(taken) > 0 {
-		d.resolveTaken(ctx, in, obs, inserts, insertOwner, taken, errs)
+		d.resolveTaken(ctx, in, entries, taken)
 	}
-	var docs []any
-	var docOwner []int
-	for i, o := range obs {
-		if _, repeat := repeats[i]; errs[i] != nil || repeat {
+	var inserting []*batchEntry // the entries whose observation is inserted, in order
+	for i := range entries {
+		e := &entries[i]
+		if e.err != nil || e.repeats != nil {
 			continue
 		}
-		doc, err := observationBSON(o)
-		if err != nil {
-			errs[i] = err
-			continue
+		if e.doc, e.err = observationBSON(e.o); e.err == nil {
+			inserting = append(inserting, e)
 		}
-		docs = append(docs, doc)
-		docOwner = append(docOwner, i)
 	}
-	// maybeStored marks the failed entries whose documents (observation or
-	// claims) may have been stored all the same, or may still be: their
-	// claims stay, and so does the intent.
-	maybeStored := make([]bool, len(obs))
-	if len(docs) > 0 {
+	if len(inserting) > 0 {
+		docs := make([]any, len(inserting))
+		for k, e := range inserting {
+			docs[k] = e.doc
+		}
 		werrs := insertErrors(d.c(colObservations).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)))
 		for idx, werr := range werrs {
 			if idx >= 0 {
-				errs[docOwner[idx]] = werr
+				inserting[idx].err = werr
 			}
 		}
 		if werr, ok := werrs[-1]; ok {
-			d.settleInserted(ctx, obs, docOwner, errs, maybeStored, werr)
+			d.settleInserted(ctx, inserting, werr)
 		}
 	}
 	// An entry that failed with an unknown outcome (outcomeUnknown) may
 	// be stored by a command that lands after the release: an observation
 	// without its claims, or claims left with no intent to hold them.
-	for i, err := range errs {
-		maybeStored[i] = maybeStored[i] || outcomeUnknown(err)
+	for i := range entries {
+		e := &entries[i]
+		e.maybeStored = e.maybeStored || outcomeUnknown(e.err)
 	}
-	for i, r := range repeats {
-		errs[i] = r.err(obs[i], obs[r.entry], errs[r.entry])
+	for i := range entries {
+		if r := entries[i].repeats; r != nil {
+			entries[i].err = r.err(entries[i].o, entries[r.entry].o, entries[r.entry].err)
+		}
 	}
 	end := writeDone
-	if slices.Contains(maybeStored, true) {
-		end = writeUnknown
-	}
 	var release []string
 	var unstored []int64
-	for i, o := range obs {
-		if _, repeat := repeats[i]; errs[i] != nil && !repeat && !maybeStored[i] {
-			unstored = append(unstored, o.ID)
-			for _, c := range claims[i] {
+	for i := range entries {
+		e := &entries[i]
+		switch {
+		case e.err == nil || e.repeats != nil:
+		case e.maybeStored:
+			end = writeUnknown
+		default:
+			unstored = append(unstored, e.o.ID)
+			for _, c := range e.claims {
 				release = append(release, c.Key)
 			}
 		}
@@ -352,8 +353,8 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	if err := d.releaseObservationClaims(ctx, release, unstored); err != nil {
 		end = writeHalfWay
 		for _, id := range unstored {
-			i := int(id - first)
-			errs[i] = fmt.Errorf("%w (and releasing its claims failed: %v)", errs[i], err)
+			e := &entries[id-first]
+			e.err = fmt.Errorf("%w (and releasing its claims failed: %v)", e.err, err)
 		}
 	}
 	// Claims the batch could not settle stay for the repair of its intent,
@@ -361,19 +362,60 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 	// repairs it. The entries' outcomes stand whether the intent goes or
 	// not.
 	_ = d.close(ctx, in, end, nil)
+	return outcomes(entries)
+}
+
+// batchEntry is one observation of a batch, as CreateObservations writes
+// it.
+type batchEntry struct {
+	o      *domain.Observation
+	claims []observationClaimDoc // the keys it claims (observationClaims)
+	// repeats, when set, is the earlier entry of the batch with one of its
+	// keys: this entry writes nothing, and its outcome follows that one's.
+	repeats *repeat
+	doc     bson.Raw // the observation's document, once built
+	err     error    // the entry's outcome: nil when it is stored
+	// maybeStored marks a failed entry whose documents (observation or
+	// claims) may have been stored all the same, or may still be: its
+	// claims stay, and so does the intent.
+	maybeStored bool
+}
+
+// claimInsert is one claim of a batch's insert of claims, for its entry.
+type claimInsert struct {
+	entry int // the index of the entry in the batch
+	claim observationClaimDoc
+}
+
+// failEntries fails every entry not failed yet with err.
+func failEntries(entries []batchEntry, err error) []batchEntry {
+	for i := range entries {
+		if entries[i].err == nil {
+			entries[i].err = err
+		}
+	}
+	return entries
+}
+
+// outcomes are the entries' errors, in order.
+func outcomes(entries []batchEntry) []error {
+	errs := make([]error, len(entries))
+	for i, e := range entries {
+		errs[i] = e.err
+	}
 	return errs
 }
 
-// resolveTaken settles the claims the insert found taken (indexes into
-// inserts). Their holders, and the holders' observations, are read in one
-// query each: on FerretDB every lookup is a pass over the collection,
-// found or not. A claim whose observation is stored refuses its entry; the
-// rare rest (a claim of the older form, of a write cut short or still
-// running) goes through takeClaim.
-func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, obs []*domain.Observation, inserts []observationClaimDoc, insertOwner, taken []int, errs []error) {
+// resolveTaken settles the claims the insert found taken. Their holders,
+// and the holders' observations, are read in one query each: on FerretDB
+// every lookup is a pass over the collection, found or not. A claim whose
+// observation is stored refuses its entry; the rare rest (a claim of the
+// older form, of a write cut short or still running) goes through
+// takeClaim.
+func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, entries []batchEntry, taken []claimInsert) {
 	keys := make([]string, len(taken))
-	for k, idx := range taken {
-		keys[k] = inserts[idx].Key
+	for k, t := range taken {
+		keys[k] = t.claim.Key
 	}
 	holders, err := d.claimHolders(ctx, keys)
 	var stored map[int64]domain.Observation
@@ -384,17 +426,17 @@ func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, obs []*domain.Obse
 		}
 		stored, err = d.observationsByID(ctx, owners)
 	}
-	for _, idx := range taken {
-		i, c := insertOwner[idx], inserts[idx]
+	for _, t := range taken {
+		e, c := &entries[t.entry], t.claim
 		switch {
-		case errs[i] != nil:
+		case e.err != nil:
 		case err != nil:
-			errs[i] = err
+			e.err = err
 		default:
 			if o, ok := stored[holders[c.Key].ObservationID]; ok {
-				errs[i] = duplicateOf(obs[i], c, &o)
+				e.err = duplicateOf(e.o, c, &o)
 			} else {
-				errs[i] = d.takeClaim(ctx, in, obs[i], c)
+				e.err = d.takeClaim(ctx, in, e.o, c)
 			}
 		}
 	}
@@ -608,10 +650,10 @@ func (d *DB) exists(ctx context.Context, col string, id any) (bool, error) {
 // the insert's outcome unknown (outcomeUnknown), a missing document may
 // still land: its entry fails with cause, which its caller marks
 // maybeStored, keeping its claims.
-func (d *DB) settleInserted(ctx context.Context, obs []*domain.Observation, owners []int, errs []error, maybeStored []bool, cause error) {
-	ids := make([]int64, len(owners))
-	for k, i := range owners {
-		ids[k] = obs[i].ID
+func (d *DB) settleInserted(ctx context.Context, inserted []*batchEntry, cause error) {
+	ids := make([]int64, len(inserted))
+	for k, e := range inserted {
+		ids[k] = e.o.ID
 	}
 	var found []idDoc
 	err := d.findAll(context.WithoutCancel(ctx), colObservations, bson.M{"_id": bson.M{"$in": ids}}, &found,
@@ -620,14 +662,14 @@ func (d *DB) settleInserted(ctx context.Context, obs []*domain.Observation, owne
 	for _, x := range found {
 		stored[x.ID] = true
 	}
-	for _, i := range owners {
+	for _, e := range inserted {
 		switch {
-		case errs[i] != nil: // refused on its own
+		case e.err != nil: // refused on its own
 		case err != nil:
-			errs[i] = fmt.Errorf("%w (and whether it was stored is unknown: %v)", cause, err)
-			maybeStored[i] = true
-		case !stored[obs[i].ID]:
-			errs[i] = cause
+			e.err = fmt.Errorf("%w (and whether it was stored is unknown: %v)", cause, err)
+			e.maybeStored = true
+		case !stored[e.o.ID]:
+			e.err = cause
 		}
 	}
 }
