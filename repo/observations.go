@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -71,19 +72,24 @@ type effectiveDoc struct {
 // contentClaimSystem, value the content's hash), so that the same
 // observation sent twice is stored once. Its _id is claimKey(system,
 // value); claims written before that was so have an ObjectID _id and are
-// found by (system, value).
+// found by (system, value). Content is the content of the observation
+// (observationContent), by which a resend is told from another
+// observation without reading the stored one (settledClaims); claims
+// written before it was kept have none.
 type observationClaimDoc struct {
 	Key           string    `bson:"_id"`
 	System        string    `bson:"system"`
 	Value         string    `bson:"value"`
 	ObservationID int64     `bson:"observationId"`
 	ClaimedAt     time.Time `bson:"claimedAt"`
+	Content       string    `bson:"content,omitempty"`
 }
 
 // storedClaim is a claim as read: its _id may be either form.
 type storedClaim struct {
-	ID            any   `bson:"_id"`
-	ObservationID int64 `bson:"observationId"`
+	ID            any    `bson:"_id"`
+	ObservationID int64  `bson:"observationId"`
+	Content       string `bson:"content"`
 }
 
 // contentClaimSystem is the system of the claims on observations'
@@ -175,14 +181,13 @@ func nonEmpty[T any](s []T) []T {
 // observationClaims are the claims an observation takes: one per
 // identifier, or one on its content when it has none.
 func observationClaims(o *domain.Observation) []observationClaimDoc {
-	claimed := o.LastUpdated.Truncate(time.Millisecond)
+	claimed, content := o.LastUpdated.Truncate(time.Millisecond), observationContent(o)
 	if len(o.Identifiers) == 0 {
-		content := observationContent(o)
-		return []observationClaimDoc{{claimKey(contentClaimSystem, content), contentClaimSystem, content, o.ID, claimed}}
+		return []observationClaimDoc{{claimKey(contentClaimSystem, content), contentClaimSystem, content, o.ID, claimed, content}}
 	}
 	out := make([]observationClaimDoc, len(o.Identifiers))
 	for i, id := range o.Identifiers {
-		out[i] = observationClaimDoc{claimKey(id.System, id.Value), id.System, id.Value, o.ID, claimed}
+		out[i] = observationClaimDoc{claimKey(id.System, id.Value), id.System, id.Value, o.ID, claimed, content}
 	}
 	return out
 }
@@ -192,12 +197,15 @@ func observationClaims(o *domain.Observation) []observationClaimDoc {
 // observation inserts a claim, and the driver's reflective encoder cost
 // more than a microsecond each.
 func claimBSON(c observationClaimDoc) bson.Raw {
-	start, b := bsoncore.AppendDocumentStart(make([]byte, 0, 96+len(c.Key)+len(c.System)+len(c.Value)))
+	start, b := bsoncore.AppendDocumentStart(make([]byte, 0, 112+len(c.Key)+len(c.System)+len(c.Value)+len(c.Content)))
 	b = bsoncore.AppendStringElement(b, "_id", c.Key)
 	b = bsoncore.AppendStringElement(b, "system", c.System)
 	b = bsoncore.AppendStringElement(b, "value", c.Value)
 	b = bsoncore.AppendInt64Element(b, "observationId", c.ObservationID)
 	b = appendTime(b, "claimedAt", c.ClaimedAt)
+	if c.Content != "" {
+		b = bsoncore.AppendStringElement(b, "content", c.Content)
+	}
 	b, _ = bsoncore.AppendDocumentEnd(b, start)
 	return bson.Raw(b)
 }
@@ -267,7 +275,7 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		}
 		for _, c := range e.claims {
 			firstWith[c.Key] = i
-			inserts = append(inserts, claimInsert{i, c})
+			inserts = append(inserts, claimInsert{len(inserts), i, c})
 		}
 	}
 	if err := d.open(ctx, in); err != nil {
@@ -287,11 +295,19 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 			failEntries(entries, werr)
 		case isDuplicate(werr):
 			taken = append(taken, inserts[idx])
-		case entries[inserts[idx].entry].err == nil:
-			entries[inserts[idx].entry].err = werr
+			entries[inserts[idx].entry].refused(inserts[idx].claim.Key)
+		default:
+			e := &entries[inserts[idx].entry]
+			e.refused(inserts[idx].claim.Key)
+			if e.err == nil {
+				e.err = werr
+			}
 		}
 	}
 	if len(taken) > 0 {
+		// In the order of the claims: an entry whose keys are taken is
+		// refused for its first one, whatever order the errors came in.
+		slices.SortFunc(taken, func(a, b claimInsert) int { return cmp.Compare(a.index, b.index) })
 		d.resolveTaken(ctx, in, entries, taken)
 	}
 	var inserting []*batchEntry // the entries whose observation is inserted, in order
@@ -341,14 +357,19 @@ func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) 
 		case e.maybeStored:
 			end = writeUnknown
 		default:
-			unstored = append(unstored, e.o.ID)
+			if end == writeDone {
+				end = writeUndone // an entry refused: what it claimed is released
+			}
+			written := len(release)
 			for _, c := range e.claims {
-				release = append(release, c.Key)
+				if !slices.Contains(e.unwritten, c.Key) {
+					release = append(release, c.Key)
+				}
+			}
+			if len(release) > written {
+				unstored = append(unstored, e.o.ID)
 			}
 		}
-	}
-	if len(unstored) > 0 && end == writeDone {
-		end = writeUndone // the entries refused: their claims are released
 	}
 	if err := d.releaseObservationClaims(ctx, release, unstored); err != nil {
 		end = writeHalfWay
@@ -375,15 +396,24 @@ type batchEntry struct {
 	repeats *repeat
 	doc     bson.Raw // the observation's document, once built
 	err     error    // the entry's outcome: nil when it is stored
+	// unwritten are the keys of its claims that it did not write: their
+	// insert was refused (taken by another observation, or the claim
+	// itself refused). A refused entry releases only the others: a batch
+	// sent again, every claim of which is taken, releases nothing.
+	unwritten []string
 	// maybeStored marks a failed entry whose documents (observation or
 	// claims) may have been stored all the same, or may still be: its
 	// claims stay, and so does the intent.
 	maybeStored bool
 }
 
+// refused marks the claim on key as not written by the entry.
+func (e *batchEntry) refused(key string) { e.unwritten = append(e.unwritten, key) }
+
 // claimInsert is one claim of a batch's insert of claims, for its entry.
 type claimInsert struct {
-	entry int // the index of the entry in the batch
+	index int // of the claim in the insert
+	entry int // of the entry in the batch
 	claim observationClaimDoc
 }
 
@@ -406,40 +436,106 @@ func outcomes(entries []batchEntry) []error {
 	return errs
 }
 
-// resolveTaken settles the claims the insert found taken. Their holders,
-// and the holders' observations, are read in one query each: on FerretDB
-// every lookup is a pass over the collection, found or not. A claim whose
-// observation is stored refuses its entry; the rare rest (a claim of the
-// older form, of a write cut short or still running) goes through
-// takeClaim.
+// resolveTaken settles the claims the insert found taken. A claim whose
+// observation is stored refuses its entry, with what the claim says of
+// it (settledClaims) or, when it does not say enough, what the stored
+// observation holds; the rare rest (a claim of the older form, of a write
+// cut short or still running) goes through takeClaim. Each thing read is
+// read in one query for the whole batch: the claims, the intents of
+// observation writes, the claims again, and the observations the claims
+// do not speak for (none, for a resend of what this version stored). On
+// FerretDB every lookup is a pass over the collection, found or not, and
+// the claims are its smallest documents: a resend costs no pass over the
+// observations.
 func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, entries []batchEntry, taken []claimInsert) {
 	keys := make([]string, len(taken))
 	for k, t := range taken {
 		keys[k] = t.claim.Key
 	}
 	holders, err := d.claimHolders(ctx, keys)
+	var settled map[string]bool
+	if err == nil {
+		settled, err = d.settledClaims(ctx, holders)
+	}
 	var stored map[int64]domain.Observation
 	if err == nil {
 		var owners []int64
-		for _, h := range holders {
-			owners = append(owners, h.ObservationID)
+		for key, h := range holders {
+			if !settled[key] {
+				owners = append(owners, h.ObservationID)
+			}
 		}
 		stored, err = d.observationsByID(ctx, owners)
 	}
 	for _, t := range taken {
 		e, c := &entries[t.entry], t.claim
+		h := holders[c.Key]
 		switch {
 		case e.err != nil:
 		case err != nil:
 			e.err = err
+		case settled[c.Key]:
+			e.err = duplicateOf(c, h.ObservationID, h.Content)
 		default:
-			if o, ok := stored[holders[c.Key].ObservationID]; ok {
-				e.err = duplicateOf(e.o, c, &o)
-			} else {
-				e.err = d.takeClaim(ctx, in, e.o, c)
+			if o, ok := stored[h.ObservationID]; ok {
+				e.err = duplicateOf(c, o.ID, observationContent(&o))
+			} else if e.err = d.takeClaim(ctx, in, c); e.err == nil {
+				e.unwritten = slices.DeleteFunc(e.unwritten, func(key string) bool { return key == c.Key }) // it holds it now
 			}
 		}
 	}
+}
+
+// settledClaims returns the keys, among the claims holders read, whose
+// observation is stored, told without reading the observations: a claim
+// that carries its observation's content, whose observation no intent of
+// an observation write names, and that still names it when read again
+// after the intents were.
+//
+// Why that says the observation is stored: a claim naming observation X
+// is made only by the write that reserved X, under its intent, which is
+// recorded before the claim and removed only once the write is settled,
+// that is, once X is stored or the claim released (the write's close, or
+// the repair of its intent: intents.go). The claim was read while it
+// existed, so the intent was recorded by then; the intents, read after,
+// do not hold it, so the write was settled by then; and the claim, read
+// after that, still names X, so it was not released. Observations are
+// never deleted. A claim without content was written by a version that
+// kept none, maybe before intents, whose claims could outlive an
+// unstored observation: its observation is read.
+func (d *DB) settledClaims(ctx context.Context, holders map[string]storedClaim) (map[string]bool, error) {
+	var keys []string
+	for key, h := range holders {
+		if h.Content != "" {
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var writes []intentDoc
+	err := d.findAll(ctx, colIntents, bson.M{"kind": intentObservations}, &writes, options.Find().SetProjection(bson.M{"firstId": 1, "lastId": 1}))
+	if err != nil {
+		return nil, err
+	}
+	keys = slices.DeleteFunc(keys, func(key string) bool {
+		id := holders[key].ObservationID
+		return slices.ContainsFunc(writes, func(w intentDoc) bool { return w.FirstID <= id && id <= w.LastID })
+	})
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	again, err := d.claimHolders(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	settled := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		if h, ok := again[key]; ok && h.ObservationID == holders[key].ObservationID {
+			settled[key] = true
+		}
+	}
+	return settled, nil
 }
 
 // claimHolders returns the claims on keys (of the current form), by key.
@@ -447,13 +543,14 @@ func (d *DB) claimHolders(ctx context.Context, keys []string) (map[string]stored
 	var found []struct {
 		Key           string `bson:"_id"`
 		ObservationID int64  `bson:"observationId"`
+		Content       string `bson:"content"`
 	}
 	if err := d.findAll(ctx, colObservationIdentifier, bson.M{"_id": bson.M{"$in": keys}}, &found); err != nil {
 		return nil, err
 	}
 	out := make(map[string]storedClaim, len(found))
 	for _, x := range found {
-		out[x.Key] = storedClaim{x.Key, x.ObservationID}
+		out[x.Key] = storedClaim{x.Key, x.ObservationID, x.Content}
 	}
 	return out, nil
 }
@@ -474,17 +571,17 @@ func (d *DB) observationsByID(ctx context.Context, ids []int64) (map[int64]domai
 	return out, nil
 }
 
-// takeClaim settles one claim the insert found taken, for observation o
-// of the write under intent in: nil once o holds it, else the entry's
-// error.
-func (d *DB) takeClaim(ctx context.Context, in *intentDoc, o *domain.Observation, c observationClaimDoc) error {
+// takeClaim settles one claim c the insert found taken, for its
+// observation, of the write under intent in: nil once the observation
+// holds it, else the entry's error.
+func (d *DB) takeClaim(ctx context.Context, in *intentDoc, c observationClaimDoc) error {
 	for attempt := 0; attempt < 3; attempt++ {
 		owner, filter, found, err := d.observationClaim(ctx, c)
 		if err != nil {
 			return err
 		}
 		if found {
-			if err := d.claimedBy(ctx, o, c, owner); err != nil {
+			if err := d.claimedBy(ctx, c, owner); err != nil {
 				return err
 			}
 			// Its observation is not stored: a write still running, one
@@ -497,7 +594,7 @@ func (d *DB) takeClaim(ctx context.Context, in *intentDoc, o *domain.Observation
 			if live {
 				return domain.Errorf(domain.CodeConflict, "an observation with %s is being stored by another request as Observation/%d; send it again later", claimName(c), owner)
 			}
-			if err := d.claimedBy(ctx, o, c, owner); err != nil {
+			if err := d.claimedBy(ctx, c, owner); err != nil {
 				return err
 			}
 			if _, err := d.c(colObservationIdentifier).DeleteOne(ctx, filter); err != nil {
@@ -530,24 +627,26 @@ func (d *DB) observationClaim(ctx context.Context, c observationClaimDoc) (owner
 	return x.ObservationID, bson.M{"_id": x.ID, "observationId": x.ObservationID}, true, nil
 }
 
-// claimedBy returns the duplicate error of o when the owner of its claim
-// c is stored (or the failure to find out), nil when it is not stored.
-func (d *DB) claimedBy(ctx context.Context, o *domain.Observation, c observationClaimDoc, owner int64) error {
+// claimedBy returns the duplicate error of the observation whose claim c
+// is held by owner when owner is stored (or the failure to find out), nil
+// when it is not stored.
+func (d *DB) claimedBy(ctx context.Context, c observationClaimDoc, owner int64) error {
 	stored, err := d.observationsByID(ctx, []int64{owner})
 	if err != nil {
 		return err
 	}
 	if s, ok := stored[owner]; ok {
-		return duplicateOf(o, c, &s)
+		return duplicateOf(c, s.ID, observationContent(&s))
 	}
 	return nil
 }
 
-// duplicateOf is the error of o, whose claim c is held by the stored
-// observation s: Stored when s is o, sent again.
-func duplicateOf(o *domain.Observation, c observationClaimDoc, s *domain.Observation) error {
-	ref := fmt.Sprintf("Observation/%d", s.ID)
-	if observationContent(s) == observationContent(o) {
+// duplicateOf is the error of the observation whose claim c is held by
+// the stored observation id, of the content stored: Stored when that is
+// the observation's own content (c.Content), sent again.
+func duplicateOf(c observationClaimDoc, id int64, stored string) error {
+	ref := fmt.Sprintf("Observation/%d", id)
+	if stored == c.Content {
 		return &domain.Error{Code: domain.CodeDuplicate, Stored: ref,
 			Message: fmt.Sprintf("this observation (%s) is stored already, as %s", claimName(c), ref)}
 	}
