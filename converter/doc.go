@@ -14,20 +14,21 @@
 //     (conceptmaps.go), and indexes the `<<type+>>` default groups by
 //     source type and the `<<types>>` groups by (source, target) type
 //     pair: once, at start-up;
-//   - run.go executes a compiled group over JSON trees, typing the R4
-//     source by R4's own definitions (4.0.1, the StructureDefinitions the
-//     maps were written against) and the R5 target by hl7.fhir.r5.core
-//     5.0.0, through package fhirdefs; typing.go tables each definition's
-//     elements by name, once per engine, so that typing a member while a
-//     conversion runs is a map read, not a search of the definitions,
-//     and each element a rule names remembers the element it found last
-//     (elemRef), so that the read is mostly a pointer comparison; the
-//     groups that only copy a primitive's value (the maps' string, code,
-//     date, ... groups) are marked at Compile, and such a copy of a
-//     primitive without id or extensions is made without running them
-//     (valueCopy: TestValueCopies and FuzzValueCopies compare it with
-//     the groups run); the values a conversion builds are allocated in
-//     blocks;
+//   - run.go executes a compiled group over JSON trees: its rules, their
+//     sources, conditions and targets; source.go types the R4 source by
+//     R4's own definitions (4.0.1, the StructureDefinitions the maps were
+//     written against) and target.go builds the R5 target, typed by
+//     hl7.fhir.r5.core 5.0.0, through package fhirdefs; typing.go tables
+//     each definition's elements by name, once per engine, so that typing
+//     a member while a conversion runs is a map read, not a search of
+//     the definitions, and each element a rule names remembers the
+//     element it found last (elemRef), so that the read is mostly a
+//     pointer comparison; the groups that only copy a primitive's value
+//     (the maps' string, code, date, ... groups) are marked at Compile,
+//     and such a copy of a primitive without id or extensions is made
+//     without running them (valueCopy: TestValueCopies and
+//     FuzzValueCopies compare it with the groups run); the values a
+//     conversion builds are allocated in blocks;
 //   - write.go writes the R5 JSON and records which R4 values it carried;
 //   - convert.go converts one resource and reports its losses;
 //     verify.go checks, once per type, that its map reads only elements

@@ -3,6 +3,8 @@ package converter
 import (
 	"strings"
 	"sync/atomic"
+	"unicode"
+	"unicode/utf8"
 
 	"exchange/fhirdefs"
 )
@@ -168,4 +170,39 @@ func (e *Engine) childDef(parent *tdef, info *elemInfo, typ string) (*tdef, erro
 		slot.Store(d)
 	}
 	return d, nil
+}
+
+// elemType is the type of a non-choice element, with the FHIRPath system
+// types of Element.id, Resource.id and Extension.url as plain strings.
+func elemType(e *fhirdefs.Element) string {
+	if len(e.Types) == 0 {
+		return ""
+	}
+	t := e.Types[0]
+	if strings.HasPrefix(t, "http://hl7.org/fhirpath/System.") || (e.Name == "id" && strings.Count(e.Path, ".") == 1) || e.Path == "Extension.url" {
+		return "string"
+	}
+	return t
+}
+
+func upperFirst(s string) string {
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToUpper(r)) + s[n:]
+}
+
+// typed returns where the children of a value of type typ, found at
+// element e of sd, are defined: a backbone element's own path, a
+// recursive element's referenced path, or the type's definition.
+func typed(pkg *fhirdefs.Package, sd *fhirdefs.StructureDefinition, e *fhirdefs.Element, typ string) (*fhirdefs.StructureDefinition, string, error) {
+	if e != nil && e.ContentRef != "" {
+		return sd, e.ContentRef, nil
+	}
+	if e != nil && (typ == "BackboneElement" || typ == "Element") && len(sd.Children(e.Path)) > 0 {
+		return sd, e.Path, nil
+	}
+	def, err := pkg.Type(typ)
+	if err != nil {
+		return nil, "", err
+	}
+	return def, typ, nil
 }

@@ -127,7 +127,7 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 		// (an id not a string is refused there, by its field).
 		obj.set("id", mustJSON(id))
 	}
-	if code, ok := obj.get("code"); ok && conv.Type == "Observation" && IsNativeObservation(append(append([]byte(`{"code":`), code...), '}')) {
+	if code, ok := obj.get("code"); ok && CreatesNative(conv.Type, CodingSystems(append(append([]byte(`{"code":`), code...), '}'))) {
 		conv.Native = true
 		obj.set("subject", mustJSON(map[string]string{"reference": "Patient/" + strconv.FormatInt(src.PatientID, 10)}))
 		if src.DataSourceID != 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"mime"
 	"slices"
 	"strings"
@@ -118,28 +119,47 @@ func NativeSystem(namespace string) string {
 	return SystemOpenMHealth
 }
 
-// IsNativeObservation reports whether an Observation's JSON is coded to
-// Open mHealth or IEEE 1752, and so belongs to the native store. It reads
-// only code.coding, so that a malformed body still goes where its code
-// says and gets that store's errors.
-func IsNativeObservation(body []byte) bool {
-	var probe struct {
-		Code struct {
-			Coding []json.RawMessage `json:"coding"`
-		} `json:"code"`
-	}
-	if json.Unmarshal(body, &probe) != nil {
+// CreatesNative is the rule that routes a create to its store: a create
+// of an Observation one of whose code.coding is of Open mHealth or IEEE
+// 1752 (IsNativeSystem) goes to the native store, and every other create
+// to the imported store, under a FHIR source. systems yields the systems
+// of the resource's codings; it is called only for an Observation, so
+// that a caller reads a body only when its type may go native.
+func CreatesNative(resourceType string, systems iter.Seq[string]) bool {
+	if resourceType != "Observation" {
 		return false
 	}
-	for _, raw := range probe.Code.Coding {
-		var coding struct {
-			System string `json:"system"`
-		}
-		if json.Unmarshal(raw, &coding) == nil && IsNativeSystem(coding.System) {
+	for system := range systems {
+		if IsNativeSystem(system) {
 			return true
 		}
 	}
 	return false
+}
+
+// CodingSystems yields the systems of the codings of a resource's code,
+// as its JSON holds them, for CreatesNative. It reads only code.coding, so
+// that a malformed body still goes where its code says and gets that
+// store's errors; a body that does not read so yields none.
+func CodingSystems(body []byte) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		var probe struct {
+			Code struct {
+				Coding []json.RawMessage `json:"coding"`
+			} `json:"code"`
+		}
+		if json.Unmarshal(body, &probe) != nil {
+			return
+		}
+		for _, raw := range probe.Code.Coding {
+			var coding struct {
+				System string `json:"system"`
+			}
+			if json.Unmarshal(raw, &coding) == nil && !yield(coding.System) {
+				return
+			}
+		}
+	}
 }
 
 // ObservationOutcome is the result of one entry of a batch create.

@@ -53,3 +53,30 @@ func TestAPatientsOwnBatchReadsTheirRecordOnce(t *testing.T) {
 		t.Errorf("the batch read the patient %d times, want once", n)
 	}
 }
+
+// TestAResendReadsNoObservations pins the database commands of a batch of
+// 100 native observations sent again, every one stored already: it is
+// told from the claims alone (read twice, around the intents of the
+// writes in flight), with no pass over the observations, which on the
+// embedded FerretDB decodes every stored observation.
+func TestAResendReadsNoObservations(t *testing.T) {
+	var commands repotest.Commands
+	w := newBenchWorld(t, handlerstest.Options{DB: repo.Options{Monitor: commands.Monitor()}})
+	batch := handlers.BenchBatch("resent", 0, 100, w.patient.ID, w.device)
+	w.post(t, batch, 100)
+	before := commands.Snapshot()
+	checkResend(t, "resend", w.send(t, batch), 100)
+	got := commands.Since(before, "service_instances update")
+	want := map[string]int{
+		"oauth_tokens find": 1, "oauth_clients find": 1, "users find": 1, "memberships find": 1, "organizations find": 1,
+		"patients find": 1, "consents find": 1, "data_sources find": 1,
+		// The write: its intent, the claims (all taken), the claims'
+		// holders, the intents of the writes in flight, the holders
+		// again; no observation is read or written.
+		"write_intents insert": 1, "observation_identifiers insert": 1, "observation_identifiers find": 2,
+		"write_intents find": 1, "write_intents delete": 1,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("one resent batch of 100 made these commands:\n%v\nwant:\n%v", got, want)
+	}
+}

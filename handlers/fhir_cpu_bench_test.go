@@ -319,7 +319,7 @@ func BenchmarkObservationCPU(b *testing.B) {
 		b.ReportAllocs()
 		defer benchcpu.Per(b, 1, "op")()
 		for b.Loop() {
-			if _, native, err := s.nativeObservation(raw, nil); err != nil || !native {
+			if _, native, err := s.routeCreate("Observation", raw, nil); err != nil || !native {
 				b.Fatal(native, err)
 			}
 		}

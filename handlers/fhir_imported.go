@@ -55,15 +55,13 @@ func (s *server) fhirCreate(c *fiber.Ctx) error {
 	if !t.Allows("create") {
 		return readOnlyType(c, t)
 	}
-	if resourceType == "Observation" {
-		n, native, err := s.nativeObservation(c.Body(), nil)
-		if err != nil {
-			s.metrics.observation(err)
-			return err
-		}
-		if native {
-			return s.createNativeObservation(c, n)
-		}
+	n, native, err := s.routeCreate(resourceType, c.Body(), nil)
+	if err != nil {
+		s.metrics.observation(err)
+		return err
+	}
+	if native {
+		return s.createNativeObservation(c, n)
 	}
 	r, err := s.service.CreateResource(c.UserContext(), actor(c), domain.ResourceWrite{
 		Type: resourceType, Body: c.Body(), Source: c.Get(domain.SourceHeader)})

@@ -143,8 +143,8 @@ func FuzzBase64BinaryLen(f *testing.F) {
 	})
 }
 
-// FuzzDecodeObservation: the native reader routes any body as
-// domain.IsNativeObservation does, and refuses or reads it without a
+// FuzzDecodeObservation: the native reader routes any Observation body as
+// domain.CreatesNative does over domain.CodingSystems, and refuses or reads it without a
 // fault; what it reads has no member named twice and no name that is not
 // exactly an element it knows.
 func FuzzDecodeObservation(f *testing.F) {
@@ -160,8 +160,8 @@ func FuzzDecodeObservation(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		if _, native, _ := s.nativeObservation(raw, nil); native != domain.IsNativeObservation(raw) {
-			t.Fatalf("%q: routed native=%v, domain.IsNativeObservation says %v", raw, native, !native)
+		if _, native, _ := s.routeCreate("Observation", raw, nil); native != domain.CreatesNative("Observation", domain.CodingSystems(raw)) {
+			t.Fatalf("%q: routed native=%v, domain.CreatesNative says %v", raw, native, !native)
 		}
 		var in observationIn
 		err := checkObservationJSON(raw, json.Unmarshal(raw, &in))

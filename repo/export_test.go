@@ -71,7 +71,7 @@ func EmailKey(email string) string { return emailKey(email) }
 func InterruptedPatientUpdate(ctx context.Context, d *DB, old, p *domain.Patient) error {
 	added := missingFrom(p.Identifiers, old.Identifiers)
 	in := identifierChange(p.ID, added, missingFrom(old.Identifiers, p.Identifiers))
-	if err := d.beginIdentifierChange(ctx, in); err != nil {
+	if err := d.openIdentifierChange(ctx, in); err != nil {
 		return err
 	}
 	return d.claimIdentifiers(ctx, in, p.ID, added)

@@ -335,7 +335,7 @@ func enrollmentIntent(instance string, at time.Time, superseded any) bson.M {
 }
 
 // TestAForwardWriteWhoseMarksWereCutIsRolledForward: an enrollment whose
-// marks on the intents of earlier writes of its pairs (beginForward) fail
+// marks on the intents of earlier writes of its pairs (openForward) fail
 // with an unknown outcome (the connection is lost as they are sent) is
 // not dropped at once: the marks may still land, and then the repair of
 // an earlier enrollment of the pair, cut short by a dead process, leaves
@@ -406,7 +406,7 @@ func TestAForwardWriteWhoseMarksFailedPartWayIsRolledForward(t *testing.T) {
 	}
 }
 
-// TestARefusedForwardWriteIsRolledForward: a forward write (beginForward)
+// TestARefusedForwardWriteIsRolledForward: a forward write (openForward)
 // whose command is refused with a definite error from its marks on (the
 // marks, a write of its answers or enrollments, or the delete of its
 // intent) returns the error and gives its intent up: once leaseTimeout has

@@ -41,7 +41,7 @@ type redemptionDoc struct {
 func (d *DB) RedeemInvitation(ctx context.Context, r *domain.InvitationRedemption) error {
 	in := &intentDoc{Kind: intentInvitationRedeem, UserID: r.UserID, TokenID: tokenID(domain.TokenAuthorizeCode, r.Signature),
 		PasswordHash: r.PasswordHash, ChangedAt: r.At.UTC().Truncate(time.Millisecond)}
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.open(ctx, in); err != nil {
 		return err
 	}
 	r.ID = in.ID.Hex()
@@ -82,10 +82,24 @@ func (d *DB) FinishInvitationRedemption(ctx context.Context, r *domain.Invitatio
 }
 
 // applyRedemption applies a recorded redemption and ends its intent, unless
-// it failed half way: the intent then stays for the repair.
+// it failed half way: the intent then stays for the repair. Nothing (more)
+// to do (CodeNotFound) ends it too.
 func (d *DB) applyRedemption(ctx context.Context, in *intentDoc) error {
 	err := d.redeem(ctx, in)
-	return d.finish(ctx, in, err, err == nil || domain.IsCode(err, domain.CodeNotFound))
+	end := forwardEnd(err)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		end = writeDone
+	}
+	return d.close(ctx, in, end, err)
+}
+
+// repairRedemption is the repair of a redemption cut short: the
+// redemption again, if there is anything (more) to do.
+func (d *DB) repairRedemption(ctx context.Context, in *intentDoc) error {
+	if err := d.redeem(ctx, in); !domain.IsCode(err, domain.CodeNotFound) {
+		return err
+	}
+	return nil
 }
 
 // redeem writes what the intent's redemption writes; each step may be

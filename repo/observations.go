@@ -1,15 +1,20 @@
 package repo
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -71,19 +76,24 @@ type effectiveDoc struct {
 // contentClaimSystem, value the content's hash), so that the same
 // observation sent twice is stored once. Its _id is claimKey(system,
 // value); claims written before that was so have an ObjectID _id and are
-// found by (system, value).
+// found by (system, value). Content is the content of the observation
+// (observationContent), by which a resend is told from another
+// observation without reading the stored one (settledClaims); claims
+// written before it was kept have none.
 type observationClaimDoc struct {
 	Key           string    `bson:"_id"`
 	System        string    `bson:"system"`
 	Value         string    `bson:"value"`
 	ObservationID int64     `bson:"observationId"`
 	ClaimedAt     time.Time `bson:"claimedAt"`
+	Content       string    `bson:"content,omitempty"`
 }
 
 // storedClaim is a claim as read: its _id may be either form.
 type storedClaim struct {
-	ID            any   `bson:"_id"`
-	ObservationID int64 `bson:"observationId"`
+	ID            any    `bson:"_id"`
+	ObservationID int64  `bson:"observationId"`
+	Content       string `bson:"content"`
 }
 
 // contentClaimSystem is the system of the claims on observations'
@@ -156,33 +166,144 @@ func bsonValue(v any) any {
 }
 
 // observationContent is a hash of what an observation was sent with:
-// two observations with the same content are the same observation.
+// two observations with the same content are the same observation. It is
+// the SHA-256 of the line encoding/json's Encoder writes for
+// [patientId, dataSourceId, status, codings, identifiers, contentType,
+// payload] (an empty list as null), written by hand (appendContent;
+// TestObservationContentIsTheReflectiveHash and its fuzzer compare them):
+// every claim keeps it, and the reflective encoder cost a tenth of an
+// upload's CPU. The hashes of claims already stored depend on it byte for
+// byte.
 func observationContent(o *domain.Observation) string {
-	h := sha256.New()
-	_ = json.NewEncoder(h).Encode([]any{o.PatientID, o.DataSourceID, o.Status, nonEmpty(o.Codings),
-		nonEmpty(o.Identifiers), o.ContentType, o.Payload})
-	return hex.EncodeToString(h.Sum(nil))
+	buf := contentBuffers.Get().(*[]byte)
+	b := appendContent((*buf)[:0], o)
+	sum := sha256.Sum256(b)
+	*buf = b
+	contentBuffers.Put(buf)
+	var hexSum [2 * sha256.Size]byte
+	hex.Encode(hexSum[:], sum[:])
+	return string(hexSum[:])
 }
 
-// nonEmpty makes an empty list nil, so that "none" hashes one way.
-func nonEmpty[T any](s []T) []T {
-	if len(s) == 0 {
-		return nil
+// contentBuffers hold the lines observationContent hashes.
+var contentBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// appendContent appends the line observationContent hashes.
+func appendContent(b []byte, o *domain.Observation) []byte {
+	b = append(b, '[')
+	b = strconv.AppendInt(b, o.PatientID, 10)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, o.DataSourceID, 10)
+	b = append(b, ',')
+	b = appendJSONString(b, o.Status)
+	b = append(b, ',')
+	if len(o.Codings) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, c := range o.Codings {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"System":`...)
+			b = appendJSONString(b, c.System)
+			b = append(b, `,"Code":`...)
+			b = appendJSONString(b, c.Code)
+			b = append(b, `,"Display":`...)
+			b = appendJSONString(b, c.Display)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
 	}
-	return s
+	b = append(b, ',')
+	if len(o.Identifiers) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, id := range o.Identifiers {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"System":`...)
+			b = appendJSONString(b, id.System)
+			b = append(b, `,"Value":`...)
+			b = appendJSONString(b, id.Value)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	b = append(b, ',')
+	b = appendJSONString(b, o.ContentType)
+	b = append(b, ',')
+	if o.Payload == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '"')
+		b = base64.StdEncoding.AppendEncode(b, o.Payload)
+		b = append(b, '"')
+	}
+	return append(b, "]\n"...)
+}
+
+// appendJSONString appends s as encoding/json writes a string: HTML
+// characters escaped, invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	return append(append(b, s[start:]...), '"')
 }
 
 // observationClaims are the claims an observation takes: one per
 // identifier, or one on its content when it has none.
 func observationClaims(o *domain.Observation) []observationClaimDoc {
-	claimed := o.LastUpdated.Truncate(time.Millisecond)
+	claimed, content := o.LastUpdated.Truncate(time.Millisecond), observationContent(o)
 	if len(o.Identifiers) == 0 {
-		content := observationContent(o)
-		return []observationClaimDoc{{claimKey(contentClaimSystem, content), contentClaimSystem, content, o.ID, claimed}}
+		return []observationClaimDoc{{claimKey(contentClaimSystem, content), contentClaimSystem, content, o.ID, claimed, content}}
 	}
 	out := make([]observationClaimDoc, len(o.Identifiers))
 	for i, id := range o.Identifiers {
-		out[i] = observationClaimDoc{claimKey(id.System, id.Value), id.System, id.Value, o.ID, claimed}
+		out[i] = observationClaimDoc{claimKey(id.System, id.Value), id.System, id.Value, o.ID, claimed, content}
 	}
 	return out
 }
@@ -192,12 +313,15 @@ func observationClaims(o *domain.Observation) []observationClaimDoc {
 // observation inserts a claim, and the driver's reflective encoder cost
 // more than a microsecond each.
 func claimBSON(c observationClaimDoc) bson.Raw {
-	start, b := bsoncore.AppendDocumentStart(make([]byte, 0, 96+len(c.Key)+len(c.System)+len(c.Value)))
+	start, b := bsoncore.AppendDocumentStart(make([]byte, 0, 112+len(c.Key)+len(c.System)+len(c.Value)+len(c.Content)))
 	b = bsoncore.AppendStringElement(b, "_id", c.Key)
 	b = bsoncore.AppendStringElement(b, "system", c.System)
 	b = bsoncore.AppendStringElement(b, "value", c.Value)
 	b = bsoncore.AppendInt64Element(b, "observationId", c.ObservationID)
 	b = appendTime(b, "claimedAt", c.ClaimedAt)
+	if c.Content != "" {
+		b = bsoncore.AppendStringElement(b, "content", c.Content)
+	}
 	b, _ = bsoncore.AppendDocumentEnd(b, start)
 	return bson.Raw(b)
 }
@@ -240,158 +364,294 @@ func ObservationDocuments(o *domain.Observation) (doc bson.Raw, claims []any, er
 // Ids of entries not stored stay unused (ids are never given back:
 // ids.go).
 func (d *DB) CreateObservations(ctx context.Context, obs []*domain.Observation) []error {
-	errs := make([]error, len(obs))
+	entries := make([]batchEntry, len(obs))
+	for i, o := range obs {
+		entries[i].o = o
+	}
 	first, err := d.batchIDs(ctx, colObservations, len(obs))
 	if err != nil {
-		return failAll(errs, err)
+		return outcomes(failEntries(entries, err))
 	}
 	now := d.now().UTC().Truncate(time.Microsecond)
 	in := &intentDoc{Kind: intentObservations, FirstID: first, LastID: first + int64(len(obs)) - 1}
-	claims := make([][]observationClaimDoc, len(obs))
 	firstWith := make(map[string]int, len(obs)) // key -> the first entry claiming it
-	repeats := map[int]repeat{}                 // entry -> the earlier entry of the batch with one of its keys
-	var inserts []observationClaimDoc
-	var insertOwner []int
-	for i, o := range obs {
-		o.ID, o.LastUpdated = first+int64(i), now
-		claims[i] = observationClaims(o)
-		for _, c := range claims[i] {
+	var inserts []claimInsert
+	for i := range entries {
+		e := &entries[i]
+		e.o.ID, e.o.LastUpdated = first+int64(i), now
+		e.claims = observationClaims(e.o)
+		for _, c := range e.claims {
 			if j, ok := firstWith[c.Key]; ok {
-				repeats[i] = repeat{j, c}
+				e.repeats = &repeat{j, c}
 				break
 			}
 		}
-		if _, ok := repeats[i]; ok {
+		if e.repeats != nil {
 			continue
 		}
-		for _, c := range claims[i] {
+		for _, c := range e.claims {
 			firstWith[c.Key] = i
-			inserts = append(inserts, c)
-			insertOwner = append(insertOwner, i)
+			inserts = append(inserts, claimInsert{len(inserts), i, c})
 		}
 	}
-	if err := d.begin(ctx, in); err != nil {
-		return failAll(errs, err)
+	if err := d.open(ctx, in); err != nil {
+		return outcomes(failEntries(entries, err))
 	}
 	raws := make([]bson.Raw, len(inserts))
-	for k, c := range inserts {
-		raws[k] = claimBSON(c)
+	for k, ins := range inserts {
+		raws[k] = claimBSON(ins.claim)
 	}
-	var taken []int // indexes into inserts
+	var taken []claimInsert
 	for idx, werr := range insertErrors(d.c(colObservationIdentifier).InsertMany(ctx, raws, options.InsertMany().SetOrdered(false))) {
 		switch {
 		case idx < 0:
 			// Which claims were written is unknown: store nothing; the
 			// release below removes whatever was (or, when the insert
 			// may still land, the repair does).
-			failAll(errs, werr)
+			failEntries(entries, werr)
 		case isDuplicate(werr):
-			taken = append(taken, idx)
-		case errs[insertOwner[idx]] == nil:
-			errs[insertOwner[idx]] = werr
+			taken = append(taken, inserts[idx])
+			entries[inserts[idx].entry].refused(inserts[idx].claim.Key)
+		default:
+			e := &entries[inserts[idx].entry]
+			e.refused(inserts[idx].claim.Key)
+			if e.err == nil {
+				e.err = werr
+			}
 		}
 	}
 	if len(taken) > 0 {
-		d.resolveTaken(ctx, in, obs, inserts, insertOwner, taken, errs)
+		// In the order of the claims: an entry whose keys are taken is
+		// refused for its first one, whatever order the errors came in.
+		slices.SortFunc(taken, func(a, b claimInsert) int { return cmp.Compare(a.index, b.index) })
+		d.resolveTaken(ctx, in, entries, taken)
 	}
-	var docs []any
-	var docOwner []int
-	for i, o := range obs {
-		if _, repeat := repeats[i]; errs[i] != nil || repeat {
+	var inserting []*batchEntry // the entries whose observation is inserted, in order
+	for i := range entries {
+		e := &entries[i]
+		if e.err != nil || e.repeats != nil {
 			continue
 		}
-		doc, err := observationBSON(o)
-		if err != nil {
-			errs[i] = err
-			continue
+		if e.doc, e.err = observationBSON(e.o); e.err == nil {
+			inserting = append(inserting, e)
 		}
-		docs = append(docs, doc)
-		docOwner = append(docOwner, i)
 	}
-	// maybeStored marks the failed entries whose documents (observation or
-	// claims) may have been stored all the same, or may still be: their
-	// claims stay, and so does the intent.
-	maybeStored := make([]bool, len(obs))
-	if len(docs) > 0 {
+	if len(inserting) > 0 {
+		docs := make([]any, len(inserting))
+		for k, e := range inserting {
+			docs[k] = e.doc
+		}
 		werrs := insertErrors(d.c(colObservations).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)))
 		for idx, werr := range werrs {
 			if idx >= 0 {
-				errs[docOwner[idx]] = werr
+				inserting[idx].err = werr
 			}
 		}
 		if werr, ok := werrs[-1]; ok {
-			d.settleInserted(ctx, obs, docOwner, errs, maybeStored, werr)
+			d.settleInserted(ctx, inserting, werr)
 		}
 	}
 	// An entry that failed with an unknown outcome (outcomeUnknown) may
 	// be stored by a command that lands after the release: an observation
 	// without its claims, or claims left with no intent to hold them.
-	for i, err := range errs {
-		maybeStored[i] = maybeStored[i] || outcomeUnknown(err)
+	for i := range entries {
+		e := &entries[i]
+		e.maybeStored = e.maybeStored || outcomeUnknown(e.err)
 	}
-	for i, r := range repeats {
-		errs[i] = r.err(obs[i], obs[r.entry], errs[r.entry])
+	for i := range entries {
+		if r := entries[i].repeats; r != nil {
+			entries[i].err = r.err(entries[i].o, entries[r.entry].o, entries[r.entry].err)
+		}
 	}
-	settled := !slices.Contains(maybeStored, true)
+	end := writeDone
 	var release []string
 	var unstored []int64
-	for i, o := range obs {
-		if _, repeat := repeats[i]; errs[i] != nil && !repeat && !maybeStored[i] {
-			unstored = append(unstored, o.ID)
-			for _, c := range claims[i] {
-				release = append(release, c.Key)
+	for i := range entries {
+		e := &entries[i]
+		switch {
+		case e.err == nil || e.repeats != nil:
+		case e.maybeStored:
+			end = writeUnknown
+		default:
+			if end == writeDone {
+				end = writeUndone // an entry refused: what it claimed is released
+			}
+			written := len(release)
+			for _, c := range e.claims {
+				if !slices.Contains(e.unwritten, c.Key) {
+					release = append(release, c.Key)
+				}
+			}
+			if len(release) > written {
+				unstored = append(unstored, e.o.ID)
 			}
 		}
 	}
 	if err := d.releaseObservationClaims(ctx, release, unstored); err != nil {
-		settled = false
+		end = writeHalfWay
 		for _, id := range unstored {
-			i := int(id - first)
-			errs[i] = fmt.Errorf("%w (and releasing its claims failed: %v)", errs[i], err)
+			e := &entries[id-first]
+			e.err = fmt.Errorf("%w (and releasing its claims failed: %v)", e.err, err)
 		}
 	}
 	// Claims the batch could not settle stay for the repair of its intent,
 	// given up: the next write that meets one once leaseTimeout has passed
 	// repairs it. The entries' outcomes stand whether the intent goes or
 	// not.
-	_ = d.conclude(ctx, in, settled)
+	_ = d.close(ctx, in, end, nil)
+	return outcomes(entries)
+}
+
+// batchEntry is one observation of a batch, as CreateObservations writes
+// it.
+type batchEntry struct {
+	o      *domain.Observation
+	claims []observationClaimDoc // the keys it claims (observationClaims)
+	// repeats, when set, is the earlier entry of the batch with one of its
+	// keys: this entry writes nothing, and its outcome follows that one's.
+	repeats *repeat
+	doc     bson.Raw // the observation's document, once built
+	err     error    // the entry's outcome: nil when it is stored
+	// unwritten are the keys of its claims that it did not write: their
+	// insert was refused (taken by another observation, or the claim
+	// itself refused). A refused entry releases only the others: a batch
+	// sent again, every claim of which is taken, releases nothing.
+	unwritten []string
+	// maybeStored marks a failed entry whose documents (observation or
+	// claims) may have been stored all the same, or may still be: its
+	// claims stay, and so does the intent.
+	maybeStored bool
+}
+
+// refused marks the claim on key as not written by the entry.
+func (e *batchEntry) refused(key string) { e.unwritten = append(e.unwritten, key) }
+
+// claimInsert is one claim of a batch's insert of claims, for its entry.
+type claimInsert struct {
+	index int // of the claim in the insert
+	entry int // of the entry in the batch
+	claim observationClaimDoc
+}
+
+// failEntries fails every entry not failed yet with err.
+func failEntries(entries []batchEntry, err error) []batchEntry {
+	for i := range entries {
+		if entries[i].err == nil {
+			entries[i].err = err
+		}
+	}
+	return entries
+}
+
+// outcomes are the entries' errors, in order.
+func outcomes(entries []batchEntry) []error {
+	errs := make([]error, len(entries))
+	for i, e := range entries {
+		errs[i] = e.err
+	}
 	return errs
 }
 
-// resolveTaken settles the claims the insert found taken (indexes into
-// inserts). Their holders, and the holders' observations, are read in one
-// query each: on FerretDB every lookup is a pass over the collection,
-// found or not. A claim whose observation is stored refuses its entry; the
-// rare rest (a claim of the older form, of a write cut short or still
-// running) goes through takeClaim.
-func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, obs []*domain.Observation, inserts []observationClaimDoc, insertOwner, taken []int, errs []error) {
+// resolveTaken settles the claims the insert found taken. A claim whose
+// observation is stored refuses its entry, with what the claim says of
+// it (settledClaims) or, when it does not say enough, what the stored
+// observation holds; the rare rest (a claim of the older form, of a write
+// cut short or still running) goes through takeClaim. Each thing read is
+// read in one query for the whole batch: the claims, the intents of
+// observation writes, the claims again, and the observations the claims
+// do not speak for (none, for a resend of what this version stored). On
+// FerretDB every lookup is a pass over the collection, found or not, and
+// the claims are its smallest documents: a resend costs no pass over the
+// observations.
+func (d *DB) resolveTaken(ctx context.Context, in *intentDoc, entries []batchEntry, taken []claimInsert) {
 	keys := make([]string, len(taken))
-	for k, idx := range taken {
-		keys[k] = inserts[idx].Key
+	for k, t := range taken {
+		keys[k] = t.claim.Key
 	}
 	holders, err := d.claimHolders(ctx, keys)
+	var settled map[string]bool
+	if err == nil {
+		settled, err = d.settledClaims(ctx, holders)
+	}
 	var stored map[int64]domain.Observation
 	if err == nil {
 		var owners []int64
-		for _, h := range holders {
-			owners = append(owners, h.ObservationID)
+		for key, h := range holders {
+			if !settled[key] {
+				owners = append(owners, h.ObservationID)
+			}
 		}
 		stored, err = d.observationsByID(ctx, owners)
 	}
-	for _, idx := range taken {
-		i, c := insertOwner[idx], inserts[idx]
+	for _, t := range taken {
+		e, c := &entries[t.entry], t.claim
+		h := holders[c.Key]
 		switch {
-		case errs[i] != nil:
+		case e.err != nil:
 		case err != nil:
-			errs[i] = err
+			e.err = err
+		case settled[c.Key]:
+			e.err = duplicateOf(c, h.ObservationID, h.Content)
 		default:
-			if o, ok := stored[holders[c.Key].ObservationID]; ok {
-				errs[i] = duplicateOf(obs[i], c, &o)
-			} else {
-				errs[i] = d.takeClaim(ctx, in, obs[i], c)
+			if o, ok := stored[h.ObservationID]; ok {
+				e.err = duplicateOf(c, o.ID, observationContent(&o))
+			} else if e.err = d.takeClaim(ctx, in, c); e.err == nil {
+				e.unwritten = slices.DeleteFunc(e.unwritten, func(key string) bool { return key == c.Key }) // it holds it now
 			}
 		}
 	}
+}
+
+// settledClaims returns the keys, among the claims holders read, whose
+// observation is stored, told without reading the observations: a claim
+// that carries its observation's content, whose observation no intent of
+// an observation write names, and that still names it when read again
+// after the intents were.
+//
+// Why that says the observation is stored: a claim naming observation X
+// is made only by the write that reserved X, under its intent, which is
+// recorded before the claim and removed only once the write is settled,
+// that is, once X is stored or the claim released (the write's close, or
+// the repair of its intent: intents.go). The claim was read while it
+// existed, so the intent was recorded by then; the intents, read after,
+// do not hold it, so the write was settled by then; and the claim, read
+// after that, still names X, so it was not released. Observations are
+// never deleted. A claim without content was written by a version that
+// kept none, maybe before intents, whose claims could outlive an
+// unstored observation: its observation is read.
+func (d *DB) settledClaims(ctx context.Context, holders map[string]storedClaim) (map[string]bool, error) {
+	var keys []string
+	for key, h := range holders {
+		if h.Content != "" {
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	var writes []intentDoc
+	err := d.findAll(ctx, colIntents, bson.M{"kind": intentObservations}, &writes, options.Find().SetProjection(bson.M{"firstId": 1, "lastId": 1}))
+	if err != nil {
+		return nil, err
+	}
+	keys = slices.DeleteFunc(keys, func(key string) bool {
+		id := holders[key].ObservationID
+		return slices.ContainsFunc(writes, func(w intentDoc) bool { return w.FirstID <= id && id <= w.LastID })
+	})
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	again, err := d.claimHolders(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	settled := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		if h, ok := again[key]; ok && h.ObservationID == holders[key].ObservationID {
+			settled[key] = true
+		}
+	}
+	return settled, nil
 }
 
 // claimHolders returns the claims on keys (of the current form), by key.
@@ -399,13 +659,14 @@ func (d *DB) claimHolders(ctx context.Context, keys []string) (map[string]stored
 	var found []struct {
 		Key           string `bson:"_id"`
 		ObservationID int64  `bson:"observationId"`
+		Content       string `bson:"content"`
 	}
 	if err := d.findAll(ctx, colObservationIdentifier, bson.M{"_id": bson.M{"$in": keys}}, &found); err != nil {
 		return nil, err
 	}
 	out := make(map[string]storedClaim, len(found))
 	for _, x := range found {
-		out[x.Key] = storedClaim{x.Key, x.ObservationID}
+		out[x.Key] = storedClaim{x.Key, x.ObservationID, x.Content}
 	}
 	return out, nil
 }
@@ -426,17 +687,17 @@ func (d *DB) observationsByID(ctx context.Context, ids []int64) (map[int64]domai
 	return out, nil
 }
 
-// takeClaim settles one claim the insert found taken, for observation o
-// of the write under intent in: nil once o holds it, else the entry's
-// error.
-func (d *DB) takeClaim(ctx context.Context, in *intentDoc, o *domain.Observation, c observationClaimDoc) error {
+// takeClaim settles one claim c the insert found taken, for its
+// observation, of the write under intent in: nil once the observation
+// holds it, else the entry's error.
+func (d *DB) takeClaim(ctx context.Context, in *intentDoc, c observationClaimDoc) error {
 	for attempt := 0; attempt < 3; attempt++ {
 		owner, filter, found, err := d.observationClaim(ctx, c)
 		if err != nil {
 			return err
 		}
 		if found {
-			if err := d.claimedBy(ctx, o, c, owner); err != nil {
+			if err := d.claimedBy(ctx, c, owner); err != nil {
 				return err
 			}
 			// Its observation is not stored: a write still running, one
@@ -449,7 +710,7 @@ func (d *DB) takeClaim(ctx context.Context, in *intentDoc, o *domain.Observation
 			if live {
 				return domain.Errorf(domain.CodeConflict, "an observation with %s is being stored by another request as Observation/%d; send it again later", claimName(c), owner)
 			}
-			if err := d.claimedBy(ctx, o, c, owner); err != nil {
+			if err := d.claimedBy(ctx, c, owner); err != nil {
 				return err
 			}
 			if _, err := d.c(colObservationIdentifier).DeleteOne(ctx, filter); err != nil {
@@ -482,24 +743,26 @@ func (d *DB) observationClaim(ctx context.Context, c observationClaimDoc) (owner
 	return x.ObservationID, bson.M{"_id": x.ID, "observationId": x.ObservationID}, true, nil
 }
 
-// claimedBy returns the duplicate error of o when the owner of its claim
-// c is stored (or the failure to find out), nil when it is not stored.
-func (d *DB) claimedBy(ctx context.Context, o *domain.Observation, c observationClaimDoc, owner int64) error {
+// claimedBy returns the duplicate error of the observation whose claim c
+// is held by owner when owner is stored (or the failure to find out), nil
+// when it is not stored.
+func (d *DB) claimedBy(ctx context.Context, c observationClaimDoc, owner int64) error {
 	stored, err := d.observationsByID(ctx, []int64{owner})
 	if err != nil {
 		return err
 	}
 	if s, ok := stored[owner]; ok {
-		return duplicateOf(o, c, &s)
+		return duplicateOf(c, s.ID, observationContent(&s))
 	}
 	return nil
 }
 
-// duplicateOf is the error of o, whose claim c is held by the stored
-// observation s: Stored when s is o, sent again.
-func duplicateOf(o *domain.Observation, c observationClaimDoc, s *domain.Observation) error {
-	ref := fmt.Sprintf("Observation/%d", s.ID)
-	if observationContent(s) == observationContent(o) {
+// duplicateOf is the error of the observation whose claim c is held by
+// the stored observation id, of the content stored: Stored when that is
+// the observation's own content (c.Content), sent again.
+func duplicateOf(c observationClaimDoc, id int64, stored string) error {
+	ref := fmt.Sprintf("Observation/%d", id)
+	if stored == c.Content {
 		return &domain.Error{Code: domain.CodeDuplicate, Stored: ref,
 			Message: fmt.Sprintf("this observation (%s) is stored already, as %s", claimName(c), ref)}
 	}
@@ -549,13 +812,13 @@ func (d *DB) releaseObservationClaims(ctx context.Context, keys []string, ids []
 	return err
 }
 
-// releaseUnstoredClaims removes the claims of the observations first..last
-// (the ids of one write's intent) that are not stored: the repair of an
-// observation write cut short. Its claims are found by the ids they name
-// (the observation index of the claims; the intent lists no keys), and
-// the observations they name are looked up in one query.
-func (d *DB) releaseUnstoredClaims(ctx context.Context, first, last int64) error {
-	ctx = context.WithoutCancel(ctx)
+// repairObservations is the repair of an observation write cut short: it
+// removes the claims of the observations of the intent's ids
+// (FirstID..LastID) that are not stored. Its claims are found by the ids
+// they name (the observation index of the claims; the intent lists no
+// keys), and the observations they name are looked up in one query.
+func (d *DB) repairObservations(ctx context.Context, in *intentDoc) error {
+	ctx, first, last := context.WithoutCancel(ctx), in.FirstID, in.LastID
 	var claims []struct {
 		ObservationID int64 `bson:"observationId"`
 	}
@@ -602,10 +865,10 @@ func (d *DB) exists(ctx context.Context, col string, id any) (bool, error) {
 // the insert's outcome unknown (outcomeUnknown), a missing document may
 // still land: its entry fails with cause, which its caller marks
 // maybeStored, keeping its claims.
-func (d *DB) settleInserted(ctx context.Context, obs []*domain.Observation, owners []int, errs []error, maybeStored []bool, cause error) {
-	ids := make([]int64, len(owners))
-	for k, i := range owners {
-		ids[k] = obs[i].ID
+func (d *DB) settleInserted(ctx context.Context, inserted []*batchEntry, cause error) {
+	ids := make([]int64, len(inserted))
+	for k, e := range inserted {
+		ids[k] = e.o.ID
 	}
 	var found []idDoc
 	err := d.findAll(context.WithoutCancel(ctx), colObservations, bson.M{"_id": bson.M{"$in": ids}}, &found,
@@ -614,14 +877,14 @@ func (d *DB) settleInserted(ctx context.Context, obs []*domain.Observation, owne
 	for _, x := range found {
 		stored[x.ID] = true
 	}
-	for _, i := range owners {
+	for _, e := range inserted {
 		switch {
-		case errs[i] != nil: // refused on its own
+		case e.err != nil: // refused on its own
 		case err != nil:
-			errs[i] = fmt.Errorf("%w (and whether it was stored is unknown: %v)", cause, err)
-			maybeStored[i] = true
-		case !stored[obs[i].ID]:
-			errs[i] = cause
+			e.err = fmt.Errorf("%w (and whether it was stored is unknown: %v)", cause, err)
+			e.maybeStored = true
+		case !stored[e.o.ID]:
+			e.err = cause
 		}
 	}
 }
@@ -686,64 +949,6 @@ func (d *DB) anyObservation(ctx context.Context, field string, id int64) (bool, 
 	return err == nil, err
 }
 
-// runSearch runs a plan: the page (one more entry than asked, to tell
-// whether another page follows) and the count when the plan has a filter.
-// Documents are decoded into D, then converted.
-func runSearch[D, T any](ctx context.Context, d *DB, plan *domain.SearchPlan, conv func(D) T) (domain.SearchResult[T], error) {
-	return runSearchRaw(ctx, d, plan, func(raw bson.Raw) (T, error) {
-		var x D
-		err := bson.Unmarshal(slices.Clone(raw), &x)
-		return conv(x), err
-	})
-}
-
-// pageHint is the number of items a page's buffers are first made for:
-// a page of the default size or of 50 without growing them, a page of
-// 1,000 (the largest) by growing them a few times, and a page far shorter
-// than its size without holding much.
-const pageHint = 101
-
-// runSearchRaw is runSearch with a decoder of its own; each document it
-// hands over is the cursor's buffer, valid until the next document: the
-// decoder copies what it keeps.
-func runSearchRaw[T any](ctx context.Context, d *DB, plan *domain.SearchPlan, decode func(bson.Raw) (T, error)) (domain.SearchResult[T], error) {
-	res := domain.SearchResult[T]{Items: []T{}}
-	release, err := d.searchSlot(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer release()
-	if plan.Pipeline != nil {
-		cur, err := d.c(plan.Collection).Aggregate(ctx, plan.Pipeline)
-		if err != nil {
-			return res, err
-		}
-		defer cur.Close(context.WithoutCancel(ctx))
-		res.Items = make([]T, 0, min(plan.PageSize+1, pageHint))
-		for cur.Next(ctx) {
-			item, err := decode(cur.Current)
-			if err != nil {
-				return res, err
-			}
-			res.Items = append(res.Items, item)
-		}
-		if err := cur.Err(); err != nil {
-			return res, err
-		}
-		if len(res.Items) > plan.PageSize {
-			res.Items, res.More = res.Items[:plan.PageSize], true
-		}
-	}
-	if plan.Filter != nil {
-		n, err := d.c(plan.Collection).CountDocuments(ctx, plan.Filter)
-		if err != nil {
-			return res, err
-		}
-		res.Total = &n
-	}
-	return res, nil
-}
-
 // SearchObservations implements domain.ObservationStore.
 func (d *DB) SearchObservations(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Observation], error) {
 	return runSearchRaw(ctx, d, plan, newObservationPage(plan.PageSize+1).read)
@@ -763,31 +968,6 @@ func ObservationPage(docs []bson.Raw) ([]domain.Observation, error) {
 		out = append(out, o)
 	}
 	return out, nil
-}
-
-// SearchPatients implements domain.ProjectionStore.
-func (d *DB) SearchPatients(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Patient], error) {
-	return runSearch(ctx, d, plan, patientDoc.patient)
-}
-
-// SearchUsers implements domain.ProjectionStore.
-func (d *DB) SearchUsers(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.User], error) {
-	return runSearch(ctx, d, plan, func(x userDoc) domain.User { return *x.user() })
-}
-
-// SearchOrganizations implements domain.ProjectionStore.
-func (d *DB) SearchOrganizations(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Organization], error) {
-	return runSearch(ctx, d, plan, organizationDoc.organization)
-}
-
-// SearchStudies implements domain.ProjectionStore.
-func (d *DB) SearchStudies(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.Study], error) {
-	return runSearch(ctx, d, plan, studyDoc.study)
-}
-
-// SearchDataSources implements domain.ProjectionStore.
-func (d *DB) SearchDataSources(ctx context.Context, plan *domain.SearchPlan) (domain.SearchResult[domain.DataSource], error) {
-	return runSearch(ctx, d, plan, dataSourceDoc.dataSource)
 }
 
 // ObservationCodes implements domain.ObservationStore: a distinct over the

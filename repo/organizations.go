@@ -153,10 +153,17 @@ func (d *DB) DeleteOrganization(ctx context.Context, id int64) error {
 		return cmp.Or(err, error(domain.Errorf(domain.CodeNotFound, "organization %d does not exist", id)))
 	}
 	in := &intentDoc{Kind: intentOrganizationDelete, OrganizationID: id}
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.open(ctx, in); err != nil {
 		return err
 	}
-	return d.finish(ctx, in, d.deleteOrganizationDocuments(ctx, id), false)
+	err := d.deleteOrganizationDocuments(ctx, id)
+	return d.close(ctx, in, forwardEnd(err), err)
+}
+
+// repairOrganizationDelete is the repair of an organization delete cut
+// short: the delete again.
+func (d *DB) repairOrganizationDelete(ctx context.Context, in *intentDoc) error {
+	return d.deleteOrganizationDocuments(ctx, in.OrganizationID)
 }
 
 // deleteOrganizationDocuments removes an organization and its

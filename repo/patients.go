@@ -99,7 +99,7 @@ func toPatientDoc(p *domain.Patient) patientDoc {
 // claims on its identifiers, then the record, under a write intent. A
 // refusal undoes what was written; a crash leaves the intent, whose
 // repair does the same when the record is not stored, and so does a
-// command whose outcome is unknown (settleWrite): it may still land.
+// command whose outcome is unknown (settledEnd): it may still land.
 func (d *DB) CreatePatient(ctx context.Context, u *domain.User, p *domain.Patient) error {
 	userID, err := d.nextID(ctx, colUsers)
 	if err != nil {
@@ -113,7 +113,7 @@ func (d *DB) CreatePatient(ctx context.Context, u *domain.User, p *domain.Patien
 	for _, id := range p.Identifiers {
 		in.Keys = append(in.Keys, claimKey(id.System, id.Value))
 	}
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.open(ctx, in); err != nil {
 		return err
 	}
 	err = d.insertUser(ctx, u, in)
@@ -125,13 +125,15 @@ func (d *DB) CreatePatient(ctx context.Context, u *domain.User, p *domain.Patien
 		err = d.insertUnique(ctx, colPatients, toPatientDoc(p), fmt.Sprintf("user %d already has a patient record", p.UserID))
 	}
 	if err != nil {
-		return d.settleWrite(ctx, in, err, func() error { return d.undoPatientCreate(ctx, in) })
+		end, err := settledEnd(err, func() error { return d.undoPatientCreate(ctx, in) })
+		return d.close(ctx, in, end, err)
 	}
-	return d.finish(ctx, in, nil, true)
+	return d.close(ctx, in, writeDone, nil)
 }
 
 // undoPatientCreate removes what a patient create wrote, unless its
-// record is stored (then the create is complete).
+// record is stored (then the create is complete): the undo of a create
+// refused, and the repair of one cut short.
 func (d *DB) undoPatientCreate(ctx context.Context, in *intentDoc) error {
 	ctx = context.WithoutCancel(ctx)
 	if stored, err := d.exists(ctx, colPatients, in.PatientID); stored || err != nil {
@@ -280,12 +282,12 @@ func (d *DB) patientFilter(ctx context.Context, q domain.PatientQuery) (bson.D, 
 // UpdatePatient implements domain.PatientStore. An update that keeps the
 // identifiers is one compare-and-set of the record (replacePatient). One
 // that changes them runs under a write intent that is also the patient's
-// identifier lock (beginIdentifierChange): it claims the identifiers it
+// identifier lock (openIdentifierChange): it claims the identifiers it
 // adds, replaces the record if it is still old, then settles the claims
 // it named against the record as stored (settlePatientClaims). A crash at
 // any point leaves the intent, and the lock, until its repair settles the
 // same way; so does a claim or replace whose outcome is unknown
-// (settleWrite), which may still land: the repair settles once it can no
+// (settledEnd), which may still land: the repair settles once it can no
 // longer do so.
 //
 // Why the patient's claims end as exactly the identifiers its record
@@ -319,14 +321,15 @@ func (d *DB) UpdatePatient(ctx context.Context, old, p *domain.Patient) error {
 	stripe.Lock()
 	defer stripe.Unlock()
 	in := identifierChange(p.ID, added, dropped)
-	if err := d.beginIdentifierChange(ctx, in); err != nil {
+	if err := d.openIdentifierChange(ctx, in); err != nil {
 		return err
 	}
 	err := d.claimIdentifiers(ctx, in, p.ID, added)
 	if err == nil {
 		err = d.storePatient(ctx, old, p)
 	}
-	return d.settleWrite(ctx, in, err, func() error { return d.settlePatientClaims(ctx, p.ID, in.Identifiers) })
+	end, err := settledEnd(err, func() error { return d.settlePatientClaims(ctx, p.ID, in.Identifiers) })
+	return d.close(ctx, in, end, err)
 }
 
 // identifierChange is the intent of an update of the patient's
@@ -353,7 +356,7 @@ func identifierChangeID(patientID int64) bson.ObjectID {
 	return id
 }
 
-// beginIdentifierChange records the intent in of an update of the
+// openIdentifierChange records the intent in of an update of the
 // patient's identifiers, which takes the patient's identifier lock. A
 // lock left by a write that is gone is repaired on the spot and taken;
 // one of a write still running (on another instance: this one's queue on
@@ -361,10 +364,10 @@ func identifierChangeID(patientID int64) bson.ObjectID {
 // write returned without settling, or without removing it, was given up
 // (giveUp): it refuses the update as well for leaseTimeout, while that
 // write's last command may still land, then is repaired on the spot.
-func (d *DB) beginIdentifierChange(ctx context.Context, in *intentDoc) error {
+func (d *DB) openIdentifierChange(ctx context.Context, in *intentDoc) error {
 	in.ID = identifierChangeID(in.PatientID)
 	for attempt := 0; attempt < 3; attempt++ {
-		err := d.begin(ctx, in)
+		err := d.open(ctx, in)
 		if !isDuplicate(err) {
 			return err
 		}
@@ -396,6 +399,13 @@ func (d *DB) replacePatient(ctx context.Context, old, p *domain.Patient) error {
 func (d *DB) storePatient(ctx context.Context, old, p *domain.Patient) error {
 	p.LastUpdated = d.nextVersion(old.LastUpdated)
 	return d.replaceVersion(ctx, colPatients, p.ID, old.LastUpdated, toPatientDoc(p), "patient %d", p.ID)
+}
+
+// repairPatientUpdate is the repair of an update of a patient's
+// identifiers cut short: it settles the claims it named
+// (settlePatientClaims).
+func (d *DB) repairPatientUpdate(ctx context.Context, in *intentDoc) error {
+	return d.settlePatientClaims(ctx, in.PatientID, in.Identifiers)
 }
 
 // settlePatientClaims releases the patient's claims on ids that its
@@ -431,10 +441,17 @@ func (d *DB) settlePatientClaims(ctx context.Context, patientID int64, ids []cod
 // that a retry or the repair finishes.
 func (d *DB) DeletePatient(ctx context.Context, p *domain.Patient) error {
 	in := &intentDoc{Kind: intentPatientDelete, PatientID: p.ID, UserID: p.UserID}
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.open(ctx, in); err != nil {
 		return err
 	}
-	return d.finish(ctx, in, d.deletePatientDocuments(ctx, p.ID, p.UserID), false)
+	err := d.deletePatientDocuments(ctx, p.ID, p.UserID)
+	return d.close(ctx, in, forwardEnd(err), err)
+}
+
+// repairPatientDelete is the repair of a patient delete cut short: the
+// delete again.
+func (d *DB) repairPatientDelete(ctx context.Context, in *intentDoc) error {
+	return d.deletePatientDocuments(ctx, in.PatientID, in.UserID)
 }
 
 // deletePatientDocuments removes every document of a patient; what is

@@ -292,10 +292,17 @@ func (d *DB) CreateEnrollments(ctx context.Context, es []domain.Enrollment) erro
 		in.Enrollments = append(in.Enrollments, enrollmentDoc{es[i].StudyID, es[i].PatientID, now})
 		in.touch(es[i].PatientID, es[i].StudyID)
 	}
-	if err := d.beginForward(ctx, in); err != nil {
+	if err := d.openForward(ctx, in); err != nil {
 		return err
 	}
-	return d.finish(ctx, in, d.insertEnrollments(ctx, in.Enrollments), false)
+	err := d.insertEnrollments(ctx, in.Enrollments)
+	return d.close(ctx, in, forwardEnd(err), err)
+}
+
+// repairEnrollments is the repair of an enrollment write cut short: its
+// enrollments again, but those of the pairs a later write changed since.
+func (d *DB) repairEnrollments(ctx context.Context, in *intentDoc) error {
+	return d.insertEnrollments(ctx, slices.DeleteFunc(in.Enrollments, func(e enrollmentDoc) bool { return !in.current(e.PatientID, e.StudyID) }))
 }
 
 // insertEnrollments inserts enrollments; those that exist already are no
@@ -343,10 +350,17 @@ func (d *DB) DeleteEnrollments(ctx context.Context, studyID int64, patientIDs []
 	for _, id := range patientIDs {
 		in.touch(id, studyID)
 	}
-	if err := d.beginForward(ctx, in); err != nil {
+	if err := d.openForward(ctx, in); err != nil {
 		return err
 	}
-	return d.finish(ctx, in, d.deleteEnrollments(ctx, studyID, patientIDs), false)
+	err := d.deleteEnrollments(ctx, studyID, patientIDs)
+	return d.close(ctx, in, forwardEnd(err), err)
+}
+
+// repairUnenrollments is the repair of an enrollment delete cut short:
+// the delete again, but of the pairs a later write changed since.
+func (d *DB) repairUnenrollments(ctx context.Context, in *intentDoc) error {
+	return d.deleteEnrollments(ctx, in.StudyID, slices.DeleteFunc(in.PatientIDs, func(id int64) bool { return !in.current(id, in.StudyID) }))
 }
 
 func (d *DB) deleteEnrollments(ctx context.Context, studyID int64, patientIDs []int64) error {
@@ -394,10 +408,17 @@ func (d *DB) consentWrite(ctx context.Context, op consentOp, cs []domain.Consent
 		in.Consents = append(in.Consents, consentDoc{c.PatientID, c.StudyID, c.ScopeCodeID, c.Consented, c.ConsentedTime, c.LastUpdated})
 		in.touch(c.PatientID, c.StudyID)
 	}
-	if err := d.beginForward(ctx, in); err != nil {
+	if err := d.openForward(ctx, in); err != nil {
 		return err
 	}
-	return d.finish(ctx, in, d.writeConsents(ctx, op, in.Consents), false)
+	err := d.writeConsents(ctx, op, in.Consents)
+	return d.close(ctx, in, forwardEnd(err), err)
+}
+
+// repairConsents is the repair of a consent write cut short: its answers
+// again, but those of the pairs a later write changed since.
+func (d *DB) repairConsents(ctx context.Context, in *intentDoc) error {
+	return d.writeConsents(ctx, in.ConsentOp, slices.DeleteFunc(in.Consents, func(c consentDoc) bool { return !in.current(c.PatientID, c.StudyID) }))
 }
 
 // writeConsents applies a consent write; applying it again changes

@@ -98,7 +98,7 @@ func (d *DB) CreatePractitioner(ctx context.Context, u *domain.User, m *domain.M
 	}
 	u.ID, m.UserID = id, id
 	in := &intentDoc{Kind: intentPractitionerCreate, UserID: u.ID, OrganizationID: m.OrganizationID, Keys: []string{emailKey(u.Email)}}
-	if err := d.begin(ctx, in); err != nil {
+	if err := d.open(ctx, in); err != nil {
 		return err
 	}
 	err = d.insertUser(ctx, u, in)
@@ -106,13 +106,15 @@ func (d *DB) CreatePractitioner(ctx context.Context, u *domain.User, m *domain.M
 		err = d.CreateMembership(ctx, m)
 	}
 	if err != nil {
-		return d.settleWrite(ctx, in, err, func() error { return d.undoPractitionerCreate(ctx, in) })
+		end, err := settledEnd(err, func() error { return d.undoPractitionerCreate(ctx, in) })
+		return d.close(ctx, in, end, err)
 	}
-	return d.finish(ctx, in, nil, true)
+	return d.close(ctx, in, writeDone, nil)
 }
 
 // undoPractitionerCreate removes the user of a practitioner create whose
-// membership is not stored.
+// membership is not stored: the undo of a create refused, and the repair
+// of one cut short.
 func (d *DB) undoPractitionerCreate(ctx context.Context, in *intentDoc) error {
 	ctx = context.WithoutCancel(ctx)
 	err := d.c(colMemberships).FindOne(ctx, bson.M{"organizationId": in.OrganizationID, "userId": in.UserID}).Err()
