@@ -147,3 +147,35 @@ func TestInvitationOfAClientRegisteredForLess(t *testing.T) {
 		t.Errorf("searching what the registration does not name: %d", status)
 	}
 }
+
+// TestUntickingNeverWidensAConsent: on the consent page of a client with
+// a default registration (every scope), unticking every resource and
+// admin scope asked for allows nothing; it does not leave the identity
+// scopes, whose token would act with the user's full access, writes
+// included. A request that named no access to begin with is what the
+// page showed, and is granted as before.
+func TestUntickingNeverWidensAConsent(t *testing.T) {
+	env := handlerstest.Start(t)
+	env.Practitioner(t, "doc@example.org", true)
+	app, _ := env.Client(t, oauth.ClientRegistration{Name: "Default app", Type: domain.ClientPublic, RedirectURIs: []string{redirectURI}})
+	for _, asked := range [][]string{
+		{"openid", "email", "user/Observation.rs"},
+		{"openid", "mcp"},
+		{"openid", "fhirUser", "exchange/admin.read", "patient/*.rs"},
+	} {
+		cfg := oauthConfig(env, app.ID, "")
+		cfg.Scopes = asked
+		b := newBrowser(t, env)
+		_, page := b.Do("GET", cfg.AuthCodeURL(state, oauth2.S256ChallengeOption(oauth2.GenerateVerifier())), nil)
+		_, page = b.Login(page, "doc@example.org", handlerstest.Password)
+		resp, _ := b.Submit(page, url.Values{"decision": {"allow"}, "scope": {"email", "fhirUser"}})
+		if q := redirectParams(t, resp); q.Get("error") != "access_denied" || q.Has("code") {
+			t.Errorf("asking %v, every access unticked: %v, want access_denied", asked, q)
+		}
+	}
+	cfg := oauthConfig(env, app.ID, "")
+	cfg.Scopes = []string{"openid", "email"}
+	if tok := codeFlow(t, env, cfg, "doc@example.org", nil); tok.Extra("scope") != "openid email" {
+		t.Errorf("asking identity scopes only: granted %v", tok.Extra("scope"))
+	}
+}

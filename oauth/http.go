@@ -152,9 +152,12 @@ func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// The consent page's ticked scopes (the picker page carries them
-		// on): the user may narrow the request, never widen it.
+		// on): the user may narrow the request, never widen it. Unticking
+		// every access of a request that named some would leave scopes
+		// that act with the user's full access (withinCeiling): beyond the
+		// request as well as beyond a registration that limits it.
 		granted = grantedScopes(granted, r.PostForm["scope"])
-		if !withinCeiling(granted, client.Scopes) {
+		if !withinCeiling(granted, client.Scopes) || !withinCeiling(granted, ar.GetRequestedScopes()) {
 			p.writeAuthorizeError(w, r, ar, fosite.ErrAccessDenied.WithHint("The user allowed none of the access the application asked for."))
 			return
 		}

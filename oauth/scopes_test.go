@@ -82,8 +82,9 @@ func TestConsentListsScopesAndGrantsWhatIsTicked(t *testing.T) {
 	var consent string
 	tok := codeFlow(t, env, cfg, "doc@example.org", func(b *handlerstest.Browser, page string) *http.Response {
 		consent = page
-		// Untick all but email; ask for a scope that was not requested.
-		resp, _ := b.Submit(page, url.Values{"decision": {"allow"}, "scope": {"email", "user/*.cruds"}})
+		// Untick all but email and the admin reads; ask for a scope that
+		// was not requested.
+		resp, _ := b.Submit(page, url.Values{"decision": {"allow"}, "scope": {"email", "exchange/admin.read", "user/*.cruds"}})
 		return resp
 	})
 	for _, want := range []string{
@@ -98,15 +99,16 @@ func TestConsentListsScopesAndGrantsWhatIsTicked(t *testing.T) {
 			t.Errorf("the consent page lacks %q:\n%s", want, consent)
 		}
 	}
-	if got := tok.Extra("scope"); got != "openid email" {
-		t.Errorf("granted scope = %v, want what was ticked: openid email", got)
+	if got := tok.Extra("scope"); got != "openid email exchange/admin.read" {
+		t.Errorf("granted scope = %v, want what was ticked: openid email exchange/admin.read", got)
 	}
 	if claims := idTokenClaims(t, tok); claims["fhirUser"] != nil || claims["email"] != "doc@example.org" {
 		t.Errorf("ID token claims of the unticked fhirUser: %v", claims)
 	}
-	// Scopes without resource access: the user's full access.
-	if status, _ := fhirStatus(t, env, tok.AccessToken, "Patient"); status != http.StatusOK {
-		t.Errorf("a token of openid email searches patients: %d", status)
+	// The unticked resource scopes are not granted
+	// (TestUntickingNeverWidensAConsent: unticking all of them is refused).
+	if status, _ := fhirStatus(t, env, tok.AccessToken, "Patient"); status != http.StatusForbidden {
+		t.Errorf("a token of openid email exchange/admin.read searches patients: %d", status)
 	}
 }
 
