@@ -422,6 +422,10 @@ func (s *Service) signInFederated(ctx context.Context, p *IdentityProvider, id F
 // account is missing is the trace of a creation cut short: it is
 // finished now.
 func (s *Service) linkedUser(ctx context.Context, p *IdentityProvider, id FederatedIdentity, email string, link *IdentityLink) (u, known *User, err error) {
+	if err := s.linkedThrough(ctx, p, link); err != nil {
+		known, _ = s.store.UserByID(ctx, link.UserID)
+		return nil, known, err
+	}
 	u, err = s.store.UserByID(ctx, link.UserID)
 	if IsCode(err, CodeNotFound) {
 		if email == "" || !id.EmailVerified {
@@ -436,6 +440,30 @@ func (s *Service) linkedUser(ctx context.Context, p *IdentityProvider, id Federa
 		return nil, u, err
 	}
 	return u, nil, nil
+}
+
+// linkedThrough refuses an answer of one provider that names an identity
+// linked through another provider still configured here. The issuer of
+// an answer is what its provider declares: a SAML provider's entity id is
+// whatever its metadata says, so a provider configured from metadata its
+// own operator controls could declare the entity id (or an OpenID Connect
+// issuer) of another and assert the stable ids of the accounts linked
+// through that one (identity provider mix-up). A link whose provider was
+// removed is taken up by the provider it comes back through.
+func (s *Service) linkedThrough(ctx context.Context, p *IdentityProvider, link *IdentityLink) error {
+	if link.Provider == p.ID {
+		return nil
+	}
+	other, err := s.IdentityProviderByID(ctx, link.Provider)
+	if IsCode(err, CodeNotFound) {
+		return nil
+	}
+	name := link.Provider
+	if err == nil {
+		name = other.Name
+	}
+	s.log.Warn("federated sign-in refused: the identity is linked through another provider", "provider", p.ID, "linked", link.Provider)
+	return Errorf(CodeLogin, "this identity is linked to an account here through %s, not %s: sign in with %s", name, p.Name, name)
 }
 
 // signInAccount refuses accounts a federated sign-in may not open: an

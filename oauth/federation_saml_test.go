@@ -301,3 +301,45 @@ func TestSAMLAttributeMapping(t *testing.T) {
 		t.Errorf("links %+v", links)
 	}
 }
+
+// TestSAMLProviderClaimingAnotherProvidersEntityID: a second SAML
+// provider, configured by a superuser from metadata its own operator
+// controls, declares the entity id of the first one and asserts the
+// stable id of an account linked through the first: it does not open
+// that account (identity provider mix-up), it only says which provider
+// to use. The first still signs the account in.
+func TestSAMLProviderClaimingAnotherProvidersEntityID(t *testing.T) {
+	campus := oauthtest.StartSAML(t)
+	rogue := oauthtest.StartSAML(t)
+	rogue.Server.IDP.MetadataURL = campus.Server.IDP.MetadataURL // its entity id, and its assertions' Issuer
+	var ips []domain.IdentityProvider
+	for id, idp := range map[string]*oauthtest.SAMLIdP{"campus": campus, "rogue": rogue} {
+		ip := domain.IdentityProvider{ID: id, Kind: domain.IdentitySAML, Name: id, MetadataURL: idp.URL + "/metadata", FirstSignIn: domain.FirstSignInCreate}
+		if err := ip.Normalize(); err != nil {
+			t.Fatal(err)
+		}
+		ips = append(ips, ip)
+	}
+	env := handlerstest.StartWith(t, handlerstest.Options{IdentityProviders: ips})
+	signIn := func(id string, idp *oauthtest.SAMLIdP) string {
+		if err := idp.RegisterServiceProvider("exchange", env.URL+"/o/saml/"+id+"/metadata", false); err != nil {
+			t.Fatal(err)
+		}
+		if err := idp.AddUser(oauthtest.SAMLUser{Name: "alice", Password: campusPassword, Email: "alice@campus.example"}); err != nil {
+			t.Fatal(err)
+		}
+		b := handlerstest.NewBrowser(t, nil)
+		_, page := b.Do("GET", env.URL+"/o/login/", nil)
+		_, page = b.SubmitForm(page, providerForm(t, page, "/o/login/"+id+"/"), nil)
+		_, page = b.Submit(page, url.Values{"user": {"alice"}, "password": {campusPassword}})
+		action, fields := handlerstest.Form(t, page)
+		_, page = b.Do("POST", action, fields)
+		return page
+	}
+	if page := signIn("campus", campus); !strings.Contains(page, "You are signed in as alice@campus.example") {
+		t.Fatalf("through campus:\n%s", page)
+	}
+	if page := signIn("rogue", rogue); strings.Contains(page, "You are signed in") {
+		t.Fatalf("a provider claiming campus's entity id opened alice's account:\n%s", page)
+	}
+}
