@@ -315,7 +315,22 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state := q.Get("state")
-	fail := func(code, desc string) { redirectError(w, r, redirectURI, state, code, desc) }
+	// An error goes back to the client only when this browser approved
+	// the client and redirect URI before. Anyone may register a client
+	// with any redirect URI, so redirecting the errors of any request
+	// would make the gateway an open redirector (RFC 9700 4.11.2): a link
+	// to /authorize with a bad parameter would send whoever opens it on to
+	// the registrant's site. Until the user has trusted the client, an
+	// error is shown here, as the approval page would have been.
+	fail := func(code, desc string) {
+		if !g.approvedBefore(r, clientRequest{ClientID: clientID, RedirectURI: redirectURI}) {
+			errorPage(w, http.StatusBadRequest, "The application's request was refused",
+				"Nothing was shared, and you were not sent on to the application. It asked the gateway for something it does not grant ("+code+": "+desc+"). "+
+					"If you are connecting an assistant, tell its developer.")
+			return
+		}
+		redirectError(w, r, redirectURI, state, code, desc)
+	}
 	switch {
 	case len(state) > maxStateLen:
 		fail("invalid_request", "state is longer than 1024 characters")

@@ -477,7 +477,11 @@ func TestAuthorizeRedirectRules(t *testing.T) {
 	if status, loc, form := authorize(func(q url.Values) { q.Del("redirect_uri") }); status != http.StatusOK || form == "" {
 		t.Errorf("no redirect_uri with one registered: %d to %s, want the approval page", status, loc)
 	}
-	// Errors in a request with a good redirect URI go back to the client.
+	// Errors in a request with a good redirect URI go back to the client
+	// in a browser that approved it before; elsewhere they are shown
+	// (TestAuthorizeErrorsRedirectNowhereBeforeApproval).
+	approved := stepper(t)
+	allow(t, approved, g.oauthConfig(clientID).AuthCodeURL(clientState, oauth2.S256ChallengeOption(verifier)))
 	for name, c := range map[string]struct {
 		edit func(url.Values)
 		code string
@@ -487,9 +491,16 @@ func TestAuthorizeRedirectRules(t *testing.T) {
 		"implicit grant":   {func(q url.Values) { q.Set("response_type", "token") }, "unsupported_response_type"},
 		"foreign resource": {func(q url.Values) { q.Set("resource", "https://elsewhere.example/mcp") }, "invalid_target"},
 	} {
-		status, loc, _ := authorize(c.edit)
-		if status != http.StatusFound || !strings.HasPrefix(loc.String(), clientRedirect) || loc.Query().Get("error") != c.code || loc.Query().Get("state") != clientState {
-			t.Errorf("%s: %d to %s", name, status, loc)
+		if status, loc, _ := authorize(c.edit); status != http.StatusBadRequest || loc.String() != "" {
+			t.Errorf("%s, in a browser that never approved the client: %d to %s", name, status, loc)
+		}
+		q := url.Values{"client_id": {clientID}, "redirect_uri": {clientRedirect}, "response_type": {"code"}, "state": {clientState},
+			"code_challenge": {oauth2.S256ChallengeFromVerifier(verifier)}, "code_challenge_method": {"S256"}}
+		c.edit(q)
+		resp, _ := approved.Do("GET", g.URL+"/authorize?"+q.Encode(), nil)
+		loc, _ := url.Parse(resp.Header.Get("Location"))
+		if resp.StatusCode != http.StatusFound || !strings.HasPrefix(loc.String(), clientRedirect) || loc.Query().Get("error") != c.code || loc.Query().Get("state") != clientState {
+			t.Errorf("%s: %d to %s", name, resp.StatusCode, loc)
 		}
 	}
 	for _, resource := range []string{g.URL + "/mcp", g.URL, g.URL + "/"} {
@@ -537,5 +548,30 @@ func TestShortBrokerKeyIsRefused(t *testing.T) {
 	cfg.ClientSecret, cfg.RequireAudience = "", true
 	if _, err := mcp.New(cfg); err == nil || !strings.Contains(err.Error(), "MCP_REQUIRE_AUDIENCE") {
 		t.Errorf("audience required without a secret: %v", err)
+	}
+}
+
+// TestAuthorizeErrorsRedirectNowhereBeforeApproval: anyone may register a
+// client with any redirect URI, so a request of a client this browser
+// never approved is not redirected anywhere on an error, or the gateway
+// would send whoever opens a crafted link on to the registrant's site
+// (an open redirector, RFC 9700 4.11.2). The error is shown instead.
+func TestAuthorizeErrorsRedirectNowhereBeforeApproval(t *testing.T) {
+	s := newStack(t)
+	g := s.startGateway(t, nil)
+	status, out := g.register(t, "https://attacker.example/landing")
+	if status != http.StatusCreated {
+		t.Fatalf("register: %d %v", status, out)
+	}
+	for name, q := range map[string]url.Values{
+		"implicit grant": {"response_type": {"token"}},
+		"no PKCE":        {"response_type": {"code"}},
+		"another scope":  {"response_type": {"code"}, "scope": {"user/*.cruds"}, "code_challenge_method": {"S256"}, "code_challenge": {oauth2.S256ChallengeFromVerifier(oauth2.GenerateVerifier())}},
+	} {
+		q.Set("client_id", out["client_id"].(string))
+		resp, page := stepper(t).Do("GET", g.URL+"/authorize?"+q.Encode(), nil)
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Location") != "" || !strings.Contains(page, "Nothing was shared") {
+			t.Errorf("%s: %d to %q\n%s", name, resp.StatusCode, resp.Header.Get("Location"), page)
+		}
 	}
 }
