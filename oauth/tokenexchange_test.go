@@ -79,6 +79,23 @@ func TestTokenExchangeMatrix(t *testing.T) {
 		{name: "no fhirUser", claims: func(c map[string]any) { delete(c, "fhirUser") }, want: http.StatusBadRequest},
 		{name: "absolute fhirUser", claims: func(c map[string]any) { c["fhirUser"] = "https://ehr.example/fhir/Practitioner/test-practitioner" }, want: http.StatusOK},
 		{name: "another scope", form: func(f url.Values) { f.Set("scope", "openid exchange/admin.write") }, want: http.StatusBadRequest},
+		// Edges an attacker tries: the audience among others, or absent
+		// from a list; the issuer spelled with another case or port; other
+		// forms of fhirUser; iat missing or in the future.
+		{name: "aud a list holding the audience", claims: func(c map[string]any) { c["aud"] = []string{"another-app", ehrAudience} }, want: http.StatusOK},
+		{name: "aud a list without the audience", claims: func(c map[string]any) { c["aud"] = []string{"another-app", "a-third"} }, want: http.StatusUnauthorized},
+		{name: "issuer in upper case", claims: func(c map[string]any) { c["iss"] = strings.ToUpper(c["iss"].(string)) }, want: http.StatusForbidden},
+		{name: "issuer on another port", claims: func(c map[string]any) {
+			u, _ := url.Parse(c["iss"].(string))
+			u.Host = u.Hostname() + ":1"
+			c["iss"] = u.String()
+		}, want: http.StatusForbidden},
+		{name: "fhirUser of a version", claims: func(c map[string]any) { c["fhirUser"] = "Practitioner/test-practitioner/_history/2" }, want: http.StatusForbidden},
+		{name: "fhirUser with a query", claims: func(c map[string]any) { c["fhirUser"] = "Practitioner/test-practitioner?x=1" }, want: http.StatusNotFound},
+		{name: "fhirUser without an id", claims: func(c map[string]any) { c["fhirUser"] = "Practitioner/" }, want: http.StatusBadRequest},
+		{name: "fhirUser not a string", claims: func(c map[string]any) { c["fhirUser"] = []string{"Practitioner/test-practitioner"} }, want: http.StatusBadRequest},
+		{name: "no iat", claims: func(c map[string]any) { delete(c, "iat") }, want: http.StatusUnauthorized},
+		{name: "iat in the future", claims: func(c map[string]any) { c["iat"] = time.Now().Add(time.Hour).Unix() }, want: http.StatusUnauthorized},
 		{name: "a deactivated practitioner", setup: func(t *testing.T, env *handlerstest.Env) {
 			u, _ := env.DB.PractitionersByIdentifier(context.Background(), "test-practitioner", 1)
 			if _, err := env.Service.SetUserActive(context.Background(), domain.SystemActor(), u[0].ID, false, nil); err != nil {
