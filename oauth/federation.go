@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rsa"
 	"crypto/subtle"
+	"crypto/x509"
 	"net/http"
 	"net/url"
 	"sync"
@@ -52,12 +53,15 @@ type federation struct {
 	now    func() time.Time
 	// samlKey signs the SAML service provider's requests and metadata and
 	// decrypts encrypted assertions; samlCert is its self-signed
-	// certificate, the same on every instance.
-	samlKey *rsa.PrivateKey
+	// certificate, the same on every instance, made once.
+	samlKey      *rsa.PrivateKey
+	samlCertOnce sync.Once
+	samlCert     *x509.Certificate
+	samlCertErr  error
 
 	mu   sync.Mutex
 	oidc map[string]*oidcRelyingParty
-	saml map[string]*samlServiceProvider
+	saml map[string]*samlMetadata // by provider id
 }
 
 func newFederation(client *http.Client, key *rsa.PrivateKey, now func() time.Time) *federation {
@@ -67,7 +71,7 @@ func newFederation(client *http.Client, key *rsa.PrivateKey, now func() time.Tim
 	if now == nil {
 		now = time.Now
 	}
-	return &federation{client: client, now: now, samlKey: key, oidc: map[string]*oidcRelyingParty{}, saml: map[string]*samlServiceProvider{}}
+	return &federation{client: client, now: now, samlKey: key, oidc: map[string]*oidcRelyingParty{}, saml: map[string]*samlMetadata{}}
 }
 
 // loginProvider is a "Sign in with" button of the login page.

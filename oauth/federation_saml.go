@@ -43,13 +43,12 @@ import (
 // /o/saml/{provider}/acs. Its key is the exchange's signing key, with a
 // certificate every instance derives alike.
 
-// samlServiceProvider is the service provider of one identity provider,
-// for one origin.
-type samlServiceProvider struct {
-	config  domain.IdentityProvider
-	origin  string
-	sp      *saml.ServiceProvider
-	fetched time.Time // when the provider's metadata was read
+// samlMetadata is an identity provider's metadata as last read, kept per
+// provider.
+type samlMetadata struct {
+	config  domain.IdentityProvider // what it was read for
+	idp     *saml.EntityDescriptor
+	fetched time.Time
 }
 
 // samlMetadataLifetime is how long the metadata read from a provider's
@@ -57,41 +56,29 @@ type samlServiceProvider struct {
 const samlMetadataLifetime = time.Hour
 
 // serviceProvider returns the SAML service provider for the provider and
-// the request's origin, reading the provider's metadata the first time,
-// after it changed, and every samlMetadataLifetime.
-func (p *Provider) serviceProvider(r *http.Request, ip *domain.IdentityProvider) (*samlServiceProvider, error) {
+// the request's origin, built for each request: the origin is the
+// request's (its Host, which anyone chooses), so nothing is kept per
+// origin. The provider's metadata is read the first time, after its
+// configuration changed, and every samlMetadataLifetime: once for the
+// provider, whatever the origins requests name.
+func (p *Provider) serviceProvider(r *http.Request, ip *domain.IdentityProvider) (*saml.ServiceProvider, error) {
 	f := p.federation
-	origin := p.proxies.RequestOrigin(r)
-	key := ip.ID + " " + origin
-	f.mu.Lock()
-	sp := f.saml[key]
-	f.mu.Unlock()
-	if sp != nil && sameConfig(&sp.config, ip) && f.now().Sub(sp.fetched) < samlMetadataLifetime {
-		return sp, nil
-	}
-	var idp *saml.EntityDescriptor
-	var err error
-	if ip.MetadataXML != "" {
-		idp, err = samlsp.ParseMetadata([]byte(ip.MetadataXML))
-	} else {
-		u, _ := url.Parse(ip.MetadataURL)
-		idp, err = samlsp.FetchMetadata(r.Context(), f.client, *u)
-	}
+	idp, err := f.samlMetadata(r.Context(), ip)
 	if err != nil {
-		return nil, unavailable(fmt.Sprintf("the SAML metadata of %s could not be read", ip.Name), err)
+		return nil, err
 	}
 	cert, err := f.samlCertificate()
 	if err != nil {
 		return nil, err
 	}
-	base := origin + "/o/saml/" + ip.ID
+	base := p.proxies.RequestOrigin(r) + "/o/saml/" + ip.ID
 	metadataURL, _ := url.Parse(base + "/metadata")
 	acsURL, _ := url.Parse(base + "/acs")
 	nameID := saml.UnspecifiedNameIDFormat
 	if ip.Claims.Subject == samlNameID {
 		nameID = saml.PersistentNameIDFormat
 	}
-	sp = &samlServiceProvider{config: *ip, origin: origin, fetched: f.now(), sp: &saml.ServiceProvider{
+	return &saml.ServiceProvider{
 		EntityID: metadataURL.String(), Key: f.samlKey, Certificate: cert,
 		MetadataURL: *metadataURL, AcsURL: *acsURL, IDPMetadata: idp,
 		AuthnNameIDFormat:                nameID,
@@ -101,11 +88,34 @@ func (p *Provider) serviceProvider(r *http.Request, ip *domain.IdentityProvider)
 		HTTPClient:                       f.client,
 		RejectSHA1Signatures:             true,
 		RequireSignedResponseForCBC:      true,
-	}}
+	}, nil
+}
+
+// samlMetadata returns the provider's metadata, reading it when it is
+// not known, its configuration changed or it is older than
+// samlMetadataLifetime.
+func (f *federation) samlMetadata(ctx context.Context, ip *domain.IdentityProvider) (*saml.EntityDescriptor, error) {
 	f.mu.Lock()
-	f.saml[key] = sp
+	m := f.saml[ip.ID]
 	f.mu.Unlock()
-	return sp, nil
+	if m != nil && sameConfig(&m.config, ip) && f.now().Sub(m.fetched) < samlMetadataLifetime {
+		return m.idp, nil
+	}
+	var idp *saml.EntityDescriptor
+	var err error
+	if ip.MetadataXML != "" {
+		idp, err = samlsp.ParseMetadata([]byte(ip.MetadataXML))
+	} else {
+		u, _ := url.Parse(ip.MetadataURL)
+		idp, err = samlsp.FetchMetadata(ctx, f.client, *u)
+	}
+	if err != nil {
+		return nil, unavailable(fmt.Sprintf("the SAML metadata of %s could not be read", ip.Name), err)
+	}
+	f.mu.Lock()
+	f.saml[ip.ID] = &samlMetadata{config: *ip, idp: idp, fetched: f.now()}
+	f.mu.Unlock()
+	return idp, nil
 }
 
 // samlCertificate is the self-signed certificate of the service
@@ -114,6 +124,11 @@ func (p *Provider) serviceProvider(r *http.Request, ip *domain.IdentityProvider)
 // deterministic), so that the metadata an identity provider registered
 // holds for all of them.
 func (f *federation) samlCertificate() (*x509.Certificate, error) {
+	f.samlCertOnce.Do(func() { f.samlCert, f.samlCertErr = f.newSAMLCertificate() })
+	return f.samlCert, f.samlCertErr
+}
+
+func (f *federation) newSAMLCertificate() (*x509.Certificate, error) {
 	sum := sha256.Sum256(f.samlKey.N.Bytes())
 	tmpl := &x509.Certificate{
 		SerialNumber: new(big.Int).SetBytes(sum[:16]),
@@ -171,15 +186,15 @@ func (p *Provider) startSAML(r *http.Request, ip *domain.IdentityProvider, state
 	if err != nil {
 		return "", err
 	}
-	sso := sp.sp.GetSSOBindingLocation(saml.HTTPRedirectBinding)
+	sso := sp.GetSSOBindingLocation(saml.HTTPRedirectBinding)
 	if sso == "" {
 		return "", domain.Errorf(domain.CodeUnavailable, "%s offers no single sign-on service with the HTTP-Redirect binding", ip.Name)
 	}
-	req, err := sp.sp.MakeAuthenticationRequest(sso, saml.HTTPRedirectBinding, saml.HTTPPostBinding)
+	req, err := sp.MakeAuthenticationRequest(sso, saml.HTTPRedirectBinding, saml.HTTPPostBinding)
 	if err != nil {
 		return "", err
 	}
-	to, err := req.Redirect(state, sp.sp)
+	to, err := req.Redirect(state, sp)
 	if err != nil {
 		return "", err
 	}
@@ -200,7 +215,7 @@ func (p *Provider) samlProvider(r *http.Request) (*domain.IdentityProvider, erro
 // provider's metadata, to register at the identity provider.
 func (p *Provider) samlMetadata(w http.ResponseWriter, r *http.Request) {
 	ip, err := p.samlProvider(r)
-	var sp *samlServiceProvider
+	var sp *saml.ServiceProvider
 	if err == nil {
 		sp, err = p.serviceProvider(r, ip)
 	}
@@ -208,7 +223,7 @@ func (p *Provider) samlMetadata(w http.ResponseWriter, r *http.Request) {
 		p.federatedError(w, r, "", err)
 		return
 	}
-	body, err := xml.MarshalIndent(sp.sp.Metadata(), "", "  ")
+	body, err := xml.MarshalIndent(sp.Metadata(), "", "  ")
 	if err != nil {
 		p.federatedError(w, r, "", err)
 		return
@@ -275,7 +290,7 @@ func (p *Provider) samlIdentity(r *http.Request, ip *domain.IdentityProvider, pe
 	if err != nil {
 		return domain.FederatedIdentity{}, err
 	}
-	assertion, err := sp.sp.ParseResponse(r, []string{pending.RequestID})
+	assertion, err := sp.ParseResponse(r, []string{pending.RequestID})
 	if err != nil {
 		reason := err.Error()
 		var invalid *saml.InvalidResponseError

@@ -3,9 +3,13 @@ package oauth_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -341,5 +345,50 @@ func TestSAMLProviderClaimingAnotherProvidersEntityID(t *testing.T) {
 	}
 	if page := signIn("rogue", rogue); strings.Contains(page, "You are signed in") {
 		t.Fatalf("a provider claiming campus's entity id opened alice's account:\n%s", page)
+	}
+}
+
+// TestSAMLMetadataIsReadOncePerProvider: the service provider is built
+// for each origin a request names (its Host), which anyone chooses; the
+// identity provider's metadata is read once for the provider, not once
+// per origin, and nothing is kept per origin: requests naming ever new
+// hosts neither grow the server's memory nor make it fetch the
+// provider's metadata again and again.
+func TestSAMLMetadataIsReadOncePerProvider(t *testing.T) {
+	srv := httptest.NewUnstartedServer(nil)
+	idp, err := oauthtest.NewSAMLIdP("http://" + srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fetches atomic.Int32
+	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metadata" {
+			fetches.Add(1)
+		}
+		idp.Server.ServeHTTP(w, r)
+	})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	ip := domain.IdentityProvider{ID: "campus", Kind: domain.IdentitySAML, Name: "Campus", MetadataURL: idp.URL + "/metadata"}
+	if err := ip.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	env := handlerstest.StartWith(t, handlerstest.Options{IdentityProviders: []domain.IdentityProvider{ip}})
+	for i := range 20 {
+		host := fmt.Sprintf("h%d.example", i)
+		req, _ := http.NewRequest("GET", env.URL+"/o/saml/campus/metadata", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `entityID="http://`+host+`/o/saml/campus/metadata"`) {
+			t.Fatalf("metadata for %s: %d\n%s", host, resp.StatusCode, body)
+		}
+	}
+	if n := fetches.Load(); n != 1 {
+		t.Errorf("the provider's metadata was read %d times for 20 origins, want once", n)
 	}
 }
