@@ -224,8 +224,11 @@ func (x *tokenExchange) verify(ctx context.Context, issuer, raw string) (string,
 }
 
 // keySet returns the issuer's key set, discovering its jwks_uri the first
-// time and every issuerKeysLifetime.
+// time and every issuerKeysLifetime. Key sets are kept by the trusted
+// issuer, without trailing slashes: the subject token chooses how many it
+// carries, and each spelling must not cost a discovery and a key set.
 func (x *tokenExchange) keySet(ctx context.Context, issuer string) (oidc.KeySet, error) {
+	issuer = strings.TrimRight(issuer, "/")
 	x.mu.Lock()
 	k, ok := x.keys[issuer]
 	x.mu.Unlock()

@@ -199,3 +199,29 @@ func sendJSON(t *testing.T, req *http.Request) (*http.Response, map[string]any) 
 	}
 	return resp, body
 }
+
+// TestTokenExchangeKeysAreKeptPerTrustedIssuer: an issuer is trusted with
+// any number of trailing slashes, and a client chooses how many its
+// subject token's iss carries (unsigned, as only the verification that
+// follows needs its keys). The keys are discovered and kept once per
+// trusted issuer, not once per spelling: ever new spellings neither make
+// the exchange fetch the EHR's configuration again nor grow its memory.
+func TestTokenExchangeKeysAreKeptPerTrustedIssuer(t *testing.T) {
+	ehr := oauthtest.StartOIDC(t, ehrAudience, "")
+	env := handlerstest.StartWith(t, handlerstest.Options{
+		TokenExchange: oauth.TokenExchangeConfig{TrustedIssuers: []string{ehr.URL}, Audience: ehrAudience}})
+	practitionerKnownAs(t, env, "doc@example.org", "test-practitioner")
+	client, secret := env.Client(t, oauth.ClientRegistration{Name: "SoF EHR Launch", Type: domain.ClientConfidential, RedirectURIs: []string{redirectURI}})
+	for i := range 10 {
+		claims := map[string]any{"iss": ehr.URL + strings.Repeat("/", i), "aud": ehrAudience, "sub": "prac-1",
+			"fhirUser": "Practitioner/test-practitioner", "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix()}
+		form := url.Values{"subject_token": {ehr.IDToken(claims)}, "subject_token_type": {idTokenType}, "requested_token_type": {accessTokenType},
+			"audience": {env.URL}, "grant_type": {tokenExchangeGrant}, "client_id": {client.ID}, "client_secret": {secret}}
+		if resp, body := postForm(t, env, "/o/token-exchange", form, "", ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("iss with %d trailing slashes: %d %v", i, resp.StatusCode, body)
+		}
+	}
+	if n := ehr.Discoveries(); n != 1 {
+		t.Errorf("the EHR's configuration was read %d times for 10 spellings of its issuer, want once", n)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,7 +52,12 @@ type OIDCProvider struct {
 	Answer func(q url.Values)
 	codes  map[string]grant
 	tokens map[string]map[string]any // access token: its UserInfo claims
+
+	discoveries atomic.Int32
 }
+
+// Discoveries is how many times its configuration was read.
+func (p *OIDCProvider) Discoveries() int { return int(p.discoveries.Load()) }
 
 type grant struct {
 	clientID, redirectURI, nonce, challenge string
@@ -95,6 +101,7 @@ func (p *OIDCProvider) Configure(change func(p *OIDCProvider)) {
 }
 
 func (p *OIDCProvider) discovery(w http.ResponseWriter, _ *http.Request) {
+	p.discoveries.Add(1)
 	writeJSON(w, map[string]any{
 		"issuer": p.URL, "authorization_endpoint": p.URL + "/authorize", "token_endpoint": p.URL + "/token",
 		"userinfo_endpoint": p.URL + "/userinfo", "jwks_uri": p.URL + "/jwks",
