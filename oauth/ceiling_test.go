@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/oauth2"
 
@@ -177,5 +179,38 @@ func TestUntickingNeverWidensAConsent(t *testing.T) {
 	cfg.Scopes = []string{"openid", "email"}
 	if tok := codeFlow(t, env, cfg, "doc@example.org", nil); tok.Extra("scope") != "openid email" {
 		t.Errorf("asking identity scopes only: granted %v", tok.Extra("scope"))
+	}
+}
+
+// TestDefaultRegistrationsOfEarlierVersionsStayUnlimited: a client
+// registered with every scope stores the vocabulary of its day, which
+// did not hold mcp. Upgrading must not turn such a registration into a
+// limited one: the tokens `exchange token create` printed (openid
+// profile email: the user's full access, through exchange-cli as stored
+// then) keep working, and a trusted app registered so still obtains an
+// identity-only grant.
+func TestDefaultRegistrationsOfEarlierVersionsStayUnlimited(t *testing.T) {
+	env := handlerstest.Start(t)
+	ctx := context.Background()
+	doc := env.Practitioner(t, "doc@example.org", true)
+	before := slices.DeleteFunc(slices.Clone(domain.AllScopes), func(s string) bool { return s == domain.ScopeMCP })
+	if err := env.DB.CreateOAuthClient(ctx, &domain.OAuthClient{ID: oauth.CLIClientID, Name: "exchange command line", Type: domain.ClientPublic,
+		TokenEndpointAuthMethod: domain.AuthNone, Algorithm: "RS256", Scopes: before}); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := env.OAuth.IssueAccessToken(ctx, doc.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := env.GetJSON(t, "/api/v1/users/profile", token); resp.StatusCode != http.StatusOK {
+		t.Errorf("a command-line token of an earlier version's exchange-cli: %d", resp.StatusCode)
+	}
+	app := oauth.ClientRegistration{ID: "earlier-app", Name: "App", Type: domain.ClientPublic, RedirectURIs: []string{redirectURI},
+		SkipAuthorization: true, Scopes: before}
+	if _, err := env.OAuth.SaveClient(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	if got := authorizeError(t, env, app.ID, "openid email"); got != "" {
+		t.Errorf("an identity-only request of an earlier default registration: error %q", got)
 	}
 }

@@ -126,17 +126,27 @@ func scopeStrategy(types map[string]bool) fosite.ScopeStrategy {
 // name no resource or admin access, which acts with the user's full
 // access (domain.NewAccess), stays within only a ceiling that does not
 // limit access either: one that names no such access, or allows every
-// scope of the vocabulary (domain.AllScopes, a default registration). So a
-// client registered for reading only, asking for "openid" alone, skipping
-// the consent page or unticking every scope on it, never obtains the
-// user's full access; nor does a refresh that drops every resource scope.
+// access (widestAccess: a default registration, of this version's
+// vocabulary or an earlier one's). So a client registered for reading
+// only, asking for "openid" alone, skipping the consent page or unticking
+// every scope on it, never obtains the user's full access; nor does a
+// refresh that drops every resource scope.
 func withinCeiling(granted, ceiling []string) bool {
 	if slices.ContainsFunc(granted, func(s string) bool { return !domain.ScopeAllowed(ceiling, s) }) {
 		return false
 	}
 	return !fullAccess(granted) || fullAccess(ceiling) ||
-		!slices.ContainsFunc(domain.AllScopes, func(s string) bool { return !domain.ScopeAllowed(ceiling, s) })
+		!slices.ContainsFunc(widestAccess, func(s string) bool { return !domain.ScopeAllowed(ceiling, s) })
 }
+
+// widestAccess are the scopes that together allow everything a user may
+// do. A ceiling that allows them limits no access, whichever other scopes
+// it names: a default registration stores the vocabulary of its day
+// (domain.AllScopes), and a scope added since (mcp, which stands for
+// reads these allow) must not turn it into a limited one, which would
+// void its clients' tokens of full access, those of `exchange token
+// create` among them.
+var widestAccess = []string{"patient/*.cruds", "user/*.cruds", domain.ScopeAdminRead, domain.ScopeAdminWrite}
 
 // fullAccess reports whether scopes name no resource or admin access: a
 // token of such scopes acts with everything its user may do.
