@@ -310,7 +310,8 @@ describe('web console', () => {
     await signIn(page, viewer);
     await page.goto(`${base}/console/studies/${studyId}/`);
     const forms = await page.locator('form[method="post"]').evaluateAll((fs) => fs.map((f) => f.getAttribute('action')));
-    assert.deepEqual(forms, ['/o/logout/'], 'only the sign-out form');
+    // Starting an export reads the study, so a viewer may; nothing else posts.
+    assert.deepEqual(forms, ['/o/logout/', `/console/studies/${studyId}/export`], 'only sign-out and export');
     await audit(page, 'viewer-study');
     const csrf = await page.locator('input[name="csrf_token"]').first().inputValue();
     const forced = await page.request.post(`${base}/console/studies/${studyId}/enroll`, { form: { csrf_token: csrf, patient: String(patientId) } });
