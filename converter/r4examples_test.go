@@ -436,7 +436,7 @@ func TestR4ExampleFidelity(t *testing.T) {
 // testdata/r4examples-outputs.txt: the R5 JSON byte for byte, its type,
 // the dropped paths, the translations and the absent elements, or the
 // error. The digests were made by the engine of main before the
-// converter's speed work (issue 14): a change to the engine that changes
+// converter's speed work: a change to the engine that changes
 // any output, or any loss report, fails here. -update rewrites them, for
 // a change of output that is meant.
 func TestR4ExampleOutputs(t *testing.T) {

@@ -25,7 +25,7 @@ func SearchKey(s string) string {
 	// letter of unaccented: accentFold leaves it as it is
 	// (FuzzAccentFoldKeepsASCII), so an ASCII string, as most are, skips
 	// the transform chain, whose buffers made SearchKey most of the
-	// bytes an import allocates to index (issue 14).
+	// bytes an import allocates to index.
 	if !isASCII(s) {
 		folded = accentFold(s)
 	}

@@ -1,4 +1,4 @@
-// The consent bypass of issue 11, tried as an attacker: anyone may register
+// The consent bypass, tried as an attacker: anyone may register
 // a client at the MCP gateway (DCR) with an https redirect URI of their own,
 // and send its /authorize link to a user who is signed in at the exchange.
 // Before the gateway had an approval page, the browser went through the

@@ -89,7 +89,7 @@ func (c *Catalog) Index(resourceType string, resource map[string]any) domain.Res
 
 // indexer is the index of one resource as Index builds it. Each key is
 // written once, "param|" and its parts in one concatenation, straight
-// into the keys (Index is a tenth of the CPU of an import, issue 14), and
+// into the keys (Index is a tenth of the CPU of an import), and
 // the buffers of the FHIRPath evaluation serve every parameter of the
 // resource. Nothing in it outlives the call but the index returned.
 type indexer struct {

@@ -135,7 +135,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // TestIndexOutputs pins the index of every official R5 example and every
 // converted official R4 example by digest (testdata/index-outputs.txt).
-// The digests were made by Index before its speed work (issue 14): a
+// The digests were made by Index before its speed work: a
 // change to Index that changes any key, its order, or any span fails
 // here. -update rewrites them, for a change of index that is meant.
 func TestIndexOutputs(t *testing.T) {

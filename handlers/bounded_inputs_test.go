@@ -19,8 +19,8 @@ import (
 	"exchange/handlers/handlerstest"
 )
 
-// Tests of the bounds the service puts on its inputs (issue 12, "bounded
-// inputs"): each hostile input gets a clear 4xx in its surface's format.
+// Tests of the bounds the service puts on its inputs: each hostile input
+// gets a clear 4xx in its surface's format.
 
 // bdRaw writes raw requests on one connection and reads one answer per
 // request, in order; the answers' bodies are read whole.

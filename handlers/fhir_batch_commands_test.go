@@ -14,7 +14,7 @@ import (
 // batch Bundle of 100 native observations makes, counted by a driver
 // CommandMonitor on the real store: on the embedded FerretDB each
 // command costs about as much CPU as several observations, so the fixed
-// cost of a batch is its round trips (issue 14: HTTP batch within 1.15x
+// cost of a batch is its round trips (the target: HTTP batch within 1.15x
 // of a raw InsertMany at 100). The first batch of the process also claims
 // an id block (counters, id_blocks) and takes the lease; the batch
 // counted is a later one. The lease's renewal, on a timer, is left out.

@@ -32,7 +32,7 @@ func (a recordingAuditor) Record(_ context.Context, e domain.AuditEvent) {
 // batch-response Bundle, the documents and claims the store is handed
 // (as repo marshals them) and the audit events, for a batch of created
 // and refused entries of every kind the native path reads. The speed work
-// on this path (issue 14) keeps them as they were: the golden file was
+// on this path keeps them as they were: the golden file was
 // written by the code before it.
 func TestBatchGolden(t *testing.T) {
 	var out bytes.Buffer

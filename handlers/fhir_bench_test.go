@@ -32,7 +32,7 @@ import (
 const benchPerOp = 10_000
 
 // benchBatchSizes are the observations per batch Bundle / InsertMany that
-// issue 14 sets targets for (HTTP over raw: 1.15x at 100, 1.1x at 1,000).
+// the batch path has targets for (HTTP over raw: 1.15x at 100, 1.1x at 1,000).
 var benchBatchSizes = []int{100, 1_000}
 
 // benchWorld is an organization with a manager and a patient, enrolled in

@@ -43,7 +43,7 @@ func cookie(resp *http.Response, name string) *http.Cookie {
 	return nil
 }
 
-// TestApprovalPageStopsTheConsentBypass is the attack of issue 11: a
+// TestApprovalPageStopsTheConsentBypass is the consent bypass: a
 // party registers an https redirect of its own and sends a victim its
 // /authorize link. The gateway does not forward: it shows its own page,
 // with the client's name escaped, the redirect's host in full and what the
