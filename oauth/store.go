@@ -63,8 +63,9 @@ type Store interface {
 	PendingSignIn(ctx context.Context, id string, now time.Time) (*domain.PendingSignIn, error)
 	TakePendingSignIn(ctx context.Context, id string, now time.Time) (*domain.PendingSignIn, error)
 	AcceptPendingSignIn(ctx context.Context, id string, userID int64, authTime, now time.Time) error
-	// UseAssertion records a SAML assertion as used until expiresAt;
-	// CodeDuplicate if it was used already (on any instance).
+	// UseAssertion records an assertion (a SAML assertion, a backend
+	// client's signed JWT) as used until expiresAt; CodeDuplicate if it
+	// was used already (on any instance).
 	UseAssertion(ctx context.Context, key string, expiresAt, now time.Time) error
 }
 

@@ -26,7 +26,7 @@ const (
 	colIdentityLinks       = "identity_links"
 	colIdentityInvitations = "identity_invitations"
 	colPendingSignIns      = "pending_sign_ins"
-	colUsedAssertions      = "used_saml_assertions"
+	colUsedAssertions      = "used_assertions"
 )
 
 // identityProviderDoc is a document of identity_providers. clientSecret
@@ -375,8 +375,9 @@ func (d *DB) AcceptPendingSignIn(ctx context.Context, id string, userID int64, a
 	return err
 }
 
-// UseAssertion records that the SAML assertion of a key (the provider's
-// entity id and the assertion's id) was accepted, until expiresAt;
+// UseAssertion records that the assertion of a key (a SAML provider's
+// entity id and the assertion's id, or a backend client's jti) was
+// accepted, until expiresAt;
 // CodeDuplicate if it was already, on any instance, and has not expired.
 func (d *DB) UseAssertion(ctx context.Context, key string, expiresAt, now time.Time) error {
 	id := sha256.Sum256([]byte(key))
