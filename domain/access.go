@@ -51,6 +51,11 @@ const (
 // admin API, within what the user may see.
 var MCPReadScopes = []string{"user/*.rs", ScopeAdminRead}
 
+// mcpPatientReadScopes are what ScopeMCP stands for in a token with a
+// patient context (launch/patient): reads of that patient only, so that
+// choosing a patient at sign-in narrows the assistant as it narrows an app.
+var mcpPatientReadScopes = []string{"patient/*.rs", ScopeAdminRead}
+
 // NamedScopes are the scopes of the vocabulary that are not resource
 // scopes, in the order discovery lists them.
 var NamedScopes = []string{ScopeOpenID, ScopeProfile, ScopeEmail, ScopeFHIRUser, ScopeOfflineAccess, ScopeOnlineAccess,
@@ -307,7 +312,11 @@ func NewAccess(scopes []string, patient int64) (*Access, error) {
 	acc := &Access{patient: patient, scopes: scopes}
 	limited := false
 	if slices.Contains(scopes, ScopeMCP) {
-		scopes = append(slices.Clone(scopes), MCPReadScopes...)
+		stands := MCPReadScopes
+		if patient != 0 {
+			stands = mcpPatientReadScopes
+		}
+		scopes = append(slices.Clone(scopes), stands...)
 	}
 	for _, s := range scopes {
 		rs, err := ParseScope(s)

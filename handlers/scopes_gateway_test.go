@@ -44,12 +44,20 @@ var trustedTokens = []matrixToken{
 	{scopedToken{"gateway.edited.openid", "member", []string{"openid"}, false}, &trustedFlow{repaired: oauth.GatewayScopes}, "", "401"},
 }
 
+// assistantTokens are a trusted client's tokens for the MCP gateway (the
+// mcp scope): with a patient context chosen at sign-in, it reads that
+// patient alone, as patient/*.rs does.
+var assistantTokens = []matrixToken{
+	{scopedToken{"ctx.mcp", "member", []string{"openid", "launch/patient", domain.ScopeMCP}, true}, nil, "ctx.rs", ""},
+}
+
 // matrixTokens are every token of the scope matrix.
 func matrixTokens() []matrixToken {
 	var out []matrixToken
 	for _, st := range scopedTokens {
 		out = append(out, matrixToken{scopedToken: st})
 	}
+	out = append(out, assistantTokens...)
 	return append(out, trustedTokens...)
 }
 

@@ -106,10 +106,11 @@ func newScopeWorld(t *testing.T) *scopeWorld {
 	}
 	super := must(svc.UserByEmail(ctx, "superuser@example.org"))
 	w.ids["auditPO"] = w.auditEvent(t, fmt.Sprintf("action=E&agent=Practitioner/%d", super.ID))
-	for _, st := range trustedTokens {
-		w.tokens[st.name] = w.tokenThrough(t, st)
-	}
-	for _, st := range scopedTokens {
+	for _, st := range matrixTokens() {
+		if st.through != nil {
+			w.tokens[st.name] = w.tokenThrough(t, st)
+			continue
+		}
 		userID := w.patient.UserID
 		if st.user != "patient" {
 			userID = must(svc.UserByEmail(ctx, st.user+"@example.org")).ID
@@ -375,7 +376,8 @@ func TestScopeMatrix(t *testing.T) {
 			}
 			want := "403"
 			read := row.method == "GET"
-			if (read && slices.Contains(st.scopes, domain.ScopeAdminRead)) || (!read && slices.Contains(st.scopes, domain.ScopeAdminWrite)) {
+			adminRead := slices.Contains(st.scopes, domain.ScopeAdminRead) || slices.Contains(st.scopes, domain.ScopeMCP)
+			if (read && adminRead) || (!read && slices.Contains(st.scopes, domain.ScopeAdminWrite)) {
 				want = strings.Fields(row.want)[slices.Index(matrixActors, st.user)]
 			}
 			want = cmp.Or(st.every, want)
