@@ -14,16 +14,23 @@ const hexDigits = "0123456789abcdef"
 // FHIR handlers' Bundles, the converter's R5 output), so that their text
 // is what encoding/json would write; handlers' TestAppendJSONString and
 // FuzzAppendJSONString compare the two.
-func AppendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte { return appendJSONString(b, s, false) }
+
+// AppendHTMLEscapedJSONString is AppendJSONString with <, > and & escaped
+// as \u003c, \u003e and \u0026, as json.Marshal writes them: for text
+// that must hash as json.Marshal's output does (the store's content keys).
+func AppendHTMLEscapedJSONString(b []byte, s string) []byte { return appendJSONString(b, s, true) }
+
+func appendJSONString(b []byte, s string, html bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
-		if i+8 <= len(s) && plainEight(s[i:i+8]) {
+		if !html && i+8 <= len(s) && plainEight(s[i:i+8]) {
 			i += 8
 			continue
 		}
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf && !(html && (c == '<' || c == '>' || c == '&')) {
 			i++
 			continue
 		}

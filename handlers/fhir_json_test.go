@@ -50,9 +50,24 @@ func TestAppendJSONString(t *testing.T) {
 		}
 	}
 	for _, s := range strs {
-		if got, want := domain.AppendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
-			t.Errorf("%q: wrote %s, encoding/json %s", s, got, want)
-		}
+		checkJSONString(t, s)
+	}
+}
+
+// checkJSONString compares both escapers with encoding/json: without HTML
+// escaping (the FHIR writers) and with it (json.Marshal, the store's
+// content keys).
+func checkJSONString(t *testing.T, s string) {
+	t.Helper()
+	if got, want := domain.AppendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
+		t.Errorf("%q: wrote %s, encoding/json %s", s, got, want)
+	}
+	want, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := domain.AppendHTMLEscapedJSONString(nil, s); !bytes.Equal(got, want) {
+		t.Errorf("%q: wrote %s, json.Marshal %s", s, got, want)
 	}
 }
 
@@ -60,11 +75,7 @@ func FuzzAppendJSONString(f *testing.F) {
 	for _, s := range jsonStrings() {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := domain.AppendJSONString(nil, s), reflectJSON(t, s); !bytes.Equal(got, want) {
-			t.Errorf("%q: wrote %s, encoding/json %s", s, got, want)
-		}
-	})
+	f.Fuzz(checkJSONString)
 }
 
 // variedObservations are native observations of every shape a page

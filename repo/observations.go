@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -195,7 +194,7 @@ func appendContent(b []byte, o *domain.Observation) []byte {
 	b = append(b, ',')
 	b = strconv.AppendInt(b, o.DataSourceID, 10)
 	b = append(b, ',')
-	b = appendJSONString(b, o.Status)
+	b = domain.AppendHTMLEscapedJSONString(b, o.Status)
 	b = append(b, ',')
 	if len(o.Codings) == 0 {
 		b = append(b, "null"...)
@@ -206,11 +205,11 @@ func appendContent(b []byte, o *domain.Observation) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"System":`...)
-			b = appendJSONString(b, c.System)
+			b = domain.AppendHTMLEscapedJSONString(b, c.System)
 			b = append(b, `,"Code":`...)
-			b = appendJSONString(b, c.Code)
+			b = domain.AppendHTMLEscapedJSONString(b, c.Code)
 			b = append(b, `,"Display":`...)
-			b = appendJSONString(b, c.Display)
+			b = domain.AppendHTMLEscapedJSONString(b, c.Display)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -225,15 +224,15 @@ func appendContent(b []byte, o *domain.Observation) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"System":`...)
-			b = appendJSONString(b, id.System)
+			b = domain.AppendHTMLEscapedJSONString(b, id.System)
 			b = append(b, `,"Value":`...)
-			b = appendJSONString(b, id.Value)
+			b = domain.AppendHTMLEscapedJSONString(b, id.Value)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
 	b = append(b, ',')
-	b = appendJSONString(b, o.ContentType)
+	b = domain.AppendHTMLEscapedJSONString(b, o.ContentType)
 	b = append(b, ',')
 	if o.Payload == nil {
 		b = append(b, "null"...)
@@ -243,55 +242,6 @@ func appendContent(b []byte, o *domain.Observation) []byte {
 		b = append(b, '"')
 	}
 	return append(b, "]\n"...)
-}
-
-// appendJSONString appends s as encoding/json writes a string: HTML
-// characters escaped, invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped.
-func appendJSONString(b []byte, s string) []byte {
-	const hexDigits = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(append(b, s[start:i]...), `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	return append(append(b, s[start:]...), '"')
 }
 
 // observationClaims are the claims an observation takes: one per
