@@ -58,19 +58,19 @@ import (
 // crashMinKills is the least number of kills per path by default.
 const crashMinKills = 20
 
-func TestCrashConvergence(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the crash suite starts the service hundreds of times")
-	}
-	kills := 0 // by path: its write points
-	if v := os.Getenv("CRASH_TRIALS"); v != "" {
+// crashSettings reads a crash test's kills from the variable named (def
+// when unset) and its seed from CRASH_SEED (the clock when unset).
+func crashSettings(t *testing.T, killsVar string, def int) (kills int, seed uint64) {
+	t.Helper()
+	kills = def
+	if v := os.Getenv(killsVar); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			t.Fatalf("CRASH_TRIALS=%q: want a positive number", v)
+			t.Fatalf("%s=%q: want a positive number", killsVar, v)
 		}
 		kills = n
 	}
-	seed := uint64(time.Now().UnixNano())
+	seed = uint64(time.Now().UnixNano())
 	if v := os.Getenv("CRASH_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -78,6 +78,14 @@ func TestCrashConvergence(t *testing.T) {
 		}
 		seed = n
 	}
+	return kills, seed
+}
+
+func TestCrashConvergence(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the crash suite starts the service hundreds of times")
+	}
+	kills, seed := crashSettings(t, "CRASH_TRIALS", 0) // 0: by path, its write points
 	t.Logf("crash suite: seed %d (replay with CRASH_SEED=%d), kills per path: %s", seed, seed, cmp.Or(os.Getenv("CRASH_TRIALS"), "every write point in both ways, and a quarter more"))
 	bin := buildCrashBinary(t)
 	only := os.Getenv("CRASH_PATHS")

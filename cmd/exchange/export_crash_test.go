@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,22 +30,7 @@ func TestExportCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the service again for every kill")
 	}
-	kills := 8
-	if v := os.Getenv("CRASH_EXPORT_KILLS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("CRASH_EXPORT_KILLS=%q: want a positive number", v)
-		}
-		kills = n
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("CRASH_SEED"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("CRASH_SEED=%q: want a number", v)
-		}
-		seed = n
-	}
+	kills, seed := crashSettings(t, "CRASH_EXPORT_KILLS", 8)
 	t.Logf("export crash test: seed %d, %d kills", seed, kills)
 	h := newHarness(t, buildCrashBinary(t), seed, len(crashPaths), crashPath{name: "bulk-export"})
 	for b := range 10 { // 1,200 observations beside the demo data
