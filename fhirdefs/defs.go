@@ -329,12 +329,17 @@ func isID(s string) bool {
 	return true
 }
 
-// primitiveRegex compiles a primitive type's format, anchored. The R5
-// package's decimal expression has a stray brace in its exponent part;
-// it is corrected here.
+// primitiveRegex compiles a primitive type's format, anchored. A decimal
+// is any JSON number, with as many digits as it is sent with: R4's
+// expression bounds none, and the R5 package's (at most 18 integer and 17
+// fraction digits, with a stray brace in its exponent) is one the official
+// R5 JSON Schema does not apply to numbers. EHRs send more (Synthea's
+// 0.0006122107609236168), and a resource is kept with its decimals' text
+// as sent; the validator still refuses what a 64-bit float cannot hold
+// (1e999999), which search could not index.
 func primitiveRegex(name, expr string) *regexp.Regexp {
 	if name == "decimal" {
-		expr = `-?(0|[1-9][0-9]{0,17})(\.[0-9]{1,17})?([eE][+-]?[0-9]{1,9})?`
+		expr = `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
 	}
 	expr = strings.TrimSuffix(strings.TrimPrefix(expr, "^"), "$")
 	re, err := regexp.Compile(`^(?:` + expr + `)$`)

@@ -225,8 +225,13 @@ func TestInvalidResourcesAreRefusedWithTheirPath(t *testing.T) {
 func TestValidExtensionsAndEdges(t *testing.T) {
 	v := r5(t)
 	for name, doc := range map[string][]byte{
-		"extension only, no value":               patch(t, observation, map[string]any{"_status": json.RawMessage(`{"extension": [{"url": "http://x", "valueString": "y"}]}`), "status": nil}),
-		"decimal exponent":                       patch(t, observation, map[string]any{"valueQuantity.value": json.Number("1.5e3")}),
+		"extension only, no value": patch(t, observation, map[string]any{"_status": json.RawMessage(`{"extension": [{"url": "http://x", "valueString": "y"}]}`), "status": nil}),
+		"decimal exponent":         patch(t, observation, map[string]any{"valueQuantity.value": json.Number("1.5e3")}),
+		// More digits than the R5 package's expression allows, as EHRs send
+		// them (a Synthea Patient's extension); R4 and the R5 JSON Schema
+		// take them, and so does FHIR JSON.
+		"decimal with 19 fraction digits":        patch(t, observation, map[string]any{"valueQuantity.value": json.Number("0.0006122107609236168")}),
+		"decimal with 30 integer digits":         patch(t, observation, map[string]any{"valueQuantity.value": json.Number("123456789012345678901234567890.5")}),
 		"recursive item":                         []byte(`{"resourceType": "QuestionnaireResponse", "questionnaire": "http://example.org/q", "status": "completed", "item": [{"linkId": "a", "item": [{"linkId": "b", "answer": [{"valueString": "x"}]}]}]}`),
 		"code outside an unenumerated value set": patch(t, observation, map[string]any{"language": "x-klingon"}),
 	} {
@@ -396,6 +401,7 @@ func TestR4Check(t *testing.T) {
 		{"a null extension sibling", []byte(`{"resourceType": "Patient", "birthDate": "1990-01-01", "_birthDate": null}`), "Patient.birthDate"},
 		{"an empty name (the converter prunes it, nothing lost)", []byte(`{"resourceType": "Patient", "name": [{}], "contact": [{"name": {}}]}`), ""},
 		{"a small decimal", []byte(`{"resourceType": "Observation", "status": "final", "code": {"text": "x"}, "valueQuantity": {"value": 1e-400}}`), ""},
+		{"a decimal with 19 fraction digits", []byte(`{"resourceType": "Patient", "extension": [{"url": "http://synthetichealth.github.io/synthea/quality-adjusted-life-years", "valueDecimal": 0.0006122107609236168}]}`), ""},
 		{"a null value aligned with an extension", []byte(`{"resourceType": "Patient", "name": [{"given": [null, "Ann"], "_given": [{"extension": [{"url": "http://x", "valueString": "y"}]}, null]}]}`), ""},
 		{"a primitive's extension without url", []byte(`{"resourceType": "Patient", "birthDate": "1990-01-01", "_birthDate": {"extension": [{"valueString": "x"}]}}`), "Patient.birthDate.extension[0].url"},
 		{"a primitive's extension id a number", []byte(`{"resourceType": "Patient", "birthDate": "1990-01-01", "_birthDate": {"id": 5}}`), "Patient.birthDate.id"},
