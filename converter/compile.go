@@ -87,6 +87,11 @@ type crule struct {
 	simple bool
 	// skip is why the rule never runs ("" when it does).
 	skip string
+	// encodes: the rule's one source is a primitive its condition pins
+	// to a literal (`src.type as s where (s = 'allergy')`), so the
+	// literals its targets write (a Coding's system, code and display)
+	// stand for that R4 value: they carry it, for the loss report.
+	encodes bool
 }
 
 type csource struct {
@@ -326,6 +331,7 @@ func (e *Engine) compileRules(file string, rules []*rule, conceptMaps map[string
 		}
 		cr.simple = len(r.Sources) == 1 && r.Sources[0].Element != "" && len(r.Targets) == 1 &&
 			r.Targets[0].Element != "" && r.Targets[0].Transform == nil && len(r.Then) == 0 && len(r.Calls) == 0
+		cr.encodes = len(cr.sources) == 1 && cr.sources[0].where.pins(cr.sources[0].Var)
 		out = append(out, cr)
 	}
 	return out, nil
@@ -390,6 +396,17 @@ type operand struct {
 
 var conditionPattern = regexp.MustCompile(`^\s*(\S+?)\s*(!=|=)\s*(\S+)\s*$`)
 var pathPattern = regexp.MustCompile(`^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$`)
+
+// pins reports whether the condition holds for one value of the
+// variable only: `v = 'literal'` (or the literal first).
+func (c *condition) pins(variable string) bool {
+	if c == nil || c.not || variable == "" {
+		return false
+	}
+	self := func(o operand) bool { return len(o.path) == 1 && o.path[0] == variable }
+	literal := func(o operand) bool { return o.path == nil && o.literal != nil }
+	return self(c.left) && literal(c.right) || literal(c.left) && self(c.right)
+}
 
 func parseCondition(text string) (*condition, bool) {
 	m := conditionPattern.FindStringSubmatch(text)

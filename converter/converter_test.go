@@ -570,3 +570,28 @@ func TestStringsEscapedAsEncodingJSON(t *testing.T) {
 		t.Errorf("wrote %s, want it to hold %s", res.Resource, want)
 	}
 }
+
+// TestCodesMadeCodingsAreCarried: a rule that turns an R4 code into a
+// Coding by a condition on its value (AllergyIntolerance.type `allergy`
+// becomes the Coding allergy-intolerance-type|allergy) carries the code:
+// it is not reported dropped. A value no such rule takes is.
+func TestCodesMadeCodingsAreCarried(t *testing.T) {
+	allergy := func(typ string) string {
+		return `{"resourceType":"AllergyIntolerance","type":"` + typ + `","patient":{"reference":"Patient/p1"},
+			"code":{"text":"Aspirin"}}`
+	}
+	res := convert(t, allergy("allergy"))
+	if len(res.Dropped) > 0 || !strings.Contains(string(res.Resource), `"type":{"coding":[{"system":"http://hl7.org/fhir/allergy-intolerance-type","code":"allergy"`) {
+		t.Errorf("allergy: dropped %v, R5 %s", res.Dropped, res.Resource)
+	}
+	res = convert(t, allergy("intolerance"))
+	if len(res.Dropped) > 0 {
+		t.Errorf("intolerance: dropped %v", res.Dropped)
+	}
+	// Not a code of R4's value set: no rule's condition holds, nothing
+	// is written, and the loss is reported.
+	res = convert(t, allergy("sensitivity"))
+	if want := []string{"AllergyIntolerance.type"}; !slices.Equal(res.Dropped, want) || strings.Contains(string(res.Resource), `"type"`) {
+		t.Errorf("sensitivity: dropped %v, R5 %s", res.Dropped, res.Resource)
+	}
+}

@@ -279,7 +279,6 @@ var refusedByR4CheckOnly = []string{
 	"CodeSystem-v2-0550.json",         // the same empty code
 	"CodeSystem-dicom-dcim.json",      // a narrative over 1 MiB
 	"ValueSet-c80-doc-typecodes.json", // a narrative over 1 MiB
-	"Observation-decimal.json",        // decimals beyond R5's 18 digits, which R5 validation refused after the conversion
 }
 
 // TestR4CheckRefusals runs the import's R4 check over every official R4

@@ -259,8 +259,12 @@ func (e *Engine) runBody(g *cgroup, r *crule, sc scope, item *snode, depth int) 
 		_, err := e.copyInto(item, tv, t.elem, sc.st, depth)
 		return err
 	}
+	var encoded *snode // the R4 value the rule's literals stand for
+	if r.encodes && item != nil && item.primitive() && item.at.obj != 0 {
+		encoded = item
+	}
 	for _, t := range r.targets {
-		if err := e.runTarget(t, sc, item, depth); err != nil {
+		if err := e.runTarget(t, sc, item, encoded, depth); err != nil {
 			return err
 		}
 	}
@@ -287,7 +291,9 @@ func resolve(a argument, sc scope) any {
 	return v
 }
 
-func (e *Engine) runTarget(t ctarget, sc scope, item *snode, depth int) error {
+// runTarget runs one target of a rule; a literal it writes carries
+// encoded, when set (crule.encodes).
+func (e *Engine) runTarget(t ctarget, sc scope, item, encoded *snode, depth int) error {
 	ctxv, ok := sc.get(t.Context)
 	ctx, isTarget := ctxv.(*tval)
 	if !ok || !isTarget {
@@ -345,6 +351,10 @@ func (e *Engine) runTarget(t ctarget, sc scope, item *snode, depth int) error {
 			return fmt.Errorf("assigning target %s to %s is not supported", t.Transform.Args[0].Var, t.Element)
 		default:
 			child, err := e.assign(ctx, t.elem, v, "", sc.st)
+			if child != nil && encoded != nil {
+				child.from = encoded.at
+				sc.st.carried++
+			}
 			bind(child)
 			return err
 		}
