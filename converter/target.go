@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"exchange/fhirdefs"
 )
@@ -241,7 +240,8 @@ func isBool(v any) bool { _, ok := v.(bool); return ok }
 
 // scalarFor writes a value in the JSON form of an R5 primitive type:
 // integer64 is a JSON string, and base64Binary has no whitespace (R4's
-// format allowed it, R5's does not: the bytes are the same).
+// format allowed it, R5's does not: the bytes are the same; an R5 create
+// follows the same rule, fhirdefs.ValidateSpacedBase64).
 func scalarFor(typ string, v any) any {
 	switch typ {
 	case "integer64":
@@ -249,13 +249,8 @@ func scalarFor(typ string, v any) any {
 			return string(n)
 		}
 	case "base64Binary":
-		if s, ok := v.(string); ok && strings.ContainsAny(s, " \t\r\n") {
-			return strings.Map(func(r rune) rune {
-				if r == ' ' || r == '\t' || r == '\r' || r == '\n' {
-					return -1
-				}
-				return r
-			}, s)
+		if s, ok := v.(string); ok {
+			return fhirdefs.CompactBase64(s)
 		}
 	}
 	return v

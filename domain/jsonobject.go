@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -315,4 +316,74 @@ func mustJSON(v any) json.RawMessage {
 		panic(err)
 	}
 	return data
+}
+
+// jsonValueAt returns where, in the valid JSON data, the value at a path
+// of the validator's form (Type.member[index].member, the root type
+// first) begins and ends; false when the path reaches nothing.
+func jsonValueAt(data []byte, path string) (start, end int, ok bool) {
+	_, rest, _ := strings.Cut(path, ".") // the root: data itself
+	start = skipJSONSpace(data, 0)
+	for rest != "" {
+		i := start
+		var key string
+		var index int
+		isItem := false
+		if key, rest, _ = strings.Cut(rest, "."); strings.HasSuffix(key, "]") {
+			open := strings.IndexByte(key, '[')
+			if open < 0 {
+				return 0, 0, false
+			}
+			n, err := strconv.Atoi(key[open+1 : len(key)-1])
+			if err != nil {
+				return 0, 0, false
+			}
+			key, index, isItem = key[:open], n, true
+		}
+		if data[i] != '{' {
+			return 0, 0, false
+		}
+		found := false
+		for i = skipJSONSpace(data, i+1); data[i] != '}'; i = skipJSONSpace(data, i+1) {
+			keyEnd := jsonValueEnd(data, i)
+			k, err := jsonKey(data[i:keyEnd])
+			if err != nil {
+				return 0, 0, false
+			}
+			i = skipJSONSpace(data, skipJSONSpace(data, keyEnd)+1)
+			if k == key {
+				found = true
+				break
+			}
+			i = skipJSONSpace(data, jsonValueEnd(data, i))
+			if data[i] == '}' {
+				break
+			}
+		}
+		if !found {
+			return 0, 0, false
+		}
+		start = i
+		if isItem {
+			if data[i] != '[' {
+				return 0, 0, false
+			}
+			n := 0
+			for i = skipJSONSpace(data, i+1); data[i] != ']'; i = skipJSONSpace(data, i+1) {
+				if n == index {
+					break
+				}
+				n++
+				i = skipJSONSpace(data, jsonValueEnd(data, i))
+				if data[i] == ']' {
+					break
+				}
+			}
+			if n != index || data[i] == ']' {
+				return 0, 0, false
+			}
+			start = i
+		}
+	}
+	return start, jsonValueEnd(data, start), true
 }

@@ -51,10 +51,13 @@ const SourceHeader = "X-SERVICE-FHIR-Source-ID"
 // ResourceValidator checks resources against FHIR R5; *fhirdefs.Validator
 // is one.
 type ResourceValidator interface {
-	// ValidateObject checks a resource decoded with
-	// json.Decoder.UseNumber: no issues when it is valid. An error is a
-	// fault of the definitions, not of the resource.
-	ValidateObject(resource map[string]any) ([]fhirdefs.Issue, error)
+	// ValidateSpacedBase64 checks a resource decoded with
+	// json.Decoder.UseNumber: no issues when it is valid, but for its
+	// base64Binary values with whitespace among their characters, whose
+	// paths it returns, to be stored without it
+	// (fhirdefs.CompactBase64). An error is a fault of the definitions,
+	// not of the resource.
+	ValidateSpacedBase64(resource map[string]any) (issues []fhirdefs.Issue, spaced []string, err error)
 	// ElementMax returns the maximum cardinality of a resource type's
 	// top-level element (-1: unbounded); false when the type has none.
 	ElementMax(resourceType, element string) (max int, ok bool)
@@ -485,15 +488,38 @@ func (s *Service) stamp(r *Resource, o jsonObject) error {
 	if r.Object, err = DecodeJSON(r.JSON); err != nil {
 		return Errorf(CodeInvalid, "the body is not a FHIR resource: %v", err)
 	}
-	issues, err := s.validator.ValidateObject(r.Object)
+	issues, spaced, err := s.validator.ValidateSpacedBase64(r.Object)
 	if err != nil {
 		return err
 	}
 	if len(issues) > 0 {
 		return InvalidResource(r.Type, "R5", issues)
 	}
+	if len(spaced) > 0 {
+		if err := r.compactBase64(spaced); err != nil {
+			return err
+		}
+	}
 	r.Index = s.indexer.Index(r.Type, r.Object)
 	return nil
+}
+
+// compactBase64 stores the base64Binary values at the paths given
+// without their whitespace: the same bytes, in R5's format, as the R4
+// import converts them (the one rule of both: Base64 with whitespace is
+// taken, and kept without). Everything else of the resource stays as sent.
+func (r *Resource) compactBase64(paths []string) error {
+	for _, path := range paths {
+		start, end, ok := jsonValueAt(r.JSON, path)
+		var s string
+		if !ok || json.Unmarshal(r.JSON[start:end], &s) != nil {
+			return fmt.Errorf("the base64Binary at %s of %s is not where validation found it", path, r.Type)
+		}
+		r.JSON = slices.Concat(r.JSON[:start], mustJSON(fhirdefs.CompactBase64(s)), r.JSON[end:])
+	}
+	var err error
+	r.Object, err = DecodeJSON(r.JSON)
+	return err
 }
 
 // stampUpstreamID writes the upstream id as the resource's identifier of

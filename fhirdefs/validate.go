@@ -85,6 +85,10 @@ type walk struct {
 	v      *Validator
 	issues []Issue
 	path   []byte
+	// spaced, when not nil, takes the paths of base64Binary values with
+	// whitespace among their characters, which are then not issues
+	// (ValidateSpacedBase64).
+	spaced *[]string
 }
 
 // add records an issue at the current path.
@@ -136,11 +140,51 @@ func (v *Validator) Validate(data []byte) ([]Issue, error) {
 
 // ValidateObject checks a resource decoded with json.Decoder.UseNumber.
 func (v *Validator) ValidateObject(obj map[string]any) ([]Issue, error) {
+	issues, _, err := v.validate(obj, false)
+	return issues, err
+}
+
+// ValidateSpacedBase64 is ValidateObject for a resource the caller stores
+// with its Base64 compacted: a base64Binary value with whitespace among
+// its characters (R4's format allowed it, as MIME-style line breaks) is
+// not an issue when, without it (CompactBase64), it is valid R5. spaced
+// are the paths of those values (as issues name elements:
+// DocumentReference.content[0].attachment.data), for the caller to
+// replace with their compact form. The R4 import and an R5 create so
+// follow one rule: whitespace in Base64 is taken, and stored without.
+func (v *Validator) ValidateSpacedBase64(obj map[string]any) (issues []Issue, spaced []string, err error) {
+	return v.validate(obj, true)
+}
+
+func (v *Validator) validate(obj map[string]any, takeSpaced bool) ([]Issue, []string, error) {
 	w := &walk{v: v, path: make([]byte, 0, 128)}
-	if err := w.resource(obj, 0); err != nil {
-		return nil, err
+	var spaced []string
+	if takeSpaced {
+		w.spaced = &spaced
 	}
-	return w.issues, nil
+	if err := w.resource(obj, 0); err != nil {
+		return nil, nil, err
+	}
+	return w.issues, spaced, nil
+}
+
+// Base64Whitespace are the characters FHIR's base64Binary may hold
+// between its Base64 characters, before R5 (R4's format: \s), which
+// CompactBase64 removes.
+const Base64Whitespace = " \t\r\n"
+
+// CompactBase64 is a base64Binary's value without whitespace: the same
+// bytes, in the form R5's format requires.
+func CompactBase64(s string) string {
+	if !strings.ContainsAny(s, Base64Whitespace) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if strings.ContainsRune(Base64Whitespace, r) {
+			return -1
+		}
+		return r
+	}, s)
 }
 
 // resource validates a resource at the current path (empty for the root:
@@ -706,6 +750,12 @@ func (w *walk) primitive(sd *StructureDefinition, value any) {
 	if len(s) > 1<<20 && t != "base64Binary" {
 		w.add("is longer than 1 MiB")
 		return
+	}
+	if t == "base64Binary" && w.spaced != nil && strings.ContainsAny(s, Base64Whitespace) {
+		if compact := CompactBase64(s); compact != "" && sd.Matches(compact) {
+			*w.spaced = append(*w.spaced, string(w.path))
+			return
+		}
 	}
 	if t != "string" && t != "markdown" && !sd.Matches(s) {
 		w.add("%q is not a valid %s", truncate(s), t)
