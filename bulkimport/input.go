@@ -35,24 +35,28 @@ func (f inputFile) ndjson() bool {
 // listInputs expands paths into the files to read: a file as given, a
 // directory its *.ndjson, *.jsonl and *.json files at any depth, in
 // lexical order so that every run reads them in the same order. The
-// report is never read, should it be kept among the input.
-func listInputs(paths []string, report string) ([]inputFile, error) {
+// report is never read, should it be kept among the input, and neither
+// is a Bulk Data export's own log found in a directory (exportLog):
+// skipped lists those.
+func listInputs(paths []string, report string) (files []inputFile, skipped []string, err error) {
 	reportPath, _ := filepath.Abs(report)
 	if len(paths) == 0 {
-		return nil, errors.New("no input: name R4 NDJSON files, Bundles, or directories of them")
+		return nil, nil, errors.New("no input: name R4 NDJSON files, Bundles, or directories of them")
 	}
-	var files []inputFile
 	for _, p := range paths {
 		info, err := os.Stat(p)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !info.IsDir() {
 			files = append(files, inputFile{Path: p, Size: info.Size(), ModTime: info.ModTime().UTC()})
 			continue
 		}
 		var found []inputFile
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		// Walked from p with a trailing separator: a directory named by a
+		// symbolic link is read through it (WalkDir does not follow links,
+		// the root's either).
+		err = filepath.WalkDir(strings.TrimSuffix(p, string(filepath.Separator))+string(filepath.Separator), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
@@ -64,6 +68,12 @@ func listInputs(paths []string, report string) ([]inputFile, error) {
 			if abs, _ := filepath.Abs(path); abs == reportPath {
 				return nil
 			}
+			if log, err := exportLog(path); err != nil || log {
+				if log {
+					skipped = append(skipped, path)
+				}
+				return err
+			}
 			info, err := d.Info()
 			if err != nil {
 				return err
@@ -72,15 +82,49 @@ func listInputs(paths []string, report string) ([]inputFile, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(found) == 0 {
-			return nil, fmt.Errorf("%s: no .ndjson, .jsonl or .json files in it", p)
+			return nil, nil, fmt.Errorf("%s: no .ndjson, .jsonl or .json files in it", p)
 		}
 		slices.SortFunc(found, func(a, b inputFile) int { return strings.Compare(a.Path, b.Path) })
 		files = append(files, found...)
 	}
-	return files, nil
+	return files, skipped, nil
+}
+
+// exportLog reports whether a file of a directory is a Bulk Data export's
+// log, not data: named log.ndjson, as exports that keep one name it (the
+// SMART sample datasets', beside the data files), and its first line an
+// object without a resourceType (an event: exportId, eventId, ...). A
+// log.ndjson that holds resources is read as any other file.
+func exportLog(path string) (bool, error) {
+	if !strings.EqualFold(filepath.Base(path), "log.ndjson") {
+		return false, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 1<<16)
+	for {
+		line, err := br.ReadSlice('\n')
+		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
+			var first map[string]json.RawMessage
+			if json.Unmarshal(trimmed, &first) != nil {
+				return false, nil // not an object: read, and refused, as data
+			}
+			_, resource := first["resourceType"]
+			return !resource, nil
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			return false, nil // a first line that long is no log event
+		case err != nil:
+			return false, nil // empty: nothing to skip
+		}
+	}
 }
 
 // record is one resource read from the input.

@@ -88,7 +88,22 @@ func TestListInputs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	files, err := listInputs([]string{filepath.Join(dir, "notes.txt"), dir}, filepath.Join(dir, "b", "report.ndjson"))
+	// A Bulk Data export's log beside its data is skipped (by its name and
+	// its events); a log.ndjson of resources is read, and so is one named.
+	for name, content := range map[string]string{
+		"log.ndjson":   "\n{\"exportId\": \"export-10\", \"eventId\": \"kickoff\"}\n",
+		"b/LOG.ndjson": `{"eventId": "status_complete"}`,
+		"d/log.ndjson": `{"resourceType": "Patient", "id": "p1"}`,
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, skipped, err := listInputs([]string{filepath.Join(dir, "notes.txt"), filepath.Join(dir, "log.ndjson"), dir}, filepath.Join(dir, "b", "report.ndjson"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,11 +111,14 @@ func TestListInputs(t *testing.T) {
 	for _, f := range files {
 		got = append(got, strings.TrimPrefix(f.Path, dir+"/"))
 	}
-	if want := []string{"notes.txt", "a.jsonl", "b/1.json", "b/2.ndjson"}; !reflect.DeepEqual(got, want) {
+	if want := []string{"notes.txt", "log.ndjson", "a.jsonl", "b/1.json", "b/2.ndjson", "d/log.ndjson"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("files %v, want %v", got, want)
 	}
+	if want := []string{filepath.Join(dir, "b/LOG.ndjson"), filepath.Join(dir, "log.ndjson")}; !reflect.DeepEqual(skipped, want) {
+		t.Errorf("skipped %v, want %v", skipped, want)
+	}
 	for _, bad := range [][]string{nil, {filepath.Join(dir, "missing")}, {filepath.Join(dir, "c")}} {
-		if _, err := listInputs(bad, ""); err == nil {
+		if _, _, err := listInputs(bad, ""); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
 	}

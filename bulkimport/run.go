@@ -139,8 +139,12 @@ func prepare(ctx context.Context, o *Options) (*importRun, error) {
 	}
 	r := &importRun{o: o, router: &router{fallback: o.Source}}
 	var err error
-	if r.inputs, err = listInputs(o.Input, o.Report); err != nil {
+	var skipped []string
+	if r.inputs, skipped, err = listInputs(o.Input, o.Report); err != nil {
 		return nil, err
+	}
+	for _, path := range skipped {
+		o.Log.Info("Skipping the export's log: it holds events, not resources.", "file", path)
 	}
 	// routing names how resources are routed, for the checkpoint: a
 	// resumed run must route as the interrupted one did.

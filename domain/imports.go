@@ -1,8 +1,13 @@
 package domain
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // R4Converter converts FHIR R4 resources to R5 (package converter runs
@@ -46,6 +51,60 @@ type R4Conversion struct {
 // written compact by encoding/json (FuzzConversionWrite).
 func (c *R4Conversion) Write(source string) ResourceWrite {
 	return ResourceWrite{Type: c.Type, Body: c.Body, Source: source, parsed: c.object}
+}
+
+// Losses sums what conversions dropped: the operators' one line per
+// import, where a line per value drowned the log (a Synthea sample of
+// 7,000 resources dropped 2,000 values, each line alike), and a run
+// record's per type summary.
+type Losses struct {
+	Resources int            // conversions that dropped anything
+	Values    int            // paths dropped, over all of them
+	Paths     map[string]int // how many conversions dropped each path
+}
+
+// CountLosses sums the drops of conversions (nil entries: failed before
+// converting).
+func CountLosses(convs []*R4Conversion) Losses {
+	var l Losses
+	for _, c := range convs {
+		if c != nil {
+			l.Add(c.Dropped)
+		}
+	}
+	return l
+}
+
+// Add counts one conversion's dropped paths.
+func (l *Losses) Add(dropped []string) {
+	if len(dropped) == 0 {
+		return
+	}
+	if l.Paths == nil {
+		l.Paths = map[string]int{}
+	}
+	l.Resources++
+	l.Values += len(dropped)
+	for _, p := range dropped {
+		l.Paths[p]++
+	}
+}
+
+// String lists the paths, most dropped first: "Encounter.reasonCode=696
+// Organization.telecom=43". Paths are element names, never values.
+func (l Losses) String() string {
+	paths := slices.Collect(maps.Keys(l.Paths))
+	slices.SortFunc(paths, func(a, b string) int {
+		return cmp.Or(cmp.Compare(l.Paths[b], l.Paths[a]), strings.Compare(a, b))
+	})
+	var b strings.Builder
+	for i, p := range paths {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", p, l.Paths[p])
+	}
+	return b.String()
 }
 
 // CodeTranslation is an R4 code that an R4 -> R5 ConceptMap translated.

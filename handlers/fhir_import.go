@@ -66,15 +66,16 @@ func (s *server) importR4(c *fiber.Ctx) error {
 			continue
 		}
 		convs[i], types[i] = conv, conv.Type
-		for _, path := range conv.Dropped {
-			s.log.Warn("R4 import dropped a value", "request_id", requestID(c), "path", path, "source", src.ID, "maps", s.service.MapSet())
-		}
 		s.metrics.dropped.WithLabelValues(s.metrics.typeLabel(conv.Type)).Add(float64(len(conv.Dropped)))
 		if !conv.Native { // known from the conversion: no second decoding
 			pending.addImported(i, conv.Write(fmt.Sprint(src.ID)))
 		} else if err := s.addCreate(&pending, i, conv.Type, conv.Body, nil, fmt.Sprint(src.ID)); err != nil {
 			failed(i, err)
 		}
+	}
+	if losses := domain.CountLosses(convs); losses.Values > 0 {
+		s.log.Info("R4 import dropped values the R5 maps have no place for", "request_id", requestID(c), "source", src.ID,
+			"maps", s.service.MapSet(), "resources", losses.Resources, "values", losses.Values, "paths", losses.String())
 	}
 	s.createAll(ctx, c, a, &pending, out.Entry, failed)
 	for i := range out.Entry {

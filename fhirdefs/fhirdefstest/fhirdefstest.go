@@ -29,6 +29,15 @@ func PackagesDir() string {
 // PackageDir("hl7.fhir.r5.core").
 func PackageDir(name string) string { return filepath.Join(PackagesDir(), name, "package") }
 
+// SyntheaDir is the Synthea R4 sample of 10 patients (FHIR Bulk Data
+// NDJSON, one type a file, and the export's log.ndjson) that
+// scripts/setup links from ../shared: what an EHR holds, for tests that
+// import it or serve it as a test EHR.
+func SyntheaDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "standards", "fhir", "synthea-r4-10-patients")
+}
+
 // R5SchemaFile is the official R5 JSON Schema.
 func R5SchemaFile() string {
 	return filepath.Join(PackageDir("hl7.fhir.r5.core"), "openapi", "fhir.schema.json")
