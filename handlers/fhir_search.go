@@ -230,7 +230,9 @@ func searchset(base, resourceType, query string, values url.Values, q *fhirsearc
 	b := bundle{ResourceType: "Bundle", Type: "searchset", Timestamp: instant(time.Now()), Total: total,
 		Link: []bundleLink{{Relation: "self", URL: self}}, Entry: []bundleEntry{}}
 	if q.SummaryCount() {
-		return b
+		// The count is of a search without the parameters ignored: it
+		// says so as the pages do.
+		return withIgnored(b, q)
 	}
 	if len(page) > 0 {
 		// Once a page, not once an entry: the entries share their search
@@ -250,6 +252,13 @@ func searchset(base, resourceType, query string, values url.Values, q *fhirsearc
 		next.Set(fhirsearch.CursorParam, q.Next(page[len(page)-1].position))
 		b.Link = append(b.Link, bundleLink{Relation: "next", URL: base + "/" + resourceType + "?" + next.Encode()})
 	}
+	return withIgnored(b, q)
+}
+
+// withIgnored adds to a searchset Bundle the warning entry that names the
+// parameters its search ignored, if it ignored any (with Prefer:
+// handling=strict, they are refused instead).
+func withIgnored(b bundle, q *fhirsearch.Query) bundle {
 	if unknown := q.Unknown(); len(unknown) > 0 {
 		b.Entry = append(b.Entry, bundleEntry{Resource: outcomeOf(fhirIssue("warning", "not-supported",
 			"These search parameters are not supported and were ignored: "+strings.Join(unknown, ", "), "")), Search: &bundleSearch{Mode: "outcome"}})
