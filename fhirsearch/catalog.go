@@ -127,6 +127,9 @@ func NewCatalog(defs *fhirdefs.Package) (*Catalog, error) {
 			if err := r.compileConfigured(defs); err != nil {
 				return nil, err
 			}
+			if err := c.addDefined(defs, &r); err != nil {
+				return nil, err
+			}
 		}
 		c.add(&r)
 	}
@@ -211,15 +214,58 @@ var searchable = []ParamType{TypeToken, TypeReference, TypeDate, TypeString, Typ
 func (c *Catalog) r5Resource(defs *fhirdefs.Package, resourceType string, compartmentParams []string) (*Resource, error) {
 	r := imported(resourceType)
 	r.indexed = []indexedParam{}
+	if err := c.addDefined(defs, &r); err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(r.Params, func(p Param) bool { return p.Name == "patient" }) && len(compartmentParams) > 0 {
+		if p, path, ok := compartmentPatient(defs, resourceType, compartmentParams); ok {
+			r.Params = append(r.Params, p)
+			r.indexed = append(r.indexed, indexedParam{name: p.Name, typ: p.Type, path: path})
+		}
+	}
+	r.SortParam = mainDate(r.Params)
+	return &r, nil
+}
+
+// missingExpressions are expressions for R5 search parameters whose
+// definition gives none for a type, where the element searched is plain:
+// ImagingStudy's reason is its CodeableReference reason, whose concept a
+// token matches.
+var missingExpressions = map[string]string{
+	"ImagingStudy.reason": "ImagingStudy.reason.concept",
+}
+
+// addDefined adds to an imported-store type the search parameters R5
+// defines for it that it does not have yet: to a configured type, after
+// its own (MedicationRequest's US Core ones lack code, whose expression
+// reaches a CodeableReference's concept; every R5 parameter is offered,
+// as on the types from R5). Those of a kind or expression the store
+// cannot index are recorded as skipped.
+func (c *Catalog) addDefined(defs *fhirdefs.Package, r *Resource) error {
+	resourceType := r.Type
 	defined, err := defs.SearchParameters(resourceType)
 	if err != nil {
-		return nil, fmt.Errorf("search parameters of %s: %w", resourceType, err)
+		return fmt.Errorf("search parameters of %s: %w", resourceType, err)
 	}
 	skip := func(sp *fhirdefs.SearchParam, format string, args ...any) {
 		c.skipped = append(c.skipped, SkippedParam{Type: resourceType, Code: sp.Code, Kind: sp.Type, Reason: fmt.Sprintf(format, args...)})
 	}
-	byCode := map[string]fhirPath{}
+	have := map[string]bool{}
+	for _, p := range r.Params {
+		have[p.Name] = true
+	}
+	for _, p := range commonParams {
+		have[p.Name] = true
+	}
 	for _, sp := range defined {
+		if have[sp.Code] {
+			continue
+		}
+		if expr, ok := missingExpressions[resourceType+"."+sp.Code]; ok && sp.Expression == "" {
+			fixed := *sp
+			fixed.Expression = expr
+			sp = &fixed
+		}
 		typ := ParamType(sp.Type)
 		switch {
 		case !slices.Contains(searchable, typ):
@@ -234,7 +280,6 @@ func (c *Catalog) r5Resource(defs *fhirdefs.Package, resourceType string, compar
 			skip(sp, "the expression is beyond the evaluator: %v", err)
 			continue
 		}
-		byCode[sp.Code] = path
 		p := Param{Name: sp.Code, Type: typ, Imported: true, Expression: sp.Expression, Definition: sp.URL, Doc: sp.Expression}
 		if sp.Code == "patient" {
 			p.Join, p.Doc = domain.JoinPatient, patientDoc(sp.Expression)
@@ -242,14 +287,7 @@ func (c *Catalog) r5Resource(defs *fhirdefs.Package, resourceType string, compar
 		r.Params = append(r.Params, p)
 		r.indexed = append(r.indexed, indexedParam{name: p.Name, typ: p.Type, path: path})
 	}
-	if _, ok := byCode["patient"]; !ok && len(compartmentParams) > 0 {
-		if p, path, ok := compartmentPatient(defs, resourceType, compartmentParams); ok {
-			r.Params = append(r.Params, p)
-			r.indexed = append(r.indexed, indexedParam{name: p.Name, typ: p.Type, path: path})
-		}
-	}
-	r.SortParam = mainDate(r.Params)
-	return &r, nil
+	return nil
 }
 
 // compartmentPatient is the patient parameter of a type without an R5

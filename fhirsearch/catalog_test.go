@@ -75,12 +75,17 @@ func TestCatalogServesEveryR5Type(t *testing.T) {
 		t.Errorf("Require(Spaceship): %v", err)
 	}
 
-	// The configured types keep exactly their parameters.
+	// The configured types keep their parameters, first; those of the
+	// imported store then take every other parameter R5 defines for them.
 	for _, c := range configuredOnly.Resources() {
 		r, _ := full.Lookup(c.Type)
-		if !slices.Equal(paramNames(r), paramNames(c)) {
-			t.Errorf("%s: %v, configured %v", c.Type, paramNames(r), paramNames(c))
+		names := paramNames(r)
+		if !slices.Equal(names[:min(len(names), len(c.Params))], paramNames(c)) || !c.Imported && len(names) != len(c.Params) {
+			t.Errorf("%s: %v, configured %v", c.Type, names, paramNames(c))
 		}
+	}
+	if r, _ := full.Lookup("MedicationRequest"); !slices.Contains(paramNames(r), "code") || !slices.Contains(paramNames(r), "medication") {
+		t.Errorf("MedicationRequest: %v", paramNames(r))
 	}
 
 	skipped := map[string]bool{}
@@ -98,10 +103,11 @@ func TestCatalogServesEveryR5Type(t *testing.T) {
 		if full.Keeps(r.Type) != r.Allows("create") {
 			t.Errorf("%s: kept %v, takes creates %v", r.Type, full.Keeps(r.Type), r.Allows("create"))
 		}
-		if _, ok := configuredOnly.Lookup(r.Type); ok {
-			continue
-		}
+		configuredType, _ := configuredOnly.Lookup(r.Type)
 		for _, p := range r.Params {
+			if configuredType != nil && slices.ContainsFunc(configuredType.Params, func(c fhirsearch.Param) bool { return c.Name == p.Name }) {
+				continue
+			}
 			advertised++
 			kinds[p.Type]++
 			if p.Type == "composite" || p.Type == fhirsearch.TypeSpecial || skipped[r.Type+"."+p.Name] || p.Expression == "" {
@@ -111,7 +117,7 @@ func TestCatalogServesEveryR5Type(t *testing.T) {
 	}
 	t.Logf("served %d types: %d configured, %d from R5 SearchParameters; %d excluded", len(served),
 		len(configuredOnly.Resources()), len(served)-len(configuredOnly.Resources()), len(fhirsearch.NotServedTypes()))
-	t.Logf("R5 parameters advertised on the types from R5: %d %v; skipped %d %v", advertised, kinds, len(full.Skipped()), reasons)
+	t.Logf("R5 parameters advertised beyond the configured ones: %d %v; skipped %d %v", advertised, kinds, len(full.Skipped()), reasons)
 
 	// What cannot be indexed is skipped, each kind of reason.
 	for _, key := range []string{
@@ -242,4 +248,88 @@ func TestDocsListTheExcludedTypes(t *testing.T) {
 	if want := fhirsearch.NotServedTypes(); !slices.Equal(listed, want) {
 		t.Errorf("docs/fhir.md lists %v,\nthe code excludes %v", listed, want)
 	}
+}
+
+// TestCodeableReferenceParameters: every R5 search parameter whose
+// expression reaches a CodeableReference (its concept, its reference, or
+// the CodeableReference itself) is offered on every type the imported
+// store keeps, and indexes what a resource holds there: a token its
+// concept's codings, a reference its reference. MedicationRequest?code=
+// was ignored, its type configured with US Core's parameters only.
+func TestCodeableReferenceParameters(t *testing.T) {
+	defs, err := fhirdefs.OpenPackage(fhirdefstest.PackageDir("hl7.fhir.r5.core"))
+	if err != nil {
+		t.Fatalf("%v (run scripts/setup first)", err)
+	}
+	c := catalog(t)
+	checked := 0
+	for _, r := range c.Resources() {
+		if !c.Keeps(r.Type) {
+			continue
+		}
+		sd, err := defs.Type(r.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defined, err := defs.SearchParameters(r.Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sp := range defined {
+			if sp.Type != "token" && sp.Type != "reference" {
+				continue
+			}
+			for _, part := range fhirdefs.SplitUnion(sp.Expression) {
+				path := strings.TrimSpace(part)
+				if !strings.HasPrefix(path, r.Type+".") || strings.ContainsAny(path, "() ") {
+					continue // another type's part, or a function: not a plain path
+				}
+				steps := strings.Split(path, ".")
+				at := -1 // where the CodeableReference is among the steps
+				for i := 2; i <= len(steps); i++ {
+					if el, ok := sd.Element(strings.Join(steps[:i], ".")); ok && slices.Equal(el.Types, []string{"CodeableReference"}) {
+						at = i - 1
+					}
+				}
+				if at < 0 || at < len(steps)-2 || at == len(steps)-2 && steps[at+1] != "concept" && steps[at+1] != "reference" {
+					continue
+				}
+				checked++
+				offered := slices.ContainsFunc(r.Params, func(p fhirsearch.Param) bool { return p.Name == sp.Code })
+				if !offered {
+					t.Errorf("%s.%s (%s) reaches a CodeableReference and is not offered", r.Type, sp.Code, path)
+					continue
+				}
+				// A resource with that CodeableReference: its concept and
+				// its reference set, nested as the path says.
+				var value any = map[string]any{
+					"concept":   map[string]any{"coding": []any{map[string]any{"system": "http://example.org/codes", "code": "c1"}}},
+					"reference": map[string]any{"reference": "Condition/cond-1"},
+				}
+				for i := at; i >= 1; i-- {
+					value = map[string]any{steps[i]: value}
+				}
+				resource := value.(map[string]any)
+				resource["resourceType"] = r.Type
+				want := sp.Code + "|http://example.org/codes|c1"
+				if sp.Type == "reference" {
+					want = sp.Code + "|Condition/cond-1"
+				}
+				if idx := c.Index(r.Type, resource); !slices.Contains(idx.Keys, want) {
+					t.Errorf("%s.%s (%s): no key %q in %q", r.Type, sp.Code, path, want, idx.Keys)
+				}
+			}
+		}
+	}
+	if checked < 90 {
+		t.Errorf("only %d parameters reach a CodeableReference", checked)
+	}
+	// R5 gives ImagingStudy's reason no expression; its element is a
+	// CodeableReference, searched by its concept.
+	idx := index(t, `{"resourceType": "ImagingStudy", "status": "available", "subject": {"reference": "Patient/p1"},
+		"reason": [{"concept": {"coding": [{"system": "http://snomed.info/sct", "code": "22298006"}]}}]}`)
+	if !slices.Contains(idx.Keys, "reason|http://snomed.info/sct|22298006") {
+		t.Errorf("ImagingStudy reason keys %q", idx.Keys)
+	}
+	t.Logf("%d parameter expressions reach a CodeableReference", checked)
 }

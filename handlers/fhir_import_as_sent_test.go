@@ -110,3 +110,28 @@ func TestImportLossesLoggedOnce(t *testing.T) {
 		t.Errorf("the log holds values: %s", all)
 	}
 }
+
+// TestMedicationRequestByCode: MedicationRequest?code= searches the
+// medication's concept (a CodeableReference in R5), imported from R4's
+// medicationCodeableConcept; it was ignored, and counted every request.
+func TestMedicationRequestByCode(t *testing.T) {
+	w := fxNewImported(t)
+	request := func(id, code string) string {
+		return `{"resource": {"resourceType": "MedicationRequest", "id": "` + id + `", "status": "active", "intent": "order",
+			"medicationCodeableConcept": {"coding": [{"system": "http://www.nlm.nih.gov/research/umls/rxnorm", "code": "` + code + `"}]},
+			"subject": {"reference": "Patient/p1"}}}`
+	}
+	bundle := `{"resourceType": "Bundle", "type": "batch", "entry": [` + request("m1", "314076") + `, ` + request("m2", "314076") + `, ` + request("m3", "197361") + `]}`
+	if status, out := w.importR4(t, "doc", fmt.Sprint(w.aliceSrc.ID), "", bundle); status != 200 || strings.Count(fxCompact(out), "201 Created") != 3 {
+		t.Fatalf("import: %d %v", status, out)
+	}
+	source := "_source=" + fxSourceURI(w.aliceSrc)
+	status, body := w.search(t, w.tok["doc"], "/MedicationRequest?"+source+"&code=314076")
+	if status != 200 || len(fxMatches(t, body)) != 2 || len(fxOutcomes(t, body)) != 0 {
+		t.Errorf("code=314076: %d %v", status, fxCompact(body))
+	}
+	status, body = w.search(t, w.tok["doc"], "/MedicationRequest?"+source+"&code=http://www.nlm.nih.gov/research/umls/rxnorm|197361&_summary=count")
+	if status != 200 || body["total"] != 1.0 || len(fxOutcomes(t, body)) != 0 {
+		t.Errorf("code=rxnorm|197361, count: %d %v", status, fxCompact(body))
+	}
+}
