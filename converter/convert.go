@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"exchange/domain"
 )
 
 // Result is one converted resource.
@@ -70,11 +72,12 @@ func (e *Engine) Convert(resource map[string]any) (*Result, error) {
 	if err := e.Supports(rt); err != nil {
 		return nil, err
 	}
-	return e.convert(rt, resource)
+	return e.convert(rt, resource, nil)
 }
 
-// convert converts a resource of a type Supports accepted.
-func (e *Engine) convert(rt string, resource map[string]any) (*Result, error) {
+// convert converts a resource of a type Supports accepted; refs, when
+// set, rewrites its references (references.go).
+func (e *Engine) convert(rt string, resource map[string]any, refs domain.ReferenceRewriter) (*Result, error) {
 	g := e.typePlus[rt]
 	src, err := e.sourceNode(resource, rt)
 	if err != nil {
@@ -89,6 +92,9 @@ func (e *Engine) convert(rt string, resource map[string]any) (*Result, error) {
 	st.set(tgt, "resourceType", st.newTval(tval{scalar: g.targetType}))
 	if err := e.runGroup(g, []any{src, tgt}, st, 0); err != nil {
 		return nil, err
+	}
+	if refs != nil {
+		e.rewriteReferences(tgt, st, refs)
 	}
 	var buf bytes.Buffer
 	w := &writer{e: e, buf: &buf, carried: make(map[leaf]bool, st.carried), at: []string{g.targetType}}

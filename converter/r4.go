@@ -35,7 +35,7 @@ func (im *Importer) MapSet() string { return MapSetVersion }
 // ConvertR4 implements domain.R4Converter: the R4 check and the engine
 // read the same decoded tree. An R4 resource with problems is refused
 // with all of them (domain.InvalidResource), each at its R4 path.
-func (im *Importer) ConvertR4(resource map[string]any) (*domain.R4Conversion, error) {
+func (im *Importer) ConvertR4(resource map[string]any, refs domain.ReferenceRewriter) (*domain.R4Conversion, error) {
 	rt, _ := resource["resourceType"].(string)
 	if err := im.engine.Supports(rt); err != nil {
 		return nil, domain.Errorf(domain.CodeNotSupported, "%s", strings.TrimPrefix(err.Error(), ErrNotSupported.Error()+": "))
@@ -47,7 +47,7 @@ func (im *Importer) ConvertR4(resource map[string]any) (*domain.R4Conversion, er
 	if len(issues) > 0 {
 		return nil, domain.InvalidResource(rt, "R4", issues)
 	}
-	res, err := im.engine.convert(rt, resource)
+	res, err := im.engine.convert(rt, resource, refs)
 	if err != nil {
 		return nil, domain.Errorf(domain.CodeInvalid, "%s could not be converted to R5: %v", rt, err)
 	}

@@ -218,7 +218,7 @@ func importExample(t *testing.T, file string, im *converter.Importer, v *fhirdef
 		}
 		return o
 	}
-	conv, err := im.ConvertR4(m)
+	conv, err := im.ConvertR4(m, nil)
 	if o.refused = err; err != nil {
 		return o
 	}
@@ -323,7 +323,7 @@ func TestR4CheckRefusals(t *testing.T) {
 	for _, name := range want {
 		m := readExample(t, name)
 		delete(m, "id")
-		_, err := im.ConvertR4(m)
+		_, err := im.ConvertR4(m, nil)
 		var de *domain.Error
 		if !errors.As(err, &de) || de.Code != domain.CodeInvalid || !strings.Contains(de.Message, "is not valid FHIR R4: "+de.Field) || len(de.Details) == 0 {
 			t.Errorf("%s: imported, or refused otherwise than as invalid R4 at a path: %v", name, err)
@@ -360,7 +360,7 @@ func TestR4ExampleFidelity(t *testing.T) {
 	}
 	imported := func(t *testing.T, m map[string]any) *domain.R4Conversion {
 		t.Helper()
-		conv, err := im.ConvertR4(m)
+		conv, err := im.ConvertR4(m, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -199,5 +199,9 @@ type FHIRSource struct {
 	PatientID    int64
 	DataSourceID int64 // 0 when none
 	Label        string
-	LastUpdated  time.Time
+	// FHIRBase is the upstream system's FHIR base URL, when known (a
+	// patient's EHR connection): references under it are references
+	// between the source's resources. "" when not known.
+	FHIRBase    string
+	LastUpdated time.Time
 }

@@ -14,13 +14,20 @@ import (
 // the official HL7 StructureMaps).
 type R4Converter interface {
 	// ConvertR4 checks one R4 resource, decoded by DecodeJSON and its id
-	// already removed, and converts it. Returns CodeNotSupported for a
-	// type it does not convert and CodeInvalid for input that is not
-	// valid R4.
-	ConvertR4(resource map[string]any) (*R4Conversion, error)
+	// already removed, and converts it; refs, when not nil, rewrites the
+	// literal references it writes. Returns CodeNotSupported for a type
+	// it does not convert and CodeInvalid for input that is not valid R4.
+	ConvertR4(resource map[string]any, refs ReferenceRewriter) (*R4Conversion, error)
 	// MapSet names the maps it runs, for every import outcome.
 	MapSet() string
 }
+
+// ReferenceRewriter maps a literal reference an upstream source wrote,
+// read as [base/]type/id (type already the R5 type's name, base "" for a
+// relative reference), to the reference the imported store holds and the
+// identifier system that keeps the upstream id; false leaves it as
+// written.
+type ReferenceRewriter func(base, resourceType, id string) (stored, system string, ok bool)
 
 // R4Conversion is a converted resource.
 type R4Conversion struct {
@@ -175,7 +182,11 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	}
 	id, hasID := in["id"]
 	delete(in, "id")
-	conv, err := s.converter.ConvertR4(in)
+	refs := s.upstreamReferences(src)
+	if code, ok := in["code"]; ok && CreatesNative(rt, CodingSystems(mustJSON(map[string]any{"code": code}))) {
+		refs = nil // its subject and device become the source's patient and data source below
+	}
+	conv, err := s.converter.ConvertR4(in, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -196,4 +207,24 @@ func (s *Service) ConvertR4(src *FHIRSource, body []byte, wantType string) (*R4C
 	conv.object = obj.ordered("resourceType", "id")
 	conv.Body = conv.object.encode()
 	return conv, nil
+}
+
+// upstreamReferences rewrites the references between the resources of one
+// FHIR source: Type/id, relative or under the source's FHIR base (when it
+// has one), of a type the imported store keeps, becomes Type/<the id the
+// resource with that upstream id has in the source>, whether it is stored
+// yet or not (the id derives from its unique key), with the upstream id
+// kept as the reference's identifier in the source's id system. Search
+// finds such a reference by either form (upstreamKeys).
+func (s *Service) upstreamReferences(src *FHIRSource) ReferenceRewriter {
+	system := s.upstreamIDSystem(src.ID)
+	return func(base, resourceType, id string) (string, string, bool) {
+		if base != "" && (src.FHIRBase == "" || strings.TrimSuffix(base, "/") != strings.TrimSuffix(src.FHIRBase, "/")) {
+			return "", "", false
+		}
+		if s.indexer == nil || !s.indexer.Keeps(resourceType) || checkUpstreamID("", id) != nil {
+			return "", "", false
+		}
+		return resourceType + "/" + resourceID(upstreamKey(src.ID, resourceType, id)), system, true
+	}
 }

@@ -214,7 +214,7 @@ func referenceMembers(data []byte) (jsonObject, error) {
 // twice: TestR4Examples), so that the fuzzer varies it.
 type echoConverter struct{ out []byte }
 
-func (c echoConverter) ConvertR4(map[string]any) (*R4Conversion, error) {
+func (c echoConverter) ConvertR4(map[string]any, ReferenceRewriter) (*R4Conversion, error) {
 	return &R4Conversion{Type: "Observation", Body: c.out}, nil
 }
 

@@ -69,6 +69,17 @@ type ResourceIndexer interface {
 	// Keeps reports whether the imported store keeps the type.
 	Keeps(resourceType string) bool
 	Index(resourceType string, resource map[string]any) ResourceIndex
+	// AddUpstreamReferences adds to an index the upstream form of each
+	// reference a rewrite made (upstreamReferences), so that a search by
+	// either form finds the resource.
+	AddUpstreamReferences(idx *ResourceIndex, refs []UpstreamReference)
+}
+
+// UpstreamReference is a reference between the resources of one FHIR
+// source as the imported store holds it (Patient/<uuid>) and as the
+// source wrote it (Patient/<upstream id>).
+type UpstreamReference struct {
+	Stored, Upstream string
 }
 
 // Resource is a resource of the imported store.
@@ -176,6 +187,13 @@ var resourceIDSpace = uuid.MustParse("6f1d3c2a-8e4b-4f0a-9c57-2b1e0d9a7f31")
 // of the resource it stored.
 func resourceID(uniqueKey string) string {
 	return uuid.NewSHA1(resourceIDSpace, []byte(uniqueKey)).String()
+}
+
+// upstreamKey is the unique key of the resource a source sends of a type
+// under an upstream id: from it comes its id, so that another resource of
+// the source can refer to it before it is stored (upstreamReferences).
+func upstreamKey(sourceID int64, resourceType, upstreamID string) string {
+	return fmt.Sprintf("%d|%s|%s", sourceID, resourceType, upstreamID)
 }
 
 // writeKey is a hash of a write request: what it does, to which resource
@@ -339,7 +357,7 @@ func (s *Service) newResource(ctx context.Context, actor *Actor, w ResourceWrite
 	}
 	r.UniqueKey = fmt.Sprintf("%d|%s|#%s", src.ID, r.Type, r.LastWrite)
 	if r.UpstreamID != "" {
-		r.UniqueKey = fmt.Sprintf("%d|%s|%s", src.ID, r.Type, r.UpstreamID)
+		r.UniqueKey = upstreamKey(src.ID, r.Type, r.UpstreamID)
 	}
 	r.ID = resourceID(r.UniqueKey)
 	if err := s.stamp(r, o); err != nil {
@@ -501,7 +519,46 @@ func (s *Service) stamp(r *Resource, o jsonObject) error {
 		}
 	}
 	r.Index = s.indexer.Index(r.Type, r.Object)
+	if refs := s.upstreamKeys(r); len(refs) > 0 {
+		s.indexer.AddUpstreamReferences(&r.Index, refs)
+	}
 	return nil
+}
+
+// upstreamKeys finds the references of r that upstreamReferences wrote:
+// a reference Type/<id> whose identifier, in the id system of r's
+// source, is the upstream id that id derives from. Only such a pair is
+// taken (the id is checked, not trusted), wherever in the resource it
+// is, and after any later update too.
+func (s *Service) upstreamKeys(r *Resource) []UpstreamReference {
+	system := s.upstreamIDSystem(r.SourceID)
+	if !bytes.Contains(r.JSON, []byte(`"reference"`)) || !bytes.Contains(r.JSON, []byte(system)) {
+		return nil
+	}
+	var out []UpstreamReference
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case []any:
+			for _, item := range v {
+				walk(item)
+			}
+		case map[string]any:
+			if ref, ok := v["reference"].(string); ok {
+				ident, _ := v["identifier"].(map[string]any)
+				upstream, _ := ident["value"].(string)
+				typ, id, found := strings.Cut(ref, "/")
+				if found && ident["system"] == system && upstream != "" && id == resourceID(upstreamKey(r.SourceID, typ, upstream)) {
+					out = append(out, UpstreamReference{Stored: ref, Upstream: typ + "/" + upstream})
+				}
+			}
+			for _, child := range v {
+				walk(child)
+			}
+		}
+	}
+	walk(r.Object)
+	return out
 }
 
 // compactBase64 stores the base64Binary values at the paths given

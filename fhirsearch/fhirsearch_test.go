@@ -96,7 +96,7 @@ func TestPipelines(t *testing.T) {
 			`{"sortAsc":1,"_id":1}`},
 		{"imported strings, references and ids", "Encounter",
 			"_source=" + sourceBase + "/3&location=Location/9&_id=0b6a4f8e-5b4e-4c1a-9d2b-3a1e0f6b7c8d", domain.Scope{SourceIDs: []int64{3}},
-			`{"$and":[{"_id":{"$in":["0b6a4f8e-5b4e-4c1a-9d2b-3a1e0f6b7c8d"]}},{"search":{"$in":["location|Location/9"]}}],"resourceType":"Encounter","sourceId":{"$in":[3]}}`, `{"_id":1}`},
+			`{"$and":[{"_id":{"$in":["0b6a4f8e-5b4e-4c1a-9d2b-3a1e0f6b7c8d"]}},{"search":{"$in":["location|Location/9","location|^Location/9"]}}],"resourceType":"Encounter","sourceId":{"$in":[3]}}`, `{"_id":1}`},
 		{"the imported patient: its sources or a reference to it", "Location", "_source:below=" + sourceBase + "&name=Saint&_lastUpdated=lt2025",
 			domain.Scope{SourceIDs: []int64{3}, PatientIDs: []int64{7}},
 			`{"$and":[{"$or":[{"sourcePatientId":{"$in":[7]}},{"search":{"$in":["patient|Patient/7"]}}]},{"search":{"$regex":"^name\\|saint"}}],"lastUpdated":{"$lt":{"$date":"2025-01-01T00:00:00Z"}},"resourceType":"Location","sourceId":{"$in":[3]}}`,

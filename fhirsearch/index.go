@@ -164,6 +164,36 @@ func (x *indexer) addTokens(param string, v any) {
 	}
 }
 
+// UpstreamMark begins the index key of a reference in the form its
+// source wrote it (Patient/<upstream id>), beside the key of the form the
+// imported store holds (Patient/<uuid>): "subject|^Patient/p1". A
+// reference search of the imported store matches either.
+const UpstreamMark = "^"
+
+// AddUpstreamReferences implements domain.ResourceIndexer: beside each key
+// of a reference parameter that holds a stored reference (its Type/id and
+// id forms), the keys of the upstream one.
+func (c *Catalog) AddUpstreamReferences(idx *domain.ResourceIndex, refs []domain.UpstreamReference) {
+	x := indexer{idx: *idx}
+	for _, key := range idx.Keys {
+		param, value, ok := strings.Cut(key, "|")
+		if !ok {
+			continue
+		}
+		for _, r := range refs {
+			_, storedID, _ := strings.Cut(r.Stored, "/")
+			_, upstreamID, _ := strings.Cut(r.Upstream, "/")
+			switch value {
+			case r.Stored:
+				x.add(param + "|" + UpstreamMark + r.Upstream)
+			case storedID:
+				x.add(param + "|" + UpstreamMark + upstreamID)
+			}
+		}
+	}
+	*idx = x.idx
+}
+
 // addStrings adds the folded searchable strings (domain.SearchKey) of a
 // string, HumanName or Address.
 func (x *indexer) addStrings(param string, v any) {

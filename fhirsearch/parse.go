@@ -70,9 +70,14 @@ type Query struct {
 	resource *Resource
 	clauses  []Clause
 	joins    []domain.Join
-	sort     *SortKey
-	desc     bool
-	count    int
+	// patientRefs are the values of patient= on the imported store, as
+	// references (Patient/<id> or <id>): besides the exchange's patients
+	// they name, a resource that refers to one matches, in the form the
+	// store holds or the form its source wrote (importedPatientCondition).
+	patientRefs []string
+	sort        *SortKey
+	desc        bool
+	count       int
 	// summaryCount: _summary=count, the total only.
 	summaryCount bool
 	total        bool
@@ -295,6 +300,13 @@ func (q *Query) addJoin(p *Param, values []string) error {
 		}
 		if id, ok := parseID(v, target); ok {
 			j.IDs = append(j.IDs, id)
+		}
+		if p.Join == domain.JoinPatient && q.store.Kind == domain.StoreImported {
+			ref := v
+			if typ, id, ok := typeAndID(v); ok {
+				ref = typ + "/" + id
+			}
+			q.patientRefs = append(q.patientRefs, ref)
 		}
 	}
 	q.joins = append(q.joins, j)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -63,7 +64,7 @@ func (q *Query) Plan(scope domain.Scope) (*domain.SearchPlan, error) {
 			b.addSimple("sourceId", bson.M{"$in": int64s(scope.SourceIDs)})
 		}
 		if scope.PatientIDs != nil {
-			b.and = append(b.and, importedPatientCondition(scope.PatientIDs))
+			b.and = append(b.and, importedPatientCondition(scope.PatientIDs, q.patientRefs...))
 		}
 		for _, c := range q.clauses {
 			field, cond, simple := importedCondition(c, q.t.now())
@@ -304,7 +305,13 @@ func importedCondition(c Clause, now time.Time) (field string, cond any, simple 
 		}
 		return "search", bson.M{"$in": keys(ks)}, true
 	case p.Type == TypeReference:
-		return "search", bson.M{"$in": keys(c.References)}, true
+		// As the imported store holds the reference, or as its source
+		// wrote it (UpstreamMark).
+		ks := keys(c.References)
+		for _, ref := range c.References {
+			ks = append(ks, p.Name+"|"+UpstreamMark+ref)
+		}
+		return "search", bson.M{"$in": ks}, true
 	case p.Type == TypeURI:
 		return "search", bson.M{"$in": keys(c.URIs)}, true
 	case p.Type == TypeString:
@@ -339,15 +346,29 @@ func importedCondition(c Clause, now time.Time) (field string, cond any, simple 
 }
 
 // importedPatientCondition selects the resources of the patients' FHIR
-// sources, and those that refer to the patients.
-func importedPatientCondition(ids []int64) bson.M {
-	refs := bson.A{}
+// sources, and those that refer to the patients; and those that refer to
+// a patient named by a reference of the imported store (refs: a value
+// that names none of the exchange's patients, such as an imported
+// Patient's id), or by its source's own id for it (the upstream form,
+// UpstreamMark).
+func importedPatientCondition(ids []int64, refs ...string) bson.M {
+	keys := bson.A{}
 	for _, id := range ids {
-		refs = append(refs, fmt.Sprintf("patient|Patient/%d", id))
+		keys = append(keys, fmt.Sprintf("patient|Patient/%d", id))
+	}
+	for _, ref := range refs {
+		_, id, typed := strings.Cut(ref, "/")
+		if !typed {
+			id = ref
+		}
+		if _, native := domain.ParseID(id); !native {
+			keys = append(keys, "patient|"+ref)
+		}
+		keys = append(keys, "patient|"+UpstreamMark+ref)
 	}
 	return bson.M{"$or": bson.A{
 		bson.M{"sourcePatientId": bson.M{"$in": int64s(ids)}},
-		bson.M{"search": bson.M{"$in": refs}},
+		bson.M{"search": bson.M{"$in": keys}},
 	}}
 }
 

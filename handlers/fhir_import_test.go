@@ -151,7 +151,8 @@ func TestImportR4OneResource(t *testing.T) {
 		t.Errorf("identifier %v", r["identifier"])
 	}
 	evidence := fxArr(r["evidence"])
-	if len(evidence) != 2 || fmt.Sprint(evidence[0]) != "map[concept:map[text:glucose]]" || fmt.Sprint(evidence[1]) != "map[reference:map[reference:Observation/o1]]" {
+	if len(evidence) != 2 || fmt.Sprint(evidence[0]) != "map[concept:map[text:glucose]]" ||
+		fxCompact(evidence[1]) != `{"reference":{"identifier":{"system":"`+fxSourceURI(w.aliceSrc)+`/id","value":"o1"},"reference":"Observation/48a1c302-28f7-5f09-bef0-f8c56e22d8aa"}}` {
 		t.Errorf("evidence (CodeableConcept and Reference into CodeableReference) %v", evidence)
 	}
 	// Stored and readable like any imported resource; a second import is a duplicate.

@@ -35,11 +35,12 @@ type fhirSourceDoc struct {
 	PatientID    int64     `bson:"patientId"`
 	DataSourceID *int64    `bson:"dataSourceId"`
 	Label        string    `bson:"label"`
+	FHIRBase     string    `bson:"fhirBase,omitempty"` // the upstream FHIR base, when known
 	LastUpdated  time.Time `bson:"lastUpdated"`
 }
 
 func (x fhirSourceDoc) fhirSource() domain.FHIRSource {
-	s := domain.FHIRSource{ID: x.ID, PatientID: x.PatientID, Label: x.Label, LastUpdated: x.LastUpdated.UTC()}
+	s := domain.FHIRSource{ID: x.ID, PatientID: x.PatientID, Label: x.Label, FHIRBase: x.FHIRBase, LastUpdated: x.LastUpdated.UTC()}
 	if x.DataSourceID != nil {
 		s.DataSourceID = *x.DataSourceID
 	}
@@ -114,7 +115,7 @@ func (d *DB) CreateFHIRSource(ctx context.Context, s *domain.FHIRSource) error {
 		return err
 	}
 	s.ID, s.LastUpdated = id, d.nowMillis()
-	_, err = d.c(colFHIRSources).InsertOne(ctx, fhirSourceDoc{s.ID, s.PatientID, optionalID(s.DataSourceID), s.Label, s.LastUpdated})
+	_, err = d.c(colFHIRSources).InsertOne(ctx, fhirSourceDoc{s.ID, s.PatientID, optionalID(s.DataSourceID), s.Label, s.FHIRBase, s.LastUpdated})
 	return err
 }
 

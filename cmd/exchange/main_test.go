@@ -154,7 +154,7 @@ func TestTranslateCodesSetting(t *testing.T) {
 		if err != nil || im == nil {
 			t.Fatalf("%q: %v %v", c.translate, im, err)
 		}
-		conv, err := im.ConvertR4(map[string]any{"resourceType": "Encounter", "status": "finished", "class": map[string]any{"code": "AMB"}})
+		conv, err := im.ConvertR4(map[string]any{"resourceType": "Encounter", "status": "finished", "class": map[string]any{"code": "AMB"}}, nil)
 		if err != nil || !strings.Contains(string(conv.Body), `"status":"`+c.status+`"`) || len(conv.Translated) != c.translated {
 			t.Errorf("FHIR_XVER_TRANSLATE_CODES=%q: %s %v %v", c.translate, conv.Body, conv.Translated, err)
 		}
