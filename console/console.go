@@ -157,6 +157,13 @@ func (c *Console) signedInRoutes() map[string]handler {
 		"POST /console/scope-codes":                                    c.createScopeCode,
 		"POST /console/fhir-sources":                                   c.createFHIRSource,
 		"GET /console/fhir-sources/{id}/{$}":                           c.fhirSource,
+		"GET /console/records/{$}":                                     c.records,
+		"POST /console/records/connect":                                c.connect,
+		"GET " + EHRCallbackPath:                                       c.ehrCallback,
+		"POST /console/records/{id}/sync":                              c.connectionForm(c.syncRecords, "syncing"),
+		"POST /console/records/{id}/disconnect":                        c.connectionForm(c.disconnectRecords, "disconnected"),
+		"POST /console/records/{id}/keep-updated":                      c.connectionForm(c.keepRecordsUpdated, "saved"),
+		"GET /console/patients/{id}/records":                           c.patientRecords,
 		"GET /console/clients/{$}":                                     c.clients,
 		"POST /console/clients/{$}":                                    c.registerClient,
 		"POST /console/clients/{id}/rotate":                            c.rotateClient,
@@ -329,6 +336,10 @@ var notices = map[string]string{
 	"answered":      "Thank you: your answer is saved. You can change it at any time.",
 	"invited":       "Invited: the first sign-in through the provider with that verified address opens its account.",
 	"exportDeleted": "The export and its files are deleted.",
+	"connected":     "Connected: your record is being copied from your EHR. Reload this page to see it arrive.",
+	"syncing":       "Your record is being copied again. Reload this page to see the result.",
+	"disconnected": "Disconnected: the exchange no longer holds a sign-in to that EHR. " +
+		"What was copied stays with your data.",
 }
 
 // seeOther answers a successful form with a redirect to a page (Post,
@@ -422,6 +433,8 @@ var funcs = template.FuncMap{
 	// type in words.
 	"orgType":    orgTypeName,
 	"sourceType": sourceTypeName,
+	"totals":     runTotals,
+	"failed":     failedTypes,
 }
 
 // patientName is a patient's name as the pages show it.

@@ -53,6 +53,10 @@ const (
 	AuditKindExport         AuditKind = "bulk-export"
 	AuditKindExportComplete AuditKind = "bulk-export-completed"
 	AuditKindExportDownload AuditKind = "bulk-export-download"
+	// AuditKindConnect: a patient's EHR connection made (C) or ended (D).
+	AuditKindConnect AuditKind = "ehr-connection"
+	// AuditKindPull: a pull of a patient's record from their EHR.
+	AuditKindPull AuditKind = "ehr-pull"
 )
 
 // AuditSystem is the code system of the exchange's own kinds of events.

@@ -2,9 +2,6 @@ package domain
 
 import (
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"slices"
@@ -229,13 +226,10 @@ func (s *Service) sealSecret(p IdentityProvider) (IdentityProvider, error) {
 	if p.ClientSecret == "" {
 		return p, nil
 	}
-	aead, err := s.secretsAEAD()
+	sealed, err := s.seal.Seal([]byte(p.ClientSecret), p.ID)
 	if err != nil {
 		return p, err
 	}
-	nonce := make([]byte, aead.NonceSize())
-	_, _ = rand.Read(nonce) // never fails (crypto/rand)
-	sealed := aead.Seal(nonce, nonce, []byte(p.ClientSecret), []byte(p.ID))
 	p.ClientSecret = sealedPrefix + base64.RawStdEncoding.EncodeToString(sealed)
 	return p, nil
 }
@@ -248,26 +242,14 @@ func (s *Service) openSecret(p *IdentityProvider) error {
 		return nil
 	}
 	p.ClientSecret = ""
-	aead, err := s.secretsAEAD()
-	if err != nil {
-		return err
-	}
 	sealed, err := base64.RawStdEncoding.DecodeString(raw)
-	if err != nil || len(sealed) < aead.NonceSize() {
+	if err != nil {
 		return errors.New("malformed sealed secret")
 	}
-	plain, err := aead.Open(nil, sealed[:aead.NonceSize()], sealed[aead.NonceSize():], []byte(p.ID))
+	plain, err := s.seal.Open(sealed, p.ID)
 	if err != nil {
 		return err
 	}
 	p.ClientSecret = string(plain)
 	return nil
-}
-
-func (s *Service) secretsAEAD() (cipher.AEAD, error) {
-	block, err := aes.NewCipher(s.secretsKey)
-	if err != nil {
-		return nil, err
-	}
-	return cipher.NewGCM(block)
 }

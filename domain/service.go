@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"context"
 	"crypto/rand"
 	"log/slog"
 	"strings"
@@ -45,10 +46,13 @@ type Service struct {
 	exportSearches ExportSearches
 	exportFiles    ExportFiles
 	exportWake     chan struct{}
-	// fileProviders are IDENTITY_PROVIDERS_FILE's identity providers;
-	// secretsKey seals the client secrets of the others.
+	// fileProviders are IDENTITY_PROVIDERS_FILE's identity providers.
 	fileProviders []IdentityProvider
-	secretsKey    []byte
+	// seal seals what the exchange keeps secret at rest: the client
+	// secrets of the other identity providers, EHR client secrets and
+	// patients' EHR tokens (SecretsKey).
+	seal *sealer
+	patientAccess
 }
 
 // Config is what a Service is made of.
@@ -82,6 +86,13 @@ type Config struct {
 	// Logger receives security events (refused sign-ins); nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// EHR is the exchange's client of patients' EHRs (patient access);
+	// nil: patient access is not offered. Its tokens and client secrets
+	// are sealed with SecretsKey.
+	EHR EHR
+	// PullLimits bound patient access pulls; zero fields take
+	// DefaultPullLimits'.
+	PullLimits PullLimits
 	// ThrottleKey is the HMAC key that names an account in the sign-in
 	// throttle's records and log lines (newLoginKeys), derived from
 	// SECRET_KEY for this one purpose, so that every instance sharing the
@@ -96,7 +107,8 @@ type Config struct {
 	// (IdentityProvider.Normalize); read-only.
 	IdentityProviders []IdentityProvider
 	// SecretsKey (32 bytes, derived from SECRET_KEY) seals the client
-	// secrets of identity providers configured through the admin API. nil:
+	// secrets of identity providers configured through the admin API and
+	// of the exchange's EHR registrations, and patients' EHR tokens. nil:
 	// a random key of this service (tests).
 	SecretsKey []byte
 }
@@ -129,11 +141,14 @@ func NewService(c Config) *Service {
 	for i := range c.IdentityProviders {
 		c.IdentityProviders[i].FromFile = true
 	}
-	return &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
+	s := &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
 		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, maxDataPoint: c.MaxDataPointBytes,
 		auditor: c.Auditor, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey,
-		fileProviders: c.IdentityProviders, secretsKey: c.SecretsKey,
+		fileProviders: c.IdentityProviders, seal: newSealer(c.SecretsKey),
 		exportSearches: c.ExportSearches, exportFiles: c.ExportFiles, exportWake: make(chan struct{}, 1)}
+	s.ehr, s.limits = c.EHR, c.PullLimits.withDefaults()
+	s.background, s.stop = context.WithCancel(context.Background())
+	return s
 }
 
 // wakeExports tells this process's ExportRunner that a job is queued.

@@ -29,6 +29,9 @@ type Store interface {
 	ExportStore
 	ExportStreams
 	FederationStore
+	EHRBrandStore
+	EHRConnectionStore
+	PullRunStore
 }
 
 // AuditStore reads the audit trail (an Auditor writes it).

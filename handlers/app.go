@@ -190,6 +190,7 @@ func New(c Config) *fiber.App {
 	api.Post("/fhir_sources", s.createFHIRSource)
 	api.Get("/fhir_sources/:id", readOf(s.service.FHIRSourceByID, fhirSourceJSONWith(s.service.SourceBase())))
 	api.Delete("/fhir_sources/:id", s.deleteFHIRSource)
+	s.registerPatientAccess(api)
 
 	api.Get("/omh_schemas", s.listSchemas)
 	api.Get("/omh_schemas/:name/:version", s.getSchema)

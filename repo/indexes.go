@@ -109,6 +109,21 @@ var indexes = []index{
 	{colAuditEvents, "entityType_date", bson.D{{Key: "entityTypes", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
 	{colAuditEvents, "action_date", bson.D{{Key: "action", Value: 1}, {Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
 	{colAuditEvents, "date", bson.D{{Key: "lastUpdated", Value: 1}, {Key: "_id", Value: 1}}, false},
+	// Patient access: brands by their endpoint (the upsert key); the
+	// brand picker's facilities by word prefix, state and postal code,
+	// each with the sort key (brand, then facility); connections by
+	// patient and EHR; pulls by patient, newest first, and by connection.
+	{colEHRBrands, "fhirBaseUrl_unique", bson.D{{Key: "fhirBaseUrl", Value: 1}}, true},
+	{colEHRFacilities, "sortKey", bson.D{{Key: "sortKey", Value: 1}, {Key: "_id", Value: 1}}, false},
+	{colEHRFacilities, "words_sortKey", bson.D{{Key: "words", Value: 1}, {Key: "sortKey", Value: 1}}, false},
+	{colEHRFacilities, "state_sortKey", bson.D{{Key: "state", Value: 1}, {Key: "sortKey", Value: 1}}, false},
+	{colEHRFacilities, "postalCode", bson.D{{Key: "postalCode", Value: 1}}, false},
+	{colEHRFacilities, "brand", bson.D{{Key: "brandId", Value: 1}}, false},
+	{colEHRAuthorizations, "expiresAt", bson.D{{Key: "expiresAt", Value: 1}}, false},
+	{colEHRConnections, "patient_issuer_unique", bson.D{{Key: "patientId", Value: 1}, {Key: "issuer", Value: 1}}, true},
+	{colPullRuns, "patient_id", bson.D{{Key: "patientId", Value: 1}, {Key: "_id", Value: -1}}, false},
+	{colPullRuns, "connection_outcome", bson.D{{Key: "connectionId", Value: 1}, {Key: "outcome", Value: 1}}, false},
+	{colFHIRSources, "patient_fhirBase", bson.D{{Key: "patientId", Value: 1}, {Key: "fhirBase", Value: 1}}, false},
 }
 
 // Migrate creates every collection's missing indexes and returns how many

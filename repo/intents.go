@@ -58,6 +58,7 @@ const (
 	intentUnenroll           intentKind = "enrollments.delete"  // forward: enrollments and their answers go (studies.go)
 	intentConsents           intentKind = "consents.write"      // forward: every answer is written (studies.go)
 	intentInvitationRedeem   intentKind = "invitation.redeem"   // forward: the code is used and the password set (invitations.go)
+	intentEHRPull            intentKind = "ehr.pull"            // a lock: the connection's runs still recorded running are interrupted (patientaccess.go)
 )
 
 // intentRepairs are the repairs of abandoned intents, by kind (repair),
@@ -73,6 +74,7 @@ var intentRepairs = map[intentKind]func(*DB, context.Context, *intentDoc) error{
 	intentUnenroll:           (*DB).repairUnenrollments,
 	intentConsents:           (*DB).repairConsents,
 	intentInvitationRedeem:   (*DB).repairRedemption,
+	intentEHRPull:            (*DB).interruptPulls,
 }
 
 // intentState is where an intent stands: who holds it, and so whether
@@ -146,6 +148,9 @@ type intentDoc struct {
 	// once the intent is given up or adopted: its repair marks its pairs
 	// in the intents of the writes that began no later (supersedeEarlier).
 	Began time.Time `bson:"began,omitempty"`
+
+	// ehr.pull: the connection whose pulls the lock is.
+	ConnectionID int64 `bson:"connectionId,omitempty"`
 
 	// invitation.redeem: the code's record (oauth_tokens _id), the new
 	// password's hash and when it changes.

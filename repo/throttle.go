@@ -91,7 +91,7 @@ func (d *DB) Sweep(ctx context.Context, now time.Time) (int64, error) {
 	if err != nil {
 		return total, err
 	}
-	for _, col := range []string{colOAuthTokens, colInvitationRedemptions, colLoginSessions, colLoginThrottle, colPendingSignIns, colUsedAssertions} {
+	for _, col := range []string{colOAuthTokens, colInvitationRedemptions, colLoginSessions, colLoginThrottle, colPendingSignIns, colUsedAssertions, colEHRAuthorizations} {
 		res, err := d.c(col).DeleteMany(ctx, bson.M{"expiresAt": bson.M{"$lt": now}})
 		if err != nil {
 			return total, fmt.Errorf("sweep %s: %w", col, err)

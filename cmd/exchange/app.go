@@ -25,6 +25,7 @@ import (
 	"exchange/oauth"
 	"exchange/omh"
 	"exchange/repo"
+	"exchange/smartclient"
 	"exchange/telemetry"
 )
 
@@ -113,8 +114,9 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
-	// Every instance opens the identity providers' client secrets that
-	// any of them sealed.
+	// Every instance opens the secrets that any of them sealed: identity
+	// providers' and EHR registrations' client secrets, EHR tokens (the
+	// name of the derivation stays: secrets sealed under it stay readable).
 	if config.SecretsKey, err = hkdf.Key(sha256.New, secret, nil, "exchange identity provider secrets", 32); err != nil {
 		a.Close()
 		return nil, err
@@ -134,6 +136,8 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 			return nil, err
 		}
 	}
+	// Patient access: the exchange as a SMART client of patients' EHRs.
+	config.EHR = smartclient.New()
 	a.service = domain.NewService(config)
 	a.oauth, err = oauth.New(oauth.Config{
 		Store: a.db, Users: a.service, SecretKey: secret, SigningKey: signingKey,

@@ -71,6 +71,7 @@ var commands = map[string]command{
 	"doctor":          doctorCommand,
 	"healthcheck":     healthcheckCommand,
 	"import":          importCommand,
+	"ehr-brands":      ehrBrandsCommand,
 }
 
 // run is the whole program: settings come through getenv and output goes to
@@ -108,6 +109,7 @@ commands:
   migrate          create the database indexes
   doctor           report and repair what interrupted writes left; --dry-run reports only
   healthcheck      exit 0 if the local service is live (/health) and ready (/ready); --live: /health only
+  ehr-brands       import FILE [--vendor V]: a SMART User-access Brands Bundle; client: the exchange's registration at EHRs
   import r4        send R4 files to a running service: FILE|DIR... --source ID | --sources FILE
   help             show this text
 

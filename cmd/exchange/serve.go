@@ -78,6 +78,9 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	exportsDone := make(chan struct{})
 	go func() { exports.Run(background); close(exportsDone) }()
 	defer func() { stopBackground(); <-exportsDone }() // running jobs handed back before the database closes
+	if s.PatientAccessSyncInterval > 0 {
+		go syncPatientAccess(background, a, s.PatientAccessSyncInterval, log)
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- handlers.Serve(web, ln) }()
@@ -93,6 +96,11 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 	if err := web.ShutdownWithTimeout(shutdownGrace); err != nil {
 		return fmt.Errorf("shut down: %w", err)
 	}
+	// EHR pulls in the background stop; their runs are recorded
+	// interrupted.
+	pullsDone, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	a.service.Shutdown(pullsDone)
+	cancel()
 	log.Info("stopped")
 	return nil
 }
@@ -190,4 +198,26 @@ func printBanner(ctx context.Context, a *app, io stdio, base string) {
 		return
 	}
 	fmt.Fprintf(out, "  Log in: %s/o/login/\n", base)
+}
+
+// syncPatientAccess starts, every tenth of the interval, the pulls of the
+// EHR connections that are due (PATIENT_ACCESS_SYNC_INTERVAL): those
+// whose patients let the exchange keep them up to date, not pulled for
+// the interval. Instances share the work: a connection's lock lets one
+// pull it.
+func syncPatientAccess(ctx context.Context, a *app, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(max(interval/10, time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := a.service.SyncDue(ctx, interval); err != nil && ctx.Err() == nil {
+				log.Warn("starting the scheduled EHR pulls failed", "error", err)
+			} else if n > 0 {
+				log.Info("scheduled EHR pulls started", "count", n)
+			}
+		}
+	}
 }

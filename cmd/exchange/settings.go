@@ -55,6 +55,9 @@ type settings struct {
 	Metrics            telemetry.MetricsConfig
 	// AuditRetention is how long audit events are kept; 0: for ever.
 	AuditRetention time.Duration
+	// PatientAccessSyncInterval is how often the connections patients let
+	// the exchange keep up to date are pulled again; 0: never by itself.
+	PatientAccessSyncInterval time.Duration
 	// AuditBuffer is how many audit events may wait to be written.
 	AuditBuffer int
 	// EmbeddedSearchSlots and EmbeddedSearchQueue bound the searches
@@ -312,6 +315,11 @@ func loadOperations(s *settings, get func(name, def string) string) error {
 	}
 	if s.Metrics, err = telemetry.ParseMetricsConfig(get("METRICS_ADDR", ""), get("METRICS_TOKEN", "")); err != nil {
 		return err
+	}
+	if v := get("PATIENT_ACCESS_SYNC_INTERVAL", ""); v != "" && v != "0" && v != "off" {
+		if s.PatientAccessSyncInterval, err = parseDays(v); err != nil || s.PatientAccessSyncInterval < 5*time.Minute {
+			return fmt.Errorf("PATIENT_ACCESS_SYNC_INTERVAL: %q is not off or a duration of at least 5 minutes (such as 1d or 6h)", v)
+		}
 	}
 	if v := get("AUDIT_RETENTION", ""); v != "" {
 		if s.AuditRetention, err = parseDays(v); err != nil || s.AuditRetention <= 0 {

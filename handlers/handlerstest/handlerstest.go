@@ -238,6 +238,10 @@ type Options struct {
 	IdentityProviders []domain.IdentityProvider
 	PasswordSignInOff bool
 	TokenExchange     oauth.TokenExchangeConfig
+	// EHR is the exchange's client of patients' EHRs (patient access);
+	// nil: patient access is not offered. PullLimits bound its pulls.
+	EHR        domain.EHR
+	PullLimits domain.PullLimits
 }
 
 // Exports are the settings of a test's bulk export runner.
@@ -296,9 +300,14 @@ func StartWith(t testing.TB, o Options) *Env {
 	}
 	svc := domain.NewService(domain.Config{Store: store, Schemas: Schemas(t), SourceBase: SourceBase,
 		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log,
-		ExportSearches: search, ExportFiles: exportFiles, IdentityProviders: o.IdentityProviders})
+		ExportSearches: search, ExportFiles: exportFiles, IdentityProviders: o.IdentityProviders, EHR: o.EHR, PullLimits: o.PullLimits})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		svc.Shutdown(ctx)
+	})
 	provider, err := oauth.New(oauth.Config{
-		Store: db, Users: svc, SecretKey: []byte("test-secret-key-0123456789abcdefghijklmnop"),
+		Store: db, Users: svc, SecretKey: []byte(secretKey),
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
 		Logger: log, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
 		ResourceTypes: catalog.TypeNames(), PasswordSignInOff: o.PasswordSignInOff, TokenExchange: o.TokenExchange,
@@ -357,6 +366,9 @@ func StartWith(t testing.TB, o Options) *Env {
 	}
 	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock, Routes: routes, Audit: audit}
 }
+
+// secretKey is SECRET_KEY in tests.
+const secretKey = "test-secret-key-0123456789abcdefghijklmnop"
 
 // GatewayClientID is the MCP gateway's client id the console is told of.
 const GatewayClientID = "test-mcp-gateway"
