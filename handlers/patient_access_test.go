@@ -319,3 +319,269 @@ func pulledIDs(t *testing.T, w *paWorld, source, typ string) []string {
 	}
 	return ids
 }
+
+// TestPatientAccessFaults: each type is read on its own. A type the EHR
+// refuses (403) and one whose second page fails (500, after retries) are
+// skipped with their reasons and the rest of the record is pulled: the
+// run is partial. Observations are searched by category, which the EHR
+// demands. A resource whose id has more than FHIR's 64 characters is
+// stored, its id kept as its identifier.
+func TestPatientAccessFaults(t *testing.T) {
+	w := newPAWorld(t, domain.PullLimits{PageSize: 20})
+	longID := strings.Repeat("c", 80)
+	w.ehr.Add(w.ehrPatient, map[string]any{"resourceType": "Condition", "id": longID,
+		"meta":           map[string]any{"lastUpdated": "2024-08-06T18:12:57Z"},
+		"clinicalStatus": map[string]any{"coding": []any{map[string]any{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active"}}},
+		"code":           map[string]any{"text": "a condition of a long id"}, "subject": map[string]any{"reference": "Patient/" + w.ehrPatient}})
+	w.ehr.SetFaults(ehrtest.Faults{Forbidden: map[string]bool{"Immunization": true}, FailPage: map[string]bool{"Procedure#2": true}})
+	w.connect(t, false)
+	run := w.runs(t)[0]
+	if run["outcome"] != "partial" {
+		t.Errorf("outcome %v", run["outcome"])
+	}
+	if x := runType(run, "Immunization"); !strings.Contains(fmt.Sprint(x["skipped"]), "403") || count(x, "fetched") != 0 {
+		t.Errorf("Immunization: %v", x)
+	}
+	if x := runType(run, "Procedure"); !strings.Contains(fmt.Sprint(x["skipped"]), "500") || count(x, "stored") != 20 {
+		t.Errorf("Procedure: %v", x)
+	}
+	if x := runType(run, "Condition"); count(x, "stored") != w.ehr.Count("Condition", w.ehrPatient) || x["skipped"] != nil {
+		t.Errorf("Condition: %v", x)
+	}
+	if x := runType(run, "Observation"); count(x, "stored") != 3 || x["skipped"] != nil {
+		t.Errorf("Observation (by category): %v", x)
+	}
+	if x := runType(run, "Encounter"); count(x, "stored") != w.ehr.Count("Encounter", w.ehrPatient) {
+		t.Errorf("Encounter, after the skipped types: %v", x)
+	}
+	source := domain.SourceURI(handlerstest.SourceBase, int64(run["fhirSource"].(float64)))
+	_, body := w.env.Send(t, "GET", "/FHIR/R5/Condition?_source="+url.QueryEscape(source)+"&identifier="+url.QueryEscape(source+"/id|"+longID), w.token, nil)
+	if len(fxMatches(t, body)) != 1 {
+		t.Errorf("the Condition of a long id: %v", body)
+	}
+}
+
+// TestPatientAccessTokenWithoutPatient: a token response without the
+// patient connects nothing: a clear error, no connection, no identifier,
+// no FHIR source, and the token revoked at the EHR.
+func TestPatientAccessTokenWithoutPatient(t *testing.T) {
+	w := newPAWorld(t, domain.PullLimits{})
+	w.ehr.SetFaults(ehrtest.Faults{NoPatient: true})
+	resp, page := w.connect(t, true)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "names no patient") {
+		t.Errorf("callback: %d %s", resp.StatusCode, page)
+	}
+	resp, out := w.env.Send(t, "GET", fmt.Sprintf("/api/v1/patients/%d/connections", w.patient.ID), w.token, nil)
+	if resp.StatusCode != http.StatusOK || len(fxArr(out["results"])) != 0 {
+		t.Errorf("connections: %d %v", resp.StatusCode, out)
+	}
+	p := fxMust(w.env.Service.PatientByID(context.Background(), domain.SystemActor(), w.patient.ID))
+	sources := fxMust(w.env.Service.FHIRSourcesOfPatient(context.Background(), domain.SystemActor(), w.patient.ID, domain.Page{Number: 1, Size: 10}))
+	if len(p.Identifiers) != 0 || sources.Total != 0 {
+		t.Errorf("identifiers %v, sources %v", p.Identifiers, sources)
+	}
+	if rec := w.ehr.Recorded(); len(rec.Revoked) != 1 {
+		t.Errorf("revoked %d tokens, want the one issued", len(rec.Revoked))
+	}
+}
+
+// TestPatientAccessTokenExpiresMidRun: an access token the EHR refuses
+// before its time is refreshed, when the patient let the exchange keep the
+// record up to date, and the run goes on; without offline access the run
+// ends (token-rejected), the connection asks to be made again, and a pull
+// is refused until then.
+func TestPatientAccessTokenExpiresMidRun(t *testing.T) {
+	w := newPAWorld(t, domain.PullLimits{PageSize: 50})
+	w.ehr.SetFaults(ehrtest.Faults{RefuseTokenAfter: 5})
+	w.connect(t, true)
+	if run := w.runs(t)[0]; run["outcome"] != "completed" || w.ehr.Recorded().Refreshes == 0 {
+		t.Errorf("with a refresh token: %v, %d refreshes", run["outcome"], w.ehr.Recorded().Refreshes)
+	}
+
+	w = newPAWorld(t, domain.PullLimits{PageSize: 50})
+	w.ehr.SetFaults(ehrtest.Faults{RefuseTokenAfter: 5})
+	w.connect(t, false)
+	run := w.runs(t)[0]
+	if run["outcome"] != "token-rejected" || totals(run, "stored") == 0 {
+		t.Errorf("without: %v", run)
+	}
+	conn := w.connection(t)
+	if conn["status"] != "reconnect" {
+		t.Errorf("connection %v", conn)
+	}
+	if resp, out := w.env.Send(t, "POST", fmt.Sprintf("/api/v1/patient-access/connections/%v/sync", conn["id"]), w.token, nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("sync of a connection to make again: %d %v", resp.StatusCode, out)
+	}
+	// Connected again: the same connection, back in service.
+	w.ehr.SetFaults(ehrtest.Faults{})
+	w.connect(t, false)
+	if again := w.connection(t); again["id"] != conn["id"] || again["status"] != "connected" {
+		t.Errorf("connected again: %v", again)
+	}
+}
+
+// TestPatientAccessDuplicatePull: a second full pull stores nothing: every
+// resource is a duplicate; and a pull while another of the connection
+// holds its lock (on any instance) is refused with 409.
+func TestPatientAccessDuplicatePull(t *testing.T) {
+	w := newPAWorld(t, domain.PullLimits{})
+	w.ehrPatient = w.ehr.Patients()[2] // a patient of a smaller record
+	w.connect(t, false)
+	first := w.runs(t)[0]
+	conn := w.connection(t)
+	resp, out := w.env.Send(t, "POST", fmt.Sprintf("/api/v1/patient-access/connections/%v/sync", conn["id"]), w.token, nil)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("sync: %d %v", resp.StatusCode, out)
+	}
+	second := w.runs(t)[0]
+	if second["outcome"] != "completed" || second["since"] != nil || totals(second, "stored") != 0 ||
+		totals(second, "duplicates") != totals(first, "stored") || totals(second, "fetched") != totals(first, "fetched") {
+		t.Errorf("the second pull: %v\nthe first: %v", second, first)
+	}
+	release, err := w.env.DB.LockEHRPull(context.Background(), int64(conn["id"].(float64)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, out := w.env.Send(t, "POST", fmt.Sprintf("/api/v1/patient-access/connections/%v/sync", conn["id"]), w.token, nil); resp.StatusCode != http.StatusConflict {
+		t.Errorf("sync while another pull runs: %d %v", resp.StatusCode, out)
+	}
+	release()
+}
+
+// TestPatientAccessRefusals: the EHR's record of a patient connected to
+// one patient of the exchange cannot be connected to another (409,
+// nothing connected); a callback is used once, and only by the patient
+// who began it; practitioners connect no one.
+func TestPatientAccessRefusals(t *testing.T) {
+	w := newPAWorld(t, domain.PullLimits{})
+	w.ehrPatient = w.ehr.Patients()[2]
+	w.connect(t, false)
+	w.runs(t)
+
+	other := w.env.Patient(t, "other@example.org")
+	otherToken := w.env.Token(t, other.UserID)
+	otherBrowser := signedIn(t, w.env, "other@example.org")
+	resp, out := w.env.Send(t, "POST", "/api/v1/patient-access/connections", otherToken, map[string]any{"brand": w.brand})
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("connect: %d %v", resp.StatusCode, out)
+	}
+	resp, page := otherBrowser.Do("GET", out["authorizeUrl"].(string), nil)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(page, "already connected to another patient") {
+		t.Errorf("the same EHR record for another patient: %d %s", resp.StatusCode, page)
+	}
+	resp, list := w.env.Send(t, "GET", fmt.Sprintf("/api/v1/patients/%d/connections", other.ID), otherToken, nil)
+	if resp.StatusCode != http.StatusOK || len(fxArr(list["results"])) != 0 {
+		t.Errorf("the other patient's connections: %v", list)
+	}
+
+	// Begun by the patient, finished in the other's browser: refused; the
+	// state is then spent.
+	_, out = w.env.Send(t, "POST", "/api/v1/patient-access/connections", w.token, map[string]any{"brand": w.brand})
+	stop := handlerstest.NewBrowser(t, func(to *url.URL) bool { return strings.HasPrefix(to.Path, "/console/records/callback") })
+	resp, _ = stop.Do("GET", out["authorizeUrl"].(string), nil)
+	callback := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusFound || !strings.Contains(callback, "state=") {
+		t.Fatalf("the EHR's redirect: %d %q", resp.StatusCode, callback)
+	}
+	if resp, page := otherBrowser.Do("GET", callback, nil); resp.StatusCode != http.StatusForbidden || !strings.Contains(page, "begun by another patient") {
+		t.Errorf("another patient's callback: %d %s", resp.StatusCode, page)
+	}
+	if resp, page := w.browser.Do("GET", callback, nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(page, "finished already") {
+		t.Errorf("the callback used again: %d %s", resp.StatusCode, page)
+	}
+	if resp, _ := w.env.Send(t, "POST", "/api/v1/patient-access/connections", w.super, map[string]any{"brand": w.brand}); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a superuser connects: %d", resp.StatusCode)
+	}
+}
+
+// TestPatientAccessDisconnect: disconnecting revokes the token at the EHR
+// and deletes it; what was pulled stays, the patient's data.
+func TestPatientAccessDisconnect(t *testing.T) {
+	w := newPAWorld(t, domain.PullLimits{})
+	w.ehrPatient = w.ehr.Patients()[2]
+	w.connect(t, true)
+	run := w.runs(t)[0]
+	conn := w.connection(t)
+	resp, out := w.env.Send(t, "DELETE", fmt.Sprintf("/api/v1/patient-access/connections/%v", conn["id"]), w.token, nil)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("disconnect: %d %v", resp.StatusCode, out)
+	}
+	if rec := w.ehr.Recorded(); len(rec.Revoked) != 1 {
+		t.Errorf("revoked %v", rec.Revoked)
+	}
+	resp, out = w.env.Send(t, "GET", fmt.Sprintf("/api/v1/patients/%d/connections", w.patient.ID), w.token, nil)
+	if len(fxArr(out["results"])) != 0 {
+		t.Errorf("connections after: %v", out)
+	}
+	n, err := repotest.Collection(t, w.env.DB, "resources").CountDocuments(context.Background(), bson.M{"sourceId": int64(run["fhirSource"].(float64))})
+	if err != nil || int(n) != totals(run, "stored") {
+		t.Errorf("%d resources stay, want %d (%v)", n, totals(run, "stored"), err)
+	}
+	if resp, _ := w.env.Send(t, "DELETE", fmt.Sprintf("/api/v1/patient-access/connections/%v", conn["id"]), w.token, nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("disconnected again: %d", resp.StatusCode)
+	}
+}
+
+// TestEHRBrands: a Brands Bundle imports with its references in every
+// form (urn:uuid fullUrls, Type/id, bare ids), idempotently; the picker's
+// search matches facility, city and brand by word prefix without case or
+// accents, filters by state and postal code, sorts by brand then facility
+// and bounds its answer; superusers import.
+func TestEHRBrands(t *testing.T) {
+	env := handlerstest.Start(t)
+	super := env.Token(t, env.Practitioner(t, "super@example.org", true).ID)
+	patient := env.Token(t, env.Patient(t, "pat@example.org").UserID)
+	bundle := `{"resourceType": "Bundle", "type": "collection", "entry": [
+		{"fullUrl": "urn:uuid:11111111-1111-4111-8111-111111111111", "resource": {"resourceType": "Endpoint", "status": "active",
+			"connectionType": {"code": "hl7-fhir-rest"}, "address": "https://fhir.zeta.example.org/R4/"}},
+		{"fullUrl": "urn:uuid:22222222-2222-4222-8222-222222222222", "resource": {"resourceType": "Organization", "name": "Zeta Health",
+			"endpoint": [{"reference": "urn:uuid:11111111-1111-4111-8111-111111111111"}]}},
+		{"resource": {"resourceType": "Organization", "name": "Zeta Clinic Springfield", "partOf": {"reference": "urn:uuid:22222222-2222-4222-8222-222222222222"},
+			"address": [{"text": "9 Elm St, Springfield, IL 62704", "city": "Springfield", "state": "IL", "postalCode": "62704"}]}},
+		{"resource": {"resourceType": "Endpoint", "id": "ab", "status": "active", "connectionType": {"code": "hl7-fhir-rest"}, "address": "https://ehr.alpha.example.org/fhir"}},
+		{"resource": {"resourceType": "Organization", "id": "alpha", "name": "Álpha Médical", "endpoint": [{"reference": "ab"}],
+			"address": [{"city": "Chicago", "state": "il", "postalCode": "60601", "line": ["1 Lake St"]}, {"city": "Peoria", "state": "IL", "postalCode": "61602"}]}},
+		{"resource": {"resourceType": "Organization", "id": "lost", "name": "No Endpoint Clinic"}}]}`
+	if resp, out := env.Send(t, "POST", "/api/v1/patient-access/brands", patient, bundle); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a patient imports: %d %v", resp.StatusCode, out)
+	}
+	resp, out := env.Send(t, "POST", "/api/v1/patient-access/brands", super, bundle)
+	if resp.StatusCode != http.StatusOK || out["brands"] != 2.0 || out["brandsCreated"] != 2.0 || out["facilitiesCreated"] != 3.0 ||
+		len(fxArr(out["skipped"])) != 1 || !strings.Contains(fmt.Sprint(out["skipped"]), "No Endpoint Clinic") {
+		t.Fatalf("import: %d %v", resp.StatusCode, out)
+	}
+	if resp, out := env.Send(t, "POST", "/api/v1/patient-access/brands", super, bundle); resp.StatusCode != http.StatusOK ||
+		out["brandsCreated"] != 0.0 || out["brandsUpdated"] != 0.0 || out["facilitiesCreated"] != 0.0 {
+		t.Errorf("imported again: %d %v", resp.StatusCode, out)
+	}
+	search := func(query string) []string {
+		t.Helper()
+		resp, out := env.Send(t, "GET", "/api/v1/patient-access/brands"+query, patient, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %v", query, resp.StatusCode, out)
+		}
+		var got []string
+		for _, r := range fxArr(out["results"]) {
+			f := fxObj(r)
+			got = append(got, fmt.Sprintf("%s|%s|%s|%s", f["brand_name"], f["facility_name"], f["city"], f["fhir_base_url"]))
+		}
+		return got
+	}
+	all := search("")
+	want := []string{"Álpha Médical|Álpha Médical|Chicago|https://ehr.alpha.example.org/fhir", "Álpha Médical|Álpha Médical|Peoria|https://ehr.alpha.example.org/fhir",
+		"Zeta Health|Zeta Clinic Springfield|Springfield|https://fhir.zeta.example.org/R4"}
+	if strings.Join(all, "\n") != strings.Join(want, "\n") {
+		t.Errorf("all:\n%s\nwant\n%s", strings.Join(all, "\n"), strings.Join(want, "\n"))
+	}
+	for query, n := range map[string]int{"?q=alpha": 2, "?q=MEDICAL": 2, "?q=spring": 1, "?q=zeta+clinic": 1, "?q=peoria": 1, "?q=clinic+alpha": 0,
+		"?state=il": 3, "?postal=626": 0, "?postal=6270": 1, "?q=health&state=IL": 1, "?limit=1": 1, "?q=nowhere": 0} {
+		if got := search(query); len(got) != n {
+			t.Errorf("%s: %v, want %d", query, got, n)
+		}
+	}
+	for _, query := range []string{"?limit=101", "?limit=0x", "?city=Chicago", "?limit=-1"} {
+		if resp, out := env.Send(t, "GET", "/api/v1/patient-access/brands"+query, patient, nil); resp.StatusCode != http.StatusBadRequest || out["detail"] == nil {
+			t.Errorf("%s: %d %v", query, resp.StatusCode, out)
+		}
+	}
+}
