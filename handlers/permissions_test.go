@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -13,10 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"exchange/console"
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
 	"exchange/oauth"
 	"exchange/repo/repotest"
+	"exchange/smartclient/ehrtest"
 )
 
 // The actors of the permission matrix, in the order of each row's statuses.
@@ -41,6 +45,11 @@ type world struct {
 	fhirSource     int64
 	clientID       string
 	fresh          int
+	// ehr is a test EHR of one patient, registered as the brand ehrBrand,
+	// to which the patient connects (ehrConnection).
+	ehr           *ehrtest.EHR
+	ehrBrand      int64
+	ehrConnection int64
 }
 
 var sys = domain.SystemActor()
@@ -58,6 +67,9 @@ func newWorld(t *testing.T) *world { return newWorldWith(t, handlerstest.Options
 
 // newWorldWith is newWorld on an exchange started with options.
 func newWorldWith(t *testing.T, o handlerstest.Options) *world {
+	if o.EHR == nil {
+		o.EHR = fastEHRClient()
+	}
 	env := handlerstest.StartWith(t, o)
 	w := &world{t: t, env: env, ctx: context.Background(), tokens: map[string]string{}}
 	svc, ctx := env.Service, w.ctx
@@ -106,7 +118,51 @@ func newWorldWith(t *testing.T, o handlerstest.Options) *world {
 	w.fhirSource = w.newFHIRSource()
 	client, _ := env.Client(t, oauth.ClientRegistration{Name: "App", Type: domain.ClientPublic, RedirectURIs: []string{"https://app.example.org/cb"}})
 	w.clientID = client.ID
+	w.ehr = ehrtest.Start(t, oneRecordEHR(t))
+	w.ehr.RedirectURI = env.URL + console.EHRCallbackPath
+	must(svc.ImportEHRBrands(ctx, sys, []byte(brandsBundle(w.ehr.Base, "Matrix Health", "Matrix Clinic")), "matrix"))
+	must(svc.SetEHRClient(ctx, sys, domain.EHRClientChange{Vendor: "matrix", ClientID: w.ehr.ClientID}))
+	found := must(svc.SearchEHRFacilities(ctx, "matrix", "", "", 1))
+	w.ehrBrand = found[0].BrandID
 	return w
+}
+
+// oneRecordEHR is a folder of one patient's record, for a test EHR.
+func oneRecordEHR(t *testing.T) string {
+	dir := t.TempDir()
+	for name, line := range map[string]string{
+		"Patient.000.ndjson":   `{"resourceType": "Patient", "id": "ehr-patient-1", "gender": "female"}`,
+		"Condition.000.ndjson": `{"resourceType": "Condition", "id": "c1", "code": {"text": "asthma"}, "subject": {"reference": "Patient/ehr-patient-1"}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(line+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// connectedEHR returns the patient's connection to the test EHR, made
+// (again, when a row deleted it) as the console makes it, once no pull of
+// it runs.
+func (w *world) connectedEHR() int64 {
+	ctx := w.ctx
+	patient := must(w.env.Service.Actor(ctx, w.patient.UserID))
+	if cs := must(w.env.Service.EHRConnectionsOfPatient(ctx, sys, w.patient.ID)); len(cs) == 0 {
+		w.ehr.SignIn("ehr-patient-1")
+		to := must(w.env.Service.StartEHRConnection(ctx, patient, w.ehrBrand, w.env.URL+console.EHRCallbackPath, true))
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp := must(client.Get(to))
+		resp.Body.Close()
+		back := must(url.Parse(resp.Header.Get("Location")))
+		w.ehrConnection = must(w.env.Service.FinishEHRConnection(ctx, patient, back.Query().Get("state"), back.Query().Get("code"), "")).ID
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		runs := must(w.env.Service.PullRunsOfPatient(ctx, sys, w.patient.ID, domain.Page{Number: 1, Size: 1}))
+		if len(runs.Items) == 0 || runs.Items[0].Outcome != domain.PullRunning {
+			break
+		}
+	}
+	return w.ehrConnection
 }
 
 // name returns a fresh name, so every allowed write has something of its own.
@@ -362,6 +418,32 @@ func matrixRows(w *world) map[string]matrixRow {
 		"DELETE FHIR source": {"DELETE", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/fhir_sources/%d", w.newFHIRSource()), nil
 		}, unseen("204 204 204 403 403 204 403 401 401", "404", notTheirs...)},
+		"GET EHR brands": {"GET", at("/api/v1/patient-access/brands?q=matrix"), allRead},
+		"POST EHR brands": {"POST", func(w *world, _ string) (string, any) {
+			return "/api/v1/patient-access/brands", brandsBundle("https://"+w.name("ehr")+".example.org/fhir", "Other Health", "Other Clinic")
+		}, swap(onlySuper, "201", "200")},
+		"GET EHR clients": {"GET", at("/api/v1/patient-access/clients"), swap(onlySuper, "201", "200")},
+		"PUT EHR client": {"PUT", func(w *world, _ string) (string, any) {
+			return "/api/v1/patient-access/clients", map[string]any{"vendor": "other", "clientId": w.name("client-")}
+		}, swap(onlySuper, "201", "200")},
+		// Patients connect themselves only: no practitioner, no superuser.
+		"POST EHR connection": {"POST", func(w *world, _ string) (string, any) {
+			return "/api/v1/patient-access/connections", map[string]any{"brand": w.ehrBrand}
+		}, "403 403 403 403 403 201 201 401 401"},
+		"PATCH EHR connection": {"PATCH", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/patient-access/connections/%d", w.connectedEHR()), map[string]any{"keepUpdated": true}
+		}, unseen("403 403 403 403 403 200 403 401 401", "404", notTheirs...)},
+		"POST EHR connection sync": {"POST", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/patient-access/connections/%d/sync", w.connectedEHR()), nil
+		}, unseen("202 403 403 403 403 202 403 401 401", "404", notTheirs...)},
+		"DELETE EHR connection": {"DELETE", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/patient-access/connections/%d", w.connectedEHR()), nil
+		}, unseen("204 403 403 403 403 204 403 401 401", "404", notTheirs...)},
+		"GET EHR connections": {"GET", func(w *world, _ string) (string, any) {
+			w.connectedEHR()
+			return fmt.Sprintf("/api/v1/patients/%d/connections", P), nil
+		}, unseen(patientRead, "404", notTheirs...)},
+		"GET EHR imports": {"GET", at("/api/v1/patients/%d/imports", P), unseen(patientRead, "404", notTheirs...)},
 		"GET OAuth clients": {"GET", at("/api/v1/oauth_clients"), swap(onlySuper, "201", "200")},
 		"POST OAuth client": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/oauth_clients", map[string]any{"name": w.name("App "), "clientType": "public", "redirectUris": []string{"https://app.example.org/cb"}}
