@@ -443,7 +443,7 @@ func matrixRows(w *world) map[string]matrixRow {
 			w.connectedEHR()
 			return fmt.Sprintf("/api/v1/patients/%d/connections", P), nil
 		}, unseen(patientRead, "404", notTheirs...)},
-		"GET EHR imports": {"GET", at("/api/v1/patients/%d/imports", P), unseen(patientRead, "404", notTheirs...)},
+		"GET EHR imports":   {"GET", at("/api/v1/patients/%d/imports", P), unseen(patientRead, "404", notTheirs...)},
 		"GET OAuth clients": {"GET", at("/api/v1/oauth_clients"), swap(onlySuper, "201", "200")},
 		"POST OAuth client": {"POST", func(w *world, _ string) (string, any) {
 			return "/api/v1/oauth_clients", map[string]any{"name": w.name("App "), "clientType": "public", "redirectUris": []string{"https://app.example.org/cb"}}
