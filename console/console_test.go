@@ -18,6 +18,7 @@ import (
 	"exchange/oauth"
 	"exchange/repo"
 	"exchange/repo/repotest"
+	"exchange/smartclient/ehrtest"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -84,6 +85,17 @@ type fixture struct {
 	export, exportFile string
 	// jwks is the public key set of a backend client to register.
 	jwks string
+	// ehr is a test EHR of one record, the brand ehrBrand, to which the
+	// patient connects (connection).
+	ehr      *ehrtest.EHR
+	ehrBrand int64
+	t        testing.TB
+}
+
+// connection is the patient's connection to the test EHR, made again
+// when a form disconnected it.
+func (f *fixture) connection() int64 {
+	return f.env.ConnectEHR(f.t, f.ehr, f.ehrBrand, f.patient, ehrtest.OneRecordPatient)
 }
 
 func newFixture(t *testing.T) *fixture { t.Helper(); return newFixtureWith(t, handlerstest.Options{}) }
@@ -94,10 +106,13 @@ func newFixtureWith(t *testing.T, o handlerstest.Options) *fixture {
 	if o.Exports == nil {
 		o.Exports = &handlerstest.Exports{}
 	}
+	if o.EHR == nil {
+		o.EHR = handlerstest.FastEHRClient()
+	}
 	env := handlerstest.StartWith(t, o)
 	ctx := context.Background()
 	svc, sys := env.Service, domain.SystemActor()
-	f := &fixture{env: env, callers: map[string]*caller{}}
+	f := &fixture{env: env, callers: map[string]*caller{}, t: t}
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -152,6 +167,8 @@ func newFixtureWith(t *testing.T, o handlerstest.Options) *fixture {
 	f.client, _, err = env.OAuth.RegisterClient(ctx, oauth.ClientRegistration{Name: "Dashboard", Type: domain.ClientConfidential,
 		RedirectURIs: []string{"https://dash.example.test/cb"}, UserID: su.ID})
 	must(err)
+	f.ehr = ehrtest.Start(t, ehrtest.OneRecord(t))
+	f.ehrBrand = env.RegisterEHR(t, f.ehr, "Console Health")
 	for name, email := range map[string]string{"superuser": "admin@example.org", "manager": "manager@example.org",
 		"member": "member@example.org", "viewer": "viewer@example.org", "outsider": "outsider@example.org",
 		"patient": "pat@example.org", "other patient": "quinn@example.org", "anonymous": ""} {
@@ -198,6 +215,9 @@ type pageCase struct {
 	path    string
 	allowed []string
 	unseen  []string
+	// status overrides the status of callers (a page that refuses its
+	// own input: an EHR callback with a state no one began).
+	status map[string]int
 }
 
 // pageCases are the pages TestPagePermissions checks: each GET route of
@@ -206,26 +226,29 @@ func pageCases(f *fixture) []pageCase {
 	readers := []string{"superuser", "manager", "member", "viewer", "patient"}
 	others := []string{"outsider", "other patient"}
 	return []pageCase{
-		{"/console/", everyone, nil},
-		{"/console/organizations/", everyone, nil},
-		{fmt.Sprintf("/console/organizations/%d/", f.org.ID), readers, nil},
-		{"/console/studies/", everyone, nil},
-		{fmt.Sprintf("/console/studies/%d/", f.study.ID), readers, nil},
-		{"/console/patients/", everyone, nil},
-		{fmt.Sprintf("/console/patients/%d/", f.patient.ID), readers, others},
-		{fmt.Sprintf("/console/patients/%d/data", f.patient.ID), readers, others},
-		{fmt.Sprintf("/console/patients/%d/data.csv", f.patient.ID), readers, others},
-		{fmt.Sprintf("/console/patients/%d/data.ndjson", f.patient.ID), readers, others},
-		{fmt.Sprintf("/console/studies/%d/patients/%d/data", f.study.ID, f.patient.ID), readers, nil},
-		{fmt.Sprintf("/console/studies/%d/patients/%d/data.csv", f.study.ID, f.patient.ID), readers, nil},
-		{fmt.Sprintf("/console/studies/%d/patients/%d/data.ndjson", f.study.ID, f.patient.ID), readers, nil},
-		{"/console/sources/", everyone, nil},
-		{fmt.Sprintf("/console/fhir-sources/%d/", f.source.ID), readers, others},
-		{"/console/clients/", []string{"superuser"}, nil},
+		{"/console/", everyone, nil, nil},
+		{"/console/organizations/", everyone, nil, nil},
+		{fmt.Sprintf("/console/organizations/%d/", f.org.ID), readers, nil, nil},
+		{"/console/studies/", everyone, nil, nil},
+		{fmt.Sprintf("/console/studies/%d/", f.study.ID), readers, nil, nil},
+		{"/console/patients/", everyone, nil, nil},
+		{fmt.Sprintf("/console/patients/%d/", f.patient.ID), readers, others, nil},
+		{fmt.Sprintf("/console/patients/%d/data", f.patient.ID), readers, others, nil},
+		{fmt.Sprintf("/console/patients/%d/data.csv", f.patient.ID), readers, others, nil},
+		{fmt.Sprintf("/console/patients/%d/data.ndjson", f.patient.ID), readers, others, nil},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data", f.study.ID, f.patient.ID), readers, nil, nil},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data.csv", f.study.ID, f.patient.ID), readers, nil, nil},
+		{fmt.Sprintf("/console/studies/%d/patients/%d/data.ndjson", f.study.ID, f.patient.ID), readers, nil, nil},
+		{"/console/sources/", everyone, nil, nil},
+		{fmt.Sprintf("/console/fhir-sources/%d/", f.source.ID), readers, others, nil},
+		{"/console/clients/", []string{"superuser"}, nil, nil},
 		// An export is its owner's alone; to anyone else it does not exist.
-		{"/console/exports/" + f.export + "/", []string{"member"}, notMember},
-		{"/console/exports/" + f.export + "/" + f.exportFile, []string{"member"}, notMember},
-		{"/console/identity-providers/", []string{"superuser"}, nil},
+		{"/console/exports/" + f.export + "/", []string{"member"}, notMember, nil},
+		{"/console/exports/" + f.export + "/" + f.exportFile, []string{"member"}, notMember, nil},
+		{"/console/identity-providers/", []string{"superuser"}, nil, nil},
+		{"/console/records/", []string{"patient", "other patient"}, nil, nil},
+		{fmt.Sprintf("/console/patients/%d/records", f.patient.ID), readers, others, nil},
+		{"/console/records/callback?state=not-begun&code=x", nil, nil, map[string]int{"patient": 400, "other patient": 400}},
 	}
 }
 
@@ -244,6 +267,8 @@ func TestPagePermissions(t *testing.T) {
 			switch {
 			case name == "anonymous":
 				want = http.StatusSeeOther
+			case tc.status[name] != 0:
+				want = tc.status[name]
 			case contains(tc.allowed, name):
 				want = http.StatusOK
 			case contains(tc.unseen, name):
@@ -253,7 +278,7 @@ func TestPagePermissions(t *testing.T) {
 				t.Errorf("GET %s as %s: %d, want %d\n%.300s", tc.path, name, resp.StatusCode, want, body)
 				continue
 			}
-			if name == "anonymous" && resp.Header.Get("Location") != "/o/login/?next="+url.QueryEscape(tc.path) {
+			if name == "anonymous" && resp.Header.Get("Location") != "/o/login/?next="+url.QueryEscape(tc.path) && !strings.Contains(tc.path, "?") {
 				t.Errorf("GET %s without a session: Location %q", tc.path, resp.Header.Get("Location"))
 			}
 			if want != http.StatusSeeOther && resp.Header.Get("Cache-Control") != "no-store" {
@@ -335,6 +360,15 @@ func formCases(f *fixture) []formCase {
 		{fixed("/console/identity-providers/campus/invitations"), form{"email": {"new@campus.example"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
 		{fixed("/console/identity-providers/campus/invitations/remove"), form{"email": {"new@campus.example"}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
 		{fixed("/console/identity-providers/campus/remove"), nil, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},
+		// Patient access: only a patient connects, and pulls, changes and
+		// disconnects their own connection.
+		{fixed("/console/records/connect"), form{"brand": {fmt.Sprint(f.ehrBrand)}}, []string{"superuser", "manager"}, "patient", http.StatusOK, nil},
+		{func() string { return fmt.Sprintf("/console/records/%d/sync", f.connection()) }, nil, []string{"manager", "viewer", "outsider", "other patient"},
+			"patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
+		{func() string { return fmt.Sprintf("/console/records/%d/keep-updated", f.connection()) }, form{"keepUpdated": {"false"}},
+			[]string{"superuser", "manager", "outsider", "other patient"}, "patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
+		{func() string { return fmt.Sprintf("/console/records/%d/disconnect", f.connection()) }, nil, []string{"manager", "viewer", "outsider", "other patient"},
+			"patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
 	}
 }
 

@@ -38,7 +38,7 @@ type connectionView struct {
 // records is the patient's own page of connected records.
 func (c *Console) records(w http.ResponseWriter, r *http.Request, s *session) error {
 	if s.actor.Patient == nil {
-		return domain.Errorf(domain.CodeNotFound, "connected records are a patient's page: see a patient's records from their page")
+		return domain.Errorf(domain.CodeForbidden, "only patients connect their records: a patient's connected records are on their page")
 	}
 	page, err := c.recordsOf(r, s, s.actor.Patient.ID)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"exchange/fhirdefs/fhirdefstest"
 	"exchange/handlers/handlerstest"
 	"exchange/repo/repotest"
-	"exchange/smartclient"
 	"exchange/smartclient/ehrtest"
 	"exchange/telemetry"
 )
@@ -40,13 +39,6 @@ type paWorld struct {
 	ehrPatient string
 }
 
-// fastEHRClient is the exchange's EHR client with short waits.
-func fastEHRClient() *smartclient.Client {
-	c := smartclient.New()
-	c.Retries, c.Backoff = 2, func(int) time.Duration { return 5 * time.Millisecond }
-	return c
-}
-
 func newPAWorld(t *testing.T, limits domain.PullLimits) *paWorld {
 	t.Helper()
 	return newPAWorldWith(t, ehrtest.Start(t, fhirdefstest.SyntheaDir()), handlerstest.Options{PullLimits: limits})
@@ -55,7 +47,7 @@ func newPAWorld(t *testing.T, limits domain.PullLimits) *paWorld {
 // newPAWorldWith is newPAWorld on a test EHR and options of its own.
 func newPAWorldWith(t *testing.T, ehr *ehrtest.EHR, o handlerstest.Options) *paWorld {
 	t.Helper()
-	o.EHR = fastEHRClient()
+	o.EHR = handlerstest.FastEHRClient()
 	env := handlerstest.StartWith(t, o)
 	ehr.RedirectURI = env.URL + "/console/records/callback"
 	w := &paWorld{env: env, ehr: ehr, super: env.Token(t, env.Practitioner(t, "super@example.org", true).ID)}

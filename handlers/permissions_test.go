@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -15,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"exchange/console"
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
 	"exchange/oauth"
@@ -46,10 +42,9 @@ type world struct {
 	clientID       string
 	fresh          int
 	// ehr is a test EHR of one patient, registered as the brand ehrBrand,
-	// to which the patient connects (ehrConnection).
-	ehr           *ehrtest.EHR
-	ehrBrand      int64
-	ehrConnection int64
+	// to which the patient connects (connectedEHR).
+	ehr      *ehrtest.EHR
+	ehrBrand int64
 }
 
 var sys = domain.SystemActor()
@@ -68,7 +63,7 @@ func newWorld(t *testing.T) *world { return newWorldWith(t, handlerstest.Options
 // newWorldWith is newWorld on an exchange started with options.
 func newWorldWith(t *testing.T, o handlerstest.Options) *world {
 	if o.EHR == nil {
-		o.EHR = fastEHRClient()
+		o.EHR = handlerstest.FastEHRClient()
 	}
 	env := handlerstest.StartWith(t, o)
 	w := &world{t: t, env: env, ctx: context.Background(), tokens: map[string]string{}}
@@ -118,51 +113,15 @@ func newWorldWith(t *testing.T, o handlerstest.Options) *world {
 	w.fhirSource = w.newFHIRSource()
 	client, _ := env.Client(t, oauth.ClientRegistration{Name: "App", Type: domain.ClientPublic, RedirectURIs: []string{"https://app.example.org/cb"}})
 	w.clientID = client.ID
-	w.ehr = ehrtest.Start(t, oneRecordEHR(t))
-	w.ehr.RedirectURI = env.URL + console.EHRCallbackPath
-	must(svc.ImportEHRBrands(ctx, sys, []byte(brandsBundle(w.ehr.Base, "Matrix Health", "Matrix Clinic")), "matrix"))
-	must(svc.SetEHRClient(ctx, sys, domain.EHRClientChange{Vendor: "matrix", ClientID: w.ehr.ClientID}))
-	found := must(svc.SearchEHRFacilities(ctx, "matrix", "", "", 1))
-	w.ehrBrand = found[0].BrandID
+	w.ehr = ehrtest.Start(t, ehrtest.OneRecord(t))
+	w.ehrBrand = env.RegisterEHR(t, w.ehr, "Matrix Health")
 	return w
 }
 
-// oneRecordEHR is a folder of one patient's record, for a test EHR.
-func oneRecordEHR(t *testing.T) string {
-	dir := t.TempDir()
-	for name, line := range map[string]string{
-		"Patient.000.ndjson":   `{"resourceType": "Patient", "id": "ehr-patient-1", "gender": "female"}`,
-		"Condition.000.ndjson": `{"resourceType": "Condition", "id": "c1", "code": {"text": "asthma"}, "subject": {"reference": "Patient/ehr-patient-1"}}`,
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(line+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // connectedEHR returns the patient's connection to the test EHR, made
-// (again, when a row deleted it) as the console makes it, once no pull of
-// it runs.
+// (again, when a row deleted it), once no pull of it runs.
 func (w *world) connectedEHR() int64 {
-	ctx := w.ctx
-	patient := must(w.env.Service.Actor(ctx, w.patient.UserID))
-	if cs := must(w.env.Service.EHRConnectionsOfPatient(ctx, sys, w.patient.ID)); len(cs) == 0 {
-		w.ehr.SignIn("ehr-patient-1")
-		to := must(w.env.Service.StartEHRConnection(ctx, patient, w.ehrBrand, w.env.URL+console.EHRCallbackPath, true))
-		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp := must(client.Get(to))
-		resp.Body.Close()
-		back := must(url.Parse(resp.Header.Get("Location")))
-		w.ehrConnection = must(w.env.Service.FinishEHRConnection(ctx, patient, back.Query().Get("state"), back.Query().Get("code"), "")).ID
-	}
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		runs := must(w.env.Service.PullRunsOfPatient(ctx, sys, w.patient.ID, domain.Page{Number: 1, Size: 1}))
-		if len(runs.Items) == 0 || runs.Items[0].Outcome != domain.PullRunning {
-			break
-		}
-	}
-	return w.ehrConnection
+	return w.env.ConnectEHR(w.t, w.ehr, w.ehrBrand, w.patient, ehrtest.OneRecordPatient)
 }
 
 // name returns a fresh name, so every allowed write has something of its own.

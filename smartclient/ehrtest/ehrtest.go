@@ -590,3 +590,23 @@ func random() string {
 	_, _ = rand.Read(b)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
+
+// OneRecord writes the folder of a small record, one patient's
+// (OneRecordPatient) with a Condition, for tests that need an EHR but not
+// a large record.
+func OneRecord(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, line := range map[string]string{
+		"Patient.000.ndjson":   `{"resourceType": "Patient", "id": "` + OneRecordPatient + `", "gender": "female"}`,
+		"Condition.000.ndjson": `{"resourceType": "Condition", "id": "c1", "code": {"text": "asthma"}, "subject": {"reference": "Patient/` + OneRecordPatient + `"}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(line+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// OneRecordPatient is the patient of OneRecord.
+const OneRecordPatient = "ehr-patient-1"
