@@ -88,7 +88,7 @@ func (e *Env) ConnectEHR(t testing.TB, ehr *ehrtest.EHR, brand int64, patient *d
 		}
 		id = c.ID
 	}
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		runs, err := e.Service.PullRunsOfPatient(ctx, sys, patient.ID, domain.Page{Number: 1, Size: 1})
 		if err != nil {
 			t.Fatal(err)
