@@ -325,7 +325,7 @@ func TestPatientAccessFaults(t *testing.T) {
 		"meta":           map[string]any{"lastUpdated": "2024-08-06T18:12:57Z"},
 		"clinicalStatus": map[string]any{"coding": []any{map[string]any{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": "active"}}},
 		"code":           map[string]any{"text": "a condition of a long id"}, "subject": map[string]any{"reference": "Patient/" + w.ehrPatient}})
-	w.ehr.SetFaults(ehrtest.Faults{Forbidden: map[string]bool{"Immunization": true}, FailPage: map[string]bool{"Procedure#2": true}})
+	w.ehr.SetFaults(ehrtest.Faults{Refuse: map[string]int{"Immunization": 403}, FailPage: map[string]bool{"Procedure#2": true}})
 	w.connect(t, false)
 	run := w.runs(t)[0]
 	if run["outcome"] != "partial" {
@@ -351,6 +351,103 @@ func TestPatientAccessFaults(t *testing.T) {
 	if len(fxMatches(t, body)) != 1 {
 		t.Errorf("the Condition of a long id: %v", body)
 	}
+}
+
+// TestPatientAccessSkipsWhatItCannotRead: a 400 or 404 to a type's
+// search, or an answer that is not a Bundle, skips that type with its
+// reason, and the rest of the record is pulled; a resource that is not
+// valid R4 is refused alone, the rest of its type stored. The run and the
+// connection are each an audit event of the patient's.
+func TestPatientAccessSkipsWhatItCannotRead(t *testing.T) {
+	w := newPAWorldWith(t, ehrtest.Start(t, fhirdefstest.SyntheaDir()), handlerstest.Options{Audit: true})
+	w.ehr.Add(w.ehrPatient, map[string]any{"resourceType": "Condition", "id": "not-valid-r4",
+		"meta":           map[string]any{"lastUpdated": "2024-08-06T18:12:57Z"},
+		"clinicalStatus": "active", "code": map[string]any{"text": "a clinical status that is not a CodeableConcept"},
+		"subject": map[string]any{"reference": "Patient/" + w.ehrPatient}})
+	w.ehr.SetFaults(ehrtest.Faults{Refuse: map[string]int{"Immunization": 400, "Procedure": 404}, NotBundle: map[string]bool{"CarePlan": true}})
+	w.connect(t, false)
+	run := w.runs(t)[0]
+	if run["outcome"] != "partial" {
+		t.Errorf("outcome %v", run["outcome"])
+	}
+	for typ, want := range map[string]string{"Immunization": "400", "Procedure": "404", "CarePlan": "not a FHIR Bundle"} {
+		if x := runType(run, typ); !strings.Contains(fmt.Sprint(x["skipped"]), want) || count(x, "stored") != 0 {
+			t.Errorf("%s: %v, want skipped for %q", typ, x, want)
+		}
+	}
+	if x := runType(run, "Condition"); count(x, "refused") != 1 || count(x, "stored") != w.ehr.Count("Condition", w.ehrPatient)-1 ||
+		!strings.Contains(fmt.Sprint(x["reasons"]), "clinicalStatus") {
+		t.Errorf("Condition, one of them invalid: %v", x)
+	}
+	if x := runType(run, "Encounter"); count(x, "stored") != w.ehr.Count("Encounter", w.ehrPatient) || x["skipped"] != nil {
+		t.Errorf("Encounter, after the skipped types: %v", x)
+	}
+	// The audit trail is written in batches: wait for the run's event.
+	kinds := map[string]int{}
+	for deadline := time.Now().Add(20 * time.Second); kinds["ehr-pull"] == 0 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		_, bundle := w.env.Send(t, "GET", "/FHIR/R5/AuditEvent?_count=1000", w.token, nil)
+		clear(kinds)
+		for _, e := range fxMatches(t, bundle) {
+			kinds[fmt.Sprint(fxObj(fxArr(fxObj(e["code"])["coding"])[0])["code"])]++
+		}
+	}
+	if kinds["ehr-pull"] != 1 || kinds["ehr-connection"] != 1 {
+		t.Errorf("the patient's audit events by kind: %v, want one ehr-pull and one ehr-connection", kinds)
+	}
+}
+
+// TestPatientAccessBounds: each bound of a pull ends as documented. A
+// type with more pages than a search may read stops (partial); a resource
+// over the bytes of one is refused alone; a run that reaches its count of
+// resources stops (limit-reached). An EHR that advertises SMART v2 is
+// asked for .rs scopes. The schedule pulls again the connections whose
+// patients allow it, and only those.
+func TestPatientAccessBounds(t *testing.T) {
+	t.Run("pages and bytes", func(t *testing.T) {
+		w := newPAWorld(t, domain.PullLimits{PageSize: 20, MaxPagesPerType: 1, MaxResourceBytes: 1 << 20})
+		allergies := w.ehr.Count("AllergyIntolerance", w.ehrPatient)
+		w.ehr.Add(w.ehrPatient, map[string]any{"resourceType": "AllergyIntolerance", "id": "too-large",
+			"meta": map[string]any{"lastUpdated": "2024-08-06T18:12:57Z"},
+			"code": map[string]any{"text": "an allergy with a long note"}, "patient": map[string]any{"reference": "Patient/" + w.ehrPatient},
+			"note": []any{map[string]any{"text": strings.Repeat("n", 3<<19)}}})
+		w.connect(t, false)
+		run := w.runs(t)[0]
+		if run["outcome"] != "partial" {
+			t.Errorf("outcome %v", run["outcome"])
+		}
+		if x := runType(run, "Procedure"); !strings.Contains(fmt.Sprint(x["skipped"]), "stopped after 1 pages") || count(x, "stored") != 20 {
+			t.Errorf("Procedure, more than a page: %v", x)
+		}
+		if x := runType(run, "AllergyIntolerance"); count(x, "refused") != 1 || count(x, "stored") != allergies ||
+			!strings.Contains(fmt.Sprint(x["reasons"]), "larger than 1 MiB") {
+			t.Errorf("AllergyIntolerance, one too large: %v", x)
+		}
+		if n, err := w.env.Service.SyncDue(context.Background(), time.Millisecond); err != nil || n != 0 {
+			t.Errorf("scheduled pulls of a connection not kept up to date: %d, %v", n, err)
+		}
+	})
+	t.Run("resources of a run, v2 scopes, schedule", func(t *testing.T) {
+		w := newPAWorld(t, domain.PullLimits{MaxResources: 25})
+		w.ehr.SetFaults(ehrtest.Faults{ScopesV2: true})
+		w.connect(t, true)
+		scopes := strings.Fields(w.ehr.Authorize().Get("scope"))
+		if !slicesContains(scopes, "patient/Condition.rs") || slicesContains(scopes, "patient/Condition.read") {
+			t.Errorf("scopes asked of a SMART v2 EHR: %v", scopes)
+		}
+		run := w.runs(t)[0]
+		if run["outcome"] != "limit-reached" || totals(run, "fetched") != 25 {
+			t.Errorf("run %v: outcome %v, fetched %d", run["id"], run["outcome"], totals(run, "fetched"))
+		}
+		if n, err := w.env.Service.SyncDue(context.Background(), time.Hour); err != nil || n != 0 {
+			t.Errorf("scheduled pulls of a connection pulled just now: %d, %v", n, err)
+		}
+		if n, err := w.env.Service.SyncDue(context.Background(), time.Millisecond); err != nil || n != 1 {
+			t.Fatalf("scheduled pulls of a connection due: %d, %v", n, err)
+		}
+		if runs := w.runs(t); len(runs) != 2 || runs[0]["trigger"] != "schedule" {
+			t.Errorf("runs after the schedule: %v", runs)
+		}
+	})
 }
 
 // TestPatientAccessTokenWithoutPatient: a token response without the

@@ -70,8 +70,14 @@ type EHR struct {
 
 // Faults are the EHR's misbehaviours a test switches on.
 type Faults struct {
-	// Forbidden types answer 403 to their search.
-	Forbidden map[string]bool
+	// Refuse answers a type's search with this status (403, 400, 404)
+	// and an OperationOutcome.
+	Refuse map[string]int
+	// NotBundle answers a type's search 200 with JSON that is not a
+	// Bundle.
+	NotBundle map[string]bool
+	// ScopesV2: the EHR advertises SMART v2 scopes (permission-v2).
+	ScopesV2 bool
 	// FailPage makes the page n (from 1) of a type's search answer 500,
 	// every time: "Type#n".
 	FailPage map[string]bool
@@ -314,12 +320,19 @@ func patientOf(r map[string]any) string {
 }
 
 func (e *EHR) discovery(w http.ResponseWriter, _ *http.Request) {
+	e.mu.Lock()
+	v2 := e.faults.ScopesV2
+	e.mu.Unlock()
+	capabilities := []string{"launch-standalone", "client-public", "client-confidential-symmetric", "context-standalone-patient", "permission-offline", "permission-patient", "permission-v1", "sso-openid-connect"}
+	scopes := []string{"openid", "fhirUser", "launch/patient", "offline_access", "patient/*.read"}
+	if v2 {
+		capabilities = append(capabilities, "permission-v2")
+		scopes = append(scopes, "patient/*.rs")
+	}
 	writeJSON(w, 200, map[string]any{
 		"issuer": e.Server.URL, "authorization_endpoint": e.Server.URL + "/authorize", "token_endpoint": e.Server.URL + "/token",
 		"revocation_endpoint": e.Server.URL + "/revoke", "jwks_uri": e.Server.URL + "/jwks",
-		"capabilities":                     []string{"launch-standalone", "client-public", "client-confidential-symmetric", "context-standalone-patient", "permission-offline", "permission-patient", "permission-v1", "sso-openid-connect"},
-		"code_challenge_methods_supported": []string{"S256"},
-		"scopes_supported":                 []string{"openid", "fhirUser", "launch/patient", "offline_access", "patient/*.read"},
+		"capabilities": capabilities, "code_challenge_methods_supported": []string{"S256"}, "scopes_supported": scopes,
 	})
 }
 
@@ -499,8 +512,11 @@ func (e *EHR) search(w http.ResponseWriter, r *http.Request) {
 	page, _ := strconv.Atoi(q.Get("_page"))
 	page = max(page, 1)
 	switch {
-	case e.faults.Forbidden[typ]:
-		outcome(w, http.StatusForbidden, "forbidden", "this application may not read "+typ)
+	case e.faults.Refuse[typ] != 0:
+		outcome(w, e.faults.Refuse[typ], "forbidden", "this application may not read "+typ)
+		return
+	case e.faults.NotBundle[typ]:
+		writeJSON(w, 200, map[string]any{"message": "not FHIR"})
 		return
 	case e.faults.FailPage[typ+"#"+strconv.Itoa(page)]:
 		outcome(w, http.StatusInternalServerError, "exception", "the EHR failed")
