@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
-import { api, artifactsDir, axeViolations, bearerToken, env, fhir, launchChromium, ownPatient } from './lib.mjs';
+import { api, artifactsDir, axeViolations, bearerToken, env, fhir, launchChromium, ownPatient, signIn } from './lib.mjs';
 
 const base = env('EXCHANGE_URL');
 const synthea = fileURLToPath(new URL('../standards/fhir/synthea-r4-10-patients/', import.meta.url));
@@ -100,9 +100,7 @@ describe('patient access', () => {
 
     await page.goto(`${base}/console/records/`);
     await page.waitForURL(/\/o\/login\//);
-    await page.getByLabel('Email address').fill(patient.email);
-    await page.getByLabel('Password').fill(patient.password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
+    await signIn(page, patient.email, patient.password);
     await page.waitForURL(`${base}/console/records/`);
     assert.deepEqual(await axeViolations(page), [], 'axe on the records page');
 
