@@ -12,9 +12,10 @@ import (
 
 // ehrBrandsCommand is `exchange ehr-brands import FILE [--vendor V]`, the
 // import of a SMART User-access Brands Bundle (idempotent), and `exchange
-// ehr-brands client (--brand ID | --vendor V) --client-id C`, the
-// exchange's client registration at those EHRs (its secret from
-// EHR_CLIENT_SECRET, never a flag: command lines are seen by others).
+// ehr-brands client (--brand ID | --vendor V) --client-id C [--public]`,
+// the exchange's client registration at those EHRs (its secret from
+// EHR_CLIENT_SECRET, never a flag: command lines are seen by others;
+// without either, a secret set before is kept).
 func ehrBrandsCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, args []string) error {
 	if len(args) == 0 {
 		return usageError("ehr-brands: want a subcommand: import FILE, or client")
@@ -54,6 +55,7 @@ func ehrBrandsCommand(ctx context.Context, s *settings, log *slog.Logger, io std
 		brand := fs.Int64("brand", 0, "the brand the registration is of (else --vendor)")
 		clientID := fs.String("client-id", "", "the client id the EHR registered the exchange under (required)")
 		scopes := fs.String("scopes", "", "the resource scopes to ask for, space-separated (default: read access to each type pulled)")
+		public := fs.Bool("public", false, "a public client (PKCE only): a secret set before is removed")
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -63,8 +65,11 @@ func ehrBrandsCommand(ctx context.Context, s *settings, log *slog.Logger, io std
 		}
 		defer a.Close()
 		change := domain.EHRClientChange{BrandID: *brand, Vendor: *vendor, ClientID: *clientID, Scopes: strings.Fields(*scopes)}
-		if secret, ok := os.LookupEnv("EHR_CLIENT_SECRET"); ok {
-			change.Secret = &secret
+		switch secret := io.getenv("EHR_CLIENT_SECRET"); {
+		case *public && secret != "":
+			return usageError("ehr-brands client: --public takes no EHR_CLIENT_SECRET")
+		case *public || secret != "":
+			change.Secret = &secret // empty: none
 		}
 		c, err := a.service.SetEHRClient(ctx, domain.SystemActor(), change)
 		if err != nil {
