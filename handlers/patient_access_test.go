@@ -356,7 +356,8 @@ func TestPatientAccessFaults(t *testing.T) {
 // TestPatientAccessSkipsWhatItCannotRead: a 400 or 404 to a type's
 // search, or an answer that is not a Bundle, skips that type with its
 // reason, and the rest of the record is pulled; a resource that is not
-// valid R4 is refused alone, the rest of its type stored. The run and the
+// valid R4 is refused alone, the rest of its type stored; an Observation
+// found by two category searches is read once. The run and the
 // connection are each an audit event of the patient's.
 func TestPatientAccessSkipsWhatItCannotRead(t *testing.T) {
 	w := newPAWorldWith(t, ehrtest.Start(t, fhirdefstest.SyntheaDir()), handlerstest.Options{Audit: true})
@@ -364,6 +365,13 @@ func TestPatientAccessSkipsWhatItCannotRead(t *testing.T) {
 		"meta":           map[string]any{"lastUpdated": "2024-08-06T18:12:57Z"},
 		"clinicalStatus": "active", "code": map[string]any{"text": "a clinical status that is not a CodeableConcept"},
 		"subject": map[string]any{"reference": "Patient/" + w.ehrPatient}})
+	category := func(code string) map[string]any {
+		return map[string]any{"coding": []any{map[string]any{"system": "http://terminology.hl7.org/CodeSystem/observation-category", "code": code}}}
+	}
+	w.ehr.Add(w.ehrPatient, map[string]any{"resourceType": "Observation", "id": "two-categories", "status": "final",
+		"meta":     map[string]any{"lastUpdated": "2024-08-06T18:12:57Z"},
+		"category": []any{category("vital-signs"), category("laboratory")}, "code": map[string]any{"text": "found by two searches"},
+		"subject": map[string]any{"reference": "Patient/" + w.ehrPatient}, "valueQuantity": map[string]any{"value": 1.5}})
 	w.ehr.SetFaults(ehrtest.Faults{Refuse: map[string]int{"Immunization": 400, "Procedure": 404}, NotBundle: map[string]bool{"CarePlan": true}})
 	w.connect(t, false)
 	run := w.runs(t)[0]
@@ -381,6 +389,9 @@ func TestPatientAccessSkipsWhatItCannotRead(t *testing.T) {
 	}
 	if x := runType(run, "Encounter"); count(x, "stored") != w.ehr.Count("Encounter", w.ehrPatient) || x["skipped"] != nil {
 		t.Errorf("Encounter, after the skipped types: %v", x)
+	}
+	if x, n := runType(run, "Observation"), w.ehr.Count("Observation", w.ehrPatient); count(x, "fetched") != n || count(x, "stored") != n || count(x, "duplicates") != 0 {
+		t.Errorf("Observation, one under two categories: %v, the EHR holds %d", x, n)
 	}
 	// The audit trail is written in batches: wait for the run's event.
 	kinds := map[string]int{}
