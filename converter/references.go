@@ -21,7 +21,6 @@ import (
 // The elements a rewrite reads and writes, resolved once (elemRef
 // caches the element it found last).
 var (
-	referenceElem  = newElemRef("reference")
 	identifierElem = newElemRef("identifier")
 	systemElem     = newElemRef("system")
 	valueElem      = newElemRef("value")

@@ -610,8 +610,8 @@ func TestPatientAccessDisconnect(t *testing.T) {
 		t.Errorf("revoked %v", rec.Revoked)
 	}
 	resp, out = w.env.Send(t, "GET", fmt.Sprintf("/api/v1/patients/%d/connections", w.patient.ID), w.token, nil)
-	if len(fxArr(out["results"])) != 0 {
-		t.Errorf("connections after: %v", out)
+	if resp.StatusCode != http.StatusOK || len(fxArr(out["results"])) != 0 {
+		t.Errorf("connections after: %d %v", resp.StatusCode, out)
 	}
 	n, err := repotest.Collection(t, w.env.DB, "resources").CountDocuments(context.Background(), bson.M{"sourceId": int64(run["fhirSource"].(float64))})
 	if err != nil || int(n) != totals(run, "stored") {
