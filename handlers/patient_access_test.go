@@ -594,6 +594,35 @@ func TestPatientAccessRefusals(t *testing.T) {
 	}
 }
 
+// TestPatientAccessConfidentialClient: a registration with a secret is
+// answered without it and stored sealed, and the code is redeemed with
+// the secret in the Authorization header, as an EHR that registered a
+// confidential client demands.
+func TestPatientAccessConfidentialClient(t *testing.T) {
+	w := newPAWorld(t, domain.PullLimits{})
+	w.ehrPatient = w.ehr.Patients()[2]
+	const secret = "the exchange's secret at the test EHR"
+	w.ehr.ClientSecret = secret
+	resp, out := w.env.Send(t, "PUT", "/api/v1/patient-access/clients", w.super, map[string]any{"vendor": "testvendor", "clientId": w.ehr.ClientID, "clientSecret": secret})
+	if resp.StatusCode != http.StatusOK || out["hasSecret"] != true || strings.Contains(fxCompact(out), secret) {
+		t.Fatalf("client registration: %d %v", resp.StatusCode, out)
+	}
+	resp, out = w.env.Send(t, "GET", "/api/v1/patient-access/clients", w.super, nil)
+	if resp.StatusCode != http.StatusOK || strings.Contains(fxCompact(out), secret) || !strings.Contains(fxCompact(out), `"hasSecret":true`) {
+		t.Errorf("client registrations: %d %v", resp.StatusCode, out)
+	}
+	var doc bson.Raw
+	if err := repotest.Collection(t, w.env.DB, "ehr_clients").FindOne(context.Background(), bson.M{}).Decode(&doc); err != nil || strings.Contains(string(doc), secret) {
+		t.Errorf("the registration as stored holds its secret (%v)", err)
+	}
+	if resp, page := w.connect(t, false); resp.StatusCode != http.StatusOK || !strings.Contains(page, "Connected") {
+		t.Fatalf("callback: %d %s", resp.StatusCode, page)
+	}
+	if run := w.runs(t)[0]; run["outcome"] != "completed" {
+		t.Errorf("run %v", run)
+	}
+}
+
 // TestPatientAccessDisconnect: disconnecting revokes the token at the EHR
 // and deletes it; what was pulled stays, the patient's data.
 func TestPatientAccessDisconnect(t *testing.T) {

@@ -376,8 +376,13 @@ func (e *EHR) token(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request")
 		return
 	}
+	// HTTP Basic credentials of OAuth are form-encoded first (RFC 6749
+	// section 2.3.1): a secret with a space or a quote arrives escaped.
 	client, secret, basic := r.BasicAuth()
-	if !basic {
+	if basic {
+		client, _ = url.QueryUnescape(client)
+		secret, _ = url.QueryUnescape(secret)
+	} else {
 		client = r.PostForm.Get("client_id")
 	}
 	if client != e.ClientID || secret != e.ClientSecret || (e.ClientSecret != "" && !basic) {
