@@ -53,9 +53,15 @@ func StartEmbedded(dir, addr string, logger *slog.Logger) (*Embedded, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Embedded{cancel: cancel, done: make(chan struct{})}
+	checkpointed := make(chan struct{})
+	go func() {
+		defer close(checkpointed)
+		checkpointWALs(ctx, abs, logger)
+	}()
 	go func() {
 		defer close(e.done)
 		_ = f.Run(ctx)
+		<-checkpointed
 	}()
 	e.uri = f.MongoDBURI()
 	return e, nil
@@ -65,7 +71,8 @@ func StartEmbedded(dir, addr string, logger *slog.Logger) (*Embedded, error) {
 // it into the database: SQLite reuses the log file from its start but never
 // shrinks it, so a log that grew while a long search held its snapshot
 // (359 MB during one search while uploading) stayed that size. With the
-// limit, the first write after the next complete checkpoint truncates it.
+// limit, the first write after the next complete checkpoint truncates it;
+// checkpointWALs sees that such a checkpoint happens under sustained load.
 var walLimit int64 = 64 << 20
 
 // URI returns the mongodb:// address the embedded database listens on.

@@ -100,3 +100,11 @@ func SetWALLimit(n int64) func() {
 func PatientFilter(ctx context.Context, d *DB, q domain.PatientQuery) (bson.D, error) {
 	return d.patientFilter(ctx, q)
 }
+
+// SetWALCheckEvery sets how often the embedded databases started next look
+// at their write-ahead logs, and returns the undo.
+func SetWALCheckEvery(d time.Duration) func() {
+	old := walCheckEvery
+	walCheckEvery = d
+	return func() { walCheckEvery = old }
+}
