@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -14,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"exchange/handlers/handlerstest"
 	"exchange/repo"
+	"exchange/repo/repotest"
 	"exchange/telemetry"
 )
 
@@ -402,4 +406,43 @@ func auditPatients(e map[string]any) []string {
 		}
 	}
 	return out
+}
+
+// TestReadyNamesAStorePastItsSize: /ready says when the embedded database
+// is past the size it searches comfortably, and stays 200 (it serves,
+// slower). /ready answers anyone: the line gives no count.
+func TestReadyNamesAStorePastItsSize(t *testing.T) {
+	env := handlerstest.StartWith(t, handlerstest.Options{ComfortableObservations: 2,
+		Loaded: map[string]bool{"indexes": true}, Logger: slog.New(slog.DiscardHandler)})
+	ctx := context.Background()
+	observe := func(n int) {
+		t.Helper()
+		docs := make([]any, n)
+		for i := range docs {
+			docs[i] = bson.M{"patientId": int64(1)}
+		}
+		if _, err := repotest.Collection(t, env.DB, "observations").InsertMany(ctx, docs); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Size.Check(ctx, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	observe(2)
+	resp, body := env.GetJSON(t, "/ready", "")
+	if _, said := body["embeddedDatabase"]; resp.StatusCode != http.StatusOK || said {
+		t.Errorf("/ready within the size: %d %v", resp.StatusCode, body)
+	}
+	observe(1)
+	resp, body = env.GetJSON(t, "/ready", "")
+	line, _ := body["embeddedDatabase"].(string)
+	if resp.StatusCode != http.StatusOK || body["status"] != "ready" || !strings.Contains(line, "past its comfortable size") ||
+		!strings.Contains(line, "MONGODB_URI") {
+		t.Errorf("/ready past the size: %d %v", resp.StatusCode, body)
+	}
+	for k, v := range body {
+		if s := fmt.Sprint(v); strings.ContainsAny(s, "0123456789") {
+			t.Errorf("/ready's %s gives a number to anyone: %q", k, s)
+		}
+	}
 }

@@ -99,6 +99,9 @@ type Env struct {
 	// every endpoint.
 	Routes []string
 	Audit  *repo.AuditLog // with Options.Audit
+	// Size watches the store's size with Options.ComfortableObservations:
+	// its Check is the test's to call.
+	Size *repo.SizeWatch
 }
 
 var (
@@ -242,6 +245,10 @@ type Options struct {
 	// nil: patient access is not offered. PullLimits bound its pulls.
 	EHR        domain.EHR
 	PullLimits domain.PullLimits
+	// ComfortableObservations, when not 0, gives the store the size the
+	// embedded database has: /ready and the console's home page say when
+	// Env.Size found it past that many observations.
+	ComfortableObservations int64
 }
 
 // Exports are the settings of a test's bulk export runner.
@@ -322,10 +329,16 @@ func StartWith(t testing.TB, o Options) *Env {
 	if o.Exports != nil {
 		limits = o.Exports.Limits
 	}
-	config := handlers.Config{Service: svc, OAuth: provider, Ping: o.Ping, Loaded: o.Loaded, Schemas: Schemas(t), Logger: log,
+	var size *repo.SizeWatch
+	var capacity func() *domain.StoreCapacity
+	if o.ComfortableObservations != 0 {
+		size = repo.NewSizeWatch(db, o.ComfortableObservations, log)
+		capacity = size.Capacity
+	}
+	config := handlers.Config{Service: svc, OAuth: provider, Ping: o.Ping, Loaded: o.Loaded, Capacity: capacity, Schemas: Schemas(t), Logger: log,
 		TrustedProxies: proxies, Search: search, Exports: limits,
 		Console: console.New(console.Config{Service: svc, OAuth: provider, Search: search, Schemas: Schemas(t),
-			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Logger: log, Exports: limits})}
+			ObservationResource: handlers.ObservationResource, GatewayClientID: GatewayClientID, Capacity: capacity, Logger: log, Exports: limits})}
 	if o.Metrics != nil {
 		config.Metrics, config.MetricsHandler = o.Metrics, telemetry.MetricsHandler(o.Metrics, o.MetricsToken)
 	}
@@ -364,7 +377,7 @@ func StartWith(t testing.TB, o Options) *Env {
 			routes = append(routes, route)
 		}
 	}
-	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock, Routes: routes, Audit: audit}
+	return &Env{URL: "http://" + ln.Addr().String(), DB: db, Service: svc, OAuth: provider, Clock: clock, Routes: routes, Audit: audit, Size: size}
 }
 
 // secretKey is SECRET_KEY in tests.

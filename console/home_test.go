@@ -1,0 +1,60 @@
+package console_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"exchange/handlers/handlerstest"
+	"exchange/repo/repotest"
+)
+
+// TestHomeSaysTheStoreIsPastItsSize: once the embedded database is past
+// the size it searches comfortably, staff read it on the console's home
+// page, with the count; a patient, who can do nothing about it, does not.
+func TestHomeSaysTheStoreIsPastItsSize(t *testing.T) {
+	env := handlerstest.StartWith(t, handlerstest.Options{ComfortableObservations: 2, Logger: slog.New(slog.DiscardHandler)})
+	env.Practitioner(t, "staff@example.org", false)
+	env.Patient(t, "pat@example.org")
+	staff, patient := signIn(t, env, "staff", "staff@example.org"), signIn(t, env, "patient", "pat@example.org")
+	ctx := context.Background()
+	observe := func(n int) {
+		t.Helper()
+		docs := make([]any, n)
+		for i := range docs {
+			docs[i] = bson.M{"patientId": int64(1)}
+		}
+		if _, err := repotest.Collection(t, env.DB, "observations").InsertMany(ctx, docs); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Size.Check(ctx, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const notice = "The embedded database is past its comfortable size"
+	home := func(c *caller) string {
+		t.Helper()
+		resp, page := c.b.Do("GET", env.URL+"/console/", nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s's home: %d", c.name, resp.StatusCode)
+		}
+		return page
+	}
+	observe(2)
+	if page := home(staff); strings.Contains(page, notice) {
+		t.Errorf("staff's home within the size shows the notice:\n%s", page)
+	}
+	observe(1)
+	if page := home(staff); !strings.Contains(page, notice) || !strings.Contains(page, "it holds 3 observations") ||
+		!strings.Contains(page, "MONGODB_URI") {
+		t.Errorf("staff's home past the size lacks the notice:\n%s", page)
+	}
+	if page := home(patient); strings.Contains(page, notice) || strings.Contains(page, "MONGODB_URI") {
+		t.Errorf("a patient's home shows the store's size:\n%s", page)
+	}
+}
