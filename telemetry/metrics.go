@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -44,12 +45,21 @@ func ParseMetricsConfig(addr, token string) (MetricsConfig, error) {
 }
 
 // NewRegistry returns a registry with the Go runtime and process
-// collectors, for a program's own series to join.
+// collectors, for a program's own series to join. Beside the collector's
+// defaults it exports the soft memory limit (go_gc_gomemlimit_bytes) and
+// the runtime's estimate of the CPU the garbage collector takes, with the
+// total and idle time to compare it with (go_cpu_classes_*_cpu_seconds_total):
+// what a memory limit costs shows there.
 func NewRegistry() *prometheus.Registry {
 	r := prometheus.NewRegistry()
-	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: gcCPUMetrics})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return r
 }
+
+// gcCPUMetrics are the runtime/metrics names of the memory limit, and of
+// the GC's CPU, the total and the idle time.
+var gcCPUMetrics = regexp.MustCompile(`^/(gc/gomemlimit:bytes|cpu/classes/(gc/total|idle|total):cpu-seconds)$`)
 
 // MetricsHandler serves what g gathers in the Prometheus text format. With
 // a token, only requests bearing it (Authorization: Bearer <token>) are

@@ -51,7 +51,15 @@ func TestMetricsServedAlone(t *testing.T) {
 	if status, _ := get("metrics-token-0123456780"); status != http.StatusUnauthorized {
 		t.Errorf("a wrong token: %d", status)
 	}
-	if status, body := get("metrics-token-0123456789"); status != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+	status, body := get("metrics-token-0123456789")
+	if status != http.StatusOK || !strings.Contains(body, "go_goroutines") {
 		t.Errorf("the token: %d %.80s", status, body)
+	}
+	// What a memory limit costs: the limit, and the GC's share of the CPU.
+	for _, series := range []string{"go_gc_gomemlimit_bytes", "go_cpu_classes_gc_total_cpu_seconds_total", "go_cpu_classes_total_cpu_seconds_total",
+		"go_cpu_classes_idle_cpu_seconds_total"} {
+		if !strings.Contains(body, "\n"+series+" ") {
+			t.Errorf("/metrics lacks %s", series)
+		}
 	}
 }
