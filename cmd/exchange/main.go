@@ -11,6 +11,7 @@
 //	exchange migrate            create the database indexes
 //	exchange healthcheck        probe the local service (containers)
 //	exchange import r4 ...      bulk R4 import into a running service
+//	exchange load-study ...     a study's worth of data and searches, measured
 //
 // Settings come from environment variables; see docs/settings.md.
 package main
@@ -72,6 +73,7 @@ var commands = map[string]command{
 	"healthcheck":     healthcheckCommand,
 	"import":          importCommand,
 	"ehr-brands":      ehrBrandsCommand,
+	"load-study":      loadStudyCommand,
 }
 
 // run is the whole program: settings come through getenv and output goes to
@@ -111,6 +113,7 @@ commands:
   healthcheck      exit 0 if the local service is live (/health) and ready (/ready); --live: /health only
   ehr-brands       import FILE [--vendor V]: a SMART User-access Brands Bundle; client: the exchange's registration at EHRs
   import r4        send R4 files to a running service: FILE|DIR... --source ID | --sources FILE
+  load-study       send a study's worth of data to a running service, then measure its users' searches: [--patients N] [--days D]
   help             show this text
 
 Run "exchange <command> -h" for a command's flags.`
