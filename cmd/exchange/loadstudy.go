@@ -404,9 +404,39 @@ func importEHRRecords(ctx context.Context, o loadStudyOptions, st *studyState, l
 	if err := os.WriteFile(filepath.Join(dir, "sources.json"), sources, 0o600); err != nil {
 		return bulkimport.Summary{}, err
 	}
-	return bulkimport.Run(ctx, bulkimport.Options{URL: o.url, Token: o.token, Input: []string{input.Name()},
-		SourcesFile: filepath.Join(dir, "sources.json"), Workers: o.workers, Report: filepath.Join(dir, "report.ndjson"),
+	report := filepath.Join(dir, "report.ndjson")
+	sum, err := bulkimport.Run(ctx, bulkimport.Options{URL: o.url, Token: o.token, Input: []string{input.Name()},
+		SourcesFile: filepath.Join(dir, "sources.json"), Workers: o.workers, Report: report,
 		Progress: progress, ProgressEvery: 10 * time.Second, Log: log})
+	if sum.Failed > 0 {
+		fmt.Fprintf(progress, "load-study: %d R4 resources failed; the first: %s\n", sum.Failed, firstFailure(report))
+	}
+	return sum, err
+}
+
+// firstFailure is the first resource the import's report says failed:
+// its type and why.
+func firstFailure(report string) string {
+	failure := "(not in the report)"
+	_ = eachLine(report, func(line []byte) error {
+		var r struct {
+			ResourceType string `json:"resourceType"`
+			Result       string `json:"result"`
+			Issue        []struct {
+				Diagnostics string   `json:"diagnostics"`
+				Expression  []string `json:"expression"`
+			} `json:"issue"`
+		}
+		if json.Unmarshal(line, &r) != nil || r.Result != "failed" {
+			return nil
+		}
+		failure = r.ResourceType
+		for _, i := range r.Issue {
+			failure += fmt.Sprintf("; %s %s", strings.Join(i.Expression, ","), i.Diagnostics)
+		}
+		return errors.New("found")
+	})
+	return failure
 }
 
 // uploaded counts the observations sent.
