@@ -175,7 +175,7 @@ var (
 // the token the client gets for it.
 func signIn(ctx context.Context, base string, client *oauth2.Config, email, password string) (*apiClient, oauth2.TokenSource, error) {
 	jar, _ := cookiejar.New(nil)
-	browser := &http.Client{Jar: jar, Timeout: 5 * time.Minute, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+	browser := &http.Client{Jar: jar, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
 		if strings.HasPrefix(req.URL.String(), client.RedirectURL) {
 			return http.ErrUseLastResponse // the code, for the client
 		}
