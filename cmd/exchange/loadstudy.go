@@ -137,22 +137,22 @@ func loadStudyCommand(ctx context.Context, s *settings, log *slog.Logger, io std
 // --state (with a practitioner's password: the file is the operator's
 // only).
 type studyState struct {
-	Name              string   `json:"name"`
-	Slug              string   `json:"slug"` // names the study's logins and identifiers
-	OrganizationID    int64    `json:"organizationId"`
-	StudyID           int64    `json:"studyId"`
-	PatientIDs        []int64  `json:"patientIds"`
-	SourceIDs         []int64  `json:"sourceIds"` // per patient; none without EHR records
-	SourceURIs        []string `json:"sourceUris"`
-	DeviceIDs         map[string]int64
-	First             string `json:"first"` // YYYY-MM-DD
-	Days              int    `json:"days"`
-	Practitioner      string `json:"practitioner"`
-	Password          string `json:"password"`
-	AppClientID       string `json:"appClientId"`       // the patients' app: public, for invitations
-	DashboardClientID string `json:"dashboardClientId"` // the practitioner's: trusted, confidential
-	DashboardSecret   string `json:"dashboardSecret"`
-	RedirectURI       string `json:"redirectUri"`
+	Name              string           `json:"name"`
+	Slug              string           `json:"slug"` // names the study's logins and identifiers
+	OrganizationID    int64            `json:"organizationId"`
+	StudyID           int64            `json:"studyId"`
+	PatientIDs        []int64          `json:"patientIds"`
+	SourceIDs         []int64          `json:"sourceIds"` // per patient; none without EHR records
+	SourceURIs        []string         `json:"sourceUris"`
+	DeviceIDs         map[string]int64 `json:"deviceIds"`
+	First             string           `json:"first"` // YYYY-MM-DD
+	Days              int              `json:"days"`
+	Practitioner      string           `json:"practitioner"`
+	Password          string           `json:"password"`
+	AppClientID       string           `json:"appClientId"`       // the patients' app: public, for invitations
+	DashboardClientID string           `json:"dashboardClientId"` // the practitioner's: trusted, confidential
+	DashboardSecret   string           `json:"dashboardSecret"`
+	RedirectURI       string           `json:"redirectUri"`
 }
 
 func readStudyState(name string) (*studyState, error) {
