@@ -28,7 +28,7 @@ func (d *DB) listPage(ctx context.Context, col string, filter bson.D, sort bson.
 	if filter == nil {
 		filter = bson.D{}
 	}
-	total, err := d.c(col).CountDocuments(ctx, filter)
+	total, err := d.count(ctx, col, filter)
 	if err != nil {
 		return 0, err
 	}

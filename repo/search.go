@@ -62,13 +62,31 @@ func runSearchRaw[T any](ctx context.Context, d *DB, plan *domain.SearchPlan, de
 		}
 	}
 	if plan.Filter != nil {
-		n, err := d.c(plan.Collection).CountDocuments(ctx, plan.Filter)
+		n, err := d.count(ctx, plan.Collection, plan.Filter)
 		if err != nil {
 			return res, err
 		}
 		res.Total = &n
 	}
 	return res, nil
+}
+
+// count returns how many documents of col match filter. On MongoDB it is
+// CountDocuments, which an index answers where it can. FerretDB runs
+// CountDocuments' $group by holding every matching document, decoded, until
+// the last one is read: a study's count over 52,000 observations of the
+// embedded database took 700 MiB and spent two thirds of its CPU in the
+// garbage collector. FerretDB's count command reads the same documents one
+// at a time, so there the count takes no more memory than a page.
+func (d *DB) count(ctx context.Context, col string, filter any) (int64, error) {
+	if !d.ferret {
+		return d.c(col).CountDocuments(ctx, filter)
+	}
+	var res struct {
+		N int64 `bson:"n"`
+	}
+	err := d.db.RunCommand(ctx, bson.D{{Key: "count", Value: col}, {Key: "query", Value: filter}}).Decode(&res)
+	return res.N, err
 }
 
 // SearchPatients implements domain.ProjectionStore.
