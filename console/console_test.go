@@ -76,6 +76,7 @@ type fixture struct {
 	device, spare               *domain.DataSourceView
 	patient, outsiderPatient    *domain.Patient
 	unenrolled                  *domain.Patient
+	invitee                     *domain.Patient // without a login: one who may be invited
 	member, removable, newcomer *domain.User
 	source                      *domain.FHIRSource
 	client                      *domain.OAuthClient
@@ -147,6 +148,9 @@ func newFixtureWith(t *testing.T, o handlerstest.Options) *fixture {
 	f.patient = newPatient("pat@example.org", f.org.ID)
 	f.unenrolled = newPatient("later@example.org", f.org.ID)
 	f.outsiderPatient = newPatient("quinn@example.org", f.other.ID)
+	f.invitee, err = svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "new.patient@example.org", FamilyName: "Doe",
+		GivenNames: []string{"Nia"}, OrganizationIDs: []int64{f.org.ID}})
+	must(err)
 	must(svc.EnrollPatients(ctx, sys, f.study.ID, []int64{f.patient.ID}))
 	f.source, err = svc.CreateFHIRSource(ctx, sys, f.patient.ID, 0, "Hospital EHR")
 	must(err)
@@ -314,9 +318,11 @@ type formCase struct {
 func formCases(f *fixture) []formCase {
 	study := fmt.Sprintf("/console/studies/%d", f.study.ID)
 	patient := fmt.Sprintf("/console/patients/%d", f.patient.ID)
+	invitee := fmt.Sprintf("/console/patients/%d", f.invitee.ID)
+	notInvitees := map[string]int{"outsider": 404, "patient": 404, "other patient": 404}
 	org := fmt.Sprintf("/console/organizations/%d", f.org.ID)
 	invitation := func() string {
-		list, err := f.env.OAuth.Invitations(context.Background(), []int64{f.patient.UserID})
+		list, err := f.env.OAuth.Invitations(context.Background(), []int64{f.invitee.UserID})
 		if err != nil || len(list) == 0 {
 			return "none"
 		}
@@ -339,9 +345,12 @@ func formCases(f *fixture) []formCase {
 			[]string{"viewer", "outsider", "patient"}, "member", http.StatusSeeOther, nil},
 		{fixed(patient + "/identifiers"), form{"system": {"urn:mrn"}, "value": {"1"}}, []string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
 		{fixed(patient + "/identifiers/remove"), form{"system": {"urn:mrn"}, "value": {"1"}}, []string{"viewer", "outsider", "other patient"}, "member", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
-		{fixed(patient + "/invitations"), nil, []string{"viewer", "outsider", "patient", "other patient"}, "manager", http.StatusCreated, map[string]int{"outsider": 404, "other patient": 404}},
-		{func() string { return patient + "/invitations/" + invitation() + "/reissue" }, nil, []string{"viewer", "outsider", "patient"}, "member", http.StatusCreated, map[string]int{"outsider": 404}},
-		{func() string { return patient + "/invitations/" + invitation() + "/cancel" }, nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, map[string]int{"outsider": 404}},
+		{fixed(invitee + "/invitations"), nil, []string{"viewer", "outsider", "patient", "other patient"}, "manager", http.StatusCreated, notInvitees},
+		{func() string { return invitee + "/invitations/" + invitation() + "/reissue" }, nil, []string{"viewer", "outsider", "patient"}, "member", http.StatusCreated, notInvitees},
+		{func() string { return invitee + "/invitations/" + invitation() + "/cancel" }, nil, []string{"viewer", "outsider", "patient"}, "manager", http.StatusSeeOther, notInvitees},
+		// A patient with a login: a member may not replace it, a manager may.
+		{fixed(fmt.Sprintf("/console/patients/%d/invitations", f.unenrolled.ID)), form{"replaceLogin": {"yes"}}, []string{"member", "viewer", "outsider", "patient", "other patient"},
+			"manager", http.StatusCreated, notInvitees},
 		{fixed("/console/consents"), form{"patient": {fmt.Sprint(f.patient.ID)}, "study": {fmt.Sprint(f.study.ID)}, "system": {f.hr.System}, "code": {f.hr.Code}, "answer": {"share"}},
 			[]string{"viewer", "outsider", "other patient"}, "patient", http.StatusSeeOther, map[string]int{"outsider": 404, "other patient": 404}},
 		{fixed("/console/data-sources"), form{"name": {"Ring"}, "type": {"personal_device"}, "scopes": {fmt.Sprint(f.hr.ID)}}, []string{"manager", "patient"}, "superuser", http.StatusSeeOther, nil},

@@ -85,6 +85,9 @@ type patientPage struct {
 	SourcesTotal  int64
 	Write         bool // may change the record
 	Invite        bool // may issue, cancel and re-issue invitations
+	HasLogin      bool // the patient has a login: an invitation needs a replacement
+	ReplaceLogin  bool // may replace the patient's login (a manager)
+	Emailed       bool // invitations go to the patient by email (a delivery channel)
 	Invitations   []oauth.Invitation
 	Clients       map[string]string
 	Now           time.Time
@@ -94,10 +97,11 @@ type patientPage struct {
 }
 
 type newInvitation struct {
-	Link      string
-	QR        template.HTML
-	ExpiresAt time.Time
-	Client    string
+	Link          string // to hand over; empty when it was emailed
+	QR            template.HTML
+	SentTo        string // the masked address it was emailed to
+	ExpiresAt     time.Time
+	LoginReplaced bool
 }
 
 func (c *Console) patient(w http.ResponseWriter, r *http.Request, s *session) error {
@@ -116,7 +120,15 @@ func (c *Console) renderPatient(w http.ResponseWriter, r *http.Request, s *sessi
 	if err != nil {
 		return err
 	}
-	page := patientPage{Patient: p, Write: s.actor.CanWritePatientData(p), Invite: s.actor.CanManagePatient(p), Now: c.Service.Now(), New: fresh}
+	page := patientPage{Patient: p, Write: s.actor.CanWritePatientData(p), Invite: s.actor.CanManagePatient(p),
+		ReplaceLogin: s.actor.CanReplaceLogin(p), Emailed: c.Service.HasDeliveryChannel(), Now: c.Service.Now(), New: fresh}
+	if page.Invite {
+		u, err := c.Service.UserByID(ctx, p.UserID)
+		if err != nil {
+			return err
+		}
+		page.HasLogin = u.HasLogin()
+	}
 	orgs, err := c.readableOrganizations(ctx, s.actor)
 	if err != nil {
 		return err
@@ -186,73 +198,68 @@ var (
 // invitationForm invites a patient.
 var invitationForm = formSpec{name: "invitation", fields: map[string]string{"client": "client", "clientId": "client"}}
 
-// invite issues an invitation: to the console (the patient sets a
-// password), or for an app client. The answer is the patient's page with
-// the link and its QR code, shown this once.
+// invite issues an invitation (oauth.Provider.Invite): to the console
+// (the patient chooses a password), or for an app client; for a patient
+// with a login, only as a manager's replacement of it. The answer is the
+// patient's page with the link and its QR code, shown this once, or the
+// address it was emailed to.
 func (c *Console) invite(w http.ResponseWriter, r *http.Request, s *session) error {
-	ctx := r.Context()
-	p, err := c.invitedPatient(r, s)
+	id, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
-	var code *oauth.PatientCode
-	if client := strings.TrimSpace(r.PostFormValue("client")); r.PostFormValue("for") == "app" {
-		if client == "" {
-			err = domain.FieldErrorf("client", "is required: the app's client id")
-		} else {
-			code, err = c.OAuth.IssuePatientCode(ctx, p.UserID, client)
-			err = domain.AsFieldError(err, "client")
-		}
+	req := oauth.InvitationRequest{PatientID: id, ClientID: oauth.ConsoleClientID, ReplaceLogin: r.PostFormValue("replaceLogin") == "yes",
+		Origin: c.OAuth.Origin(r)}
+	var sent *oauth.SentInvitation
+	if r.PostFormValue("for") == "app" {
+		req.ClientID = strings.TrimSpace(r.PostFormValue("client"))
+	}
+	if req.ClientID == "" {
+		err = domain.FieldErrorf("client", "is required: the app's client id")
 	} else {
-		code, err = c.OAuth.IssueConsoleInvitation(ctx, p.UserID)
+		sent, err = c.OAuth.Invite(r.Context(), s.actor, req)
 	}
 	if err != nil {
 		return invitationForm.refused(r, err, func(form *formState) error {
-			return c.renderPatient(w, r, s, p.ID, http.StatusOK, nil, form)
+			return c.renderPatient(w, r, s, id, http.StatusOK, nil, form)
 		})
 	}
-	return c.showInvitation(w, r, s, p, code)
+	return c.showInvitation(w, r, s, sent)
 }
 
-// showInvitation renders the patient's page with a new invitation's link
-// and QR code.
-func (c *Console) showInvitation(w http.ResponseWriter, r *http.Request, s *session, p *domain.Patient, code *oauth.PatientCode) error {
-	link := oauth.AbsoluteLink(code.Link, c.OAuth.Origin(r))
-	qr, err := qrSVG(link)
-	if err != nil {
-		return err
+// showInvitation renders the patient's page with a new invitation: its
+// link and QR code, or where it was emailed.
+func (c *Console) showInvitation(w http.ResponseWriter, r *http.Request, s *session, sent *oauth.SentInvitation) error {
+	fresh := &newInvitation{SentTo: sent.SentTo, ExpiresAt: sent.ExpiresAt, LoginReplaced: sent.LoginReplaced}
+	if sent.Link != "" {
+		qr, err := qrSVG(sent.Link)
+		if err != nil {
+			return err
+		}
+		fresh.Link, fresh.QR = sent.Link, qr
 	}
-	return c.renderPatient(w, r, s, p.ID, http.StatusCreated, &newInvitation{Link: link, QR: qr, ExpiresAt: code.ExpiresAt}, nil)
+	return c.renderPatient(w, r, s, sent.PatientID, http.StatusCreated, fresh, nil)
 }
 
 func (c *Console) cancelInvitation(w http.ResponseWriter, r *http.Request, s *session) error {
-	p, err := c.invitedPatient(r, s)
+	id, err := pathID(r, "id")
 	if err != nil {
 		return err
 	}
-	if err := c.OAuth.CancelInvitation(r.Context(), p.UserID, r.PathValue("invitation")); err != nil {
+	if err := c.OAuth.CancelPatientInvitation(r.Context(), s.actor, id, r.PathValue("invitation")); err != nil {
 		return err
 	}
-	return seeOther(w, r, patientPath(p.ID), "cancelled")
+	return seeOther(w, r, patientPath(id), "cancelled")
 }
 
 func (c *Console) reissueInvitation(w http.ResponseWriter, r *http.Request, s *session) error {
-	p, err := c.invitedPatient(r, s)
-	if err != nil {
-		return err
-	}
-	code, err := c.OAuth.ReissueInvitation(r.Context(), p.UserID, r.PathValue("invitation"))
-	if err != nil {
-		return err
-	}
-	return c.showInvitation(w, r, s, p, code)
-}
-
-// invitedPatient returns the path's patient if the user may invite them.
-func (c *Console) invitedPatient(r *http.Request, s *session) (*domain.Patient, error) {
 	id, err := pathID(r, "id")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return c.Service.PatientForInvitation(r.Context(), s.actor, id)
+	sent, err := c.OAuth.Reinvite(r.Context(), s.actor, id, r.PathValue("invitation"), c.OAuth.Origin(r))
+	if err != nil {
+		return err
+	}
+	return c.showInvitation(w, r, s, sent)
 }

@@ -57,6 +57,10 @@ const (
 	AuditKindConnect AuditKind = "ehr-connection"
 	// AuditKindPull: a pull of a patient's record from their EHR.
 	AuditKindPull AuditKind = "ehr-pull"
+	// An invitation issued for a patient, and a patient's login replaced
+	// (Service.Invite).
+	AuditKindInvitation    AuditKind = "invitation"
+	AuditKindLoginReplaced AuditKind = "login-replaced"
 )
 
 // AuditSystem is the code system of the exchange's own kinds of events.

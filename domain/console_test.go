@@ -319,6 +319,14 @@ func TestAcceptInvitation(t *testing.T) {
 			t.Errorf("the used code again, with %q: %v", password, err)
 		}
 	}
+	// The patient has a login now: another code of theirs, issued before
+	// or after, never writes over their password.
+	if err := w.f.svc.AcceptInvitation(ctx, w.invitation(t, "p2", w.patient.UserID), "a takeover password"); !domain.IsCode(err, domain.CodeNotFound) {
+		t.Errorf("an invitation of a patient with a login: %v", err)
+	}
+	if _, err := w.f.svc.Authenticate(ctx, "p@example.org", "long enough password", "10.0.0.1"); err != nil {
+		t.Errorf("the password after a takeover attempt: %v", err)
+	}
 }
 
 // TestAcceptInvitationOnce: redemptions of one code with different
@@ -329,6 +337,11 @@ func TestAcceptInvitationOnce(t *testing.T) {
 	ctx := context.Background()
 	for round := range 3 {
 		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
+			// The last round's password is a login: only a replacement
+			// makes way for a new invitation.
+			if _, err := w.f.svc.ReplaceLogin(ctx, domain.SystemActor(), w.patient); err != nil {
+				t.Fatal(err)
+			}
 			signature := fmt.Sprintf("round-%d", round)
 			code := w.invitation(t, signature, w.patient.UserID)
 			passwords := []string{signature + " first password", signature + " second password", signature + " third password"}

@@ -34,7 +34,16 @@ type User struct {
 	// naming an identifier two practitioners share is refused. Only
 	// superusers set it.
 	Identifier string
+	// InvitationAcceptedAt is when an app redeemed an invitation of this
+	// (patient) user; zero: never, or not since their login was replaced.
+	InvitationAcceptedAt time.Time
 }
+
+// HasLogin reports whether the user has taken their account in hand: they
+// chose a password, or an app redeemed an invitation of theirs. An
+// invitation for a user with a login would hand it to whoever redeems the
+// invitation, so none is issued or redeemed then (invitations.go).
+func (u *User) HasLogin() bool { return u.PasswordHash != "" || !u.InvitationAcceptedAt.IsZero() }
 
 // UserChange names the fields of a user one use case changes; a nil
 // field is left as stored (Store.ChangeUser).
@@ -44,6 +53,7 @@ type UserChange struct {
 	PasswordHash                   *string
 	IsActive, IsSuperuser, IsStaff *bool
 	CredentialsChangedAt           *time.Time
+	InvitationAcceptedAt           *time.Time // the zero time: none
 	// From is the LastUpdated of the user the change was made from: it
 	// is applied only if the stored user is still that version
 	// (CodeVersionMismatch otherwise). Nil: to whichever version is

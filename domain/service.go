@@ -37,6 +37,7 @@ type Service struct {
 	// maxDataPoint bounds one data point, in bytes (MAX_DATA_POINT_BYTES).
 	maxDataPoint int
 	auditor      Auditor
+	mailer       Mailer // nil: no delivery channel
 	now          func() time.Time
 	log          *slog.Logger
 	signIns      keyLocks // sign-in attempts in progress, by account and address
@@ -80,6 +81,9 @@ type Config struct {
 	// Auditor keeps the audit trail; nil: nothing is recorded (tests that
 	// do not look at it).
 	Auditor Auditor
+	// Mailer delivers invitations and notices to patients' email
+	// addresses; nil: there is no delivery channel (invitations.go).
+	Mailer Mailer
 	// Now is the clock; nil means time.Now. Tests inject a clock to step
 	// over expiry without sleeping.
 	Now func() time.Time
@@ -143,7 +147,7 @@ func NewService(c Config) *Service {
 	}
 	s := &Service{store: c.Store, schemas: c.Schemas, sourceBase: strings.TrimRight(c.SourceBase, "/"),
 		validator: c.Validator, indexer: c.Indexer, converter: c.Converter, searches: c.Searches, maxDataPoint: c.MaxDataPointBytes,
-		auditor: c.Auditor, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey,
+		auditor: c.Auditor, mailer: c.Mailer, now: c.Now, log: c.Logger, throttleKey: c.ThrottleKey,
 		fileProviders: c.IdentityProviders, seal: newSealer(c.SecretsKey),
 		exportSearches: c.ExportSearches, exportFiles: c.ExportFiles, exportWake: make(chan struct{}, 1)}
 	s.ehr, s.limits = c.EHR, c.PullLimits.withDefaults()

@@ -215,7 +215,8 @@ var ErrInvitationGone = Errorf(CodeNotFound, "this invitation link does not work
 // (package oauth). Like any password change it ends the patient's sessions
 // and revokes their tokens. A password that may not be chosen is refused
 // (CodeInvalid) before anything is spent; a patient user who is not active
-// any more gets ErrInvitationGone.
+// any more, or who has a login (User.HasLogin), gets ErrInvitationGone: a
+// redemption never writes over a password.
 //
 // It converges without transactions. The store records the redemption,
 // with the new password's hash, before it uses the code, and completes it
@@ -231,7 +232,16 @@ func (s *Service) AcceptInvitation(ctx context.Context, code *InvitationCode, pa
 		return err
 	}
 	if !code.Used {
-		err := s.store.RedeemInvitation(ctx, &InvitationRedemption{Signature: code.Signature, UserID: code.UserID,
+		// A patient who has a login keeps it: only a replacement, which
+		// ends it first, makes way for an invitation (invitations.go).
+		u, err := s.store.UserByID(ctx, code.UserID)
+		if err != nil && !IsCode(err, CodeNotFound) {
+			return err
+		}
+		if u == nil || u.HasLogin() {
+			return ErrInvitationGone
+		}
+		err = s.store.RedeemInvitation(ctx, &InvitationRedemption{Signature: code.Signature, UserID: code.UserID,
 			PasswordHash: hash, At: s.Now()})
 		if !IsCode(err, CodeNotFound) {
 			return err

@@ -84,8 +84,11 @@ var auditKinds = map[domain.AuditKind]struct{ category, code fhirCoding }{
 		Display: "Bulk Data export completed"}},
 	domain.AuditKindExportDownload: {restCategory, fhirCoding{System: domain.AuditSystem, Code: "bulk-export-download",
 		Display: "Bulk Data export file downloaded"}},
-	domain.AuditKindConnect: {restCategory, fhirCoding{System: domain.AuditSystem, Code: "ehr-connection", Display: "EHR connection made or ended"}},
-	domain.AuditKindPull:    {restCategory, fhirCoding{System: domain.AuditSystem, Code: "ehr-pull", Display: "Record pulled from an EHR"}},
+	domain.AuditKindConnect:    {restCategory, fhirCoding{System: domain.AuditSystem, Code: "ehr-connection", Display: "EHR connection made or ended"}},
+	domain.AuditKindPull:       {restCategory, fhirCoding{System: domain.AuditSystem, Code: "ehr-pull", Display: "Record pulled from an EHR"}},
+	domain.AuditKindInvitation: {authCategory, fhirCoding{System: domain.AuditSystem, Code: "invitation", Display: "Patient invitation issued"}},
+	domain.AuditKindLoginReplaced: {authCategory, fhirCoding{System: domain.AuditSystem, Code: "login-replaced",
+		Display: "Patient login replaced"}},
 }
 
 var (

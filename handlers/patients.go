@@ -266,16 +266,18 @@ func (s *server) deletePatient(c *fiber.Ctx) error {
 	return c.SendStatus(fiber.StatusNoContent)
 }
 
-// invitePatient issues the patient's secret authorization link for a
-// client app: a single-use authorization code the app redeems with the
-// patient PKCE verifier.
+// invitePatient issues an invitation of the patient for a client app (or
+// the web console), as the caller may (oauth.Provider.Invite): by email to
+// the patient when the service has a delivery channel, else its link back
+// to the caller.
 func (s *server) invitePatient(c *fiber.Ctx) error {
 	id, err := idParam(c, "id")
 	if err != nil {
 		return err
 	}
 	var in struct {
-		ClientID string `json:"clientId"`
+		ClientID     string `json:"clientId"`
+		ReplaceLogin bool   `json:"replaceLogin"`
 	}
 	if err := decodeJSON(c, &in); err != nil {
 		return err
@@ -283,22 +285,25 @@ func (s *server) invitePatient(c *fiber.Ctx) error {
 	if in.ClientID == "" {
 		return domain.FieldErrorf("clientId", "is required: the app that will redeem the invitation")
 	}
-	p, err := s.service.PatientForInvitation(c.UserContext(), actor(c), id)
+	sent, err := s.oauth.Invite(c.UserContext(), actor(c), oauth.InvitationRequest{PatientID: id, ClientID: in.ClientID,
+		ReplaceLogin: in.ReplaceLogin, Origin: origin(c)})
 	if err != nil {
 		return err
 	}
-	code, err := s.oauth.IssuePatientCode(c.UserContext(), p.UserID, in.ClientID)
-	if err != nil {
-		return domain.AsFieldError(err, "clientId")
-	}
-	return s.invitationCreated(c, p, code)
+	return invitationCreated(c, sent)
 }
 
-// invitationCreated answers a new invitation link: absolute on the
-// origin the client used (a console invitation's link is a local path).
-func (s *server) invitationCreated(c *fiber.Ctx, p *domain.Patient, code *oauth.PatientCode) error {
-	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"patientId": p.ID, "clientId": code.ClientID,
-		"invitationLink": oauth.AbsoluteLink(code.Link, origin(c)), "expiresAt": code.ExpiresAt})
+// invitationCreated answers a new invitation: its link when the caller is
+// to hand it over, else the (masked) address it was emailed to.
+func invitationCreated(c *fiber.Ctx, sent *oauth.SentInvitation) error {
+	out := fiber.Map{"patientId": sent.PatientID, "clientId": sent.ClientID, "expiresAt": sent.ExpiresAt,
+		"loginReplaced": sent.LoginReplaced}
+	if sent.SentTo != "" {
+		out["delivery"], out["sentTo"] = "email", sent.SentTo
+	} else {
+		out["delivery"], out["invitationLink"] = "link", sent.Link
+	}
+	return c.Status(fiber.StatusCreated).JSON(out)
 }
 
 // invitationJSON is an invitation as listed: the code itself is never
@@ -338,35 +343,26 @@ func (s *server) listInvitations(c *fiber.Ctx) error {
 
 // cancelInvitation withdraws an invitation: its link stops working.
 func (s *server) cancelInvitation(c *fiber.Ctx) error {
-	p, err := s.invitedPatient(c)
+	id, err := idParam(c, "id")
 	if err != nil {
 		return err
 	}
-	if err := s.oauth.CancelInvitation(c.UserContext(), p.UserID, c.Params("invitationId")); err != nil {
+	if err := s.oauth.CancelPatientInvitation(c.UserContext(), actor(c), id, c.Params("invitationId")); err != nil {
 		return err
 	}
 	return c.SendStatus(fiber.StatusNoContent)
 }
 
-// reissueInvitation replaces an invitation with a new link for the same
-// client; the old link stops working.
+// reissueInvitation replaces an invitation with a new one for the same
+// client, delivered as a new one is; the old link stops working.
 func (s *server) reissueInvitation(c *fiber.Ctx) error {
-	p, err := s.invitedPatient(c)
-	if err != nil {
-		return err
-	}
-	code, err := s.oauth.ReissueInvitation(c.UserContext(), p.UserID, c.Params("invitationId"))
-	if err != nil {
-		return err
-	}
-	return s.invitationCreated(c, p, code)
-}
-
-// invitedPatient returns the path's patient if the actor may invite them.
-func (s *server) invitedPatient(c *fiber.Ctx) (*domain.Patient, error) {
 	id, err := idParam(c, "id")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return s.service.PatientForInvitation(c.UserContext(), actor(c), id)
+	sent, err := s.oauth.Reinvite(c.UserContext(), actor(c), id, c.Params("invitationId"), origin(c))
+	if err != nil {
+		return err
+	}
+	return invitationCreated(c, sent)
 }

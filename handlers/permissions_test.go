@@ -141,6 +141,12 @@ func (w *world) newPatient() *domain.Patient {
 		FamilyName: "Doe", GivenNames: []string{"Jo"}, OrganizationIDs: []int64{w.orgA.ID}}))
 }
 
+// newPatientWithLogin is a patient of A who chose a password.
+func (w *world) newPatientWithLogin() *domain.Patient {
+	return must(w.env.Service.CreatePatient(w.ctx, sys, domain.NewPatient{Email: w.name("login") + "@example.org", Password: "a password of theirs",
+		FamilyName: "Doe", GivenNames: []string{"Jo"}, OrganizationIDs: []int64{w.orgA.ID}}))
+}
+
 func (w *world) newStudy() *domain.Study {
 	return must(w.env.Service.CreateStudy(w.ctx, sys, domain.NewStudy{OrganizationID: w.orgA.ID, Name: w.name("Study ")}))
 }
@@ -304,6 +310,14 @@ func matrixRows(w *world) map[string]matrixRow {
 		"POST invitation": {"POST", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/invitation", P), map[string]any{"clientId": w.clientID}
 		}, unseen(dataWriters, "404", notTheirs...)},
+		// A patient who has a login is invited only after a manager
+		// replaced it: no one takes over an account in use.
+		"POST invitation, patient with a login": {"POST", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/patients/%d/invitation", w.newPatientWithLogin().ID), map[string]any{"clientId": w.clientID}
+		}, "409 409 409 403 404 404 404 401 401"},
+		"POST invitation replacing a login": {"POST", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/patients/%d/invitation", w.newPatientWithLogin().ID), map[string]any{"clientId": w.clientID, "replaceLogin": true}
+		}, "201 201 403 403 404 404 404 401 401"},
 		"GET invitations": {"GET", at("/api/v1/patients/%d/invitations", P), unseen(patientRead, "404", notTheirs...)},
 		"DELETE invitation": {"DELETE", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d/invitations/%s", P, w.newInvitation()), nil

@@ -128,7 +128,7 @@ func TestNarrowedRegistrationEndsWiderTokens(t *testing.T) {
 func TestInvitationOfAClientRegisteredForLess(t *testing.T) {
 	env := handlerstest.Start(t)
 	ctx := context.Background()
-	patient := env.Patient(t, "pat@example.org")
+	patient := env.Invitee(t, "pat@example.org") // without a login: one an invitation may be for
 	client, _ := env.Client(t, oauth.ClientRegistration{Name: "Patient app", Type: domain.ClientPublic, RedirectURIs: []string{redirectURI},
 		Scopes: []string{"openid", "offline_access", "patient/Observation.rs", "patient/Patient.r"}})
 	code, err := env.OAuth.IssuePatientCode(ctx, patient.UserID, client.ID)

@@ -476,7 +476,7 @@ func TestUserinfo(t *testing.T) {
 func TestPatientAuthorizationCode(t *testing.T) {
 	env := handlerstest.Start(t)
 	ctx := context.Background()
-	patient := env.Patient(t, "pat@example.org")
+	patient := env.Invitee(t, "pat@example.org")
 	client, _ := env.Client(t, oauth.ClientRegistration{Name: "Patient app", Type: domain.ClientPublic, RedirectURIs: []string{"https://app.example.test/invite?lang=en"}})
 	cfg := oauthConfig(env, client.ID, "")
 	cfg.RedirectURL = client.RedirectURIs[0]

@@ -215,7 +215,8 @@ func (p *Provider) writeAuthorizeError(w http.ResponseWriter, r *http.Request, a
 
 // token serves the token endpoint: authorization_code and refresh_token.
 func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
-	ctx := withRequest(r.Context(), r)
+	var invitee int64
+	ctx := context.WithValue(withRequest(r.Context(), r), invitationRedeemKey{}, &invitee)
 	ar, err := p.oauth2.NewAccessRequest(ctx, r, emptySession())
 	if err == nil {
 		err = withinRegistration(ar)
@@ -252,6 +253,14 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	// retry (tokenwrites.go).
 	if err := p.storage.answered(ctx, ar.GetID()); err != nil {
 		p.logServerError("ending the token request failed", err)
+	}
+	// An app redeemed an invitation: the patient has a login now, and
+	// their other invitations end. After the answer, so that the retry of
+	// a request whose answer was lost still finds its code standing.
+	if invitee != 0 {
+		if err := p.users.InvitationAccepted(context.WithoutCancel(ctx), invitee); err != nil {
+			p.logServerError("recording a redeemed invitation failed", err)
+		}
 	}
 }
 

@@ -39,14 +39,91 @@ func (p *Provider) consoleClient(ctx context.Context) (*domain.OAuthClient, erro
 	return c, nil
 }
 
-// IssueConsoleInvitation issues a patient's invitation to the web console:
-// a patient authorization code of ConsoleClientID (single use, valid for
-// PATIENT_AUTHORIZATION_CODE_TTL). Its Link is relative to the origin.
-func (p *Provider) IssueConsoleInvitation(ctx context.Context, userID int64) (*PatientCode, error) {
-	if _, err := p.consoleClient(ctx); err != nil {
+// InvitationRequest asks for a new invitation (Provider.Invite).
+type InvitationRequest struct {
+	PatientID int64
+	// ClientID is the app that redeems it; ConsoleClientID: the web
+	// console, where the patient chooses a password.
+	ClientID string
+	// ReplaceLogin replaces the patient's login if they have one
+	// (domain.Service.ReplaceLogin: managers only); else such a patient
+	// is refused.
+	ReplaceLogin bool
+	// Origin is where patients' browsers reach the service: a console
+	// invitation's link is a path on it.
+	Origin string
+}
+
+// SentInvitation is a new invitation as its creator learns of it: its
+// link only when the service has no delivery channel.
+type SentInvitation struct {
+	PatientID     int64
+	ClientID      string
+	ExpiresAt     time.Time
+	LoginReplaced bool // the patient's login was replaced (ended) for it
+	domain.InvitationDelivery
+}
+
+// Invite issues an invitation for the patient as the actor may
+// (domain.Service.Invite: a patient without a login, or a manager's
+// replacement of one) and delivers it (domain.Service.DeliverInvitation:
+// by email when there is a channel, else the link back to its creator).
+// The client is checked first, so that a wrong client id replaces no
+// login. Returns domain.CodeNotFound for an unknown client or a patient
+// the actor may not read, domain.CodeInvalid for a client that cannot
+// redeem codes, and what Invite and DeliverInvitation return.
+func (p *Provider) Invite(ctx context.Context, actor *domain.Actor, r InvitationRequest) (*SentInvitation, error) {
+	if _, err := p.invitationClient(ctx, r.ClientID); err != nil {
+		return nil, domain.AsFieldError(err, "clientId")
+	}
+	in, err := p.users.Invite(ctx, actor, r.PatientID, r.ReplaceLogin)
+	if err != nil {
 		return nil, err
 	}
-	return p.IssuePatientCode(ctx, userID, ConsoleClientID)
+	return p.issueAndDeliver(ctx, actor, in, r.ClientID, r.Origin)
+}
+
+// Reinvite replaces a pending invitation of the patient with a new one for
+// the same client, delivered as Invite delivers: a lost or leaked link
+// stops working. The patient must still be one the actor may invite
+// (a patient who has a login since is refused, CodeConflict). Returns
+// domain.CodeNotFound if the patient has no such invitation.
+func (p *Provider) Reinvite(ctx context.Context, actor *domain.Actor, patientID int64, id, origin string) (*SentInvitation, error) {
+	in, err := p.users.Invite(ctx, actor, patientID, false)
+	if err != nil {
+		return nil, err
+	}
+	old, err := p.cancelInvitation(ctx, in.User.ID, id)
+	if err != nil {
+		return nil, err
+	}
+	return p.issueAndDeliver(ctx, actor, in, old.ClientID, origin)
+}
+
+// issueAndDeliver issues the invitee's code for the client and delivers
+// its link.
+func (p *Provider) issueAndDeliver(ctx context.Context, actor *domain.Actor, in *domain.Invitee, clientID, origin string) (*SentInvitation, error) {
+	code, err := p.IssuePatientCode(ctx, in.User.ID, clientID)
+	if err != nil {
+		return nil, domain.AsFieldError(err, "clientId")
+	}
+	d, err := p.users.DeliverInvitation(ctx, actor, in, AbsoluteLink(code.Link, origin), code.ExpiresAt)
+	if err != nil {
+		return nil, err
+	}
+	return &SentInvitation{PatientID: in.Patient.ID, ClientID: clientID, ExpiresAt: code.ExpiresAt, LoginReplaced: in.Replaced,
+		InvitationDelivery: d}, nil
+}
+
+// CancelPatientInvitation withdraws an invitation of the patient, as an
+// actor who may invite them (domain.Service.PatientForInvitation).
+func (p *Provider) CancelPatientInvitation(ctx context.Context, actor *domain.Actor, patientID int64, id string) error {
+	pt, err := p.users.PatientForInvitation(ctx, actor, patientID)
+	if err != nil {
+		return err
+	}
+	_, err = p.cancelInvitation(ctx, pt.UserID, id)
+	return err
 }
 
 // Invitation is a patient authorization code issued out of band, as
@@ -85,26 +162,10 @@ func (p *Provider) Invitations(ctx context.Context, userIDs []int64) ([]Invitati
 	return out, nil
 }
 
-// CancelInvitation withdraws an invitation of the user: its code and the
-// PKCE and OpenID Connect records beside it go, so the link no longer
-// works. Returns domain.CodeNotFound if the user has no such invitation.
-// Callers check who may cancel it (domain).
-func (p *Provider) CancelInvitation(ctx context.Context, userID int64, id string) error {
-	_, err := p.cancelInvitation(ctx, userID, id)
-	return err
-}
-
-// ReissueInvitation cancels an invitation of the user and issues a new one
-// for the same client: a lost or leaked link is replaced.
-func (p *Provider) ReissueInvitation(ctx context.Context, userID int64, id string) (*PatientCode, error) {
-	i, err := p.cancelInvitation(ctx, userID, id)
-	if err != nil {
-		return nil, err
-	}
-	return p.IssuePatientCode(ctx, userID, i.ClientID)
-}
-
-// cancelInvitation withdraws the user's invitation id and returns it.
+// cancelInvitation withdraws the user's invitation id and returns it: its
+// code and the PKCE and OpenID Connect records beside it go, so the link
+// no longer works. Returns domain.CodeNotFound if the user has no such
+// invitation.
 func (p *Provider) cancelInvitation(ctx context.Context, userID int64, id string) (*Invitation, error) {
 	invitations, err := p.Invitations(ctx, []int64{userID})
 	if err != nil {

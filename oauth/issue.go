@@ -125,6 +125,29 @@ func (p *Provider) cliClient(ctx context.Context) (*domain.OAuthClient, error) {
 // as the client may request them.
 var invitationScopes = []string{domain.ScopeOpenID, domain.ScopeProfile, domain.ScopeEmail, domain.ScopeOfflineAccess}
 
+// invitationClient returns the client an invitation may be issued for:
+// one that redeems authorization codes at a redirect URI. Returns
+// domain.CodeNotFound for an unknown client and domain.CodeInvalid for
+// one that cannot redeem codes.
+func (p *Provider) invitationClient(ctx context.Context, clientID string) (*domain.OAuthClient, error) {
+	if err := domain.LimitIdentifier.Check("clientId", clientID); err != nil {
+		return nil, err
+	}
+	client, err := p.store.OAuthClient(ctx, clientID)
+	if clientID == ConsoleClientID && domain.IsCode(err, domain.CodeNotFound) {
+		// The console's client is built in: made on its first invitation,
+		// whichever way that comes (the admin API, the console, the CLI).
+		client, err = p.consoleClient(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(client.RedirectURIs) == 0 || !slices.Contains(client.GrantTypes, "authorization_code") {
+		return nil, domain.Errorf(domain.CodeInvalid, "client %q cannot redeem authorization codes", clientID)
+	}
+	return client, nil
+}
+
 // PatientCode is an authorization code issued for a patient out of band.
 type PatientCode struct {
 	ClientID  string
@@ -136,22 +159,19 @@ type PatientCode struct {
 // IssuePatientCode creates an authorization code for the patient user and
 // the client, bound to the fixed patient PKCE challenge, valid for
 // PATIENT_AUTHORIZATION_CODE_TTL and usable once. The client redeems it at
-// /o/token/ with the matching verifier. Returns domain.CodeNotFound for an
+// /o/token/ with the matching verifier; ConsoleClientID's is redeemed in
+// the console instead. The code stands only while the patient has no
+// login (domain.User.HasLogin): callers check who may invite whom
+// (domain.Service.Invite). Returns domain.CodeNotFound for an
 // unknown client and domain.CodeInvalid for a client that cannot redeem it.
 func (p *Provider) IssuePatientCode(ctx context.Context, userID int64, clientID string) (*PatientCode, error) {
-	if err := domain.LimitIdentifier.Check("clientId", clientID); err != nil {
+	client, err := p.invitationClient(ctx, clientID)
+	if err != nil {
 		return nil, err
 	}
 	u, err := p.users.UserByID(ctx, userID)
 	if err != nil {
 		return nil, err
-	}
-	client, err := p.store.OAuthClient(ctx, clientID)
-	if err != nil {
-		return nil, err
-	}
-	if len(client.RedirectURIs) == 0 || !slices.Contains(client.GrantTypes, "authorization_code") {
-		return nil, domain.Errorf(domain.CodeInvalid, "client %q cannot redeem authorization codes", clientID)
 	}
 	redirect, err := url.Parse(client.RedirectURIs[0])
 	if err != nil {

@@ -65,6 +65,15 @@ type Users interface {
 	// ExchangedPractitioner returns the practitioner an EHR's verified ID
 	// token names as fhirUser, for a token exchange by the client.
 	ExchangedPractitioner(ctx context.Context, issuer, fhirUser, clientID string) (*domain.User, error)
+	// Invite, DeliverInvitation, PatientForInvitation and
+	// InvitationAccepted are the rules of invitations (Provider.Invite):
+	// who may invite whom, how a new one reaches its patient, who may
+	// cancel one, and that an app redeemed one (the patient has a login
+	// from then on).
+	Invite(ctx context.Context, actor *domain.Actor, patientID int64, replace bool) (*domain.Invitee, error)
+	DeliverInvitation(ctx context.Context, actor *domain.Actor, in *domain.Invitee, link string, expires time.Time) (domain.InvitationDelivery, error)
+	PatientForInvitation(ctx context.Context, actor *domain.Actor, id int64) (*domain.Patient, error)
+	InvitationAccepted(ctx context.Context, userID int64) error
 }
 
 // Config configures a Provider.

@@ -194,8 +194,36 @@ func (s *fositeStore) get(ctx context.Context, kind domain.OAuthTokenKind, signa
 		}
 		return r, inactive
 	}
+	if t.Invitation {
+		if ok, err := s.invitationStands(ctx, t.UserID); err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			return r, inactive
+		}
+		if redeemed, ok := ctx.Value(invitationRedeemKey{}).(*int64); ok {
+			*redeemed = t.UserID
+		}
+	}
 	return r, nil
 }
+
+// invitationStands reports whether an invitation code of the user may
+// still be redeemed: only while the patient has no login
+// (domain.User.HasLogin), so an invitation never takes over an account in
+// use, and the first one redeemed ends the others.
+func (s *fositeStore) invitationStands(ctx context.Context, userID int64) (bool, error) {
+	u, err := s.users.UserByID(ctx, userID)
+	if domain.IsCode(err, domain.CodeNotFound) {
+		return false, nil
+	}
+	return err == nil && !u.HasLogin(), err
+}
+
+// invitationRedeemKey marks the context of a token request: get stores
+// there (an *int64) the user of an invitation code the request redeems,
+// whose patient then has a login (domain.Service.InvitationAccepted).
+type invitationRedeemKey struct{}
 
 // stillSignedIn reports whether the user of a grant still stands by the
 // sign-in it came from (domain.User.StillSignedIn, against the sign-in time

@@ -31,18 +31,20 @@ type userDoc struct {
 	LastUpdated          time.Time `bson:"lastUpdated"`
 	CredentialsChangedAt time.Time `bson:"credentialsChangedAt"` // absent: never changed
 	Identifier           string    `bson:"identifier,omitempty"` // a practitioner's id at the EHR
+	InvitationAcceptedAt time.Time `bson:"invitationAcceptedAt,omitempty"`
 }
 
 func toUserDoc(u *domain.User) userDoc {
 	return userDoc{u.ID, u.Email, u.PasswordHash, string(u.Type), u.FirstName, u.LastName, u.IsSuperuser, u.IsStaff, u.IsActive,
-		u.DateJoined, u.LastUpdated, u.CredentialsChangedAt.UTC().Truncate(time.Millisecond), u.Identifier}
+		u.DateJoined, u.LastUpdated, u.CredentialsChangedAt.UTC().Truncate(time.Millisecond), u.Identifier,
+		u.InvitationAcceptedAt.UTC().Truncate(time.Millisecond)}
 }
 
 func (x userDoc) user() *domain.User {
 	return &domain.User{ID: x.ID, Email: x.Email, PasswordHash: x.PasswordHash, Type: domain.UserType(x.UserType),
 		FirstName: x.FirstName, LastName: x.LastName, IsSuperuser: x.IsSuperuser, IsStaff: x.IsStaff, IsActive: x.IsActive,
 		DateJoined: x.DateJoined.UTC(), LastUpdated: x.LastUpdated.UTC(), CredentialsChangedAt: x.CredentialsChangedAt.UTC(),
-		Identifier: x.Identifier}
+		Identifier: x.Identifier, InvitationAcceptedAt: x.InvitationAcceptedAt.UTC()}
 }
 
 // CreateUser implements domain.UserStore.
@@ -185,6 +187,9 @@ func (d *DB) ChangeUser(ctx context.Context, id int64, ch domain.UserChange) (ti
 	}
 	if ch.CredentialsChangedAt != nil {
 		set["credentialsChangedAt"] = ch.CredentialsChangedAt.UTC().Truncate(time.Millisecond)
+	}
+	if ch.InvitationAcceptedAt != nil {
+		set["invitationAcceptedAt"] = ch.InvitationAcceptedAt.UTC().Truncate(time.Millisecond)
 	}
 	return d.setUser(ctx, id, nil, set, ch.From, fmt.Sprintf("user %d does not exist", id))
 }

@@ -90,6 +90,9 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 	}
 	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase, Logger: log, MaxDataPointBytes: s.MaxDataPointBytes,
 		IdentityProviders: s.IdentityProviders}
+	if s.Mailer != nil {
+		config.Mailer = s.Mailer
+	}
 	// The models (schemas, R5 definitions, R4 maps: ~0.6 s) serve requests;
 	// the administration commands write none of what they check. Their
 	// actor is the system, which the audit trail does not record.

@@ -275,6 +275,7 @@ func invitationCommand(ctx context.Context, s *settings, log *slog.Logger, io st
 	clientID := fs.String("client-id", demoClientID, "the client app that redeems the code: an app's client id, or "+oauth.ConsoleClientID+" for the web console")
 	base := fs.String("url", cmp.Or(io.getenv("EXCHANGE_URL"), fmt.Sprintf("http://localhost:%d", s.Port)),
 		"where patients' browsers reach the service, for a console invitation's link (else EXCHANGE_URL)")
+	replace := fs.Bool("replace-login", false, "replace the patient's login if they have one: it ends at once")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -290,24 +291,23 @@ func invitationCommand(ctx context.Context, s *settings, log *slog.Logger, io st
 		return err
 	}
 	defer a.Close()
-	p, err := a.service.PatientByID(ctx, domain.SystemActor(), *patientID)
+	// A console invitation's link is a path on the service, made absolute
+	// on origin; an app's is its absolute redirect URI.
+	sent, err := a.oauth.Invite(ctx, domain.SystemActor(), oauth.InvitationRequest{PatientID: *patientID, ClientID: *clientID,
+		ReplaceLogin: *replace, Origin: origin})
 	if err != nil {
 		return err
 	}
-	var code *oauth.PatientCode
-	if *clientID == oauth.ConsoleClientID {
-		code, err = a.oauth.IssueConsoleInvitation(ctx, p.UserID) // creates the console's client on first use
-	} else {
-		code, err = a.oauth.IssuePatientCode(ctx, p.UserID, *clientID)
+	if sent.LoginReplaced {
+		fmt.Fprintln(io.err, "The patient's login was replaced: their password no longer works and their sessions and tokens ended.")
 	}
-	if err != nil {
-		return err
+	if sent.SentTo != "" {
+		fmt.Fprintf(io.err, "Emailed to %s; single use, valid until %s.\n", sent.SentTo, sent.ExpiresAt.Format(time.RFC3339))
+		return nil
 	}
-	// A console invitation's link is a path on the service (the console
-	// makes it absolute on the origin a request came to); an app's is its
-	// absolute redirect URI.
-	fmt.Fprintln(io.out, oauth.AbsoluteLink(code.Link, origin))
-	fmt.Fprintf(io.err, "Single use, valid until %s; the app redeems it with PATIENT_AUTHORIZATION_CODE_VERIFIER.\n", code.ExpiresAt.Format(time.RFC3339))
+	fmt.Fprintln(io.out, sent.Link)
+	fmt.Fprintf(io.err, "Single use, valid until %s; whoever opens it first becomes the patient: hand it to them only. "+
+		"An app redeems it with PATIENT_AUTHORIZATION_CODE_VERIFIER.\n", sent.ExpiresAt.Format(time.RFC3339))
 	return nil
 }
 

@@ -107,7 +107,7 @@ commands:
   changepassword   set a user's password, ending their sessions and tokens: --email E [--password P]
   clients          register | list | rotate-secret OAuth clients
   token create     print a bearer token: --email E [--ttl 24h] [--scopes "S ..."] [--patient N]
-  invitation       print a patient's invitation link: --patient-id N [--client-id C] [--url U]
+  invitation       print (or email) a patient's invitation link: --patient-id N [--client-id C] [--url U] [--replace-login]
   migrate          create the database indexes
   doctor           report and repair what interrupted writes left; --dry-run reports only
   healthcheck      exit 0 if the local service is live (/health) and ready (/ready); --live: /health only

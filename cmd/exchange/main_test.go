@@ -264,6 +264,11 @@ func TestProgram(t *testing.T) {
 		!strings.Contains(out.String(), "Password of bob@example.org changed") {
 		t.Fatalf("changepassword: %v\n%s", err, out.String())
 	}
+	// The demo patients have logins: an invitation would take one over, so
+	// it needs --replace-login (the first invitation below).
+	if err := run(ctx, []string{"invitation", "--patient-id", "3"}, getenv, nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "replace") {
+		t.Errorf("an invitation of a patient with a login: %v", err)
+	}
 	// An invitation link is absolute: a console invitation's on the
 	// service's URL (--url, else EXCHANGE_URL, else localhost:PORT), an
 	// app's its redirect URI.
@@ -272,7 +277,7 @@ func TestProgram(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{[]string{"--client-id", oauth.ConsoleClientID}, nil, `^http://localhost:0/console/invitation/\?code=[^&\s]+\n$`},
+		{[]string{"--client-id", oauth.ConsoleClientID, "--replace-login"}, nil, `^http://localhost:0/console/invitation/\?code=[^&\s]+\n$`},
 		{[]string{"--client-id", oauth.ConsoleClientID, "--url", "https://exchange.example.org/"}, nil, `^https://exchange\.example\.org/console/invitation/\?code=[^&\s]+\n$`},
 		{[]string{"--client-id", oauth.ConsoleClientID}, map[string]string{"EXCHANGE_URL": "https://ex.example.org"}, `^https://ex\.example\.org/console/invitation/\?code=`},
 		{nil, nil, `^https?://[^/]+/.*[?&]code=`},
@@ -280,13 +285,13 @@ func TestProgram(t *testing.T) {
 		out.Reset()
 		withURL := maps.Clone(vars)
 		maps.Copy(withURL, tc.env)
-		args := append([]string{"invitation", "--patient-id", "1"}, tc.args...)
+		args := append([]string{"invitation", "--patient-id", "3"}, tc.args...)
 		if err := run(ctx, args, env(withURL), nil, &out, io.Discard); err != nil || !regexp.MustCompile(tc.want).MatchString(out.String()) {
 			t.Errorf("%v: %v %q, want %s", args, err, out.String(), tc.want)
 		}
 	}
 	for _, bad := range []string{"localhost:8000", "https://ex.example.org/app", "ftp://ex.example.org", "https://ex.example.org?x=1"} {
-		if err := run(ctx, []string{"invitation", "--patient-id", "1", "--client-id", oauth.ConsoleClientID, "--url", bad}, getenv, nil, io.Discard, io.Discard); !errors.As(err, new(usageError)) {
+		if err := run(ctx, []string{"invitation", "--patient-id", "3", "--client-id", oauth.ConsoleClientID, "--url", bad}, getenv, nil, io.Discard, io.Discard); !errors.As(err, new(usageError)) {
 			t.Errorf("invitation --url %q: %v, want a usage error", bad, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"exchange/domain"
 	"exchange/handlers"
+	"exchange/internal/mailer"
 	"exchange/oauth"
 	"exchange/omh"
 	"exchange/telemetry"
@@ -77,6 +78,9 @@ type settings struct {
 	IdentityProviders []domain.IdentityProvider
 	PasswordSignIn    bool
 	TokenExchange     oauth.TokenExchangeConfig
+	// Mailer is SMTP_URL and SMTP_FROM: the delivery channel of
+	// invitations; nil: none.
+	Mailer *mailer.SMTP
 }
 
 // Defaults of the operations settings (docs/settings.md).
@@ -233,6 +237,13 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 	if s.XverConceptMapDir == "" {
 		// The ConceptMaps ship beside the maps (scripts/setup's layout).
 		s.XverConceptMapDir = filepath.Join(filepath.Dir(s.XverPackageDir), "conceptmaps")
+	}
+	if v := get("SMTP_URL", ""); v != "" {
+		if s.Mailer, err = mailer.New(v, get("SMTP_FROM", "")); err != nil {
+			return nil, err
+		}
+	} else if get("SMTP_FROM", "") != "" {
+		return nil, errors.New("SMTP_FROM: set SMTP_URL too, or neither")
 	}
 	if err := loadOperations(s, get); err != nil {
 		return nil, err

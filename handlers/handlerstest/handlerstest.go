@@ -249,6 +249,9 @@ type Options struct {
 	// embedded database has: /ready and the console's home page say when
 	// Env.Size found it past that many observations.
 	ComfortableObservations int64
+	// Mailer is the delivery channel of invitations (StartMailServer's);
+	// nil: none.
+	Mailer domain.Mailer
 }
 
 // Exports are the settings of a test's bulk export runner.
@@ -307,7 +310,8 @@ func StartWith(t testing.TB, o Options) *Env {
 	}
 	svc := domain.NewService(domain.Config{Store: store, Schemas: Schemas(t), SourceBase: SourceBase,
 		Validator: validator, Indexer: catalog, Converter: r5Models(t).importer, Searches: search, Auditor: auditor, Now: clock.Now, Logger: log,
-		ExportSearches: search, ExportFiles: exportFiles, IdentityProviders: o.IdentityProviders, EHR: o.EHR, PullLimits: o.PullLimits})
+		ExportSearches: search, ExportFiles: exportFiles, IdentityProviders: o.IdentityProviders, EHR: o.EHR, PullLimits: o.PullLimits,
+		Mailer: o.Mailer})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -400,8 +404,21 @@ func (e *Env) Practitioner(t testing.TB, email string, superuser bool) *domain.U
 	return u
 }
 
-// Patient creates an organization and a patient in it.
+// Patient creates an organization and a patient in it, with a login
+// (the password Password).
 func (e *Env) Patient(t testing.TB, email string) *domain.Patient {
+	t.Helper()
+	return e.newPatient(t, email, Password)
+}
+
+// Invitee creates an organization and a patient in it without a login:
+// one who may be invited (domain.Service.Invite).
+func (e *Env) Invitee(t testing.TB, email string) *domain.Patient {
+	t.Helper()
+	return e.newPatient(t, email, "")
+}
+
+func (e *Env) newPatient(t testing.TB, email, password string) *domain.Patient {
 	t.Helper()
 	ctx := context.Background()
 	org, err := e.Service.OrganizationByName(ctx, "Test Organization", 0)
@@ -411,7 +428,7 @@ func (e *Env) Patient(t testing.TB, email string) *domain.Patient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := e.Service.CreatePatient(ctx, domain.SystemActor(), domain.NewPatient{Email: email, Password: Password,
+	p, err := e.Service.CreatePatient(ctx, domain.SystemActor(), domain.NewPatient{Email: email, Password: password,
 		FamilyName: "Doe", GivenNames: []string{"Jo"}, BirthDate: "1980-01-02", OrganizationIDs: []int64{org.ID}})
 	if err != nil {
 		t.Fatal(err)
