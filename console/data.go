@@ -398,7 +398,7 @@ func writeCSV(w http.ResponseWriter, name string, groups []domain.CodeObservatio
 				start, end = o.Effective.Start.UTC().Format(time.RFC3339), o.Effective.End.UTC().Format(time.RFC3339)
 			}
 			for _, leaf := range leaves("", o.Body()) {
-				_ = out.Write([]string{strconv.FormatInt(o.ID, 10), g.Code, start, end, leaf[0], csvSafe(leaf[1])})
+				_ = out.Write([]string{strconv.FormatInt(o.ID, 10), csvSafe(g.Code), start, end, csvSafe(leaf[0]), csvSafe(leaf[1])})
 			}
 		}
 	}
@@ -438,9 +438,11 @@ func leaves(path string, v any) [][2]string {
 	}
 }
 
-// csvSafe keeps a text value from being read as a formula by a
-// spreadsheet (CSV injection): a leading =, +, - or @ of a value that is
-// not a number gets a quote.
+// csvSafe keeps a text cell from being read as a formula by a
+// spreadsheet (CSV injection): a cell that starts with =, +, -, @, a tab
+// or a carriage return and is not a number gets a leading quote. Every
+// column that carries text from a data point goes through it: values,
+// field names (a data point's keys are the sender's) and codes.
 func csvSafe(v string) string {
 	if v == "" || !strings.ContainsAny(v[:1], "=+-@\t\r") {
 		return v
