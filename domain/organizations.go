@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -209,6 +210,9 @@ func (s *Service) updateOrganization(ctx context.Context, actor *Actor, id int64
 			return nil, FieldErrorf("partOf", "organization %d is %d itself or below it", *in.PartOf, id)
 		}
 		o.PartOf = *in.PartOf
+	}
+	if reflect.DeepEqual(*o, old) {
+		return o, nil // nothing to change: no new version
 	}
 	if err := s.checkSiblingName(ctx, o); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -381,6 +382,9 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 		return nil, err
 	}
 	p.Identifiers = identifiers
+	if reflect.DeepEqual(p, *old) {
+		return old, nil // nothing to change: no new version
+	}
 	if err := s.store.UpdatePatient(ctx, old, &p); err != nil {
 		return nil, err
 	}

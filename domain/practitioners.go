@@ -202,6 +202,9 @@ func (s *Service) updatePractitioner(ctx context.Context, actor *Actor, id int64
 		}
 		ch.Identifier = &u.Identifier
 	}
+	if u.FirstName == p.User.FirstName && u.LastName == p.User.LastName && u.Identifier == p.User.Identifier {
+		return p, nil // nothing to change: no new version
+	}
 	if u.LastUpdated, err = s.store.ChangeUser(ctx, u.ID, ch); err != nil {
 		return nil, err
 	}

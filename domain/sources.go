@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -185,6 +186,9 @@ func (s *Service) updateDataSource(ctx context.Context, id int64, in DataSourceP
 	}
 	if err := s.validateDataSource(ctx, d); err != nil {
 		return nil, err
+	}
+	if reflect.DeepEqual(*d, old) {
+		return d, nil // nothing to change: no new version
 	}
 	return d, s.store.UpdateDataSource(ctx, &old, d)
 }

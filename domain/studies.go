@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -248,6 +249,9 @@ func (s *Service) updateStudy(ctx context.Context, actor *Actor, id int64, in St
 	}
 	if err := validateStudy(st); err != nil {
 		return nil, err
+	}
+	if reflect.DeepEqual(*st, old) {
+		return st, nil // nothing to change: no new version
 	}
 	return st, s.store.UpdateStudy(ctx, &old, st)
 }

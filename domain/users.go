@@ -134,6 +134,21 @@ func (s *Service) SetUserActive(ctx context.Context, actor *Actor, id int64, act
 	return u, nil
 }
 
+// UserStatus returns the user as SetUserActive answers, changing nothing:
+// a change that names no field. It is checked as SetUserActive checks:
+// a superuser only, and unchanged (nil: none) must be the stored
+// version.
+func (s *Service) UserStatus(ctx context.Context, actor *Actor, id int64, unchanged *time.Time) (*User, error) {
+	if !actor.IsSuperuser() {
+		return nil, Errorf(CodeForbidden, "only a superuser may activate or deactivate users")
+	}
+	u, err := s.store.UserByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return u, checkUnchanged(unchanged, u.LastUpdated, "user %d", id)
+}
+
 // setUserActive changes the stored user once, if it is not as asked.
 func (s *Service) setUserActive(ctx context.Context, id int64, active bool, unchanged *time.Time) (*User, error) {
 	u, err := s.store.UserByID(ctx, id)

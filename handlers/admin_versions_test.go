@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"exchange/domain"
 	"exchange/handlers/handlerstest"
+	"exchange/repo/repotest"
 )
 
 // versionedRecord is a record of the admin API that a PATCH changes, as
@@ -214,6 +216,31 @@ func TestIfMatchAfterMoveAuthorization(t *testing.T) {
 			if resp.StatusCode != http.StatusForbidden || !maps.Equal(out, plain) {
 				t.Errorf("PATCH %s with If-Match %s: %d %v, without: 403 %v", tc.path, tag, resp.StatusCode, out, plain)
 			}
+		}
+	}
+}
+
+// TestEmptyPatchChangesNothing: a PATCH of null or {} names no field, so
+// it writes nothing and the record keeps its version (ETag), on every
+// versioned record of the admin API.
+func TestEmptyPatchChangesNothing(t *testing.T) {
+	w := newWorld(t)
+	rows := matrixRows(w)
+	superuser := w.tokens["superuser"]
+	for _, name := range versionedPatches {
+		path, _ := rows[name].prepare(w, "superuser")
+		read := strings.Replace(path, "/users/", "/practitioners/", 1)
+		resp, _ := w.env.Send(t, "GET", read, superuser, nil)
+		version := resp.Header.Get("ETag")
+		before := repotest.Snapshot(t, w.env.DB)
+		for _, body := range []string{"null", "{}", " { } "} {
+			resp, out := handlerstest.SendTo(t, "PATCH", w.env.URL+path, superuser, body, nil)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != version || version == "" {
+				t.Errorf("%s with %s: %d, ETag %q after %q (%v); want 200 and the same version", name, body, resp.StatusCode, resp.Header.Get("ETag"), version, out)
+			}
+		}
+		if !reflect.DeepEqual(before, repotest.Snapshot(t, w.env.DB)) {
+			t.Errorf("%s: an empty PATCH changed the database", name)
 		}
 	}
 }

@@ -264,8 +264,10 @@ func matrixRows(w *world) map[string]matrixRow {
 		// signed-in user; its members and patients are not.
 		"GET organization": {"GET", at("/api/v1/organizations/%d", A), allRead},
 		"GET root":         {"GET", at("/api/v1/organizations/0"), allRead},
-		"PATCH organization": {"PATCH", func(*world, string) (string, any) {
-			return fmt.Sprintf("/api/v1/organizations/%d", A), map[string]any{"name": "Clinic"}
+		// Each PATCH changes something: one that changes nothing keeps
+		// the version (TestEmptyPatchChangesNothing).
+		"PATCH organization": {"PATCH", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/organizations/%d", A), map[string]any{"name": w.name("Clinic ")}
 		}, swap(managersOnly, "201", "200")},
 		"DELETE organization": {"DELETE", func(w *world, _ string) (string, any) {
 			o := must(w.env.Service.CreateOrganization(w.ctx, sys, domain.NewOrganization{Name: w.name("Empty "), Type: "team", PartOf: A}))
@@ -289,7 +291,7 @@ func matrixRows(w *world) map[string]matrixRow {
 		}, managersOnly},
 		"GET practitioner": {"GET", at("/api/v1/practitioners/%d", w.member.ID), orgAMembers},
 		"PATCH practitioner": {"PATCH", func(w *world, _ string) (string, any) {
-			return fmt.Sprintf("/api/v1/practitioners/%d", w.member.ID), map[string]any{"firstName": "member"}
+			return fmt.Sprintf("/api/v1/practitioners/%d", w.member.ID), map[string]any{"firstName": w.name("member")}
 		}, "200 403 200 403 403 403 403 401 401"},
 		"GET patients": {"GET", at("/api/v1/patients"), allRead},
 		"POST patient": {"POST", func(w *world, _ string) (string, any) {
@@ -301,8 +303,8 @@ func matrixRows(w *world) map[string]matrixRow {
 		"GET patient lookup": {"GET", func(w *world, _ string) (string, any) {
 			return "/api/v1/patients/global_lookup?email=" + url.QueryEscape(w.patientEmail(w.patient)), nil
 		}, allRead},
-		"PATCH patient": {"PATCH", func(*world, string) (string, any) {
-			return fmt.Sprintf("/api/v1/patients/%d", P), map[string]any{"phone": "+1-555-0100"}
+		"PATCH patient": {"PATCH", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/patients/%d", P), map[string]any{"phone": w.name("+1-555-0")}
 		}, unseen("200 200 200 403 403 200 403 401 401", "404", notTheirs...)},
 		"DELETE patient": {"DELETE", func(w *world, _ string) (string, any) {
 			return fmt.Sprintf("/api/v1/patients/%d", w.newPatient().ID), nil
@@ -340,8 +342,8 @@ func matrixRows(w *world) map[string]matrixRow {
 			return "/api/v1/studies", map[string]any{"organizationId": A, "name": w.name("Study ")}
 		}, dataWriters},
 		"GET study": {"GET", at("/api/v1/studies/%d", S), patientRead},
-		"PATCH study": {"PATCH", func(*world, string) (string, any) {
-			return fmt.Sprintf("/api/v1/studies/%d", S), map[string]any{"description": "Updated"}
+		"PATCH study": {"PATCH", func(w *world, _ string) (string, any) {
+			return fmt.Sprintf("/api/v1/studies/%d", S), map[string]any{"description": w.name("Updated ")}
 		}, swap(dataWriters, "201", "200")},
 		"DELETE study":       {"DELETE", func(w *world, _ string) (string, any) { return fmt.Sprintf("/api/v1/studies/%d", w.newStudy().ID), nil }, swap(dataWriters, "201", "204")},
 		"GET study patients": {"GET", at("/api/v1/studies/%d/patients", S), orgAMembers},
@@ -371,7 +373,7 @@ func matrixRows(w *world) map[string]matrixRow {
 		}, onlySuper},
 		"GET data source": {"GET", at("/api/v1/data_sources/%d", w.dataSource), allRead},
 		"PATCH data source": {"PATCH", func(w *world, _ string) (string, any) {
-			return fmt.Sprintf("/api/v1/data_sources/%d", w.dataSource), map[string]any{"name": "Cuff"}
+			return fmt.Sprintf("/api/v1/data_sources/%d", w.dataSource), map[string]any{"name": w.name("Cuff ")}
 		}, swap(onlySuper, "201", "200")},
 		"DELETE data source": {"DELETE", func(w *world, _ string) (string, any) {
 			d := must(w.env.Service.CreateDataSource(w.ctx, sys, domain.NewDataSource{Name: w.name("Spare "), Type: domain.DataSourcePatientApp}))

@@ -79,10 +79,13 @@ func (s *server) updateUser(c *fiber.Ctx) error {
 	if err := decodeJSON(c, &in); err != nil {
 		return err
 	}
+	var u *domain.User
 	if in.IsActive == nil {
-		return domain.FieldErrorf("isActive", "is required")
+		// null or {}: nothing to change, and the version stays.
+		u, err = s.service.UserStatus(c.UserContext(), actor(c), id, version)
+	} else {
+		u, err = s.service.SetUserActive(c.UserContext(), actor(c), id, *in.IsActive, version)
 	}
-	u, err := s.service.SetUserActive(c.UserContext(), actor(c), id, *in.IsActive, version)
 	if err != nil {
 		return err
 	}
