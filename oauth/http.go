@@ -45,7 +45,17 @@ func (p *Provider) Handler() http.Handler {
 	route("POST", "/o/saml/{provider}/acs", p.samlACS)
 	route("GET", "/o/saml/{provider}/finish", p.samlFinish)
 	route("POST,OPTIONS", "/o/token-exchange", cors(p.tokenExchangeHandler))
-	return mux
+	return nosniff(mux)
+}
+
+// nosniff tells browsers to take every /o/ answer as the type it says
+// (X-Content-Type-Options): a JSON error or a page is never run as a
+// script or read as another type, whatever its bytes.
+func nosniff(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
 }
 
 // cors lets browser apps (a SMART app in a page of its own origin) call an

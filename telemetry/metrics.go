@@ -62,17 +62,19 @@ func NewRegistry() *prometheus.Registry {
 var gcCPUMetrics = regexp.MustCompile(`^/(gc/gomemlimit:bytes|cpu/classes/(gc/total|idle|total):cpu-seconds)$`)
 
 // MetricsHandler serves what g gathers in the Prometheus text format. With
-// a token, only requests bearing it (Authorization: Bearer <token>) are
-// answered; others get 401. The comparison takes the same time whatever
+// a token, only requests bearing it (Authorization: Bearer <token>, the
+// scheme in any case) are answered; others get 401. The comparison takes the same time whatever
 // the guess.
 func MetricsHandler(g prometheus.Gatherer, token string) http.Handler {
 	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	if token == "" {
 		return h
 	}
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		// The scheme is case-insensitive (RFC 9110 11.1); the token is not.
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
 			http.Error(w, "metrics: a bearer token is required (METRICS_TOKEN)", http.StatusUnauthorized)
 			return

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -60,6 +61,30 @@ func TestMetricsServedAlone(t *testing.T) {
 		"go_cpu_classes_idle_cpu_seconds_total"} {
 		if !strings.Contains(body, "\n"+series+" ") {
 			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+}
+
+// TestMetricsTokenScheme: the Authorization scheme matches in any case
+// (RFC 9110 11.1); the token itself must be exact.
+func TestMetricsTokenScheme(t *testing.T) {
+	h := telemetry.MetricsHandler(telemetry.NewRegistry(), "metrics-token-0123456789")
+	for header, want := range map[string]int{
+		"Bearer metrics-token-0123456789": http.StatusOK,
+		"bearer metrics-token-0123456789": http.StatusOK,
+		"BEARER metrics-token-0123456789": http.StatusOK,
+		"Bearer metrics-token-012345678":  http.StatusUnauthorized,
+		"Bearer METRICS-TOKEN-0123456789": http.StatusUnauthorized,
+		"Basic metrics-token-0123456789":  http.StatusUnauthorized,
+		"metrics-token-0123456789":        http.StatusUnauthorized,
+		"":                                http.StatusUnauthorized,
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req.Header.Set("Authorization", header)
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Authorization %q: %d, want %d", header, rec.Code, want)
 		}
 	}
 }

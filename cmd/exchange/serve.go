@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"runtime/debug"
 	"time"
@@ -51,6 +52,7 @@ func serveCommand(ctx context.Context, s *settings, log *slog.Logger, io stdio, 
 		return err
 	}
 	defer stopMetrics()
+	metrics = mainPortMetrics(s, metrics, log)
 	var capacity func() *domain.StoreCapacity // nil on MongoDB: nothing to say
 	var size *repo.SizeWatch
 	if a.embedded != nil {
@@ -220,4 +222,21 @@ func syncPatientAccess(ctx context.Context, a *app, interval time.Duration, log 
 			}
 		}
 	}
+}
+
+// mainPortMetrics decides whether /metrics is served on the public port
+// (h: its handler there; nil: it is not). Without METRICS_TOKEN it would
+// be anyone's to read: with MONGODB_URI, the production settings, it is
+// then not served at all; with the embedded database (a laptop, a demo)
+// it is, and start-up says so.
+func mainPortMetrics(s *settings, h http.Handler, log *slog.Logger) http.Handler {
+	if h == nil || s.Metrics.Token != "" {
+		return h
+	}
+	if s.MongoURI != "" {
+		log.Warn("/metrics is not served: on the public port it needs METRICS_TOKEN, or set METRICS_ADDR to serve it on a private address")
+		return nil
+	}
+	log.Warn("/metrics is public: anyone who reaches PORT reads the service's metrics; set METRICS_TOKEN or METRICS_ADDR before exposing it")
+	return h
 }
