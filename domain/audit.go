@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"context"
 	"net/url"
 	"slices"
@@ -179,18 +180,22 @@ func ownQuery(query string, patient int64) string {
 	return values.Encode()
 }
 
-// Auditor keeps the audit trail. Record must not block the request: an
-// implementation buffers, and one that cannot keep an event says so
-// (a metric and a log line), never silently.
+// Auditor keeps the audit trail. Record keeps an event or says it cannot:
+// an event about patient data is never dropped, so Record may make the
+// request wait (bounded), and its error (CodeUnavailable) means the
+// request must not answer as if the act had been recorded. An
+// implementation may rate-limit what anyone can produce without signing
+// in (failed sign-ins), saying so (a metric and a log line), never
+// silently.
 type Auditor interface {
-	Record(ctx context.Context, e AuditEvent)
+	Record(ctx context.Context, e AuditEvent) error
 }
 
 // noAudit is the Auditor of a Service configured without one (tests that
 // do not look at the trail).
 type noAudit struct{}
 
-func (noAudit) Record(context.Context, AuditEvent) {}
+func (noAudit) Record(context.Context, AuditEvent) error { return nil }
 
 // Origin is where a request came from, as the transport saw it: the
 // audit trail records it with each event.
@@ -244,9 +249,16 @@ func (a *Actor) reference() string {
 // Type/id) of entityType ("": the types of the references), concerning
 // patients. System actors (commands, seed) are operators at the console
 // of the database: not recorded.
-func (s *Service) audit(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, err error, entityType string, refs []string, patients []int64) {
+// It returns unaudited(err, the trail's answer): the act's outcome, or
+// the trail's refusal of a success.
+func (s *Service) audit(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, err error, entityType string, refs []string, patients []int64) error {
+	return unaudited(err, s.record(ctx, actor, action, kind, err, entityType, refs, patients))
+}
+
+// record is audit, returning only the trail's refusal (nil: kept).
+func (s *Service) record(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, err error, entityType string, refs []string, patients []int64) error {
 	if actor != nil && actor.isSystem() {
-		return
+		return nil
 	}
 	e := s.auditOf(ctx, actor, action, kind, err)
 	e.Entities = refs[:min(len(refs), MaxAuditEntities)]
@@ -261,19 +273,22 @@ func (s *Service) audit(ctx context.Context, actor *Actor, action AuditAction, k
 		}
 	}
 	e.PatientIDs = boundedIDs(patients)
-	s.auditor.Record(ctx, e)
+	return s.auditor.Record(ctx, e)
 }
 
 // auditBatch records a batch of creates as two events: what was stored,
 // and what was refused, with the first refusal's code and the patients
-// the refused entries named, so each patient sees the attempt.
-func (s *Service) auditBatch(ctx context.Context, actor *Actor, entityType string, stored []string, storedPatients []int64, refusal error, refusedPatients []int64) {
+// the refused entries named, so each patient sees the attempt. It returns
+// the trail's refusal of either (nil: both kept).
+func (s *Service) auditBatch(ctx context.Context, actor *Actor, entityType string, stored []string, storedPatients []int64, refusal error, refusedPatients []int64) error {
+	var failed error
 	if len(stored) > 0 {
-		s.audit(ctx, actor, AuditCreate, AuditKindCreate, nil, entityType, stored, storedPatients)
+		failed = s.record(ctx, actor, AuditCreate, AuditKindCreate, nil, entityType, stored, storedPatients)
 	}
 	if refusal != nil {
-		s.audit(ctx, actor, AuditCreate, AuditKindCreate, refusal, entityType, nil, refusedPatients)
+		failed = cmp.Or(failed, s.record(ctx, actor, AuditCreate, AuditKindCreate, refusal, entityType, nil, refusedPatients))
 	}
+	return failed
 }
 
 // changeKind is the RESTful interaction of a change.
@@ -296,16 +311,19 @@ func changeKind(action AuditAction) AuditKind {
 // patients exist or not, so what the search returned is still recorded as
 // a success of its page's patients (when there were any: a success that
 // names no one is for superusers only, who read the refused event whole).
-func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err error, patients, hidden []int64) {
+func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err error, patients []int64, named namedPatients) error {
 	// A search that answers a read (a token's reach of one id) is part of
 	// the read, which records itself (ReadFHIR, ResourceByID).
 	if (actor != nil && actor.isSystem()) || q.Interaction() == InteractionRead {
-		return
+		return err
 	}
-	if err == nil && len(hidden) > 0 {
-		s.recordSearch(ctx, actor, q, concealed(Errorf(CodeNotFound, "the search named patients the actor may not read")), hidden)
-		if len(patients) == 0 {
-			return
+	// The patients it named were read, whatever the page held (a count,
+	// an empty page).
+	patients = append(patients, named.readable...)
+	if err == nil && len(named.hidden) > 0 {
+		err := s.recordSearch(ctx, actor, q, concealed(Errorf(CodeNotFound, "the search named patients the actor may not read")), named.hidden)
+		if err != nil || len(patients) == 0 {
+			return err
 		}
 	}
 	if err != nil {
@@ -316,17 +334,28 @@ func (s *Service) auditSearch(ctx context.Context, actor *Actor, q Search, err e
 			}
 		}
 	}
-	s.recordSearch(ctx, actor, q, err, patients)
+	return unaudited(err, s.recordSearch(ctx, actor, q, err, patients))
 }
 
 // recordSearch records one event of a search (auditSearch), naming the
 // patients.
-func (s *Service) recordSearch(ctx context.Context, actor *Actor, q Search, err error, patients []int64) {
+func (s *Service) recordSearch(ctx context.Context, actor *Actor, q Search, err error, patients []int64) error {
 	e := s.auditOf(ctx, actor, AuditExecute, AuditKindSearch, err)
 	e.EntityTypes = []string{q.ResourceType()}
 	e.Query = q.String()
 	e.PatientIDs = boundedIDs(patients)
-	s.auditor.Record(ctx, e)
+	return s.auditor.Record(ctx, e)
+}
+
+// unaudited is the outcome of an act whose event the trail could not
+// keep (auditErr): the act's own error when it failed, else auditErr, so
+// that no answer about patient data goes out unaudited (a read is
+// withheld; the 503 tells the caller to try again).
+func unaudited(actErr, auditErr error) error {
+	if actErr != nil {
+		return actErr
+	}
+	return auditErr
 }
 
 // boundedIDs returns the distinct ids, sorted, at most MaxAuditEntities.

@@ -17,12 +17,18 @@ import (
 type recorder struct {
 	mu     sync.Mutex
 	events []domain.AuditEvent
+	// full makes Record refuse, as a trail that cannot keep an event does.
+	full bool
 }
 
-func (r *recorder) Record(_ context.Context, e domain.AuditEvent) {
+func (r *recorder) Record(_ context.Context, e domain.AuditEvent) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.full {
+		return domain.Errorf(domain.CodeUnavailable, "the audit trail is full")
+	}
 	r.events = append(r.events, e)
+	return nil
 }
 
 // take returns the events recorded since the last take.
@@ -147,5 +153,46 @@ func TestAuditedUseCases(t *testing.T) {
 		if e.Agent == practitioner && c.kind != domain.AuditKindToken && e.ClientID != "app-1" {
 			t.Errorf("%s: client %q, want app-1", c.name, e.ClientID)
 		}
+	}
+}
+
+// TestUnauditedReadsAreRefused: when the trail cannot keep a read's event,
+// the read answers CodeUnavailable (503), never the data: no patient data
+// leaves unaudited.
+func TestUnauditedReadsAreRefused(t *testing.T) {
+	rec := &recorder{}
+	db := repotest.NewDB(t)
+	svc := domain.NewService(domain.Config{Store: db, Auditor: rec})
+	ctx := context.Background()
+	sys := domain.SystemActor()
+	org, err := svc.CreateOrganization(ctx, sys, domain.NewOrganization{Name: "Clinic", Type: "prov"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := svc.CreateUser(ctx, domain.NewUser{Email: "doc@example.org", Type: domain.UserPractitioner})
+	if err := svc.AddMember(ctx, sys, org.ID, doc.ID, domain.RoleMember); err != nil {
+		t.Fatal(err)
+	}
+	patient, err := svc.CreatePatient(ctx, sys, domain.NewPatient{Email: "pat@example.org", FamilyName: "Doe", GivenNames: []string{"Jo"}, OrganizationIDs: []int64{org.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor, err := svc.Actor(ctx, doc.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.full = true
+	if p, err := svc.PatientByID(ctx, actor, patient.ID); !domain.IsCode(err, domain.CodeUnavailable) || p != nil {
+		t.Errorf("PatientByID with a full trail: %v, %v", p, err)
+	}
+	if l, err := svc.ListPatients(ctx, actor, domain.PatientFilter{}, domain.Page{Number: 1, Size: 10}); !domain.IsCode(err, domain.CodeUnavailable) {
+		t.Errorf("ListPatients with a full trail: %d patients, %v", len(l.Items), err)
+	}
+	if _, err := svc.PatientConsents(ctx, actor, patient.ID); !domain.IsCode(err, domain.CodeUnavailable) {
+		t.Errorf("PatientConsents with a full trail: %v", err)
+	}
+	rec.full = false
+	if _, err := svc.PatientByID(ctx, actor, patient.ID); err != nil {
+		t.Errorf("PatientByID once the trail keeps events: %v", err)
 	}
 }

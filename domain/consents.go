@@ -49,7 +49,7 @@ type ScopeConsent struct {
 // PatientConsents returns the consent overview of a patient. Readers: the
 // patient, a superuser, any member of one of the patient's organizations.
 func (s *Service) PatientConsents(ctx context.Context, actor *Actor, patientID int64) (_ *ConsentOverview, err error) {
-	defer func() { s.auditConsents(ctx, actor, AuditRead, patientID, err) }()
+	defer func() { err = s.auditConsents(ctx, actor, AuditRead, patientID, err) }()
 	p, err := s.readablePatient(ctx, actor, patientID)
 	if err != nil {
 		return nil, err
@@ -191,7 +191,7 @@ func (s *Service) checkConsentWrites(ctx context.Context, actor *Actor, patientI
 // Writers: the patient, a superuser, a manager or member of the study's
 // organization.
 func (s *Service) AnswerConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
-	defer func() { s.auditConsents(ctx, actor, AuditCreate, patientID, err) }()
+	defer func() { err = s.auditConsents(ctx, actor, AuditCreate, patientID, err) }()
 	cs, err := s.checkConsentWrites(ctx, actor, patientID, in, true, false)
 	if err != nil {
 		return err
@@ -202,7 +202,7 @@ func (s *Service) AnswerConsents(ctx context.Context, actor *Actor, patientID in
 // UpdateConsents changes existing answers (CodeNotFound if one is missing):
 // all of them, or none.
 func (s *Service) UpdateConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
-	defer func() { s.auditConsents(ctx, actor, AuditUpdate, patientID, err) }()
+	defer func() { err = s.auditConsents(ctx, actor, AuditUpdate, patientID, err) }()
 	cs, err := s.checkConsentWrites(ctx, actor, patientID, in, true, true)
 	if err != nil {
 		return err
@@ -213,7 +213,7 @@ func (s *Service) UpdateConsents(ctx context.Context, actor *Actor, patientID in
 // WithdrawConsents removes answers, which makes the scopes pending again
 // (CodeNotFound if one is missing): all of them, or none.
 func (s *Service) WithdrawConsents(ctx context.Context, actor *Actor, patientID int64, in []StudyScopeConsents) (err error) {
-	defer func() { s.auditConsents(ctx, actor, AuditDelete, patientID, err) }()
+	defer func() { err = s.auditConsents(ctx, actor, AuditDelete, patientID, err) }()
 	cs, err := s.checkConsentWrites(ctx, actor, patientID, in, false, true)
 	if err != nil {
 		return err
@@ -222,10 +222,10 @@ func (s *Service) WithdrawConsents(ctx context.Context, actor *Actor, patientID 
 }
 
 // auditConsents records a read or change of a patient's consents.
-func (s *Service) auditConsents(ctx context.Context, actor *Actor, action AuditAction, patientID int64, err error) {
+func (s *Service) auditConsents(ctx context.Context, actor *Actor, action AuditAction, patientID int64, err error) error {
 	kind := AuditKindRead
 	if action != AuditRead {
 		kind = changeKind(action)
 	}
-	s.audit(ctx, actor, action, kind, err, "Consent", nil, []int64{patientID})
+	return s.audit(ctx, actor, action, kind, err, "Consent", nil, []int64{patientID})
 }

@@ -384,19 +384,19 @@ func (s *Service) streamPart(ctx context.Context, actor *Actor, q Search, part E
 		}
 		return streamEach(ctx, plan, s.store.StreamPatients, func(p *Patient) error { return emit(p.ID, p) })
 	case "Practitioner":
-		plan, err := s.practitionerPlan(ctx, actor, q)
+		plan, err := s.practitionerPlan(ctx, actor, q, nil)
 		if err != nil {
 			return err
 		}
 		return streamEach(ctx, plan, s.store.StreamUsers, func(u *User) error { return emit(0, u) })
 	case "Organization":
-		plan, err := s.organizationPlan(ctx, actor, q)
+		plan, err := s.organizationPlan(ctx, actor, q, nil)
 		if err != nil {
 			return err
 		}
 		return streamEach(ctx, plan, s.store.StreamOrganizations, func(o *Organization) error { return emit(0, o) })
 	case "Group":
-		plan, err := s.groupPlan(ctx, actor, q)
+		plan, err := s.groupPlan(ctx, actor, q, nil)
 		if err != nil {
 			return err
 		}
@@ -408,7 +408,7 @@ func (s *Service) streamPart(ctx context.Context, actor *Actor, q Search, part E
 			return err
 		})
 	case "Device":
-		plan, err := s.devicePlan(ctx, actor, q)
+		plan, err := s.devicePlan(ctx, actor, q, nil)
 		if err != nil {
 			return err
 		}

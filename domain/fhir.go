@@ -24,6 +24,21 @@ type joinTarget struct {
 	hidden                           []int64
 }
 
+// namedPatients are the patients the joins of a search named (patient=,
+// subject=, patient.identifier=): those the actor may read, and those
+// hidden from them. The search's audit event records both
+// (Service.auditSearch): a search about a patient reads their data,
+// whatever it returned (a count, an empty page, a study or device list).
+type namedPatients struct {
+	readable, hidden []int64
+}
+
+// add notes the patients a resolved join named.
+func (n *namedPatients) add(t joinTarget) {
+	n.readable = append(n.readable, t.patients...)
+	n.hidden = append(n.hidden, t.hidden...)
+}
+
 // resolveJoin checks the values of a join of q against the actor's reach.
 // Values that name nothing resolve to nothing, and so do patients the
 // actor may not read (readablePatient) and, for a token held to its
@@ -146,37 +161,37 @@ func (s *Service) readablePatientIDs(ctx context.Context, actor *Actor) ([]int64
 
 // patientScope resolves joins into the patients a search of observations
 // or patients may return, and for study joins, the native codes each
-// patient consented to share with those studies. hidden are the patients
-// the joins named that the actor may not read (joinTarget).
-func (s *Service) patientScope(ctx context.Context, actor *Actor, q Search) (scope Scope, hidden []int64, err error) {
+// patient consented to share with those studies. named are the patients
+// the joins named (namedPatients).
+func (s *Service) patientScope(ctx context.Context, actor *Actor, q Search) (scope Scope, named namedPatients, err error) {
 	ids, err := s.readablePatientIDs(ctx, actor)
 	if err != nil {
-		return Scope{}, nil, err
+		return Scope{}, named, err
 	}
 	for _, j := range q.Joins() {
 		t, err := s.resolveJoin(ctx, actor, q, j)
 		if err != nil {
-			return Scope{}, nil, err
+			return Scope{}, named, err
 		}
-		hidden = append(hidden, t.hidden...)
+		named.add(t)
 		var these []int64
 		switch {
 		case t.patients != nil:
 			these = t.patients
 		case t.organizations != nil:
 			if these, err = s.store.PatientIDs(ctx, PatientQuery{OrganizationIDs: t.organizations}); err != nil {
-				return Scope{}, nil, err
+				return Scope{}, named, err
 			}
 		case t.studies != nil:
 			if these, err = s.enrolled(ctx, t.studies); err != nil {
-				return Scope{}, nil, err
+				return Scope{}, named, err
 			}
 			if scope.Codes == nil {
 				scope.Codes = map[int64][]string{}
 			}
 			consented, err := s.consentedCodesOf(ctx, these, t.studies)
 			if err != nil {
-				return Scope{}, nil, err
+				return Scope{}, named, err
 			}
 			for _, p := range these {
 				codes := consented[p]
@@ -189,7 +204,7 @@ func (s *Service) patientScope(ctx context.Context, actor *Actor, q Search) (sco
 		ids = intersect(ids, these)
 	}
 	scope.PatientIDs = ids
-	return scope, hidden, nil
+	return scope, named, nil
 }
 
 // ReadFHIR reads a native record or projection for the FHIR API. The
@@ -331,11 +346,11 @@ func intersectStrings(a, b []string) []string {
 // for a practitioner; a study join limits each patient to the scopes they
 // consented to share with the study.
 func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search) (res SearchResult[Observation], err error) {
-	var hidden []int64
+	var named namedPatients
 	defer func() {
-		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(o Observation) int64 { return o.PatientID }), hidden)
+		err = s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(o Observation) int64 { return o.PatientID }), named)
 	}()
-	plan, hidden, err := s.observationPlan(ctx, actor, q, nil)
+	plan, named, err := s.observationPlan(ctx, actor, q, nil)
 	if err != nil {
 		return SearchResult[Observation]{}, err
 	}
@@ -344,28 +359,28 @@ func (s *Service) SearchObservations(ctx context.Context, actor *Actor, q Search
 
 // observationPlan plans SearchObservations (and an export's part of
 // observations: the same rule), narrowed to patients when they are set.
-// hidden are the patients the search named that the actor may not read.
-func (s *Service) observationPlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, hidden []int64, err error) {
+// named are the patients the search named (namedPatients).
+func (s *Service) observationPlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, named namedPatients, err error) {
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
-		return nil, nil, err
+		return nil, named, err
 	}
-	scope, hidden, err := s.patientScope(ctx, actor, q)
+	scope, named, err := s.patientScope(ctx, actor, q)
 	if err != nil {
-		return nil, nil, err
+		return nil, named, err
 	}
 	scope.PatientIDs = intersect(scope.PatientIDs, patients)
 	plan, err = q.Plan(scope.within(reach))
-	return plan, hidden, err
+	return plan, named, err
 }
 
 // SearchPatients runs a search of the Patient projection.
 func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (res SearchResult[Patient], err error) {
-	var hidden []int64
+	var named namedPatients
 	defer func() {
-		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(p Patient) int64 { return p.ID }), hidden)
+		err = s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(p Patient) int64 { return p.ID }), named)
 	}()
-	plan, hidden, err := s.patientPlan(ctx, actor, q, nil)
+	plan, named, err := s.patientPlan(ctx, actor, q, nil)
 	if err != nil {
 		return SearchResult[Patient]{}, err
 	}
@@ -374,17 +389,17 @@ func (s *Service) SearchPatients(ctx context.Context, actor *Actor, q Search) (r
 
 // patientPlan plans SearchPatients, narrowed to patients when set (see
 // observationPlan).
-func (s *Service) patientPlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, hidden []int64, err error) {
+func (s *Service) patientPlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, named namedPatients, err error) {
 	reach, err := s.reachOf(actor, q, func(p int64) (Reach, error) { return Reach{IDs: []int64{p}}, nil })
 	if err != nil {
-		return nil, nil, err
+		return nil, named, err
 	}
-	scope, hidden, err := s.patientScope(ctx, actor, q)
+	scope, named, err := s.patientScope(ctx, actor, q)
 	if err != nil {
-		return nil, nil, err
+		return nil, named, err
 	}
 	plan, err = q.Plan(Scope{IDs: intersect(scope.PatientIDs, patients)}.within(reach))
-	return plan, hidden, err
+	return plan, named, err
 }
 
 // relatedScope resolves the joins of a projection other than Patient: each
@@ -392,7 +407,8 @@ func (s *Service) patientPlan(ctx context.Context, actor *Actor, q Search, patie
 // type's ids; the results of several joins are intersected, and with
 // readable ids (nil: any). The token's patient context reaches what relate
 // maps the patient to.
-func (s *Service) relatedScope(ctx context.Context, actor *Actor, q Search, readable []int64, relate func(joinTarget) ([]int64, error)) (Scope, error) {
+func (s *Service) relatedScope(ctx context.Context, actor *Actor, q Search, readable []int64, named *namedPatients,
+	relate func(joinTarget) ([]int64, error)) (Scope, error) {
 	reach, err := s.reachOf(actor, q, func(p int64) (Reach, error) {
 		ids, err := relate(joinTarget{patients: []int64{p}})
 		return Reach{IDs: ids}, err
@@ -406,6 +422,9 @@ func (s *Service) relatedScope(ctx context.Context, actor *Actor, q Search, read
 		if err != nil {
 			return Scope{}, err
 		}
+		if named != nil {
+			named.add(t)
+		}
 		these, err := relate(t)
 		if err != nil {
 			return Scope{}, err
@@ -413,6 +432,20 @@ func (s *Service) relatedScope(ctx context.Context, actor *Actor, q Search, read
 		ids = intersect(ids, these)
 	}
 	return Scope{IDs: ids}.within(reach), nil
+}
+
+// auditRelated records a search of a projection other than Patient
+// (Practitioner, Organization, Group, Device) when its joins named
+// patients: it read what relates to them (their studies, devices,
+// practitioners, organizations), which the patients' trail shows. A
+// search that names no patient is about no one's data: not recorded.
+func (s *Service) auditRelated(ctx context.Context, actor *Actor, q Search, err error, named namedPatients) error {
+	if len(named.readable)+len(named.hidden) == 0 && !slices.ContainsFunc(q.Joins(), func(j Join) bool {
+		return j.Kind == JoinPatient || j.Kind == JoinPatientIdentifier
+	}) {
+		return err
+	}
+	return s.auditSearch(ctx, actor, q, err, nil, named)
 }
 
 // organizationsOf returns the organizations a join target relates to: the
@@ -475,8 +508,10 @@ func (s *Service) membersOf(ctx context.Context, orgs []int64) ([]int64, error) 
 // practitioners of the study's organization, of the patient's
 // organizations, of the organization; within the members of the actor's
 // organizations (a patient's: of their organizations).
-func (s *Service) SearchPractitioners(ctx context.Context, actor *Actor, q Search) (SearchResult[User], error) {
-	plan, err := s.practitionerPlan(ctx, actor, q)
+func (s *Service) SearchPractitioners(ctx context.Context, actor *Actor, q Search) (_ SearchResult[User], err error) {
+	var named namedPatients
+	defer func() { err = s.auditRelated(ctx, actor, q, err, named) }()
+	plan, err := s.practitionerPlan(ctx, actor, q, &named)
 	if err != nil {
 		return SearchResult[User]{}, err
 	}
@@ -484,7 +519,7 @@ func (s *Service) SearchPractitioners(ctx context.Context, actor *Actor, q Searc
 }
 
 // practitionerPlan plans SearchPractitioners.
-func (s *Service) practitionerPlan(ctx context.Context, actor *Actor, q Search) (*SearchPlan, error) {
+func (s *Service) practitionerPlan(ctx context.Context, actor *Actor, q Search, named *namedPatients) (*SearchPlan, error) {
 	var readable []int64
 	if !actor.IsSuperuser() {
 		var err error
@@ -495,7 +530,7 @@ func (s *Service) practitionerPlan(ctx context.Context, actor *Actor, q Search) 
 			readable = append(readable, actor.User.ID)
 		}
 	}
-	scope, err := s.relatedScope(ctx, actor, q, readable, func(t joinTarget) ([]int64, error) {
+	scope, err := s.relatedScope(ctx, actor, q, readable, named, func(t joinTarget) ([]int64, error) {
 		orgs, err := s.organizationsOf(ctx, t)
 		if err != nil {
 			return nil, err
@@ -538,8 +573,10 @@ func (s *Service) PractitionerProjection(ctx context.Context, actor *Actor, id i
 // SearchOrganizations runs a search of the Organization projection: the
 // study's organization, the patient's organizations, the organization
 // itself; within the organizations the actor may see.
-func (s *Service) SearchOrganizations(ctx context.Context, actor *Actor, q Search) (SearchResult[Organization], error) {
-	plan, err := s.organizationPlan(ctx, actor, q)
+func (s *Service) SearchOrganizations(ctx context.Context, actor *Actor, q Search) (_ SearchResult[Organization], err error) {
+	var named namedPatients
+	defer func() { err = s.auditRelated(ctx, actor, q, err, named) }()
+	plan, err := s.organizationPlan(ctx, actor, q, &named)
 	if err != nil {
 		return SearchResult[Organization]{}, err
 	}
@@ -547,8 +584,8 @@ func (s *Service) SearchOrganizations(ctx context.Context, actor *Actor, q Searc
 }
 
 // organizationPlan plans SearchOrganizations.
-func (s *Service) organizationPlan(ctx context.Context, actor *Actor, q Search) (*SearchPlan, error) {
-	scope, err := s.relatedScope(ctx, actor, q, actor.readableOrganizationIDs(), func(t joinTarget) ([]int64, error) {
+func (s *Service) organizationPlan(ctx context.Context, actor *Actor, q Search, named *namedPatients) (*SearchPlan, error) {
+	scope, err := s.relatedScope(ctx, actor, q, actor.readableOrganizationIDs(), named, func(t joinTarget) ([]int64, error) {
 		return s.organizationsOf(ctx, t)
 	})
 	if err != nil {
@@ -581,8 +618,10 @@ func (s *Service) readableStudyIDs(ctx context.Context, actor *Actor) ([]int64, 
 // SearchGroups runs a search of the Group projection: the study, the
 // patient's studies, the organization's studies; within the studies the
 // actor may read.
-func (s *Service) SearchGroups(ctx context.Context, actor *Actor, q Search) (SearchResult[GroupView], error) {
-	plan, err := s.groupPlan(ctx, actor, q)
+func (s *Service) SearchGroups(ctx context.Context, actor *Actor, q Search) (_ SearchResult[GroupView], err error) {
+	var named namedPatients
+	defer func() { err = s.auditRelated(ctx, actor, q, err, named) }()
+	plan, err := s.groupPlan(ctx, actor, q, &named)
 	if err != nil {
 		return SearchResult[GroupView]{}, err
 	}
@@ -595,12 +634,12 @@ func (s *Service) SearchGroups(ctx context.Context, actor *Actor, q Search) (Sea
 }
 
 // groupPlan plans SearchGroups.
-func (s *Service) groupPlan(ctx context.Context, actor *Actor, q Search) (*SearchPlan, error) {
+func (s *Service) groupPlan(ctx context.Context, actor *Actor, q Search, named *namedPatients) (*SearchPlan, error) {
 	readable, err := s.readableStudyIDs(ctx, actor)
 	if err != nil {
 		return nil, err
 	}
-	scope, err := s.relatedScope(ctx, actor, q, readable, func(t joinTarget) ([]int64, error) {
+	scope, err := s.relatedScope(ctx, actor, q, readable, named, func(t joinTarget) ([]int64, error) {
 		return s.studiesOf(ctx, t)
 	})
 	if err != nil {
@@ -649,8 +688,10 @@ func (s *Service) GroupByID(ctx context.Context, actor *Actor, id int64) (*Group
 // SearchDevices runs a search of the Device projection: the study's data
 // sources, those of the patient's studies, those of the organization's
 // studies. The catalogue of data sources is readable by all.
-func (s *Service) SearchDevices(ctx context.Context, actor *Actor, q Search) (SearchResult[DataSource], error) {
-	plan, err := s.devicePlan(ctx, actor, q)
+func (s *Service) SearchDevices(ctx context.Context, actor *Actor, q Search) (_ SearchResult[DataSource], err error) {
+	var named namedPatients
+	defer func() { err = s.auditRelated(ctx, actor, q, err, named) }()
+	plan, err := s.devicePlan(ctx, actor, q, &named)
 	if err != nil {
 		return SearchResult[DataSource]{}, err
 	}
@@ -658,8 +699,8 @@ func (s *Service) SearchDevices(ctx context.Context, actor *Actor, q Search) (Se
 }
 
 // devicePlan plans SearchDevices.
-func (s *Service) devicePlan(ctx context.Context, actor *Actor, q Search) (*SearchPlan, error) {
-	scope, err := s.relatedScope(ctx, actor, q, nil, func(t joinTarget) ([]int64, error) {
+func (s *Service) devicePlan(ctx context.Context, actor *Actor, q Search, named *namedPatients) (*SearchPlan, error) {
+	scope, err := s.relatedScope(ctx, actor, q, nil, named, func(t joinTarget) ([]int64, error) {
 		studies, err := s.studiesOf(ctx, t)
 		if err != nil {
 			return nil, err

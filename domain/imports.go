@@ -130,7 +130,7 @@ func (s *Service) ImportSource(ctx context.Context, actor *Actor, header string)
 		if src != nil {
 			patients = []int64{src.PatientID}
 		}
-		s.audit(ctx, actor, AuditCreate, AuditKindImport, err, "", nil, patients)
+		err = s.audit(ctx, actor, AuditCreate, AuditKindImport, err, "", nil, patients)
 	}()
 	if s.converter == nil {
 		return nil, Errorf(CodeNotSupported, "R4 import is not available: the R4 -> R5 maps or the FHIR packages are not installed (run scripts/setup)")

@@ -118,7 +118,7 @@ func (a *Actor) CanReplaceLogin(p *Patient) bool {
 // (CodeForbidden).
 func (s *Service) ReplaceLogin(ctx context.Context, actor *Actor, p *Patient) (u *User, err error) {
 	defer func() {
-		s.audit(ctx, actor, AuditUpdate, AuditKindLoginReplaced, err, "Patient", []string{ref("Patient", p.ID)}, []int64{p.ID})
+		err = s.audit(ctx, actor, AuditUpdate, AuditKindLoginReplaced, err, "Patient", []string{ref("Patient", p.ID)}, []int64{p.ID})
 	}()
 	if !actor.CanReplaceLogin(p) {
 		return nil, Errorf(CodeForbidden, "only a manager of the patient's organization may replace the login of patient %d", p.ID)
@@ -174,7 +174,7 @@ func (s *Service) notify(ctx context.Context, u *User, subject, text string) {
 // reached no one, and expires unused.
 func (s *Service) DeliverInvitation(ctx context.Context, actor *Actor, in *Invitee, link string, expires time.Time) (d InvitationDelivery, err error) {
 	defer func() {
-		s.audit(ctx, actor, AuditCreate, AuditKindInvitation, err, "Patient", []string{ref("Patient", in.Patient.ID)}, []int64{in.Patient.ID})
+		err = s.audit(ctx, actor, AuditCreate, AuditKindInvitation, err, "Patient", []string{ref("Patient", in.Patient.ID)}, []int64{in.Patient.ID})
 	}()
 	if s.mailer == nil {
 		return InvitationDelivery{Link: link}, nil

@@ -38,8 +38,8 @@ type ObservationSummary struct {
 // records (the patients whose data it summarized). Paging parameters do
 // not apply: the whole result is summarized.
 func (s *Service) ObservationStats(ctx context.Context, actor *Actor, q Search) (sum ObservationSummary, err error) {
-	var hidden []int64
-	defer func() { s.auditSearch(ctx, actor, q, err, sum.Patients, hidden) }()
+	var named namedPatients
+	defer func() { err = s.auditSearch(ctx, actor, q, err, sum.Patients, named) }()
 	if q.ResourceType() != "Observation" || q.Store().Kind != StoreNative {
 		return ObservationSummary{}, Errorf(CodeInvalid, "$stats summarizes native Observations only")
 	}
@@ -47,7 +47,7 @@ func (s *Service) ObservationStats(ctx context.Context, actor *Actor, q Search) 
 	if err != nil {
 		return ObservationSummary{}, err
 	}
-	scope, hidden, err := s.patientScope(ctx, actor, q)
+	scope, named, err := s.patientScope(ctx, actor, q)
 	if err != nil {
 		return ObservationSummary{}, err
 	}

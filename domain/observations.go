@@ -539,7 +539,7 @@ func (s *Service) ObservationByID(ctx context.Context, actor *Actor, id int64) (
 		// The data of a patient the actor may not read is not there for them.
 		err = concealed(Errorf(CodeNotFound, "Observation/%d does not exist", id))
 	}
-	s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Observation", []string{ref("Observation", id)}, []int64{o.PatientID})
+	err = s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Observation", []string{ref("Observation", id)}, []int64{o.PatientID})
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ type NewPatient struct {
 // CodeInvalid, CodeForbidden, or CodeDuplicate (email or identifier taken);
 // on any error nothing is left behind.
 func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient) (created *Patient, err error) {
-	defer func() { s.auditPatientChange(ctx, actor, AuditCreate, created, err) }()
+	defer func() { err = s.auditPatientChange(ctx, actor, AuditCreate, created, err) }()
 	p := &Patient{
 		FamilyName:      strings.TrimSpace(in.FamilyName),
 		GivenNames:      trimAll(in.GivenNames),
@@ -68,8 +68,10 @@ func (s *Service) CreatePatient(ctx context.Context, actor *Actor, in NewPatient
 // audited, a refused one too.
 func (s *Service) PatientByID(ctx context.Context, actor *Actor, id int64) (*Patient, error) {
 	p, err := s.readablePatient(ctx, actor, id)
-	s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Patient", []string{ref("Patient", id)}, []int64{id})
-	return p, err
+	if err = s.audit(ctx, actor, AuditRead, AuditKindRead, err, "Patient", []string{ref("Patient", id)}, []int64{id}); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // readablePatient is PatientByID without the audit, for the use cases
@@ -135,7 +137,7 @@ func (a *Actor) readablePatients() PatientQuery {
 // CodeForbidden; on one that does not exist, CodeInvalid.
 func (s *Service) ListPatients(ctx context.Context, actor *Actor, f PatientFilter, p Page) (l List[Patient], err error) {
 	defer func() {
-		s.audit(ctx, actor, AuditExecute, AuditKindSearch, err, "Patient", nil, idsOf(l.Items, func(p Patient) int64 { return p.ID }))
+		err = s.audit(ctx, actor, AuditExecute, AuditKindSearch, err, "Patient", nil, idsOf(l.Items, func(p Patient) int64 { return p.ID }))
 	}()
 	q, err := s.patientQuery(ctx, actor, f)
 	if err != nil {
@@ -181,13 +183,13 @@ func (s *Service) PatientsByEmail(ctx context.Context, actor *Actor, email strin
 
 // auditPatientChange records a create, update or delete of a patient's
 // record (p: the patient, when known).
-func (s *Service) auditPatientChange(ctx context.Context, actor *Actor, action AuditAction, p *Patient, err error) {
+func (s *Service) auditPatientChange(ctx context.Context, actor *Actor, action AuditAction, p *Patient, err error) error {
 	var refs []string
 	var patients []int64
 	if p != nil {
 		refs, patients = []string{ref("Patient", p.ID)}, []int64{p.ID}
 	}
-	s.audit(ctx, actor, action, changeKind(action), err, "Patient", refs, patients)
+	return s.audit(ctx, actor, action, changeKind(action), err, "Patient", refs, patients)
 }
 
 // patientQuery combines the actor's reach with a filter.
@@ -299,7 +301,7 @@ type PatientPatch struct {
 // if in.Unchanged is not the stored version, checked once the actor may
 // make the change (as UpdateStudy).
 func (s *Service) UpdatePatient(ctx context.Context, actor *Actor, id int64, in PatientPatch) (_ *Patient, err error) {
-	defer func() { s.auditPatientChange(ctx, actor, AuditUpdate, &Patient{ID: id}, err) }()
+	defer func() { err = s.auditPatientChange(ctx, actor, AuditUpdate, &Patient{ID: id}, err) }()
 	return applyAgain(func() (*Patient, error) { return s.updatePatient(ctx, actor, id, in) }, "patient %d", id)
 }
 
@@ -459,7 +461,7 @@ func (a *Actor) CanManagePatient(p *Patient) bool {
 // (CodeConflict): their data would lose its owner. Needs a practitioner
 // who manages the patient's data.
 func (s *Service) DeletePatient(ctx context.Context, actor *Actor, id int64) (err error) {
-	defer func() { s.auditPatientChange(ctx, actor, AuditDelete, &Patient{ID: id}, err) }()
+	defer func() { err = s.auditPatientChange(ctx, actor, AuditDelete, &Patient{ID: id}, err) }()
 	p, err := s.readablePatient(ctx, actor, id)
 	if err != nil {
 		return err
@@ -555,7 +557,7 @@ func ValidateIdentifiers(field string, ids []Identifier) error {
 	// (MaxListItems bounds them) rather than in a map.
 	for i, id := range ids {
 		f := func() string { return fmt.Sprintf("%s[%d]", field, i) }
-		if len(id.System) > LimitIdentifier.Max || len(id.Value) > LimitIdentifier.Max {
+		if len(id.System) > LimitIdentifier.Max || len(id.Value) > LimitIdentifier.Max || strings.IndexByte(id.System, 0) >= 0 || strings.IndexByte(id.Value, 0) >= 0 {
 			if err := LimitIdentifier.checkTexts(f()+".system", id.System, f()+".value", id.Value); err != nil {
 				return err
 			}

@@ -637,7 +637,7 @@ func InvalidResource(resourceType, release string, issues []fhirdefs.Issue) *Err
 // audited, a refused one too.
 func (s *Service) ResourceByID(ctx context.Context, actor *Actor, resourceType, id string) (*Resource, error) {
 	r, err := s.reachableResource(ctx, actor, resourceType, id)
-	s.audit(ctx, actor, AuditRead, AuditKindRead, err, resourceType, []string{resourceType + "/" + id}, resourcePatients(r))
+	err = s.audit(ctx, actor, AuditRead, AuditKindRead, err, resourceType, []string{resourceType + "/" + id}, resourcePatients(r))
 	if err != nil {
 		return nil, err
 	}
@@ -728,7 +728,7 @@ func (s *Service) writableResource(ctx context.Context, actor *Actor, i Interact
 // stores nothing: no new version for a repeated PUT. The same update sent
 // again (a retry) is answered with the version it made.
 func (s *Service) UpdateResource(ctx context.Context, actor *Actor, id string, w ResourceWrite) (r *Resource, err error) {
-	defer func() { s.auditResourceChange(ctx, actor, AuditUpdate, w.Type, id, r, err) }()
+	defer func() { err = s.auditResourceChange(ctx, actor, AuditUpdate, w.Type, id, r, err) }()
 	if err := s.importedWrites(); err != nil {
 		return nil, err
 	}
@@ -811,7 +811,7 @@ func withoutVersion(resource map[string]any) map[string]any {
 // current version and stores nothing. The same patch sent again right
 // after (a retry) is answered with the version it made, not applied twice.
 func (s *Service) PatchResource(ctx context.Context, actor *Actor, resourceType, id string, format PatchFormat, patch []byte, ifMatch int64) (r *Resource, err error) {
-	defer func() { s.auditResourceChange(ctx, actor, AuditUpdate, resourceType, id, r, err) }()
+	defer func() { err = s.auditResourceChange(ctx, actor, AuditUpdate, resourceType, id, r, err) }()
 	if err := s.importedWrites(); err != nil {
 		return nil, err
 	}
@@ -867,7 +867,7 @@ func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType
 	if err == nil {
 		err = s.store.DeleteResource(ctx, resourceType, id, r.VersionID)
 	}
-	s.auditResourceChange(ctx, actor, AuditDelete, resourceType, id, r, err)
+	err = s.auditResourceChange(ctx, actor, AuditDelete, resourceType, id, r, err)
 	if IsCode(err, CodeNotFound) {
 		return nil // not there (any more): nothing to do
 	}
@@ -876,8 +876,8 @@ func (s *Service) DeleteResource(ctx context.Context, actor *Actor, resourceType
 
 // auditResourceChange records an update or delete of an imported
 // resource; r, when known, names its patient.
-func (s *Service) auditResourceChange(ctx context.Context, actor *Actor, action AuditAction, resourceType, id string, r *Resource, err error) {
-	s.audit(ctx, actor, action, changeKind(action), err, resourceType, []string{resourceType + "/" + id}, resourcePatients(r))
+func (s *Service) auditResourceChange(ctx context.Context, actor *Actor, action AuditAction, resourceType, id string, r *Resource, err error) error {
+	return s.audit(ctx, actor, action, changeKind(action), err, resourceType, []string{resourceType + "/" + id}, resourcePatients(r))
 }
 
 // SearchResources runs a search of the imported store, within the FHIR
@@ -885,11 +885,11 @@ func (s *Service) auditResourceChange(ctx context.Context, actor *Actor, action 
 // (CodeForbidden when the actor may not read it). patient= selects the
 // resources of the patient's sources and those referring to the patient.
 func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (res SearchResult[Resource], err error) {
-	var hidden []int64
+	var named namedPatients
 	defer func() {
-		s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(r Resource) int64 { return r.SourcePatientID }), hidden)
+		err = s.auditSearch(ctx, actor, q, err, idsOf(res.Items, func(r Resource) int64 { return r.SourcePatientID }), named)
 	}()
-	plan, hidden, err := s.resourcePlan(ctx, actor, q, nil)
+	plan, named, err := s.resourcePlan(ctx, actor, q, nil)
 	if err != nil || plan == nil {
 		return s.emptySearch(q, err)
 	}
@@ -899,41 +899,41 @@ func (s *Service) SearchResources(ctx context.Context, actor *Actor, q Search) (
 // resourcePlan plans SearchResources, narrowed to patients when set (see
 // observationPlan). A nil plan without an error: the search finds nothing
 // (its source is one the actor may not read, or it names no store).
-func (s *Service) resourcePlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, hidden []int64, err error) {
+func (s *Service) resourcePlan(ctx context.Context, actor *Actor, q Search, patients []int64) (plan *SearchPlan, named namedPatients, err error) {
 	reach, err := s.reachOf(actor, q, ofPatient)
 	if err != nil {
-		return nil, nil, err
+		return nil, named, err
 	}
 	sel := q.Store()
 	scope := Scope{}
 	switch {
 	case sel.Kind != StoreImported:
-		return nil, nil, nil
+		return nil, named, nil
 	case sel.SourceID != 0:
 		_, err := s.FHIRSourceByID(ctx, actor, sel.SourceID)
 		if IsCode(err, CodeNotFound) {
-			return nil, nil, nil
+			return nil, named, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, named, err
 		}
 		scope.SourceIDs = []int64{sel.SourceID}
 	case !actor.IsSuperuser():
 		if scope.SourceIDs, err = s.readableSourceIDs(ctx, actor); err != nil {
-			return nil, nil, err
+			return nil, named, err
 		}
 	}
 	for _, j := range q.Joins() {
 		t, err := s.resolveJoin(ctx, actor, q, j)
 		if err != nil {
-			return nil, nil, err
+			return nil, named, err
 		}
-		hidden = append(hidden, t.hidden...)
+		named.add(t)
 		scope.PatientIDs = intersect(scope.PatientIDs, t.patients)
 	}
 	scope.PatientIDs = intersect(scope.PatientIDs, patients)
 	plan, err = q.Plan(scope.within(reach))
-	return plan, hidden, err
+	return plan, named, err
 }
 
 // readableSourceIDs returns the FHIR sources the actor may read (a

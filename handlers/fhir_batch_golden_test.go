@@ -23,9 +23,10 @@ var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/batch_gol
 // recordingAuditor writes the audit events of a batch.
 type recordingAuditor struct{ out *bytes.Buffer }
 
-func (a recordingAuditor) Record(_ context.Context, e domain.AuditEvent) {
+func (a recordingAuditor) Record(_ context.Context, e domain.AuditEvent) error {
 	data, _ := json.Marshal(e)
 	fmt.Fprintf(a.out, "audit %s\n", data)
+	return nil
 }
 
 // TestBatchGolden pins an upload's whole output, byte for byte: the

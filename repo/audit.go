@@ -119,35 +119,59 @@ func (d *DB) DeleteAuditEventsBefore(ctx context.Context, t time.Time) (int64, e
 }
 
 // AuditLog is the writer of the audit trail (a domain.Auditor). Record
-// queues an event and returns at once; one goroutine writes the queue in
-// batches of up to auditBatch events, at least every auditFlushEvery. The
-// queue is bounded: an event that finds it full is lost, counted
-// (exchange_audit_events_lost_total{reason="buffer_full"}) and logged,
-// never silently; a batch the database refuses three times likewise
-// (write_failed). Close writes what is queued. A crash loses what is
-// queued and not yet written: at most the queue's size, and about one
-// flush interval of events under normal load.
+// queues an event; one goroutine writes the queue in batches of up to
+// auditBatch events, at least every auditFlushEvery. The queue is bounded
+// (AUDIT_BUFFER), and what happens when it is full depends on who can
+// cause the event:
+//
+//   - An event of a signed-in actor (every event about patient data) is
+//     never dropped: Record waits for room, up to auditWait, then writes
+//     the event itself, at once; only when that write fails too does it
+//     return CodeUnavailable, and the request is answered 503 instead of
+//     going on unaudited. A full queue thus slows requests down to what
+//     the database writes, and sheds none of them.
+//   - A failed sign-in, which anyone can cause without credentials, is
+//     rate-limited (signInRate) and may use half of the queue at most:
+//     beyond, it is counted (exchange_audit_events_lost_total{reason=
+//     "sign_in_flood"}) and summed up in the log, one line per
+//     lossLogEvery, never crowding out the events above.
+//
+// A batch the database refuses three times is lost, counted
+// (write_failed) and logged. Close writes what is queued. A crash loses
+// what is queued and not yet written: at most the queue's size, and about
+// one flush interval of events under normal load.
 type AuditLog struct {
 	db      *DB
 	log     *slog.Logger
 	queue   chan domain.AuditEvent
-	mu      sync.Mutex // guards closed against Record's sends
+	mu      sync.RWMutex // guards closed against Record's sends (read-locked while sending)
 	closed  bool
 	done    chan struct{}
 	losses  lossReport
 	retries []time.Duration
+	signIns *rateLimit
+	wait    time.Duration
 }
 
 // Batching of the audit writer.
 const (
 	auditBatch      = 500
 	auditFlushEvery = time.Second
+	// auditWait bounds how long an event waits for room in a full queue
+	// before its request writes it itself.
+	auditWait = 2 * time.Second
+	// signInRate and signInBurst bound the failed sign-ins recorded per
+	// second (and at once) by one instance.
+	signInRate  = 20
+	signInBurst = 200
+	// directWriteTimeout bounds an event's own write.
+	directWriteTimeout = 10 * time.Second
 )
 
 // NewAuditLog starts the audit writer of d with a queue of buffer events.
 func (d *DB) NewAuditLog(log *slog.Logger, buffer int) *AuditLog {
 	a := &AuditLog{db: d, log: log, queue: make(chan domain.AuditEvent, buffer), done: make(chan struct{}),
-		retries: []time.Duration{100 * time.Millisecond, time.Second}}
+		retries: []time.Duration{100 * time.Millisecond, time.Second}, signIns: newRateLimit(signInRate, signInBurst), wait: auditWait}
 	a.losses.log = log
 	go a.run()
 	return a
@@ -155,19 +179,103 @@ func (d *DB) NewAuditLog(log *slog.Logger, buffer int) *AuditLog {
 
 var _ domain.Auditor = (*AuditLog)(nil)
 
-// Record implements domain.Auditor: it never blocks.
-func (a *AuditLog) Record(_ context.Context, e domain.AuditEvent) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// Record implements domain.Auditor (see AuditLog for what a full queue
+// does).
+func (a *AuditLog) Record(ctx context.Context, e domain.AuditEvent) error {
+	if failedSignIn(e) {
+		a.recordSignIn(e)
+		return nil
+	}
+	if a.enqueue(ctx, e) {
+		return nil
+	}
+	// Full for auditWait, or closing: the request writes its event.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directWriteTimeout)
+	defer cancel()
+	if err := a.db.writeAuditEvents(wctx, []domain.AuditEvent{e}); err != nil {
+		a.log.Error("an audit event could not be written: its request is refused", "error", err)
+		a.lost(1, "write_failed")
+		return domain.Errorf(domain.CodeUnavailable, "the audit trail cannot record this request now; try again later")
+	}
+	if m := a.db.metrics; m != nil {
+		m.auditWritten.Add(1)
+		m.auditDirect.Inc()
+	}
+	return nil
+}
+
+// failedSignIn reports whether e is a refused sign-in: an event anyone
+// can cause without credentials.
+func failedSignIn(e domain.AuditEvent) bool {
+	return e.Kind == domain.AuditKindSignIn && e.Outcome != ""
+}
+
+// enqueue queues e, waiting up to a.wait (and while ctx lasts) for room;
+// false when it could not, or the log is closed.
+func (a *AuditLog) enqueue(ctx context.Context, e domain.AuditEvent) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
 	if a.closed {
-		a.lost(1, "closed")
+		return false
+	}
+	select {
+	case a.queue <- e:
+		return true
+	default:
+	}
+	wait := time.NewTimer(a.wait)
+	defer wait.Stop()
+	select {
+	case a.queue <- e:
+		return true
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// recordSignIn queues a failed sign-in if the rate allows and the queue
+// is less than half full: the other half is for the events of signed-in
+// actors. Else it is counted and logged as lost, never waited for.
+func (a *AuditLog) recordSignIn(e domain.AuditEvent) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed || len(a.queue) >= cap(a.queue)/2 || !a.signIns.allow(time.Now()) {
+		a.lost(1, "sign_in_flood")
 		return
 	}
 	select {
 	case a.queue <- e:
 	default:
-		a.lost(1, "buffer_full")
+		a.lost(1, "sign_in_flood")
 	}
+}
+
+// rateLimit is a token bucket: rate tokens a second, at most burst.
+type rateLimit struct {
+	mu          sync.Mutex
+	rate, burst float64
+	tokens      float64
+	last        time.Time
+}
+
+func newRateLimit(rate, burst float64) *rateLimit {
+	return &rateLimit{rate: rate, burst: burst, tokens: burst}
+}
+
+// allow takes a token if there is one at now.
+func (r *rateLimit) allow(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.last.IsZero() {
+		r.tokens = min(r.burst, r.tokens+now.Sub(r.last).Seconds()*r.rate)
+	}
+	r.last = now
+	if r.tokens < 1 {
+		return false
+	}
+	r.tokens--
+	return true
 }
 
 // Close stops taking events, writes what is queued (until ctx ends) and

@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -107,4 +108,14 @@ func SetWALCheckEvery(d time.Duration) func() {
 	old := walCheckEvery
 	walCheckEvery = d
 	return func() { walCheckEvery = old }
+}
+
+// StalledAuditLog is an AuditLog of d whose writer never runs: its queue
+// of buffer events fills and stays full, and a full queue is waited on
+// for wait.
+func StalledAuditLog(d *DB, log *slog.Logger, buffer int, wait time.Duration) *AuditLog {
+	a := &AuditLog{db: d, log: log, queue: make(chan domain.AuditEvent, buffer), done: make(chan struct{}),
+		signIns: newRateLimit(signInRate, signInBurst), wait: wait}
+	a.losses.log = log
+	return a
 }

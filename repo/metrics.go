@@ -21,6 +21,7 @@ type Metrics struct {
 	searchWaits         *prometheus.CounterVec
 	searchWaitedSeconds prometheus.Histogram
 	auditWritten        prometheus.Counter
+	auditDirect         prometheus.Counter
 	auditLost           *prometheus.CounterVec
 }
 
@@ -39,10 +40,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "How long searches waited for a slot of the embedded database.", Buckets: telemetry.LatencyBuckets}),
 		auditWritten: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "audit_events_written_total",
 			Help: "Audit events written to audit_events."}),
+		auditDirect: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "audit_events_written_directly_total",
+			Help: "Audit events their request wrote itself, the queue of AUDIT_BUFFER events being full: a sign that the audit trail holds requests back."}),
 		auditLost: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "audit_events_lost_total",
-			Help: "Audit events not written, by reason: buffer_full (the queue of AUDIT_BUFFER events was full), write_failed, closed."}, []string{"reason"}),
+			Help: "Audit events not written, by reason: sign_in_flood (failed sign-ins beyond their rate or share of the queue), write_failed (the request was refused)."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.operations, m.failures, m.searchWaits, m.searchWaitedSeconds, m.auditWritten, m.auditLost)
+	reg.MustRegister(m.operations, m.failures, m.searchWaits, m.searchWaitedSeconds, m.auditWritten, m.auditDirect, m.auditLost)
 	return m
 }
 
