@@ -355,6 +355,33 @@ func (a *Actor) WithAccess(acc *Access) *Actor {
 	return &limited
 }
 
+// ForAdminAPI returns the actor as the admin API serves it. A token with
+// a patient context (a SMART launch, a patient's own token) is held to
+// that patient there too: exchange/admin.read and exchange/admin.write
+// reach the context patient's record and data, and no other patient's,
+// as its patient/ scopes would on FHIR. Records that are nobody's data
+// (organizations, studies, data sources) stay as the user's permissions
+// say.
+func (a *Actor) ForAdminAPI() *Actor {
+	if a.access == nil || a.access.patient == 0 {
+		return a
+	}
+	held := *a
+	held.heldTo = a.access.patient
+	return &held
+}
+
+// withoutHold is the actor without ForAdminAPI's hold.
+func (a *Actor) withoutHold() *Actor {
+	free := *a
+	free.heldTo = 0
+	return &free
+}
+
+// holdsOff reports whether the actor is held to a patient other than
+// patientID (ForAdminAPI).
+func (a *Actor) holdsOff(patientID int64) bool { return a.heldTo != 0 && a.heldTo != patientID }
+
 // HasFullAccess reports whether the actor acts with everything the user
 // may do: a login session, a command-line token, a token without resource
 // or admin scopes.

@@ -17,6 +17,9 @@ type Actor struct {
 	Organization int64
 	roles        map[int64]Role
 	access       *Access // nil: full access
+	// heldTo is the only patient the actor reaches, when not 0: the
+	// admin API under a token with a patient context (ForAdminAPI).
+	heldTo int64
 }
 
 // IsSuperuser reports whether the actor acts as super_user everywhere.

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -45,8 +46,13 @@ type TextLimit struct {
 }
 
 // Check returns a CodeInvalid error naming field when s is longer than
-// the limit.
+// the limit, or holds a NUL character: no name, identifier or other text
+// of ours has one, and one cut short where a C string ends (a log line, a
+// spreadsheet, a driver) would read as another value.
 func (l TextLimit) Check(field, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return FieldErrorf(field, "contains a NUL character (U+0000), which %s may not hold", l.Kind)
+	}
 	if len(s) <= l.Max { // bytes bound characters: the common case costs no count
 		return nil
 	}

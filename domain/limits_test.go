@@ -24,14 +24,14 @@ func FuzzParseID(f *testing.F) {
 	})
 }
 
-// FuzzTextLimit: Check counts characters, never bytes.
+// FuzzTextLimit: Check counts characters, never bytes, and refuses NUL.
 func FuzzTextLimit(f *testing.F) {
-	for _, seed := range []string{"", "abc", "ééé", "\xff\xfe", strings.Repeat("é", 201)} {
+	for _, seed := range []string{"", "abc", "ééé", "\xff\xfe", strings.Repeat("é", 201), "Jo\x00", "\x00"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		chars := len([]rune(s))
-		if err := LimitName.Check("name", s); (err != nil) != (chars > LimitName.Max) {
+		if err := LimitName.Check("name", s); (err != nil) != (chars > LimitName.Max || strings.Contains(s, "\x00")) {
 			t.Fatalf("%d characters: %v", chars, err)
 		}
 	})

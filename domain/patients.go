@@ -120,6 +120,11 @@ type PatientFilter struct {
 // readablePatients returns the query part that limits patients to those
 // the actor may read.
 func (a *Actor) readablePatients() PatientQuery {
+	if a.heldTo != 0 {
+		q := a.withoutHold().readablePatients()
+		q.IDs = intersect(q.IDs, []int64{a.heldTo})
+		return q
+	}
 	switch {
 	case a.IsSuperuser():
 		return PatientQuery{}
@@ -453,6 +458,9 @@ func symmetricDifference(a, b []int64) []int64 {
 // them, invite them): a superuser, or a practitioner with patient.manage_data
 // in one of the patient's organizations; not the patient.
 func (a *Actor) CanManagePatient(p *Patient) bool {
+	if a.holdsOff(p.ID) {
+		return false
+	}
 	return a.IsSuperuser() || slices.ContainsFunc(p.OrganizationIDs, a.CanManageDataIn)
 }
 

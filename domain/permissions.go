@@ -55,6 +55,9 @@ func (a *Actor) CanManageDataIn(organizationID int64) bool {
 // CanReadPatient reports whether the actor may read the patient's record and
 // data.
 func (a *Actor) CanReadPatient(p *Patient) bool {
+	if a.holdsOff(p.ID) {
+		return false
+	}
 	if a.IsSuperuser() || a.isPatient(p) {
 		return true
 	}
@@ -63,6 +66,9 @@ func (a *Actor) CanReadPatient(p *Patient) bool {
 
 // CanWritePatientData reports whether the actor may write the patient's data.
 func (a *Actor) CanWritePatientData(p *Patient) bool {
+	if a.holdsOff(p.ID) {
+		return false
+	}
 	if a.IsSuperuser() || a.isPatient(p) {
 		return true
 	}

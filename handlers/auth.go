@@ -40,11 +40,15 @@ func (s *server) authenticate(c *fiber.Ctx) error {
 }
 
 // adminScope refuses admin API requests that the token's scopes do not
-// allow (exchange/admin.read or exchange/admin.write; see domain.Access).
+// allow (exchange/admin.read or exchange/admin.write; see domain.Access),
+// and holds a token with a patient context to that patient
+// (domain.Actor.ForAdminAPI).
 func (s *server) adminScope(c *fiber.Ctx) error {
-	if err := actor(c).AllowAdmin(c.Method()); err != nil {
+	a := actor(c)
+	if err := a.AllowAdmin(c.Method()); err != nil {
 		return err
 	}
+	c.Locals(actorKey, a.ForAdminAPI())
 	return c.Next()
 }
 

@@ -325,6 +325,27 @@ func TestAdminTextAndListsAreBounded(t *testing.T) {
 	}
 	admSameSnapshot(t, "writes over the bounds", before, admSnapshot(t, w.env))
 
+	// A NUL character is refused in names and identifiers, wherever it is.
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		field        string
+	}{
+		{"POST", "/api/v1/organizations", map[string]any{"name": "Clinic\u0000 B", "type": "prov"}, "name"},
+		{"PATCH", orgPath, map[string]any{"name": "\u0000"}, "name"},
+		{"POST", "/api/v1/practitioners", map[string]any{"email": "p@example.org", "firstName": "Ann\u0000", "organizationId": w.org.ID, "role": "member"}, "firstName"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"nameFamily": "Doe\u0000Smith"}), "nameFamily"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"nameGiven": []string{"Jo", "\u0000"}}), "nameGiven[1]"},
+		{"POST", "/api/v1/patients", patient(map[string]any{"identifiers": []any{admIdentifier("MRN\u00001")}}), "identifiers[0].value"},
+		{"PATCH", patientPath, map[string]any{"phone": "+1\u0000555"}, "phone"},
+		{"POST", "/api/v1/studies", map[string]any{"organizationId": w.org.ID, "name": "S\u0000"}, "name"},
+		{"POST", "/api/v1/data_sources", map[string]any{"name": "D\u0000", "type": "personal_device"}, "name"},
+		{"POST", "/api/v1/scope_codes", map[string]any{"codingSystem": domain.SystemOpenMHealth, "codingCode": "omh:x\u0000:1.0"}, "codingCode"},
+	} {
+		w.call(t, tc.method, tc.path, w.admin, tc.body, http.StatusBadRequest, tc.field, "NUL")
+	}
+	admSameSnapshot(t, "writes with NUL", before, admSnapshot(t, w.env))
+
 	// At the bound, a write is taken; characters count, not bytes.
 	w.call(t, "POST", "/api/v1/organizations", w.admin, map[string]any{"name": long(200), "type": "prov"}, http.StatusCreated)
 	created := w.call(t, "POST", "/api/v1/patients", w.admin, patient(map[string]any{"email": email, "nameFamily": strings.Repeat("é", 200),

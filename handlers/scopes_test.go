@@ -565,3 +565,51 @@ func TestScopeRefusalsNameTheScope(t *testing.T) {
 		t.Errorf("admin refusal: %d %v", resp.StatusCode, out)
 	}
 }
+
+// TestAdminScopesHeldToPatientContext: exchange/admin.read and
+// exchange/admin.write in a token with a patient context (a SMART launch)
+// reach that patient alone on the admin API, as its patient/ scopes would
+// on FHIR: another patient of the same organization answers as one that
+// does not exist, and lists hold the context patient only.
+func TestAdminScopesHeldToPatientContext(t *testing.T) {
+	w := newWorld(t)
+	w.enroll(w.other)
+	member := must(w.env.Service.UserByEmail(w.ctx, "member@example.org"))
+	token := func(scopes ...string) string {
+		tok, _, err := w.env.OAuth.IssueScopedAccessToken(w.ctx, member.ID, time.Hour, append([]string{"openid", "launch/patient"}, scopes...), w.patient.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	read, write := token(domain.ScopeAdminRead), token(domain.ScopeAdminRead, domain.ScopeAdminWrite)
+	P, O := w.patient.ID, w.other.ID
+	for _, c := range []struct {
+		method, path, token string
+		body                any
+		want                int
+	}{
+		{"GET", fmt.Sprintf("/api/v1/patients/%d", P), read, nil, http.StatusOK},
+		{"GET", fmt.Sprintf("/api/v1/patients/%d", O), read, nil, http.StatusNotFound},
+		{"GET", fmt.Sprintf("/api/v1/patients/%d/consents", O), read, nil, http.StatusNotFound},
+		{"GET", fmt.Sprintf("/api/v1/patients/%d/invitations", O), read, nil, http.StatusNotFound},
+		{"PATCH", fmt.Sprintf("/api/v1/patients/%d", O), write, map[string]any{"phone": "+1-555-0199"}, http.StatusNotFound},
+		{"POST", fmt.Sprintf("/api/v1/patients/%d/invitation", O), write, map[string]any{"clientId": w.clientID}, http.StatusNotFound},
+		{"PATCH", fmt.Sprintf("/api/v1/patients/%d", P), write, map[string]any{"phone": "+1-555-0198"}, http.StatusOK},
+	} {
+		if resp, out := w.env.Send(t, c.method, c.path, c.token, c.body); resp.StatusCode != c.want {
+			t.Errorf("%s %s: %d %v, want %d", c.method, c.path, resp.StatusCode, out, c.want)
+		}
+	}
+	for _, path := range []string{"/api/v1/patients", fmt.Sprintf("/api/v1/patients?organizationId=%d", w.orgA.ID), fmt.Sprintf("/api/v1/studies/%d/patients", w.study.ID)} {
+		resp, out := w.env.GetJSON(t, path, read)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, resp.StatusCode, out)
+		}
+		for _, r := range out["results"].([]any) {
+			if id := r.(map[string]any)["id"]; id != float64(P) {
+				t.Errorf("GET %s lists patient %v beside the context patient %d", path, id, P)
+			}
+		}
+	}
+}
