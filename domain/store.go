@@ -233,6 +233,9 @@ type LoginThrottle interface {
 	// RememberLogin marks key known until then; KnownLogin tells.
 	RememberLogin(ctx context.Context, key string, until time.Time) error
 	KnownLogin(ctx context.Context, key string, now time.Time) (bool, error)
+	// SpendLoginProof records key as spent until then, once: false when
+	// it was spent already (a replayed proof of work), on every instance.
+	SpendLoginProof(ctx context.Context, key string, until time.Time) (bool, error)
 }
 
 // InvitationStore keeps the redemptions of invitation codes

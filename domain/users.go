@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/mail"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -287,29 +288,70 @@ func (s *Service) finishRedemption(ctx context.Context, code *InvitationCode, pa
 	return ErrInvitationGone
 }
 
-// Authenticate checks an email and password typed into the login page from
-// the client address addr. Returns CodeThrottled (with RetryAfter) while a
-// throttle holds the attempt back, without checking the password, and
-// CodeLogin for a wrong email or password or an inactive account, without
-// saying which: both cost the same whether or not the account exists, and
-// an unknown email is throttled like a known one. Refusals are logged with
-// the user's id when known, never with the password or the email.
-func (s *Service) Authenticate(ctx context.Context, email, password, addr string) (*User, error) {
-	u, err := s.authenticate(ctx, email, password, addr)
-	s.auditSignIn(ctx, email, u, err)
-	return u, err
+// SignInAttempt is an email and password typed into the login page, with
+// what the browser proves beside them (throttle.go): the device cookie it
+// holds, and the proof of work its page's script solved.
+type SignInAttempt struct {
+	Email, Password string
+	// Address is the client's network address.
+	Address string
+	// Device is the device cookie the browser sent; "": none.
+	Device string
+	// Challenge and Work are the page's proof of work (SignInChallenge);
+	// "": none.
+	Challenge, Work string
 }
 
-func (s *Service) authenticate(ctx context.Context, email, password, addr string) (*User, error) {
-	email = strings.ToLower(strings.TrimSpace(email))
-	k := s.newLoginKeys(email, addr)
+// SignedIn is a successful sign-in: the user, and the device cookie the
+// browser keeps from now on (it vouches for the browser at the account's
+// next sign-ins).
+type SignedIn struct {
+	User   *User
+	Device string
+}
+
+// Authenticate is SignIn of an email and password alone (no device
+// cookie, no proof of work), from the client address addr.
+func (s *Service) Authenticate(ctx context.Context, email, password, addr string) (*User, error) {
+	in, err := s.SignIn(ctx, SignInAttempt{Email: email, Password: password, Address: addr})
+	if err != nil {
+		return nil, err
+	}
+	return in.User, nil
+}
+
+// SignIn checks a sign-in attempt. Returns CodeThrottled (with RetryAfter)
+// while a throttle holds the attempt back, without checking the password,
+// and CodeLogin for a wrong email or password or an inactive account,
+// without saying which: both cost the same whether or not the account
+// exists, and an unknown email is throttled like a known one. Which
+// throttles apply depends on what the attempt proves (throttle.go).
+// Refusals are logged with the user's id when known, never with the
+// password, the email or a cookie.
+func (s *Service) SignIn(ctx context.Context, a SignInAttempt) (*SignedIn, error) {
+	in, err := s.signIn(ctx, a)
+	var u *User
+	if in != nil {
+		u = in.User
+	}
+	s.auditSignIn(ctx, a.Email, u, err)
+	return in, err
+}
+
+func (s *Service) signIn(ctx context.Context, a SignInAttempt) (*SignedIn, error) {
+	email := strings.ToLower(strings.TrimSpace(a.Email))
+	k := s.newLoginKeys(email, a.Address)
 	defer s.signIns.lock(k.account, k.address)()
 	now := s.Now()
-	if wait, err := s.loginWait(ctx, k, now); err != nil || wait > 0 {
+	class, err := s.signInClass(ctx, &k, email, a, now)
+	if err != nil {
+		return nil, err
+	}
+	if wait, err := s.loginWait(ctx, k, class, now); err != nil || wait > 0 {
 		if err != nil {
 			return nil, err
 		}
-		s.log.Warn("sign-in throttled", "account", k.accountLog, "address", addr, "retryAfter", wait.String())
+		s.log.Warn("sign-in throttled", "account", k.accountLog, "address", a.Address, "class", class.String(), "retryAfter", wait.String())
 		return nil, &Error{Code: CodeThrottled, RetryAfter: wait,
 			Message: fmt.Sprintf("too many failed sign-ins; try again in %s", waitText(wait))}
 	}
@@ -321,18 +363,28 @@ func (s *Service) authenticate(ctx context.Context, email, password, addr string
 	if u != nil && u.IsActive {
 		hash = u.PasswordHash
 	}
-	if passwordMatches(password, hash) {
-		if err := s.store.ForgetLoginFailures(ctx, k.pair); err != nil {
+	if passwordMatches(a.Password, hash) {
+		for _, key := range []string{k.pair, k.device} {
+			if key == "" {
+				continue
+			}
+			if err := s.store.ForgetLoginFailures(ctx, key); err != nil {
+				return nil, err
+			}
+		}
+		if err := s.store.RememberLogin(ctx, k.known, now.Add(knownLoginPeriod)); err != nil {
 			return nil, err
 		}
-		return u, s.store.RememberLogin(ctx, k.known, now.Add(knownLoginPeriod))
+		return &SignedIn{User: u, Device: s.newDevice(k, now)}, nil
 	}
 	for _, r := range loginThrottles {
-		if err := s.store.RecordLoginFailure(ctx, r.key(k), now, now.Add(loginFailureMemory)); err != nil {
-			return nil, err
+		if slices.Contains(r.counts, class) {
+			if err := s.store.RecordLoginFailure(ctx, r.key(k), now, now.Add(loginFailureMemory)); err != nil {
+				return nil, err
+			}
 		}
 	}
-	attrs := []any{"account", k.accountLog, "address", addr}
+	attrs := []any{"account", k.accountLog, "address", a.Address, "class", class.String()}
 	if u != nil {
 		attrs = append(attrs, "user", u.ID)
 	}
@@ -342,16 +394,38 @@ func (s *Service) authenticate(ctx context.Context, email, password, addr string
 
 const incorrectCredentials = "the email or password is incorrect"
 
-// loginWait returns how long the attempt of k must wait: the longest delay
-// of the throttles that apply to it.
-func (s *Service) loginWait(ctx context.Context, k loginKeys, now time.Time) (time.Duration, error) {
-	known, err := s.store.KnownLogin(ctx, k.known, now)
-	if err != nil {
-		return 0, err
+// signInClass decides what the attempt proves: a device cookie of the
+// account (which sets k.device), an address the account is known at, a
+// proof of work (spent here, whatever comes next), or nothing.
+func (s *Service) signInClass(ctx context.Context, k *loginKeys, email string, a SignInAttempt, now time.Time) (signInClass, error) {
+	if id, ok := s.deviceOf(*k, a.Device, now); ok {
+		k.device = "device:" + id
+		return classDevice, nil
 	}
+	known, err := s.store.KnownLogin(ctx, k.known, now)
+	if err != nil || known {
+		return classKnown, err
+	}
+	if a.Work != "" {
+		done, err := s.workDone(ctx, email, a.Challenge, a.Work, now)
+		if err != nil || done {
+			return classWork, err
+		}
+	}
+	return classPlain, nil
+}
+
+// String names the class in log lines.
+func (c signInClass) String() string {
+	return [...]string{"plain", "work", "known", "device"}[c]
+}
+
+// loginWait returns how long an attempt of the class, keyed k, must wait:
+// the longest delay of the throttles that hold that class back.
+func (s *Service) loginWait(ctx context.Context, k loginKeys, class signInClass, now time.Time) (time.Duration, error) {
 	var wait time.Duration
 	for _, r := range loginThrottles {
-		if known && r.spareKnown {
+		if !slices.Contains(r.waits, class) {
 			continue
 		}
 		n, last, err := s.store.LoginFailures(ctx, r.key(k), now)

@@ -37,6 +37,7 @@ func (p *Provider) Handler() http.Handler {
 	route("GET,OPTIONS", "/o/.well-known/openid-configuration", cors(p.discovery))
 	route("GET,OPTIONS", "/o/.well-known/jwks.json", cors(p.jwksHandler))
 	route("GET,POST", "/o/login/", p.login)
+	route("GET", "/o/static/signin.js", serveSignInScript)
 	route("POST", "/o/logout/", p.logout)
 	route("GET,POST", "/o/applications/register/", p.registerApplication)
 	route("POST", "/o/login/{provider}/", p.startFederated)
@@ -46,6 +47,15 @@ func (p *Provider) Handler() http.Handler {
 	route("GET", "/o/saml/{provider}/finish", p.samlFinish)
 	route("POST,OPTIONS", "/o/token-exchange", cors(p.tokenExchangeHandler))
 	return nosniff(mux)
+}
+
+// serveSignInScript serves the login page's script (a file of ours, so
+// that the pages' Content-Security-Policy allows scripts from 'self'
+// only).
+func serveSignInScript(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	_, _ = w.Write(signInScript)
 }
 
 // nosniff tells browsers to take every /o/ answer as the type it says
@@ -451,10 +461,20 @@ func (p *Provider) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	checkedAt := p.now().UTC()
-	u, err := p.users.Authenticate(r.Context(), page.Email, r.PostFormValue("password"), p.proxies.RequestClientAddress(r).String())
+	attempt := domain.SignInAttempt{Email: page.Email, Password: r.PostFormValue("password"),
+		Address: p.proxies.RequestClientAddress(r).String(), Challenge: r.PostFormValue("work_challenge"), Work: r.PostFormValue("work")}
+	if c, err := r.Cookie(deviceCookie); err == nil {
+		attempt.Device = c.Value
+	}
+	in, err := p.users.SignIn(r.Context(), attempt)
 	p.metrics.login(err)
 	if err == nil {
-		err = p.startSession(w, r, u.ID, checkedAt)
+		err = p.startSession(w, r, in.User.ID, checkedAt)
+	}
+	if err == nil {
+		// The browser is known to the account from now on (domain's
+		// device cookie): only at the sign-in pages, never to scripts.
+		http.SetCookie(w, p.cookie(r, deviceCookie, in.Device, "/o/", int(domain.DeviceLife/time.Second)))
 	}
 	if err != nil {
 		status := http.StatusUnauthorized

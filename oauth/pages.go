@@ -13,6 +13,11 @@ import (
 //go:embed templates/*.html
 var templateFiles embed.FS
 
+// signInScript is the login page's proof of work (static/signin.js).
+//
+//go:embed static/signin.js
+var signInScript []byte
+
 var pageTemplates = template.Must(template.ParseFS(templateFiles, "templates/*.html"))
 
 // page is what every template receives: the page's own data under Page.
@@ -31,6 +36,10 @@ type loginPage struct {
 	// providers' buttons (renderLogin sets both).
 	Password  bool
 	Providers []loginProvider
+	// Challenge and WorkBits are the proof of work the page's script
+	// solves (static/signin.js; domain.Service.SignInChallenge).
+	Challenge string
+	WorkBits  int
 }
 
 type consentPage struct {
@@ -170,7 +179,7 @@ func (p *Provider) render(w http.ResponseWriter, r *http.Request, status int, na
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("Referrer-Policy", "no-referrer")
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
@@ -178,6 +187,7 @@ func (p *Provider) render(w http.ResponseWriter, r *http.Request, status int, na
 
 func (p *Provider) renderLogin(w http.ResponseWriter, r *http.Request, status int, d loginPage) {
 	d.Password, d.Providers = p.passwordSignIn, p.loginProviders(r.Context())
+	d.Challenge, d.WorkBits = p.users.SignInChallenge()
 	p.render(w, r, status, "login.html", "Sign in", d)
 }
 

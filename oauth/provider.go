@@ -32,9 +32,12 @@ const (
 // Users is what the provider needs from the domain: password logins and
 // the users tokens act for.
 type Users interface {
-	// Authenticate returns the user for an email and password typed at addr;
-	// domain.CodeLogin or domain.CodeThrottled when refused.
-	Authenticate(ctx context.Context, email, password, addr string) (*domain.User, error)
+	// SignIn checks an email and password typed into the login page, with
+	// the device cookie and proof of work beside them; domain.CodeLogin or
+	// domain.CodeThrottled when refused. SignInChallenge is the page's
+	// proof-of-work challenge and its bits.
+	SignIn(ctx context.Context, a domain.SignInAttempt) (*domain.SignedIn, error)
+	SignInChallenge() (string, int)
 	// UserByID returns the user; domain.CodeNotFound if there is none.
 	UserByID(ctx context.Context, id int64) (*domain.User, error)
 	// Actor returns what the permission model needs to know of an active

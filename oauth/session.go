@@ -22,8 +22,11 @@ import (
 // cannot be used to forge API requests.
 const (
 	sessionCookie = "exchange_session"
-	csrfCookie    = "exchange_csrf"
-	csrfField     = "csrf_token"
+	// deviceCookie vouches for a browser the account signed in from
+	// (domain's sign-in throttle); path /o/: only the sign-in pages read it.
+	deviceCookie = "exchange_device"
+	csrfCookie   = "exchange_csrf"
+	csrfField    = "csrf_token"
 	// csrfPath is the whole origin too: one double-submit token serves the
 	// forms of /o/ and of the console (whose pages post to /o/logout/).
 	csrfPath = "/"

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"exchange/domain"
 	"exchange/handlers/handlerstest"
 )
 
@@ -34,8 +37,35 @@ func from(t *testing.T, env *handlerstest.Env, addr string) *signIn {
 // refusal by the throttle, its Retry-After.
 func (s *signIn) try(email, password string) (int, time.Duration) {
 	s.t.Helper()
+	return s.tryWith(email, password, nil)
+}
+
+// tryWorked is try with the proof of work the page's script would solve.
+func (s *signIn) tryWorked(email, password string) (int, time.Duration) {
+	s.t.Helper()
+	return s.tryWith(email, password, func(page string) url.Values {
+		_, fields := handlerstest.Form(s.t, page)
+		challenge := fields.Get("work_challenge")
+		bits, err := strconv.Atoi(regexp.MustCompile(`data-work-bits="(\d+)"`).FindStringSubmatch(page)[1])
+		if challenge == "" || err != nil {
+			s.t.Fatalf("no proof-of-work challenge on the login page:\n%s", page)
+		}
+		return url.Values{"work": {domain.SolveSignInWork(challenge, email, bits)}}
+	})
+}
+
+// tryWith is try with fields the page's form gets besides the email and
+// password (from the page).
+func (s *signIn) tryWith(email, password string, extra func(page string) url.Values) (int, time.Duration) {
+	s.t.Helper()
 	_, page := s.b.Do("GET", s.env.URL+"/o/login/", nil)
-	resp, page := s.b.Login(page, email, password)
+	set := url.Values{"email": {email}, "password": {password}}
+	if extra != nil {
+		for k, v := range extra(page) {
+			set[k] = v
+		}
+	}
+	resp, page := s.b.Submit(page, set)
 	if resp.StatusCode != http.StatusTooManyRequests {
 		if resp.StatusCode == http.StatusOK && !strings.Contains(page, "You are signed in as "+email) {
 			s.t.Fatalf("200 without signing in:\n%s", page)
@@ -122,6 +152,99 @@ func TestSignInThrottleCannotLockOutTheOwner(t *testing.T) {
 	other.fail("doc@example.org", 3)
 	if waited := from(t, env, "198.51.100.9").succeed("doc@example.org"); waited > 30*time.Second {
 		t.Errorf("after more failures elsewhere, the owner waited %v", waited)
+	}
+}
+
+// The acceptance case of an attacker polling from rotating addresses: the
+// account's count across addresses stays in its delay for as long as the
+// attack lasts, and a blind attempt (a script's) waits with the
+// attacker's; the owner still signs in, from their browser on a new
+// network (its device cookie) or from a new machine (the page's proof of
+// work). On the old throttle both were refused. Guessing stays slow: an
+// attacker who solves the work shares a count as slow as the old one, a
+// stolen device cookie has its own, and a solved challenge counts once.
+func TestSignInUnderRotatingAddressAttack(t *testing.T) {
+	env := handlerstest.StartWith(t, handlerstest.Options{TrustedProxies: "127.0.0.1"})
+	env.Clock.Stop()
+	env.Practitioner(t, "doc@example.org", false)
+	const email = "doc@example.org"
+	laptop := from(t, env, "192.0.2.10")
+	laptop.succeed(email) // the owner's browser: it holds a device cookie from now on
+	_, page := laptop.b.Do("GET", env.URL+"/o/login/", nil)
+	if resp, out := laptop.b.Submit(page, nil); !strings.Contains(out, "signed out") { // the session ends; the device cookie stays
+		t.Fatalf("signing out: %d %s", resp.StatusCode, out)
+	}
+	addresses := 0
+	next := func() *signIn {
+		addresses++
+		return from(t, env, fmt.Sprintf("203.0.%d.%d", 113+addresses/250, addresses%250+1))
+	}
+	// attack counts n failures, each from a new address, polling: the
+	// attacker's next attempt comes the moment a delay ends.
+	attack := func(n int) {
+		for range n {
+			s := next()
+			for {
+				status, wait := s.try(email, "wrong password")
+				if status == http.StatusUnauthorized {
+					break
+				}
+				env.Clock.Advance(wait)
+			}
+		}
+	}
+	attack(40)
+	if status, _ := from(t, env, "198.51.100.40").try(email, handlerstest.Password); status != http.StatusTooManyRequests {
+		t.Fatalf("a blind attempt during the attack: %d, want 429 (the attack holds the account's count)", status)
+	}
+	laptop.b.Header = http.Header{"X-Forwarded-For": {"198.51.100.41"}} // the owner's browser, on a new network
+	if status, _ := laptop.try(email, handlerstest.Password); status != http.StatusOK {
+		t.Errorf("the owner's browser on a new network during the attack: %d, want 200", status)
+	}
+	attack(5)
+	if status, _ := from(t, env, "198.51.100.42").tryWorked(email, handlerstest.Password); status != http.StatusOK {
+		t.Errorf("the owner on a new machine, its page's work solved, during the attack: %d, want 200", status)
+	}
+
+	// An attacker who solves the work too gets 10 free guesses, then waits.
+	statuses := map[int]int{}
+	for range 12 {
+		status, _ := next().tryWorked(email, "wrong password")
+		statuses[status]++
+	}
+	if statuses[http.StatusUnauthorized] != 10 || statuses[http.StatusTooManyRequests] != 2 {
+		t.Errorf("12 worked guesses from rotating addresses: %v, want 10 checked and 2 held back", statuses)
+	}
+	// A solved challenge counts once: sent again, it proves nothing.
+	replay := next()
+	_, page = replay.b.Do("GET", env.URL+"/o/login/", nil)
+	_, fields := handlerstest.Form(t, page)
+	work := url.Values{"email": {email}, "password": {"wrong password"}, "work": {domain.SolveSignInWork(fields.Get("work_challenge"), email, domain.SignInWorkBits)}}
+	env.Clock.Advance(time.Minute) // the worked count's delay is over
+	if resp, _ := replay.b.Submit(page, work); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a first use of a solved challenge: %d", resp.StatusCode)
+	}
+	attack(1)
+	replay.b.Header = http.Header{"X-Forwarded-For": {"198.51.100.43"}}
+	if resp, _ := replay.b.Submit(page, work); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a replayed proof of work during the attack: %d, want 429 (a blind attempt)", resp.StatusCode)
+	}
+	// A device cookie copied to another browser guesses 5 times, then waits.
+	thief := next()
+	u, _ := url.Parse(env.URL + "/o/login/")
+	for _, c := range laptop.b.Jar().Cookies(u) {
+		if c.Name == "exchange_device" {
+			thief.b.Jar().SetCookies(u, []*http.Cookie{c})
+		}
+	}
+	statuses = map[int]int{}
+	for i := range 7 {
+		thief.b.Header = http.Header{"X-Forwarded-For": {fmt.Sprintf("198.18.0.%d", i+1)}}
+		status, _ := thief.try(email, "wrong password")
+		statuses[status]++
+	}
+	if statuses[http.StatusUnauthorized] != 5 || statuses[http.StatusTooManyRequests] != 2 {
+		t.Errorf("7 guesses with a stolen device cookie: %v, want 5 checked and 2 held back", statuses)
 	}
 }
 

@@ -76,6 +76,18 @@ func (d *DB) RememberLogin(ctx context.Context, key string, until time.Time) err
 	return err
 }
 
+// SpendLoginProof implements domain.LoginThrottle: a unique insert, so
+// that of two attempts with one proof exactly one spends it, on FerretDB
+// too. Each proof names a random id of its own, so no expired record
+// stands in a new one's way.
+func (d *DB) SpendLoginProof(ctx context.Context, key string, until time.Time) (bool, error) {
+	_, err := d.c(colLoginThrottle).InsertOne(ctx, throttleDoc{ID: key, ExpiresAt: until.UTC()})
+	if isDuplicate(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // KnownLogin implements domain.LoginThrottle.
 func (d *DB) KnownLogin(ctx context.Context, key string, now time.Time) (bool, error) {
 	x, err := d.liveThrottle(ctx, key, now)
