@@ -283,7 +283,8 @@ func (r *ExportRunner) runParts(ctx context.Context, j *ExportJob) error {
 	for _, o := range j.Outputs {
 		patients = append(patients, o.Patients...)
 	}
-	s.auditExportJob(ctx, actor, AuditExecute, AuditKindExportComplete, j, "", sortedUnique(patients))
+	// The job's files are written; a download records its own read.
+	_ = s.auditExportJob(ctx, actor, AuditExecute, AuditKindExportComplete, j, "", sortedUnique(patients))
 	return nil
 }
 

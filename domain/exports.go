@@ -464,7 +464,7 @@ func (s *Service) DeleteExport(ctx context.Context, actor *Actor, id string) err
 		err = s.store.UpdateExportJob(ctx, j)
 		if !IsCode(err, CodeVersionMismatch) {
 			if err == nil {
-				s.auditExportJob(ctx, actor, AuditDelete, AuditKindExport, j, "", nil)
+				_ = s.auditExportJob(ctx, actor, AuditDelete, AuditKindExport, j, "", nil) // done: a refusal changes nothing
 			}
 			return err
 		}
@@ -513,17 +513,23 @@ func (s *Service) OpenExportFile(ctx context.Context, actor *Actor, jobID, name 
 		end()
 		return nil, err
 	}
-	s.auditExportJob(ctx, actor, AuditRead, AuditKindExportDownload, j, name, j.Outputs[i].Patients)
+	// The file is patients' data: no download goes out unaudited.
+	if err := s.auditExportJob(ctx, actor, AuditRead, AuditKindExportDownload, j, name, j.Outputs[i].Patients); err != nil {
+		_ = f.Close()
+		end()
+		return nil, err
+	}
 	return &ExportDownload{ReadCloser: f, File: j.Outputs[i], Format: j.Request.Format, end: end}, nil
 }
 
 // auditExportJob records an event of a job (its completion, a download,
 // its deletion): the job and file in its query, the types it holds, and
 // the patients whose data it is, in as many events as it takes to name
-// each (MaxAuditEntities a event).
-func (s *Service) auditExportJob(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, j *ExportJob, file string, patients []int64) {
+// each (MaxAuditEntities a event). It returns the trail's refusal of an
+// event (nil: each kept).
+func (s *Service) auditExportJob(ctx context.Context, actor *Actor, action AuditAction, kind AuditKind, j *ExportJob, file string, patients []int64) error {
 	if actor == nil || actor.isSystem() {
-		return
+		return nil
 	}
 	query := url.Values{"job": {j.ID}}
 	types := slices.Clone(j.Request.Types)
@@ -541,8 +547,11 @@ func (s *Service) auditExportJob(ctx context.Context, actor *Actor, action Audit
 		}
 		n := min(len(patients), MaxAuditEntities)
 		e.PatientIDs, patients = patients[:n], patients[n:]
-		s.auditor.Record(ctx, e)
+		if err := s.auditor.Record(ctx, e); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // auditExport records a kick-off: what was asked (the request's URL, its

@@ -159,7 +159,7 @@ func (s *Service) ListPatients(ctx context.Context, actor *Actor, f PatientFilte
 // malformed email.
 func (s *Service) PatientsByEmail(ctx context.Context, actor *Actor, email string) (found []Patient, err error) {
 	defer func() {
-		s.audit(ctx, actor, AuditExecute, AuditKindSearch, err, "Patient", nil, idsOf(found, func(p Patient) int64 { return p.ID }))
+		err = s.audit(ctx, actor, AuditExecute, AuditKindSearch, err, "Patient", nil, idsOf(found, func(p Patient) int64 { return p.ID }))
 	}()
 	if email, err = NormalizeEmail("email", email); err != nil {
 		return nil, err

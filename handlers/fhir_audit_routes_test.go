@@ -1,11 +1,13 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,47 +33,10 @@ func TestEverySearchAboutAPatientIsAudited(t *testing.T) {
 	if _, err := w.env.Service.UpdatePatient(w.ctx, sys, P, domain.PatientPatch{AddIdentifiers: []domain.Identifier{{System: "urn:mrn", Value: "A-1"}}}); err != nil {
 		t.Fatal(err)
 	}
-	_, catalog := handlerstest.R5(t)
-	imported := url.Values{"_source:below": {handlerstest.SourceBase + "/"}}
 	type search struct{ path, requestID string }
 	var searches []search
-	for _, r := range catalog.Resources() {
-		if r.Type == "AuditEvent" {
-			continue
-		}
-		for _, p := range r.Params {
-			var value string
-			switch p.Join {
-			case domain.JoinPatient:
-				value = fmt.Sprint(P)
-			case domain.JoinPatientIdentifier:
-				value = "urn:mrn|A-1"
-			default:
-				continue
-			}
-			var stores []url.Values
-			if p.Native() && r.Collection != "" {
-				stores = append(stores, url.Values{})
-			}
-			if p.Imported && r.Imported {
-				stores = append(stores, imported)
-			}
-			for _, store := range stores {
-				for _, summary := range []string{"", "count"} {
-					q := url.Values{p.Name: {value}}
-					for k, v := range store {
-						q[k] = v
-					}
-					if summary != "" {
-						q.Set("_summary", summary)
-					}
-					searches = append(searches, search{path: "/FHIR/R5/" + r.Type + "?" + q.Encode(), requestID: fmt.Sprintf("walk-%d", len(searches))})
-				}
-			}
-		}
-	}
-	if len(searches) < 20 {
-		t.Fatalf("only %d searches: the catalog's patient parameters were not found", len(searches))
+	for i, path := range patientSearches(t, P, "urn:mrn|A-1") {
+		searches = append(searches, search{path: path, requestID: fmt.Sprintf("walk-%d", i)})
 	}
 	for _, s := range searches {
 		resp, out := handlerstest.SendTo(t, "GET", w.env.URL+s.path, w.tokens["member"], nil, map[string]string{"X-Request-Id": s.requestID})
@@ -92,4 +57,120 @@ func TestEverySearchAboutAPatientIsAudited(t *testing.T) {
 		t.Errorf("GET %s left no event naming Patient/%d", s.path, P)
 	}
 	t.Logf("%d searches about a patient, each audited", len(searches)-len(missing))
+}
+
+// patientSearches are the FHIR searches about one patient: every type
+// and every parameter that scopes a search to a patient (patient=,
+// subject=, patient.identifier=, the latter with identifier), in the
+// native store and the imported one, each also as a count alone
+// (_summary=count). AuditEvent is left out: reading the trail is not
+// recorded.
+func patientSearches(t *testing.T, patient int64, identifier string) []string {
+	t.Helper()
+	_, catalog := handlerstest.R5(t)
+	imported := url.Values{"_source:below": {handlerstest.SourceBase + "/"}}
+	var searches []string
+	for _, r := range catalog.Resources() {
+		if r.Type == "AuditEvent" {
+			continue
+		}
+		for _, p := range r.Params {
+			var value string
+			switch p.Join {
+			case domain.JoinPatient:
+				value = fmt.Sprint(patient)
+			case domain.JoinPatientIdentifier:
+				value = identifier
+			default:
+				continue
+			}
+			var stores []url.Values
+			if p.Native() && r.Collection != "" {
+				stores = append(stores, url.Values{})
+			}
+			if p.Imported && r.Imported {
+				stores = append(stores, imported)
+			}
+			for _, store := range stores {
+				for _, summary := range []string{"", "count"} {
+					q := url.Values{p.Name: {value}}
+					for k, v := range store {
+						q[k] = v
+					}
+					if summary != "" {
+						q.Set("_summary", summary)
+					}
+					searches = append(searches, "/FHIR/R5/"+r.Type+"?"+q.Encode())
+				}
+			}
+		}
+	}
+	if len(searches) < 20 {
+		t.Fatalf("only %d searches: the catalog's patient parameters were not found", len(searches))
+	}
+	return searches
+}
+
+// refusingTrail is an audit trail that refuses every event while
+// refusing is set, as one whose database cannot take a write.
+type refusingTrail struct {
+	domain.Auditor // the trail behind; nil: none
+	refusing       atomic.Bool
+}
+
+func (r *refusingTrail) Record(ctx context.Context, e domain.AuditEvent) error {
+	if r.refusing.Load() {
+		return domain.Errorf(domain.CodeUnavailable, "the audit trail cannot record this request now")
+	}
+	if r.Auditor == nil {
+		return nil
+	}
+	return r.Auditor.Record(ctx, e)
+}
+
+// TestNoPatientDataGoesOutUnaudited: while the audit trail cannot keep
+// an event, every route that reads a patient's data answers 503 without
+// the data: every FHIR search about the patient (counts and the study or
+// device lists included), the reads of the record, the admin API's reads
+// and lookup, and the download of a finished Bulk Data export. The old
+// service answered the lookup and the download all the same.
+func TestNoPatientDataGoesOutUnaudited(t *testing.T) {
+	trail := &refusingTrail{}
+	w := exporting(t, handlerstest.Options{Auditor: func(a domain.Auditor) domain.Auditor { trail.Auditor = a; return trail }})
+	w.exportData(t)
+	resp, status := w.kickOff(t, "GET", "/Patient/$export", w.tok["alice"], nil, "")
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("alice's export: %d", resp.StatusCode)
+	}
+	var files []string
+	for _, o := range fxArr(w.exportManifest(t, status, w.tok["alice"])["output"]) {
+		files = append(files, fmt.Sprint(fxObj(o)["url"]))
+	}
+	if len(files) == 0 {
+		t.Fatal("alice's export has no file")
+	}
+	A := w.alice.ID
+	reads := append(patientSearches(t, A, fxMRN+"|A-1"),
+		fmt.Sprintf("/FHIR/R5/Patient/%d", A),
+		fmt.Sprintf("/api/v1/patients/%d", A),
+		fmt.Sprintf("/api/v1/patients/%d/consents", A),
+		"/api/v1/patients?"+url.Values{"name": {"Ødegård"}}.Encode(),
+		"/api/v1/patients/global_lookup?email=alice@example.org")
+	trail.refusing.Store(true)
+	for _, path := range reads {
+		resp, body := fxGetAbs(t, w.env.URL+path, w.tok["doc"], nil)
+		if resp.StatusCode != http.StatusServiceUnavailable || bytes.Contains(body, []byte("Ødegård")) {
+			t.Errorf("GET %s with the trail refusing: %d %.200s", path, resp.StatusCode, body)
+		}
+	}
+	for _, link := range files {
+		resp, body := fxGetAbs(t, link, w.tok["alice"], nil)
+		if resp.StatusCode != http.StatusServiceUnavailable || bytes.Contains(body, []byte(`"resourceType"`)) && !bytes.Contains(body, []byte("OperationOutcome")) {
+			t.Errorf("export file %s with the trail refusing: %d %.200s", link, resp.StatusCode, body)
+		}
+	}
+	trail.refusing.Store(false)
+	if resp, body := fxGetAbs(t, w.env.URL+"/api/v1/patients/global_lookup?email=alice@example.org", w.tok["doc"], nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("the lookup once the trail keeps events: %d %s", resp.StatusCode, body)
+	}
 }

@@ -252,6 +252,10 @@ type Options struct {
 	// Mailer is the delivery channel of invitations (StartMailServer's);
 	// nil: none.
 	Mailer domain.Mailer
+	// Auditor wraps the audit trail the service records to (Audit's; nil
+	// without Audit): a test that makes the trail refuse events. nil: the
+	// trail as it is.
+	Auditor func(domain.Auditor) domain.Auditor
 }
 
 // Exports are the settings of a test's bulk export runner.
@@ -296,6 +300,9 @@ func StartWith(t testing.TB, o Options) *Env {
 		audit = db.NewAuditLog(log, 1000)
 		auditor = audit
 		t.Cleanup(func() { _ = audit.Close(context.Background()) })
+	}
+	if o.Auditor != nil {
+		auditor = o.Auditor(auditor)
 	}
 	var store domain.Store = db
 	if o.Store != nil {
