@@ -95,6 +95,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) error {
 		return err
 	}
 	defer stopMetrics()
+	if metrics != nil && s.Metrics.Token == "" {
+		log.Warn("/metrics is public: anyone who reaches MCP_HTTP_ADDR reads the gateway's metrics; set METRICS_TOKEN or METRICS_ADDR before exposing it")
+	}
 	g, err := mcp.New(mcp.Config{
 		ServiceURL: s.ServiceURL, ServiceBrowserURL: s.ServicePublicURL,
 		ClientID: s.ClientID, ClientSecret: s.ClientSecret,

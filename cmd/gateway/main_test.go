@@ -119,7 +119,8 @@ var listening = regexp.MustCompile(`msg="gateway listening" addr=\S*:(\d+)`)
 
 // TestServeWarnsAboutTheResourceURLFallback starts the program as users
 // do, without MCP_RESOURCE_URL: it warns, serves, advertises the reference
-// address and stops on cancel.
+// address and stops on cancel. Without METRICS_TOKEN it warns that
+// /metrics is public too.
 func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 	svc := handlerstest.Start(t)
 	vars := goodVars()
@@ -135,6 +136,9 @@ func TestServeWarnsAboutTheResourceURLFallback(t *testing.T) {
 	port, logs := serveForTest(t, vars)
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "MCP_RESOURCE_URL is not set: using http://localhost:8401") {
 		t.Errorf("no start-up warning about MCP_RESOURCE_URL:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "/metrics is public") {
+		t.Errorf("no start-up warning about /metrics served without METRICS_TOKEN:\n%s", logs.String())
 	}
 	resp, err := http.Get("http://127.0.0.1:" + port + "/.well-known/oauth-protected-resource")
 	if err != nil {
