@@ -405,3 +405,57 @@ func TestConcurrentCreatesOfOneIdentifier(t *testing.T) {
 		t.Errorf("the claim's owner %d is not the stored patient: %v", claim.PatientID, err)
 	}
 }
+
+// TestMarkRedeemedInvitations: a patient without a password whose app
+// holds a live refresh token (an invitation redeemed before redemptions
+// were recorded) is marked as having a login, once; a patient without
+// one, or whose token ended, is not, nor is a practitioner.
+func TestMarkRedeemedInvitations(t *testing.T) {
+	db := repotest.NewDB(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	user := func(email string, typ domain.UserType, password string) *domain.User {
+		u := &domain.User{Email: email, Type: typ, PasswordHash: password, IsActive: true}
+		if err := db.CreateUser(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	refresh := func(u *domain.User, active bool, expires time.Time) {
+		if err := db.CreateOAuthToken(ctx, &domain.OAuthToken{Kind: domain.TokenRefresh, Signature: fmt.Sprint("sig-", u.ID, active, expires.Unix()),
+			RequestID: fmt.Sprint("req-", u.ID), ClientID: "app", UserID: u.ID, Active: active, IssuedAt: now, ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := user("app@example.org", domain.UserPatient, "")
+	refresh(app, true, now.Add(time.Hour))
+	refresh(app, false, now.Add(time.Hour)) // a rotated one beside it
+	never := user("never@example.org", domain.UserPatient, "")
+	ended := user("ended@example.org", domain.UserPatient, "")
+	refresh(ended, true, now.Add(-time.Minute))
+	revoked := user("revoked@example.org", domain.UserPatient, "")
+	refresh(revoked, false, now.Add(time.Hour))
+	doc := user("doc@example.org", domain.UserPractitioner, "")
+	refresh(doc, true, now.Add(time.Hour))
+	if n, err := db.MarkRedeemedInvitations(ctx, now); err != nil || n != 1 {
+		t.Fatalf("marked %d (%v), want 1", n, err)
+	}
+	for _, c := range []struct {
+		u    *domain.User
+		want bool
+	}{{app, true}, {never, false}, {ended, false}, {revoked, false}, {doc, false}} {
+		u, err := db.UserByID(ctx, c.u.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.HasLogin() != c.want {
+			t.Errorf("%s: has a login %v, want %v", u.Email, u.HasLogin(), c.want)
+		}
+		if u.LastUpdated != c.u.LastUpdated {
+			t.Errorf("%s: a new version %v, was %v", u.Email, u.LastUpdated, c.u.LastUpdated)
+		}
+	}
+	if n, err := db.MarkRedeemedInvitations(ctx, now.Add(time.Second)); err != nil || n != 0 {
+		t.Errorf("marked %d again (%v), want 0", n, err)
+	}
+}

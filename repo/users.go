@@ -169,6 +169,30 @@ func (d *DB) ListUsers(ctx context.Context, q domain.UserQuery, p domain.Page) (
 	return domain.List[domain.User]{Items: convert(docs, func(x userDoc) domain.User { return *x.user() }), Total: total}, err
 }
 
+// MarkRedeemedInvitations records that a patient has a login
+// (domain.User.HasLogin) when their app redeemed an invitation before the
+// exchange recorded redemptions: a patient without a password nor a
+// recorded redemption who holds a live refresh token, which only a
+// redeemed invitation gives such a patient. Without the mark an
+// invitation could be issued for them, and whoever redeemed it would take
+// their account over. It changes only such patients (idempotent), leaves
+// their version as it is, and returns how many it marked.
+func (d *DB) MarkRedeemedInvitations(ctx context.Context, now time.Time) (int64, error) {
+	var holders []int64
+	err := d.c(colOAuthTokens).Distinct(ctx, "userId", bson.M{"kind": string(domain.TokenRefresh), "active": true,
+		"expiresAt": bson.M{"$gt": now}}).Decode(&holders)
+	if err != nil || len(holders) == 0 {
+		return 0, err
+	}
+	res, err := d.c(colUsers).UpdateMany(ctx, bson.M{"_id": bson.M{"$in": holders}, "userType": string(domain.UserPatient), "passwordHash": "",
+		"$or": bson.A{bson.M{"invitationAcceptedAt": bson.M{"$exists": false}}, bson.M{"invitationAcceptedAt": bson.M{"$lte": time.Time{}}}}},
+		bson.M{"$set": bson.M{"invitationAcceptedAt": now.UTC().Truncate(time.Millisecond)}})
+	if err != nil {
+		return 0, err
+	}
+	return res.ModifiedCount, nil
+}
+
 // ChangeUser implements domain.UserStore: one $set of the fields the
 // change names (the email is never among them: changing a unique key
 // needs an insert to be checked on FerretDB), as a new version of the user

@@ -88,6 +88,14 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		a.Close()
 		return nil, err
 	}
+	// Patients whose app redeemed an invitation before redemptions were
+	// recorded have a login: no invitation may take it over.
+	if n, err := a.db.MarkRedeemedInvitations(ctx, time.Now()); err != nil {
+		a.Close()
+		return nil, err
+	} else if n > 0 {
+		log.Info("patients whose app redeemed an invitation marked as having a login", "patients", n)
+	}
 	config := domain.Config{Store: a.db, SourceBase: s.FHIRSourceBase, Logger: log, MaxDataPointBytes: s.MaxDataPointBytes,
 		IdentityProviders: s.IdentityProviders}
 	if s.Mailer != nil {
