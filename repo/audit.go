@@ -9,6 +9,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"golang.org/x/time/rate"
 
 	"exchange/domain"
 )
@@ -149,7 +150,7 @@ type AuditLog struct {
 	done    chan struct{}
 	losses  lossReport
 	retries []time.Duration
-	signIns *rateLimit
+	signIns *rate.Limiter // failed sign-ins recorded (a token bucket)
 	wait    time.Duration
 }
 
@@ -171,7 +172,7 @@ const (
 // NewAuditLog starts the audit writer of d with a queue of buffer events.
 func (d *DB) NewAuditLog(log *slog.Logger, buffer int) *AuditLog {
 	a := &AuditLog{db: d, log: log, queue: make(chan domain.AuditEvent, buffer), done: make(chan struct{}),
-		retries: []time.Duration{100 * time.Millisecond, time.Second}, signIns: newRateLimit(signInRate, signInBurst), wait: auditWait}
+		retries: []time.Duration{100 * time.Millisecond, time.Second}, signIns: rate.NewLimiter(signInRate, signInBurst), wait: auditWait}
 	a.losses.log = log
 	go a.run()
 	return a
@@ -240,7 +241,7 @@ func (a *AuditLog) enqueue(ctx context.Context, e domain.AuditEvent) bool {
 func (a *AuditLog) recordSignIn(e domain.AuditEvent) {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	if a.closed || len(a.queue) >= cap(a.queue)/2 || !a.signIns.allow(time.Now()) {
+	if a.closed || len(a.queue) >= cap(a.queue)/2 || !a.signIns.Allow() {
 		a.lost(1, "sign_in_flood")
 		return
 	}
@@ -249,33 +250,6 @@ func (a *AuditLog) recordSignIn(e domain.AuditEvent) {
 	default:
 		a.lost(1, "sign_in_flood")
 	}
-}
-
-// rateLimit is a token bucket: rate tokens a second, at most burst.
-type rateLimit struct {
-	mu          sync.Mutex
-	rate, burst float64
-	tokens      float64
-	last        time.Time
-}
-
-func newRateLimit(rate, burst float64) *rateLimit {
-	return &rateLimit{rate: rate, burst: burst, tokens: burst}
-}
-
-// allow takes a token if there is one at now.
-func (r *rateLimit) allow(now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.last.IsZero() {
-		r.tokens = min(r.burst, r.tokens+now.Sub(r.last).Seconds()*r.rate)
-	}
-	r.last = now
-	if r.tokens < 1 {
-		return false
-	}
-	r.tokens--
-	return true
 }
 
 // Close stops taking events, writes what is queued (until ctx ends) and

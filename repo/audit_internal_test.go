@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/time/rate"
 
 	"exchange/domain"
 )
@@ -22,7 +22,7 @@ func TestFailedSignInFloodIsNeverSilent(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	// No writer runs: half of the queue of four fills.
-	a := &AuditLog{db: &DB{metrics: m}, log: log, queue: make(chan domain.AuditEvent, 4), done: make(chan struct{}), signIns: newRateLimit(100, 100)}
+	a := &AuditLog{db: &DB{metrics: m}, log: log, queue: make(chan domain.AuditEvent, 4), done: make(chan struct{}), signIns: rate.NewLimiter(100, 100)}
 	a.losses.log = log
 	for range 5 {
 		if err := a.Record(context.Background(), domain.AuditEvent{Kind: domain.AuditKindSignIn, Outcome: domain.CodeLogin}); err != nil {
@@ -38,24 +38,5 @@ func TestFailedSignInFloodIsNeverSilent(t *testing.T) {
 	a.losses.flush()
 	if !strings.Contains(logs.String(), `"events":2`) {
 		t.Errorf("the losses after the first line were not logged at the end:\n%s", logs.String())
-	}
-}
-
-// TestSignInRate: the bucket lets burst through at once, then rate a
-// second.
-func TestSignInRate(t *testing.T) {
-	r := newRateLimit(10, 3)
-	now := time.Now()
-	got := 0
-	for range 10 {
-		if r.allow(now) {
-			got++
-		}
-	}
-	if got != 3 {
-		t.Errorf("%d allowed at once, want the burst of 3", got)
-	}
-	if !r.allow(now.Add(100*time.Millisecond)) || r.allow(now.Add(100*time.Millisecond)) {
-		t.Error("a tenth of a second later, want one more and no second")
 	}
 }

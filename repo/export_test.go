@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"golang.org/x/time/rate"
 
 	"exchange/domain"
 )
@@ -115,7 +116,7 @@ func SetWALCheckEvery(d time.Duration) func() {
 // for wait.
 func StalledAuditLog(d *DB, log *slog.Logger, buffer int, wait time.Duration) *AuditLog {
 	a := &AuditLog{db: d, log: log, queue: make(chan domain.AuditEvent, buffer), done: make(chan struct{}),
-		signIns: newRateLimit(signInRate, signInBurst), wait: wait}
+		signIns: rate.NewLimiter(signInRate, signInBurst), wait: wait}
 	a.losses.log = log
 	return a
 }
