@@ -1,6 +1,7 @@
 package oauth
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/url"
@@ -101,8 +102,10 @@ func (p *Provider) Reinvite(ctx context.Context, actor *domain.Actor, patientID 
 }
 
 // issueAndDeliver issues the invitee's code for the client and delivers
-// its link.
+// its link, made on the service's public URL when it has one, else on
+// the request's origin.
 func (p *Provider) issueAndDeliver(ctx context.Context, actor *domain.Actor, in *domain.Invitee, clientID, origin string) (*SentInvitation, error) {
+	origin = cmp.Or(p.publicURL, origin)
 	code, err := p.IssuePatientCode(ctx, in.User.ID, clientID)
 	if err != nil {
 		return nil, domain.AsFieldError(err, "clientId")

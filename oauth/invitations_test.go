@@ -329,7 +329,7 @@ func TestConsoleInvitationOnAFreshService(t *testing.T) {
 // replacement tells the patient.
 func TestInvitationsGoByEmail(t *testing.T) {
 	mail := handlerstest.StartMailServer(t)
-	w := newInvitationWorld(t, handlerstest.Options{Mailer: mail.Mailer})
+	w := newInvitationWorld(t, handlerstest.Options{Mailer: mail.Mailer, PublicURL: "https://exchange.example.test"})
 	patient := w.env.Invitee(t, "emailed@example.org")
 	out := w.invite(t, w.member, patient.ID, map[string]any{"clientId": w.app.ID}, http.StatusCreated)
 	if out["delivery"] != "email" || out["sentTo"] != "e•••@example.org" || out["invitationLink"] != nil {
@@ -350,13 +350,17 @@ func TestInvitationsGoByEmail(t *testing.T) {
 		t.Fatalf("redeeming the emailed link: %v", err)
 	}
 
-	// A replacement: the patient is told, and the new link goes to them.
-	out = w.invite(t, w.manager, patient.ID, map[string]any{"clientId": oauth.ConsoleClientID, "replaceLogin": true}, http.StatusCreated)
-	if out["loginReplaced"] != true || out["invitationLink"] != nil {
-		t.Errorf("an emailed replacement's answer: %v", out)
+	// A replacement: the patient is told, and the new link goes to them,
+	// on the service's public URL whatever Host the request named (else
+	// the sender of the request would receive the patient's code).
+	resp, out := handlerstest.SendTo(t, "POST", fmt.Sprintf("%s/api/v1/patients/%d/invitation", w.env.URL, patient.ID), w.manager,
+		map[string]any{"clientId": oauth.ConsoleClientID, "replaceLogin": true}, map[string]string{"Host": "attacker.example"})
+	if resp.StatusCode != http.StatusCreated || out["loginReplaced"] != true || out["invitationLink"] != nil {
+		t.Errorf("an emailed replacement's answer: %d %v", resp.StatusCode, out)
 	}
 	inbox = mail.To("emailed@example.org")
-	if len(inbox) != 3 || !strings.Contains(inbox[1].Subject, "login was replaced") || !strings.Contains(inbox[2].Text, oauth.ConsoleInvitationPath) {
+	if len(inbox) != 3 || !strings.Contains(inbox[1].Subject, "login was replaced") ||
+		!strings.Contains(inbox[2].Text, "https://exchange.example.test"+oauth.ConsoleInvitationPath) || strings.Contains(inbox[2].Text, "attacker.example") {
 		t.Errorf("after a replacement the patient has %d messages: %+v", len(inbox), inbox)
 	}
 }

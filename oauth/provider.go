@@ -122,6 +122,12 @@ type Config struct {
 	// SAML metadata, code exchanges); nil: a client with a 10-second
 	// timeout.
 	HTTPClient *http.Client
+	// PublicURL is the origin patients' browsers reach the service at
+	// (PUBLIC_URL): invitation links are made on it, never on the Host
+	// of the request that asks for one, which its sender chooses. "": the
+	// request's origin (links then go back to that request's sender only:
+	// there is no delivery channel).
+	PublicURL string
 }
 
 // Provider is the authorization server. Its Handler serves /o/.
@@ -139,6 +145,7 @@ type Provider struct {
 	now              func() time.Time
 	pages            *template.Template
 	proxies          TrustedProxies
+	publicURL        string
 
 	sessionLifetime, sessionIdleTimeout time.Duration
 	passwordSignIn                      bool
@@ -241,7 +248,7 @@ func New(c Config) (*Provider, error) {
 		log: c.Logger, metrics: newMetrics(c.Metrics), now: c.Now, pages: pageTemplates, proxies: c.TrustedProxies,
 		sessionLifetime: c.SessionLifetime, sessionIdleTimeout: c.SessionIdleTimeout,
 		passwordSignIn: !c.PasswordSignInOff, federation: newFederation(c.HTTPClient, c.SigningKey, c.Now),
-		exchange: newTokenExchange(c.TokenExchange, c.HTTPClient, c.Now),
+		exchange: newTokenExchange(c.TokenExchange, c.HTTPClient, c.Now), publicURL: c.PublicURL,
 	}, nil
 }
 

@@ -155,6 +155,7 @@ func openApp(ctx context.Context, s *settings, log *slog.Logger, command bool) (
 		PatientCodeChallenge: s.PatientChallenge, PatientCodeTTL: s.PatientCodeTTL, Logger: log, Metrics: a.registerer(),
 		TrustedProxies: s.TrustedProxies, SessionLifetime: s.SessionLifetime, SessionIdleTimeout: s.SessionIdle,
 		ResourceTypes: a.catalog.TypeNames(), PasswordSignInOff: !s.PasswordSignIn, TokenExchange: s.TokenExchange,
+		PublicURL: s.PublicURL,
 	})
 	if err != nil {
 		a.Close()

@@ -104,6 +104,8 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		{"PASSWORD_SIGN_IN", "maybe"},
 		{"TOKEN_EXCHANGE_TRUSTED_ISSUERS", "http://ehr.example.org"},
 		{"TOKEN_EXCHANGE_TRUSTED_ISSUERS", "https://ehr.example.org"}, // without its audience
+		{"PUBLIC_URL", "exchange.example.org"},
+		{"PUBLIC_URL", "https://exchange.example.org/console"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), nil, env(map[string]string{tc.name: tc.value, "DATA_DIR": t.TempDir()}), nil, &stdout, &stderr)
@@ -115,6 +117,16 @@ func TestBadSettingsStopStartUpWithOneLine(t *testing.T) {
 		if !strings.Contains(msg, tc.name) || strings.Contains(msg, "\n") {
 			t.Errorf("%s=%q: error %q should be one line naming the setting", tc.name, tc.value, msg)
 		}
+	}
+	// Emailed links need the service's public URL: a request's Host would
+	// send them wherever the request's sender chose.
+	mail := map[string]string{"SMTP_URL": "smtp://127.0.0.1:2525", "SMTP_FROM": "exchange@example.org"}
+	if _, err := loadSettings(env(mail)); err == nil || !strings.Contains(err.Error(), "PUBLIC_URL") {
+		t.Errorf("SMTP_URL without PUBLIC_URL: %v", err)
+	}
+	mail["PUBLIC_URL"] = "https://exchange.example.org/"
+	if s, err := loadSettings(env(mail)); err != nil || s.PublicURL != "https://exchange.example.org" {
+		t.Errorf("SMTP_URL with PUBLIC_URL: %v, %+v", err, s)
 	}
 	// A matching pair of one's own is accepted.
 	if _, err := loadSettings(env(map[string]string{"PATIENT_AUTHORIZATION_CODE_VERIFIER": verifier, "PATIENT_AUTHORIZATION_CODE_CHALLENGE": s256(verifier)})); err != nil {

@@ -81,6 +81,9 @@ type settings struct {
 	// Mailer is SMTP_URL and SMTP_FROM: the delivery channel of
 	// invitations; nil: none.
 	Mailer *mailer.SMTP
+	// PublicURL is PUBLIC_URL: the origin patients' browsers reach the
+	// service at, which invitation links are made on; "": each request's.
+	PublicURL string
 }
 
 // Defaults of the operations settings (docs/settings.md).
@@ -238,9 +241,17 @@ func loadSettings(getenv func(string) string) (*settings, error) {
 		// The ConceptMaps ship beside the maps (scripts/setup's layout).
 		s.XverConceptMapDir = filepath.Join(filepath.Dir(s.XverPackageDir), "conceptmaps")
 	}
+	if s.PublicURL, err = publicURL(get("PUBLIC_URL", "")); err != nil {
+		return nil, err
+	}
 	if v := get("SMTP_URL", ""); v != "" {
 		if s.Mailer, err = mailer.New(v, get("SMTP_FROM", "")); err != nil {
 			return nil, err
+		}
+		// An emailed link made on a request's Host would go wherever the
+		// request's sender pointed it.
+		if s.PublicURL == "" {
+			return nil, errors.New("SMTP_URL: set PUBLIC_URL too, the origin patients reach the service at: emailed invitation links are made on it")
 		}
 	} else if get("SMTP_FROM", "") != "" {
 		return nil, errors.New("SMTP_FROM: set SMTP_URL too, or neither")
@@ -372,4 +383,17 @@ func parseDays(v string) (time.Duration, error) {
 		return time.Duration(n * float64(24*time.Hour)), nil
 	}
 	return time.ParseDuration(v)
+}
+
+// publicURL checks PUBLIC_URL: an http or https origin (scheme and host,
+// no path, query or user), returned without a trailing slash.
+func publicURL(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	u, err := url.Parse(strings.TrimSuffix(v, "/"))
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil || u.Fragment != "" {
+		return "", fmt.Errorf("PUBLIC_URL: %q is not an origin such as https://exchange.example.org", v)
+	}
+	return u.Scheme + "://" + u.Host, nil
 }

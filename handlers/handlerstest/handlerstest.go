@@ -252,6 +252,8 @@ type Options struct {
 	// Mailer is the delivery channel of invitations (StartMailServer's);
 	// nil: none.
 	Mailer domain.Mailer
+	// PublicURL is PUBLIC_URL: the origin invitation links are made on.
+	PublicURL string
 	// Auditor wraps the audit trail the service records to (Audit's; nil
 	// without Audit): a test that makes the trail refuse events. nil: the
 	// trail as it is.
@@ -329,6 +331,7 @@ func StartWith(t testing.TB, o Options) *Env {
 		SigningKey: signingKey(t), PatientCodeChallenge: PatientChallenge, PatientCodeTTL: PatientCodeTTL, Now: clock.Now,
 		Logger: log, TrustedProxies: proxies, SessionLifetime: o.SessionLifetime, SessionIdleTimeout: o.SessionIdleTimeout,
 		ResourceTypes: catalog.TypeNames(), PasswordSignInOff: o.PasswordSignInOff, TokenExchange: o.TokenExchange,
+		PublicURL: o.PublicURL,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -507,6 +510,9 @@ func SendTo(t testing.TB, method, rawURL, token string, body any, header map[str
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
+	}
+	if host, ok := header["Host"]; ok {
+		req.Host = host // what a client that names another host sends
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
