@@ -254,6 +254,15 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := p.oauth2.NewAccessResponse(ctx, ar)
+	if err == nil && invitee != 0 {
+		// An app redeemed an invitation: the patient has a login now, and
+		// their other invitations end. Before the answer, so that no
+		// answer goes out unrecorded; the code is pending until then, so
+		// the retry of a request cut short finds it standing.
+		if err = p.users.InvitationAccepted(context.WithoutCancel(ctx), invitee); err != nil {
+			err = fosite.ErrServerError.WithWrap(err)
+		}
+	}
 	if err != nil {
 		p.logServerError("token response failed", err)
 		p.metrics.tokenRefused(err)
@@ -273,14 +282,6 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 	// retry (tokenwrites.go).
 	if err := p.storage.answered(ctx, ar.GetID()); err != nil {
 		p.logServerError("ending the token request failed", err)
-	}
-	// An app redeemed an invitation: the patient has a login now, and
-	// their other invitations end. After the answer, so that the retry of
-	// a request whose answer was lost still finds its code standing.
-	if invitee != 0 {
-		if err := p.users.InvitationAccepted(context.WithoutCancel(ctx), invitee); err != nil {
-			p.logServerError("recording a redeemed invitation failed", err)
-		}
 	}
 }
 

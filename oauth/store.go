@@ -194,13 +194,17 @@ func (s *fositeStore) get(ctx context.Context, kind domain.OAuthTokenKind, signa
 		}
 		return r, inactive
 	}
-	if t.Invitation {
+	// A pending code is the retry of its own redemption, whose answer was
+	// lost: the login it gave the patient is this one.
+	if t.Invitation && !t.Pending {
 		if ok, err := s.invitationStands(ctx, t.UserID); err != nil || !ok {
 			if err != nil {
 				return nil, err
 			}
 			return r, inactive
 		}
+	}
+	if t.Invitation {
 		if redeemed, ok := ctx.Value(invitationRedeemKey{}).(*int64); ok {
 			*redeemed = t.UserID
 		}
