@@ -409,7 +409,9 @@ func TestConcurrentCreatesOfOneIdentifier(t *testing.T) {
 // TestMarkRedeemedInvitations: a patient without a password whose app
 // holds a live refresh token (an invitation redeemed before redemptions
 // were recorded) is marked as having a login, once; a patient without
-// one, or whose token ended, is not, nor is a practitioner.
+// one, or whose token ended, is not, nor is a practitioner, nor a patient
+// whose redemption is in progress (its code still active or pending: a
+// crash cut it short, and its retry must still find the code standing).
 func TestMarkRedeemedInvitations(t *testing.T) {
 	db := repotest.NewDB(t)
 	ctx := context.Background()
@@ -427,8 +429,22 @@ func TestMarkRedeemedInvitations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	code := func(u *domain.User, active, pending bool) {
+		if err := db.CreateOAuthToken(ctx, &domain.OAuthToken{Kind: domain.TokenAuthorizeCode, Signature: fmt.Sprint("code-", u.ID),
+			RequestID: fmt.Sprint("req-", u.ID), ClientID: "app", UserID: u.ID, Active: active, Pending: pending, IssuedAt: now,
+			ExpiresAt: now.Add(time.Hour), Invitation: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	app := user("app@example.org", domain.UserPatient, "")
+	code(app, false, false) // redeemed, answered
 	refresh(app, true, now.Add(time.Hour))
+	inFlight := user("in-flight@example.org", domain.UserPatient, "")
+	code(inFlight, false, true) // redeemed, not answered yet
+	refresh(inFlight, true, now.Add(time.Hour))
+	cutShort := user("cut-short@example.org", domain.UserPatient, "")
+	code(cutShort, true, false) // tokens stored, the code not retired yet
+	refresh(cutShort, true, now.Add(time.Hour))
 	refresh(app, false, now.Add(time.Hour)) // a rotated one beside it
 	never := user("never@example.org", domain.UserPatient, "")
 	ended := user("ended@example.org", domain.UserPatient, "")
@@ -443,7 +459,7 @@ func TestMarkRedeemedInvitations(t *testing.T) {
 	for _, c := range []struct {
 		u    *domain.User
 		want bool
-	}{{app, true}, {never, false}, {ended, false}, {revoked, false}, {doc, false}} {
+	}{{app, true}, {inFlight, false}, {cutShort, false}, {never, false}, {ended, false}, {revoked, false}, {doc, false}} {
 		u, err := db.UserByID(ctx, c.u.ID)
 		if err != nil {
 			t.Fatal(err)

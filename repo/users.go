@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -172,17 +173,42 @@ func (d *DB) ListUsers(ctx context.Context, q domain.UserQuery, p domain.Page) (
 // MarkRedeemedInvitations records that a patient has a login
 // (domain.User.HasLogin) when their app redeemed an invitation before the
 // exchange recorded redemptions: a patient without a password nor a
-// recorded redemption who holds a live refresh token, which only a
-// redeemed invitation gives such a patient. Without the mark an
-// invitation could be issued for them, and whoever redeemed it would take
-// their account over. It changes only such patients (idempotent), leaves
-// their version as it is, and returns how many it marked.
+// recorded redemption who holds a live refresh token of a settled grant,
+// which only a redeemed invitation gives such a patient. A grant whose
+// code is still active or pending is a redemption in progress (a crash
+// cut it short; its retry completes it and records it), not counted.
+// Without the mark an invitation could be issued for them, and whoever
+// redeemed it would take their account over. It changes only such
+// patients (idempotent), leaves their version as it is, and returns how
+// many it marked.
 func (d *DB) MarkRedeemedInvitations(ctx context.Context, now time.Time) (int64, error) {
-	var holders []int64
-	err := d.c(colOAuthTokens).Distinct(ctx, "userId", bson.M{"kind": string(domain.TokenRefresh), "active": true,
-		"expiresAt": bson.M{"$gt": now}}).Decode(&holders)
-	if err != nil || len(holders) == 0 {
+	cur, err := d.c(colOAuthTokens).Find(ctx, bson.M{"kind": string(domain.TokenRefresh), "active": true, "expiresAt": bson.M{"$gt": now}},
+		options.Find().SetProjection(bson.M{"userId": 1, "requestId": 1}))
+	if err != nil {
 		return 0, err
+	}
+	var grants []oauthTokenDoc
+	if err := cur.All(ctx, &grants); err != nil || len(grants) == 0 {
+		return 0, err
+	}
+	requests := make([]string, len(grants))
+	for i, g := range grants {
+		requests[i] = g.RequestID
+	}
+	var unsettled []string
+	err = d.c(colOAuthTokens).Distinct(ctx, "requestId", bson.M{"kind": string(domain.TokenAuthorizeCode), "requestId": bson.M{"$in": requests},
+		"$or": bson.A{bson.M{"active": true}, bson.M{"pending": true}}}).Decode(&unsettled)
+	if err != nil {
+		return 0, err
+	}
+	var holders []int64
+	for _, g := range grants {
+		if !slices.Contains(unsettled, g.RequestID) {
+			holders = append(holders, g.UserID)
+		}
+	}
+	if len(holders) == 0 {
+		return 0, nil
 	}
 	res, err := d.c(colUsers).UpdateMany(ctx, bson.M{"_id": bson.M{"$in": holders}, "userType": string(domain.UserPatient), "passwordHash": "",
 		"$or": bson.A{bson.M{"invitationAcceptedAt": bson.M{"$exists": false}}, bson.M{"invitationAcceptedAt": bson.M{"$lte": time.Time{}}}}},
