@@ -144,13 +144,16 @@ func oauthEndpoint(base, clientID, secret, redirect string) *oauth2.Config {
 
 // patientToken is what a patient's app holds after its invitation: the
 // patient's invitation link for the app (issued by admin, a superuser's
-// client), redeemed with the reference PKCE verifier.
+// client), redeemed with the reference PKCE verifier. The searches sign
+// the patient's app in again after the upload did: the superuser replaces
+// the login the first invitation gave, as an invitation never takes one
+// over silently.
 func patientToken(ctx context.Context, admin *apiClient, app *oauth2.Config, verifier string, patientID int64) (oauth2.TokenSource, error) {
 	var invitation struct {
 		Link string `json:"invitationLink"`
 	}
 	if err := admin.send(ctx, "POST", fmt.Sprintf("/api/v1/patients/%d/invitation", patientID),
-		map[string]any{"clientId": app.ClientID}, &invitation); err != nil {
+		map[string]any{"clientId": app.ClientID, "replaceLogin": true}, &invitation); err != nil {
 		return nil, err
 	}
 	link, err := url.Parse(invitation.Link)
