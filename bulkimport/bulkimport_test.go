@@ -241,19 +241,18 @@ func TestInterruptedRunResumes(t *testing.T) {
 
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
-	go func() { // the user's Ctrl-C, once interruptAt are stored; gone with the test
-		for ctx.Err() == nil {
-			n, err := f.resources.CountDocuments(ctx, bson.D{{Key: "sourceId", Value: f.srcA.ID}})
-			if err == nil && n >= interruptAt {
-				interrupt()
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
 	// As a hard stop would: requests in flight are abandoned, though the
-	// service may store them; the resumed run gets 409s for those.
+	// service may store them; the resumed run gets 409s for those. The
+	// user's Ctrl-C comes as the answer that brings the stored resources
+	// to interruptAt arrives, however fast the run (a clock could miss it).
 	hard := o
 	hard.Grace = time.Nanosecond
+	hard.Client = &http.Client{Transport: afterAnswer{func() {
+		n, err := f.resources.CountDocuments(context.Background(), bson.D{{Key: "sourceId", Value: f.srcA.ID}})
+		if err == nil && n >= interruptAt {
+			interrupt()
+		}
+	}}}
 	first, err := bulkimport.Run(ctx, hard)
 	if err != nil || !first.Interrupted || first.Answered() >= int64(total) || first.Converted+first.WithLoss < interruptAt {
 		t.Fatalf("interrupted run: %+v, %v", first, err)
@@ -757,4 +756,16 @@ func TestDuplicatesUnreadableForNowAreResumed(t *testing.T) {
 	if n := f.stored(t, f.srcA); n != 2 {
 		t.Errorf("%d resources stored, want 2", n)
 	}
+}
+
+// afterAnswer is a transport that calls its function after each answer
+// arrives, before the client reads it.
+type afterAnswer struct{ then func() }
+
+func (a afterAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		a.then()
+	}
+	return resp, err
 }

@@ -693,8 +693,11 @@ func TestEveryRouteRefusesHostileBodies(t *testing.T) {
 		if strings.HasPrefix(path, "/FHIR/R5") || strings.HasPrefix(path, "/fhir/r5") || strings.HasPrefix(path, "/fhir-import/R4") {
 			surface = bdFHIR
 		}
-		for _, who := range []string{"super", "alice"} {
+		for k, who := range []string{"super", "alice"} {
 			for i, body := range bodies {
+				if testing.Short() && (i+k)%2 == 1 {
+					continue // under -short, each body as one of the two users
+				}
 				ct := types[i%len(types)]
 				resp, data := fxDo(t, w.env, method, path, map[string]string{"Authorization": "Bearer " + w.tok[who], "Content-Type": ct,
 					domain.SourceHeader: strconv.FormatInt(w.aliceSrc.ID, 10)}, body)

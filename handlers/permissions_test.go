@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -547,18 +548,23 @@ func (w *world) studyWithSource() int64 {
 
 // TestPermissionMatrix sends every admin endpoint as every kind of actor
 // and checks the status; a refused write must leave the database exactly
-// as it was.
+// as it was. Under -short each endpoint goes as a third of the actors,
+// every actor to a third of the endpoints (shortPair).
 func TestPermissionMatrix(t *testing.T) {
 	w := newWorld(t)
 	rows := matrixRows(w)
 	cases := 0
 	var sent []string // "METHOD path" of every request, for the routes check
-	for name, row := range rows {
+	for r, name := range slices.Sorted(maps.Keys(rows)) {
+		row := rows[name]
 		want := strings.Fields(row.want)
 		if len(want) != len(matrixActors) {
 			t.Fatalf("%s: %d statuses for %d actors", name, len(want), len(matrixActors))
 		}
 		for i, actor := range matrixActors {
+			if !shortPair(r, i) {
+				continue
+			}
 			path, body := row.prepare(w, actor)
 			var before map[string][]string
 			if row.method != "GET" {
