@@ -83,6 +83,7 @@ var mayBeSeen = map[string][]string{
 // see appears anywhere in any answer, unless the request itself carried it
 // (a lookup by exact email names the email it looks up).
 func TestUserDirectoryLeaksNoOne(t *testing.T) {
+	t.Parallel() // its own exchange and database
 	w := newWorld(t)
 	people, orgB := directoryPeople(w)
 	A, S := w.orgA.ID, w.study.ID

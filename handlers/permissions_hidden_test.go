@@ -116,6 +116,7 @@ var absent = map[string]string{"patient": "987654321", "identifier": "absent-0",
 // and compares the answers: status, headers and body (with the value
 // itself and what changes with time left out) must be the same.
 func TestHiddenPatientsLookAbsent(t *testing.T) {
+	t.Parallel() // its own exchange and database
 	w := newScopeWorld(t)
 	svc, ctx := w.env.Service, w.ctx
 	// A patient of the other organization, with an observation, a FHIR

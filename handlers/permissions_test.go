@@ -472,6 +472,7 @@ var versionedPatches = []string{"PATCH user", "PATCH organization", "PATCH pract
 // or "*", so that a refusal tells nothing of the record's version (the
 // use cases check the version only once the actor may make the change).
 func TestPermissionMatrixStaleIfMatch(t *testing.T) {
+	t.Parallel() // its own exchange and database
 	w := newWorld(t)
 	rows := matrixRows(w)
 	for _, name := range versionedPatches {
@@ -551,6 +552,7 @@ func (w *world) studyWithSource() int64 {
 // as it was. Under -short each endpoint goes as a third of the actors,
 // every actor to a third of the endpoints (shortPair).
 func TestPermissionMatrix(t *testing.T) {
+	t.Parallel() // its own exchange and database
 	w := newWorld(t)
 	rows := matrixRows(w)
 	cases := 0

@@ -351,6 +351,7 @@ func scopeRows() map[string]scopeRow {
 // each row goes with a fifth of the tokens, every token with a fifth of
 // the rows (shortPair); the permission matrix's with a third.
 func TestScopeMatrix(t *testing.T) {
+	t.Parallel() // its own exchange and database
 	w := newScopeWorld(t)
 	rows := scopeRows()
 	names := make([]string, 0, len(rows))
