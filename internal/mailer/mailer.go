@@ -56,7 +56,7 @@ const sendTimeout = 30 * time.Second
 func New(rawURL, from string) (*SMTP, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "smtp" && u.Scheme != "smtps") || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return nil, errors.New("SMTP_URL: is not smtp://[user:password@]host[:port] or smtps://...")
+		return nil, errors.New("SMTP_URL: is not smtp://[user:password@]host[:port] or smtps://[user:password@]host[:port]")
 	}
 	addr, err := mail.ParseAddress(from)
 	if err != nil || addr.Name != "" || addr.Address != strings.TrimSpace(from) {
