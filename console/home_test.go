@@ -1,17 +1,12 @@
 package console_test
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
-
-	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"exchange/handlers/handlerstest"
-	"exchange/repo/repotest"
 )
 
 // TestHomeSaysTheStoreIsPastItsSize: once the embedded database is past
@@ -22,20 +17,7 @@ func TestHomeSaysTheStoreIsPastItsSize(t *testing.T) {
 	env.Practitioner(t, "staff@example.org", false)
 	env.Patient(t, "pat@example.org")
 	staff, patient := signIn(t, env, "staff", "staff@example.org"), signIn(t, env, "patient", "pat@example.org")
-	ctx := context.Background()
-	observe := func(n int) {
-		t.Helper()
-		docs := make([]any, n)
-		for i := range docs {
-			docs[i] = bson.M{"patientId": int64(1)}
-		}
-		if _, err := repotest.Collection(t, env.DB, "observations").InsertMany(ctx, docs); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Size.Check(ctx, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	observe := func(n int) { env.AddBareObservations(t, n) }
 	const notice = "The embedded database is past its comfortable size"
 	home := func(c *caller) string {
 		t.Helper()

@@ -15,11 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"exchange/handlers/handlerstest"
 	"exchange/repo"
-	"exchange/repo/repotest"
 	"exchange/telemetry"
 )
 
@@ -414,20 +411,7 @@ func auditPatients(e map[string]any) []string {
 func TestReadyNamesAStorePastItsSize(t *testing.T) {
 	env := handlerstest.StartWith(t, handlerstest.Options{ComfortableObservations: 2,
 		Loaded: map[string]bool{"indexes": true}, Logger: slog.New(slog.DiscardHandler)})
-	ctx := context.Background()
-	observe := func(n int) {
-		t.Helper()
-		docs := make([]any, n)
-		for i := range docs {
-			docs[i] = bson.M{"patientId": int64(1)}
-		}
-		if _, err := repotest.Collection(t, env.DB, "observations").InsertMany(ctx, docs); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Size.Check(ctx, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	observe := func(n int) { env.AddBareObservations(t, n) }
 	observe(2)
 	resp, body := env.GetJSON(t, "/ready", "")
 	if _, said := body["embeddedDatabase"]; resp.StatusCode != http.StatusOK || said {

@@ -36,7 +36,9 @@ import (
 	"exchange/omh/omhtest"
 	"exchange/repo"
 	"exchange/repo/repotest"
+
 	"exchange/telemetry"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // Clock is a test clock: the wall clock moved by an offset, or, once
@@ -454,6 +456,24 @@ func (e *Env) Client(t testing.TB, reg oauth.ClientRegistration) (*domain.OAuthC
 		t.Fatal(err)
 	}
 	return c, secret
+}
+
+// AddBareObservations stores n bare observation documents (no content a
+// search reads) straight into the database, then has Size check the
+// store: for tests of what the service says past its comfortable size.
+func (e *Env) AddBareObservations(t testing.TB, n int) {
+	t.Helper()
+	docs := make([]any, n)
+	for i := range docs {
+		docs[i] = bson.M{"patientId": int64(1)}
+	}
+	ctx := context.Background()
+	if _, err := repotest.Collection(t, e.DB, "observations").InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Size.Check(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // GetJSON sends GET path (relative to the server) with a bearer token when
