@@ -226,25 +226,30 @@ func observationStats(ctx context.Context, a *api, q url.Values) ([]codeStats, e
 			case "last":
 				c.Last = part.ValueDateTime
 			case "value":
-				var v valueStats
-				for _, vp := range part.Part {
-					switch vp.Name {
-					case "unit":
-						v.Unit = vp.ValueString
-					case "count":
-						v.Count, _ = strconv.ParseInt(vp.ValueInteger64, 10, 64)
-					case "min":
-						v.Min = vp.ValueDecimal
-					case "max":
-						v.Max = vp.ValueDecimal
-					case "mean":
-						v.Mean = vp.ValueDecimal
-					}
-				}
-				c.Values = append(c.Values, v)
+				c.Values = append(c.Values, valueStatsOf(part.Part))
 			}
 		}
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// valueStatsOf reads the parts of one "value" part of $stats.
+func valueStatsOf(parts []statsPart) valueStats {
+	var v valueStats
+	for _, p := range parts {
+		switch p.Name {
+		case "unit":
+			v.Unit = p.ValueString
+		case "count":
+			v.Count, _ = strconv.ParseInt(p.ValueInteger64, 10, 64)
+		case "min":
+			v.Min = p.ValueDecimal
+		case "max":
+			v.Max = p.ValueDecimal
+		case "mean":
+			v.Mean = p.ValueDecimal
+		}
+	}
+	return v
 }
