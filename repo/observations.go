@@ -187,6 +187,22 @@ func observationContent(o *domain.Observation) string {
 // contentBuffers hold the lines observationContent hashes.
 var contentBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
+// appendContentList appends a list of the content line: null when empty,
+// else its items, each written by item.
+func appendContentList[T any](b []byte, items []T, item func([]byte, T) []byte) []byte {
+	if len(items) == 0 {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, x := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = item(b, x)
+	}
+	return append(b, ']')
+}
+
 // appendContent appends the line observationContent hashes.
 func appendContent(b []byte, o *domain.Observation) []byte {
 	b = append(b, '[')
@@ -196,41 +212,23 @@ func appendContent(b []byte, o *domain.Observation) []byte {
 	b = append(b, ',')
 	b = domain.AppendHTMLEscapedJSONString(b, o.Status)
 	b = append(b, ',')
-	if len(o.Codings) == 0 {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, c := range o.Codings {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"System":`...)
-			b = domain.AppendHTMLEscapedJSONString(b, c.System)
-			b = append(b, `,"Code":`...)
-			b = domain.AppendHTMLEscapedJSONString(b, c.Code)
-			b = append(b, `,"Display":`...)
-			b = domain.AppendHTMLEscapedJSONString(b, c.Display)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
+	b = appendContentList(b, o.Codings, func(b []byte, c domain.Coding) []byte {
+		b = append(b, `{"System":`...)
+		b = domain.AppendHTMLEscapedJSONString(b, c.System)
+		b = append(b, `,"Code":`...)
+		b = domain.AppendHTMLEscapedJSONString(b, c.Code)
+		b = append(b, `,"Display":`...)
+		b = domain.AppendHTMLEscapedJSONString(b, c.Display)
+		return append(b, '}')
+	})
 	b = append(b, ',')
-	if len(o.Identifiers) == 0 {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, id := range o.Identifiers {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"System":`...)
-			b = domain.AppendHTMLEscapedJSONString(b, id.System)
-			b = append(b, `,"Value":`...)
-			b = domain.AppendHTMLEscapedJSONString(b, id.Value)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
+	b = appendContentList(b, o.Identifiers, func(b []byte, id domain.Identifier) []byte {
+		b = append(b, `{"System":`...)
+		b = domain.AppendHTMLEscapedJSONString(b, id.System)
+		b = append(b, `,"Value":`...)
+		b = domain.AppendHTMLEscapedJSONString(b, id.Value)
+		return append(b, '}')
+	})
 	b = append(b, ',')
 	b = domain.AppendHTMLEscapedJSONString(b, o.ContentType)
 	b = append(b, ',')
