@@ -172,6 +172,16 @@ func (p *Provider) exchangeToken(r *http.Request) (map[string]any, *exchangeErro
 		p.log.Info("token exchange refused", "issuer", issuer, "reason", xerr.description)
 		return nil, xerr
 	}
+	stored, err := p.store.OAuthClient(ctx, client.GetID())
+	if err != nil {
+		p.log.Error("token exchange failed", "error", err)
+		return nil, exchangeErrorf(http.StatusInternalServerError, "server_error", "The token could not be issued.")
+	}
+	// The exchanged token acts with the practitioner's full access: a
+	// client registered for less may not have it (withinCeiling).
+	if !withinCeiling([]string{domain.ScopeOpenID}, stored.Scopes) {
+		return nil, exchangeErrorf(http.StatusBadRequest, "invalid_scope", "This client is registered for limited access; an exchanged token would act with the practitioner's full access.")
+	}
 	u, err := p.users.ExchangedPractitioner(ctx, issuer, fhirUser, client.GetID())
 	if err != nil {
 		status := map[domain.Code]int{domain.CodeInvalid: http.StatusBadRequest, domain.CodeForbidden: http.StatusForbidden,
@@ -182,13 +192,8 @@ func (p *Provider) exchangeToken(r *http.Request) (map[string]any, *exchangeErro
 		}
 		return nil, exchangeErrorf(status, "invalid_grant", "%s", domain.Sentence(domain.ErrorMessage(err)))
 	}
-	stored, err := p.store.OAuthClient(ctx, client.GetID())
-	var token string
-	var expires time.Time
-	if err == nil {
-		expires = p.now().UTC().Add(AccessTokenLifespan).Round(time.Second)
-		token, err = p.issueToken(ctx, u, stored, []string{domain.ScopeOpenID}, 0, expires)
-	}
+	expires := p.now().UTC().Add(AccessTokenLifespan).Round(time.Second)
+	token, err := p.issueToken(ctx, u, stored, []string{domain.ScopeOpenID}, 0, expires)
 	if err != nil {
 		p.log.Error("token exchange failed", "error", err)
 		return nil, exchangeErrorf(http.StatusInternalServerError, "server_error", "The token could not be issued.")

@@ -42,7 +42,8 @@ type exchangeCase struct {
 	basic []string
 	// setup changes the exchange's accounts first.
 	setup      func(t *testing.T, env *handlerstest.Env)
-	noPractice bool // no practitioner has the identifier
+	noPractice bool     // no practitioner has the identifier
+	scopes     []string // the client's registered scopes (nil: every scope)
 	want       int
 }
 
@@ -54,6 +55,7 @@ func TestTokenExchangeMatrix(t *testing.T) {
 	other, _ := rsa.GenerateKey(rand.Reader, 2048)
 	cases := []exchangeCase{
 		{name: "valid id token issues a token", want: http.StatusOK},
+		{name: "a client registered for limited access", scopes: []string{"openid", "user/*.rs"}, want: http.StatusBadRequest},
 		{name: "no client authentication", form: func(f url.Values) { f.Del("client_id"); f.Del("client_secret") }, want: http.StatusUnauthorized},
 		{name: "wrong client secret", form: func(f url.Values) { f.Set("client_secret", "wrong-secret") }, want: http.StatusUnauthorized},
 		{name: "HTTP Basic client authentication", basic: []string{"", ""}, want: http.StatusOK},
@@ -130,7 +132,7 @@ func runExchangeCase(t *testing.T, c exchangeCase) {
 	if c.setup != nil {
 		c.setup(t, env)
 	}
-	client, secret := env.Client(t, oauth.ClientRegistration{Name: "SoF EHR Launch", Type: domain.ClientConfidential, RedirectURIs: []string{redirectURI}})
+	client, secret := env.Client(t, oauth.ClientRegistration{Name: "SoF EHR Launch", Type: domain.ClientConfidential, RedirectURIs: []string{redirectURI}, Scopes: c.scopes})
 	now := time.Now()
 	claims := map[string]any{"iss": ehr.URL, "aud": ehrAudience, "sub": "prac-1", "fhirUser": "Practitioner/test-practitioner",
 		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
