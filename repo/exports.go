@@ -334,9 +334,11 @@ func (d *DB) ExportJobsToRemove(ctx context.Context, now time.Time) ([]domain.Ex
 	var out []domain.ExportJob
 	for i := range deleted {
 		x := &deleted[i]
-		if x.Instance != "" {
+		if x.Instance != "" && x.FinishedAt.IsZero() {
 			// Deleted while it ran: its process stops at its next progress
-			// write and releases it (ReleaseExportJob), or dies.
+			// write and releases it (ReleaseExportJob), or dies. A job
+			// that finished keeps the instance that ran it, which holds
+			// nothing any more.
 			if lapsed, err := d.leaseLapsed(ctx, x.Instance, now); err != nil || !lapsed {
 				continue
 			}

@@ -209,3 +209,23 @@ func TestADeletedRunningJobIsRemovedOnceReleased(t *testing.T) {
 		t.Fatalf("released: %v %v", jobs, err)
 	}
 }
+
+// TestAFinishedJobIsRemovedWhileItsInstanceLives: a job that completed
+// and expired is removed at once, though the instance that ran it is
+// alive (the embedded default's one instance runs for months).
+func TestAFinishedJobIsRemovedWhileItsInstanceLives(t *testing.T) {
+	ctx := context.Background()
+	db := repotest.NewDB(t)
+	newExportJob(t, db, "job-d")
+	j, err := db.ClaimExportJob(ctx, time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.State, j.FinishedAt, j.ExpiresAt = domain.ExportCompleted, time.Now().Add(-time.Hour), time.Now().Add(-time.Minute)
+	if err := db.UpdateExportJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, err := db.ExportJobsToRemove(ctx, time.Now()); err != nil || len(jobs) != 1 || jobs[0].ID != j.ID {
+		t.Fatalf("an expired job of a live instance: %v %v", jobs, err)
+	}
+}
