@@ -396,6 +396,16 @@ func (s *Service) signInFederated(ctx context.Context, p *IdentityProvider, id F
 		if err := signInAccount(existing); err != nil {
 			return nil, existing, err
 		}
+		// An account linked to another subject of the same issuer stays
+		// that subject's: an address the provider gave to someone new does
+		// not open the old holder's account.
+		links, err := s.store.IdentityLinksOfUser(ctx, existing.ID)
+		if err != nil {
+			return nil, existing, err
+		}
+		if slices.ContainsFunc(links, func(l IdentityLink) bool { return l.Issuer == id.Issuer && l.Subject != id.Subject }) {
+			return nil, existing, Errorf(CodeLogin, "this account is linked to another %s identity: ask an administrator", p.Name)
+		}
 		link.UserID = existing.ID
 		if err := s.store.CreateIdentityLink(ctx, link); err != nil && !IsCode(err, CodeDuplicate) {
 			return nil, existing, err

@@ -296,6 +296,16 @@ func TestFederatedSignInLinksByEmailOnlyWhenAllowed(t *testing.T) {
 		if _, page := f.signIn(t, f.browser(t), ""); !strings.Contains(page, "You are signed in as doc@uni.example") {
 			t.Fatalf("linked sign-in:\n%s", page)
 		}
+		// The provider gives the address to someone new (another subject):
+		// the account stays the first holder's.
+		f.idp.SetUser(map[string]any{"sub": "d-3", "email": "doc@uni.example", "email_verified": true})
+		b := f.browser(t)
+		if resp, page := f.signIn(t, b, ""); resp.StatusCode != http.StatusUnauthorized || f.signedInAs(t, b) != "" {
+			t.Fatalf("a second subject of the issuer opened the account: %d\n%s", resp.StatusCode, page)
+		}
+		if _, err := f.env.DB.IdentityLink(context.Background(), f.idp.URL, "d-3"); !domain.IsCode(err, domain.CodeNotFound) {
+			t.Errorf("the second subject was linked: %v", err)
+		}
 	})
 }
 
