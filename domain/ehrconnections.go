@@ -565,6 +565,9 @@ func (s *Service) connectionOf(ctx context.Context, actor *Actor, id int64, what
 	if err != nil {
 		return nil, err
 	}
+	if actor.holdsOff(c.PatientID) { // a token held to another patient, a superuser's too
+		return nil, Errorf(CodeNotFound, "EHR connection %d does not exist", id)
+	}
 	if actor.IsSuperuser() || actor.Patient != nil && actor.Patient.ID == c.PatientID {
 		return c, nil
 	}

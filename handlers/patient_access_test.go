@@ -631,6 +631,20 @@ func TestPatientAccessDisconnect(t *testing.T) {
 	w.connect(t, true)
 	run := w.runs(t)[0]
 	conn := w.connection(t)
+	// A superuser's SMART launch held to another patient does not reach it.
+	other := w.env.Patient(t, "other@example.org")
+	super := must(w.env.Service.UserByEmail(context.Background(), "super@example.org"))
+	held, _, err := w.env.OAuth.IssueScopedAccessToken(context.Background(), super.ID, time.Hour,
+		[]string{"openid", "launch/patient", domain.ScopeAdminRead, domain.ScopeAdminWrite}, other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/api/v1/patient-access/connections/%v/sync", "/api/v1/patient-access/connections/%v"} {
+		method := map[bool]string{true: "POST", false: "DELETE"}[strings.HasSuffix(path, "/sync")]
+		if resp, out := w.env.Send(t, method, fmt.Sprintf(path, conn["id"]), held, nil); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s %s held to another patient: %d %v", method, path, resp.StatusCode, out)
+		}
+	}
 	resp, out := w.env.Send(t, "DELETE", fmt.Sprintf("/api/v1/patient-access/connections/%v", conn["id"]), w.token, nil)
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("disconnect: %d %v", resp.StatusCode, out)
