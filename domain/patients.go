@@ -389,11 +389,11 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 		return nil, err
 	}
 	p.Identifiers = identifiers
-	if reflect.DeepEqual(p, *old) {
-		return old, nil // nothing to change: no new version
-	}
-	if err := s.store.UpdatePatient(ctx, old, &p); err != nil {
-		return nil, err
+	unchanged := reflect.DeepEqual(p, *old) // no new version
+	if !unchanged {
+		if err := s.store.UpdatePatient(ctx, old, &p); err != nil {
+			return nil, err
+		}
 	}
 	if in.FamilyName != nil || in.GivenNames != nil || in.GivenName != nil {
 		// The login carries the record's names (the profile shows them).
@@ -404,6 +404,9 @@ func (s *Service) updatePatient(ctx context.Context, actor *Actor, id int64, in 
 		if _, err := s.store.ChangeUser(ctx, p.UserID, UserChange{FirstName: &given, LastName: &family}); err != nil {
 			return nil, err
 		}
+	}
+	if unchanged {
+		return old, nil
 	}
 	return &p, nil
 }
