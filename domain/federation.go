@@ -336,11 +336,17 @@ func (p *IdentityProvider) emailDomainAllowed(email string, verified bool) bool 
 // Refusals are CodeLogin with a message for the person signing in.
 func (s *Service) SignInFederated(ctx context.Context, p *IdentityProvider, id FederatedIdentity) (*User, error) {
 	u, known, err := s.signInFederated(ctx, p, id)
-	if err != nil {
-		s.log.Info("federated sign-in refused", "provider", p.ID, "reason", ErrorMessage(err))
-	}
 	if u == nil {
 		u = known
+	}
+	if err != nil {
+		// The reason may quote the email address: the log names the
+		// account instead, and the audit trail keeps the event.
+		var user int64
+		if u != nil {
+			user = u.ID
+		}
+		s.log.Info("federated sign-in refused", "provider", p.ID, "code", ErrorCode(err), "user", user)
 	}
 	s.auditUserEvent(ctx, u, AuditKindSignIn, "", p.ID, err)
 	return u, err

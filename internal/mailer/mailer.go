@@ -119,7 +119,7 @@ func (m *SMTP) dial(ctx context.Context) (*smtp.Client, error) {
 	if m.implicit {
 		conn = tls.Client(conn, tlsConfig)
 	}
-	if m.implicit || isLoopback(m.host) {
+	if m.implicit || domain.IsLoopbackHost(m.host) {
 		c := smtp.NewClient(conn)
 		if err := c.Hello("localhost"); err != nil {
 			c.Close()
@@ -130,20 +130,12 @@ func (m *SMTP) dial(ctx context.Context) (*smtp.Client, error) {
 	return smtp.NewClientStartTLS(conn, tlsConfig)
 }
 
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // message writes msg as an RFC 5322 message: one text/plain part in
 // quoted-printable UTF-8, the subject encoded for non-ASCII (RFC 2047).
 func (m *SMTP) message(msg domain.Mail) ([]byte, error) {
 	to, err := mail.ParseAddress(msg.To)
 	if err != nil || to.Name != "" || strings.ContainsAny(msg.To, "\r\n") {
-		return nil, fmt.Errorf("mail: %q is not an email address", msg.To)
+		return nil, errors.New("mail: the recipient is not an email address") // no address: errors are logged
 	}
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
