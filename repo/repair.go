@@ -274,6 +274,7 @@ func (d *DB) scanClaims(ctx context.Context, dryRun bool, rep *RepairReport) err
 		if err != nil {
 			return err
 		}
+		defer cur.Close(context.WithoutCancel(ctx)) // a decode error leaves it open
 		var candidates []bson.M
 		for cur.Next(ctx) {
 			var c bson.M
