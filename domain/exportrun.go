@@ -284,7 +284,11 @@ func (r *ExportRunner) runParts(ctx context.Context, j *ExportJob) error {
 		patients = append(patients, o.Patients...)
 	}
 	// The job's files are written; a download records its own read.
-	_ = s.auditExportJob(ctx, actor, AuditExecute, AuditKindExportComplete, j, "", sortedUnique(patients))
+	if err := s.auditExportJob(ctx, actor, AuditExecute, AuditKindExportComplete, j, "", sortedUnique(patients)); err != nil {
+		// The files stay downloadable: each download records its own read,
+		// or is refused when the trail refuses it.
+		s.log.Warn("the audit trail refused an export's completion event", "job", j.ID, "error", err)
+	}
 	return nil
 }
 

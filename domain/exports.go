@@ -569,7 +569,9 @@ func (s *Service) auditExport(ctx context.Context, actor *Actor, kind AuditKind,
 		e.Query = query
 	}
 	e.PatientIDs = boundedIDs(req.Patients)
-	s.auditor.Record(ctx, e)
+	if err := s.auditor.Record(ctx, e); err != nil {
+		s.log.Warn("the audit trail refused an export's event", "kind", kind, "error", err)
+	}
 }
 
 // ExportProgress is a short account of a job's progress, for X-Progress.
