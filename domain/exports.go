@@ -310,9 +310,23 @@ func ownerOf(actor *Actor) ExportOwner {
 }
 
 // owns reports whether the actor is the job's owner: the same user, or
-// the same organization's backend client, through the same client.
+// the same organization's backend client, through the same client, with
+// the same patient context and resource scopes that cover the job's (a
+// token held to another patient, or narrower, does not reach its files).
 func (o ExportOwner) owns(actor *Actor) bool {
-	return o.UserID == actor.User.ID && o.Organization == actor.Organization && o.ClientID == actor.ClientID
+	if o.UserID != actor.User.ID || o.Organization != actor.Organization || o.ClientID != actor.ClientID {
+		return false
+	}
+	if actor.access == nil {
+		return o.Patient == 0
+	}
+	if o.Patient != actor.access.patient || o.Scopes == nil {
+		return false
+	}
+	return !slices.ContainsFunc(o.Scopes, func(s string) bool {
+		rs, err := ParseScope(s)
+		return err == nil && rs != nil && !ScopeAllowed(actor.access.scopes, s)
+	})
 }
 
 // exportSearchParams are the kick-off parameters the FHIR layer reads into

@@ -525,6 +525,18 @@ func TestExportPermissionMatrix(t *testing.T) {
 	if file == "" {
 		t.Fatal("the member's export did not complete")
 	}
+	// The member's token held to a patient, through the same client, is
+	// not the owner: the job was made with the member's full access.
+	member := must(w.env.Service.UserByEmail(w.ctx, "member@example.org"))
+	held, _, err := w.env.OAuth.IssueScopedAccessToken(w.ctx, member.ID, time.Hour, []string{"openid", "launch/patient", "patient/*.rs"}, w.other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{status, file} {
+		if resp, _ := fxGetAbs(t, url, held, nil); resp.StatusCode != http.StatusNotFound {
+			t.Errorf("the member's export with a token held to a patient: GET %s = %d, want 404", url, resp.StatusCode)
+		}
+	}
 	for _, row := range []struct {
 		name, method, url, want string
 	}{
