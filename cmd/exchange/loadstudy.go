@@ -548,8 +548,9 @@ func (up *uploaded) send(ctx context.Context, job batchJob) error {
 	var answer struct {
 		Entry []struct {
 			Response struct {
-				Status  string          `json:"status"`
-				Outcome json.RawMessage `json:"outcome"`
+				Status   string          `json:"status"`
+				Location string          `json:"location"`
+				Outcome  json.RawMessage `json:"outcome"`
 			} `json:"response"`
 		} `json:"entry"`
 	}
@@ -568,7 +569,7 @@ func (up *uploaded) send(ctx context.Context, job batchJob) error {
 		switch code, _ := strconv.Atoi(status); {
 		case code == 201:
 			up.created++
-		case code == 409:
+		case code == 409 && e.Response.Location != "": // stored already; a 409 without it was refused
 			up.duplicates++
 		default:
 			up.refused++

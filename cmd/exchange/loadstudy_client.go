@@ -54,7 +54,11 @@ func transientStatus(status int) bool {
 
 // send sends a request with a JSON body (none when body is nil) and
 // decodes a JSON answer into out (when not nil). A transient failure
-// (no answer, 429, 502, 503, 504) is sent again up to four times.
+// (no answer, 429, 502, 503, 504) is sent again up to four times, when
+// sending again is safe: any request the service refused unread (429),
+// and otherwise all but a POST outside FHIR (a create sent again after
+// a lost answer would make a second one, or be refused as a duplicate;
+// FHIR batches carry identifiers, so a resent one answers 409 stored).
 func (c *apiClient) send(ctx context.Context, method, path string, body, out any) error {
 	var data []byte
 	if raw, ok := body.([]byte); ok {
@@ -69,6 +73,10 @@ func (c *apiClient) send(ctx context.Context, method, path string, body, out any
 		err := c.sendOnce(ctx, method, path, data, body != nil, out)
 		var refused *apiError
 		if err == nil || ctx.Err() != nil || attempt == 4 || (errors.As(err, &refused) && !transientStatus(refused.status)) {
+			return err
+		}
+		resendable := method != "POST" || strings.HasPrefix(path, "/FHIR/") || (refused != nil && refused.status == http.StatusTooManyRequests)
+		if !resendable {
 			return err
 		}
 		select {
