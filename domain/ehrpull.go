@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -376,7 +377,7 @@ func (p *puller) prepare(ctx context.Context) error {
 			return err
 		}
 		c.SealedToken = sealed
-		return s.store.UpdateEHRConnection(context.WithoutCancel(ctx), c)
+		return s.changeConnection(context.WithoutCancel(ctx), c.ID, func(now *EHRConnection) { now.SealedToken = sealed })
 	})
 	return nil
 }
@@ -620,7 +621,6 @@ func (s *Service) finishPull(p *puller, prepareErr error) {
 		run.Outcome, run.Message = PullFailed, truncateRunes(ErrorMessage(prepareErr), maxReasonLength)
 	case errors.As(p.ended, &e) && e.Status == 401:
 		run.Outcome, run.Message = PullTokenRejected, "the EHR no longer accepts the connection's sign-in: connect again"
-		c.Status = EHRReconnect
 	case errors.Is(p.ended, errLimit):
 		run.Outcome, run.Message = PullLimited, "a bound of the run stopped it: pull again to continue"
 	case p.ended != nil:
@@ -633,11 +633,17 @@ func (s *Service) finishPull(p *puller, prepareErr error) {
 	if err := s.store.FinishPullRun(ctx, run); err != nil {
 		s.log.Error("recording an EHR pull failed", "run", run.ID, "error", err)
 	}
-	c.LastRunAt = run.StartedAt
-	if run.Outcome == PullCompleted {
-		c.LastCompleteAt = run.StartedAt
-	}
-	if err := s.store.UpdateEHRConnection(ctx, c); err != nil && !IsCode(err, CodeNotFound) {
+	used := c.SealedToken
+	err := s.changeConnection(ctx, c.ID, func(now *EHRConnection) {
+		if run.Outcome == PullTokenRejected && bytes.Equal(now.SealedToken, used) {
+			now.Status = EHRReconnect // the sign-in the run used, not a newer one
+		}
+		now.LastRunAt = run.StartedAt
+		if run.Outcome == PullCompleted {
+			now.LastCompleteAt = run.StartedAt
+		}
+	})
+	if err != nil && !IsCode(err, CodeNotFound) {
 		s.log.Error("updating an EHR connection after its pull failed", "connection", c.ID, "error", err)
 	}
 	var outcome error
@@ -737,4 +743,17 @@ func underBase(link, base string) bool {
 	}
 	prefix := strings.TrimSuffix(b.Path, "/")
 	return l.Path == prefix || strings.HasPrefix(l.Path, prefix+"/")
+}
+
+// changeConnection writes a change to a connection as it is now, not as a
+// pull read it when it began: the patient may have changed it during the
+// run (turned updates off, connected again with a new sign-in), which the
+// run's copy would write back.
+func (s *Service) changeConnection(ctx context.Context, id int64, change func(*EHRConnection)) error {
+	c, err := s.store.EHRConnectionByID(ctx, id)
+	if err != nil {
+		return err
+	}
+	change(c)
+	return s.store.UpdateEHRConnection(ctx, c)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -726,5 +727,31 @@ func TestEHRBrands(t *testing.T) {
 		if resp, out := env.Send(t, "GET", "/api/v1/patient-access/brands"+query, patient, nil); resp.StatusCode != http.StatusBadRequest || out["detail"] == nil {
 			t.Errorf("%s: %d %v", query, resp.StatusCode, out)
 		}
+	}
+}
+
+// TestPatientAccessKeepsChangesMadeDuringAPull: the patient turns keeping
+// the record up to date off while a pull runs; the end of the pull does
+// not turn it back on (it writes its own fields to the connection as it
+// is then, not the copy it read when it began).
+func TestPatientAccessKeepsChangesMadeDuringAPull(t *testing.T) {
+	w := newPAWorld(t, domain.PullLimits{})
+	var once sync.Once
+	w.ehr.SetFaults(ehrtest.Faults{BeforeSearch: func(string) {
+		once.Do(func() {
+			var id any
+			resp, out := w.env.Send(t, "GET", fmt.Sprintf("/api/v1/patients/%d/connections", w.patient.ID), w.token, nil)
+			if list := fxArr(out["results"]); resp.StatusCode == http.StatusOK && len(list) == 1 {
+				id = fxObj(list[0])["id"]
+			}
+			if resp, out := w.env.Send(t, "PATCH", fmt.Sprintf("/api/v1/patient-access/connections/%v", id), w.token, map[string]any{"keepUpdated": false}); resp.StatusCode != http.StatusOK {
+				t.Errorf("turning updates off during the pull: %d %v", resp.StatusCode, out)
+			}
+		})
+	}})
+	w.connect(t, true)
+	w.runs(t)
+	if conn := w.connection(t); conn["keepUpdated"] != false {
+		t.Errorf("after the pull the connection keeps the record up to date again: %v", conn)
 	}
 }

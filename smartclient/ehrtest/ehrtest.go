@@ -92,6 +92,9 @@ type Faults struct {
 	RefuseTokenAfter int
 	// NoRefreshToken: no refresh token, even for offline_access.
 	NoRefreshToken bool
+	// BeforeSearch runs before each search is answered, with its type:
+	// what a test does while a pull runs.
+	BeforeSearch func(resourceType string)
 }
 
 // Recorded is what the EHR saw.
@@ -506,6 +509,12 @@ func (e *EHR) readPatient(w http.ResponseWriter, r *http.Request) {
 // category (Observation), _lastUpdated=gt, _count, and the page (_page,
 // from the next link).
 func (e *EHR) search(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	before := e.faults.BeforeSearch
+	e.mu.Unlock()
+	if before != nil {
+		before(r.PathValue("type"))
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	g := e.authorized(w, r)
